@@ -1,0 +1,208 @@
+"""The value types: strict target parsing, config defaults and the idempotency key."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from trio_batch import (
+    BatchError,
+    Busy,
+    CallerBusy,
+    Config,
+    InvalidRequest,
+    InvalidTargets,
+    JobState,
+    Options,
+    Result,
+    Target,
+    TargetState,
+    TooManyTargets,
+    idem_key,
+)
+from trio_batch._model import check_caller, check_targets
+
+
+def test_statuses_compare_equal_to_their_strings() -> None:
+    assert [s.value for s in JobState] == [
+        "queued",
+        "running",
+        "done",
+        "failed",
+        "partial",
+        "cancelled",
+    ]
+    assert [s.value for s in TargetState] == ["pending", "running", "done", "failed"]
+    assert JobState.DONE == "done"
+    assert TargetState.PENDING == "pending"
+    assert JobState.RUNNING.is_live and not JobState.CANCELLED.is_live
+
+
+def test_errors_carry_http_statuses() -> None:
+    assert InvalidTargets.http_status == 422
+    assert TooManyTargets.http_status == 422
+    assert CallerBusy.http_status == 429
+    assert Busy.http_status == 429
+    for cls in (InvalidTargets, TooManyTargets, CallerBusy, Busy, InvalidRequest):
+        assert issubclass(cls, BatchError)
+
+
+def test_target_from_json_accepts_url_and_options() -> None:
+    target = Target.from_json({"url": "https://example.com", "options": {"grep": "x"}})
+    assert target == Target("https://example.com", Options(grep="x"))
+    assert Target.from_json({"url": "u"}) == Target("u")
+
+
+@pytest.mark.parametrize(
+    ("obj", "message"),
+    [
+        (None, "JSON object, not null"),
+        ([], "not an array"),
+        ("https://x", "not a string"),
+        ({}, "needs a 'url'"),
+        ({"url": 5}, "url must be a string, not a number"),
+        ({"url": ""}, "must not be empty"),
+        ({"url": "   "}, "must not be empty"),
+        ({"url": "u", "extra": 1}, "unknown target key"),
+        ({"url": "u", "options": []}, "options must be a JSON object"),
+        ({"url": "u", "options": {"colour": "red"}}, "unknown option"),
+        ({"url": "u", "options": {"grep": 1}}, "option 'grep' must be a string"),
+        ({"url": "u", "options": {"context": "yes"}}, "must be true or false"),
+        ({"url": "u", "options": {"context": 1}}, "must be true or false"),
+        ({"url": "u\x00"}, "NUL"),
+        ({"url": "u\udc80"}, "lone surrogate"),
+        ({"url": "u" * 9000}, "the limit is 8192"),
+    ],
+)
+def test_target_from_json_is_strict(obj: Any, message: str) -> None:
+    with pytest.raises(InvalidTargets, match=message):
+        Target.from_json(obj)
+
+
+def test_target_to_json_omits_defaults() -> None:
+    assert Target("u").to_json() == {"url": "u"}
+    assert Target("u", Options(jq=".a", context=True)).to_json() == {
+        "url": "u",
+        "options": {"context": True, "jq": ".a"},
+    }
+
+
+def test_check_targets_rejects_empty_non_targets_and_repeats() -> None:
+    with pytest.raises(InvalidTargets, match="at least one"):
+        check_targets([])
+    with pytest.raises(InvalidTargets, match="not a Target") as info:
+        check_targets([Target("a"), {"url": "b"}])
+    assert info.value.index == 1
+    with pytest.raises(InvalidTargets, match="target 2 repeats target 0"):
+        check_targets([Target("a"), Target("b"), Target("a")])
+    with pytest.raises(InvalidTargets, match="list of Target"):
+        check_targets("https://x")
+    assert check_targets([Target("a"), Target("a", Options(grep="x"))]) == (
+        Target("a"),
+        Target("a", Options(grep="x")),
+    )
+
+
+@pytest.mark.parametrize("bad", ["", None, 5, "x" * 300, "a\x00b", "\ud800"])
+def test_check_caller_rejects_bad_names(bad: Any) -> None:
+    with pytest.raises(InvalidRequest):
+        check_caller(bad)
+
+
+def test_config_zero_means_default_and_negative_is_refused() -> None:
+    config = Config(ttl=0, targets_per_job=0, jobs_per_caller=0, jobs_total=0)
+    assert config == Config()
+    assert Config(ttl=5).ttl == 5
+    with pytest.raises(ValueError, match="must not be negative"):
+        Config(jobs_total=-1)
+    with pytest.raises(ValueError, match="finite"):
+        Config(ttl=math.inf)
+    with pytest.raises(TypeError, match="integer"):
+        Config(targets_per_job=2.5)  # type: ignore[arg-type]
+
+
+def test_result_json_round_trip_and_refusals() -> None:
+    result = Result("body", {"status": 200, "tags": ["a"]})
+    assert Result.from_json_text(result.to_json_text()) == result
+    cyclic: dict[str, Any] = {}
+    cyclic["self"] = cyclic
+    for meta in ({"x": {1, 2}}, {"x": math.nan}, cyclic):
+        with pytest.raises(ValueError):
+            Result("c", meta).to_json_text()
+    with pytest.raises(ValueError, match="content must be a str"):
+        Result(b"bytes").to_json_text()  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------------------------
+# idem_key properties
+
+texts = st.text(alphabet=st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00"))
+urls = texts.filter(lambda s: s.strip() != "").map(lambda s: s[:100])
+options = st.builds(
+    Options,
+    mode=texts,
+    question=texts,
+    pages=texts,
+    grep=texts,
+    jq=texts,
+    context=st.booleans(),
+    recover=st.booleans(),
+)
+targets = st.builds(Target, urls, options)
+target_lists = st.lists(targets, min_size=1, max_size=5, unique=True)
+
+
+def _reshuffled_json(target: Target, data: st.DataObject) -> Target:
+    """The same target, through JSON with shuffled keys, spaces and defaults spelled out."""
+    opts = {
+        "mode": target.options.mode,
+        "question": target.options.question,
+        "pages": target.options.pages,
+        "grep": target.options.grep,
+        "jq": target.options.jq,
+        "context": target.options.context,
+        "recover": target.options.recover,
+    }
+    keys = data.draw(st.permutations(list(opts)))
+    obj = {"options": {k: opts[k] for k in keys}, "url": target.url}
+    text = json.dumps(obj, indent=data.draw(st.sampled_from([None, 1, 4])))
+    return Target.from_json(json.loads(text))
+
+
+@given(caller=texts, items=target_lists, data=st.data())
+def test_idem_key_ignores_json_field_order_whitespace_and_defaults(
+    caller: str, items: list[Target], data: st.DataObject
+) -> None:
+    again = [_reshuffled_json(t, data) for t in items]
+    assert idem_key(caller, again) == idem_key(caller, items)
+
+
+@given(caller=texts, other=texts, items=target_lists)
+def test_idem_key_changes_with_the_caller(caller: str, other: str, items: list[Target]) -> None:
+    if caller != other:
+        assert idem_key(caller, items) != idem_key(other, items)
+
+
+@given(caller=texts, items=target_lists, replacement=targets, data=st.data())
+def test_idem_key_changes_with_any_url_or_option(
+    caller: str, items: list[Target], replacement: Target, data: st.DataObject
+) -> None:
+    i = data.draw(st.integers(0, len(items) - 1))
+    changed = [*items]
+    changed[i] = replacement
+    if changed != items:
+        assert idem_key(caller, changed) != idem_key(caller, items)
+
+
+@given(caller=texts, items=st.lists(targets, min_size=2, max_size=5, unique=True), data=st.data())
+def test_idem_key_changes_with_target_order(
+    caller: str, items: list[Target], data: st.DataObject
+) -> None:
+    order = data.draw(st.permutations(items))
+    if list(order) != items:
+        assert idem_key(caller, list(order)) != idem_key(caller, items)

@@ -1,0 +1,437 @@
+"""The SQLite store: atomic creation with caps, outcomes, leases, terminal statuses, retention."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trio_batch import (
+    SCHEMA_VERSION,
+    Busy,
+    CallerBusy,
+    InvalidRequest,
+    InvalidTargets,
+    JobState,
+    Options,
+    OutcomeExists,
+    Result,
+    SchemaVersionError,
+    Store,
+    Target,
+    TargetState,
+    TooManyTargets,
+)
+
+T0 = 1_000_000.0
+TTL = 100.0
+CAPS: dict[str, Any] = {"ttl": TTL, "targets_per_job": 4, "jobs_per_caller": 1, "jobs_total": 3}
+
+
+def targets(n: int, prefix: str = "https://example.com/") -> list[Target]:
+    return [Target(f"{prefix}{i}") for i in range(n)]
+
+
+@pytest.fixture
+def store() -> Store:
+    return Store.open()
+
+
+def create(store: Store, caller: str = "alice", n: int = 3, **kw: Any) -> tuple[Any, bool]:
+    args = {**CAPS, "now": T0, **kw}
+    return store.create_job(caller, "user", targets(n), **args)
+
+
+# ---------------------------------------------------------------------------------------------
+# Opening and the schema
+
+
+def test_open_file_database_uses_wal_foreign_keys_and_schema_version(tmp_path: Path) -> None:
+    with Store.open(tmp_path / "jobs.db") as store:
+        assert store.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert store.db.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+        assert store.db.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
+        assert store.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert {"jobs", "targets"} <= set(store.db.table_names())
+    with Store.open(tmp_path / "jobs.db", synchronous="full") as store:
+        assert store.db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+
+
+def test_reopening_keeps_data_and_is_idempotent(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.db"
+    with Store.open(path) as store:
+        job, _ = create(store)
+    with Store.open(path) as store:
+        assert store.get_job(job.id, now=T0) == job
+
+
+def test_open_refuses_a_newer_schema_without_touching_it(tmp_path: Path) -> None:
+    path = tmp_path / "future.db"
+    conn = sqlite3.connect(path)
+    conn.execute(f"PRAGMA user_version={SCHEMA_VERSION + 1}")
+    conn.execute("CREATE TABLE jobs (x)")
+    conn.commit()
+    conn.close()
+    with pytest.raises(SchemaVersionError, match="newer than"):
+        Store.open(path)
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION + 1
+    assert conn.execute("SELECT sql FROM sqlite_master").fetchall() == [("CREATE TABLE jobs (x)",)]
+
+
+def test_open_refuses_a_database_that_is_not_ours(tmp_path: Path) -> None:
+    path = tmp_path / "other.db"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE jobs (name TEXT)")
+    conn.commit()
+    conn.close()
+    with pytest.raises(SchemaVersionError, match="not a trio_batch database"):
+        Store.open(path)
+
+
+def test_open_rejects_unknown_synchronous_mode() -> None:
+    with pytest.raises(ValueError, match="synchronous"):
+        Store.open(synchronous="OFF; DROP TABLE jobs")
+
+
+# ---------------------------------------------------------------------------------------------
+# Creating jobs: idempotency and caps
+
+
+def test_create_job_inserts_the_job_and_pending_targets(store: Store) -> None:
+    job, reused = create(store)
+    assert not reused
+    assert len(job.id) == 22 and job.status == JobState.QUEUED
+    assert (job.targets_total, job.targets_done, job.expires_at) == (3, 0, T0 + TTL)
+    stored = store.get_status(job.id, now=T0)
+    assert stored is not None
+    assert stored[0] == job
+    assert [(t.idx, t.url, t.status) for t in stored[1]] == [
+        (i, f"https://example.com/{i}", TargetState.PENDING) for i in range(3)
+    ]
+
+
+def test_create_job_running_marks_the_first_target_running(store: Store) -> None:
+    job, _ = create(store, status=JobState.RUNNING)
+    assert job.status == JobState.RUNNING
+    assert [t.status for t in store.get_targets(job.id)] == ["running", "pending", "pending"]
+
+
+def test_create_job_stores_options_as_json(store: Store) -> None:
+    job, _ = store.create_job(
+        "alice", "user", [Target("u", Options(grep="a.b", context=True))], **CAPS, now=T0
+    )
+    [target] = store.get_targets(job.id)
+    assert target.options == Options(grep="a.b", context=True)
+    raw = store.db.execute("SELECT options FROM targets").fetchone()[0]
+    assert raw == '{"context":true,"grep":"a.b"}'
+
+
+def test_same_targets_same_caller_reuse_the_job_within_its_lease(store: Store) -> None:
+    job, _ = create(store)
+    store.finish_job(job.id, JobState.CANCELLED, now=T0 + 1)  # any status is reused
+    again, reused = create(store, now=T0 + TTL - 1)
+    assert reused and again.id == job.id and again.status == JobState.CANCELLED
+    assert store.db.execute("SELECT count(*) FROM jobs").fetchone()[0] == 1
+    fresh, reused = create(store, now=T0 + TTL)
+    assert not reused and fresh.id != job.id
+
+
+def test_reuse_is_per_caller(store: Store) -> None:
+    job, _ = create(store, "alice")
+    other, reused = create(store, "bob")
+    assert not reused and other.id != job.id
+
+
+def test_too_many_targets(store: Store) -> None:
+    with pytest.raises(TooManyTargets, match="5 targets; the limit is 4"):
+        create(store, n=5)
+
+
+def test_caller_busy_counts_live_jobs_by_status(store: Store) -> None:
+    job, _ = create(store, "alice", n=1)
+    with pytest.raises(CallerBusy, match="alice"):
+        create(store, "alice", n=2)
+    store.finish_job(job.id, JobState.CANCELLED, now=T0)
+    _, reused = create(store, "alice", n=2)
+    assert not reused
+
+
+def test_busy_when_all_slots_are_taken(store: Store) -> None:
+    for caller in ("a", "b", "c"):
+        create(store, caller)
+    with pytest.raises(Busy, match="all 3 job slots"):
+        create(store, "d")
+    assert store.count_live_jobs() == 3
+    assert store.count_live_jobs("a") == 1
+    assert store.count_live_jobs("d") == 0
+
+
+def test_reuse_bypasses_the_caps(store: Store) -> None:
+    first, _ = create(store, "a")
+    create(store, "b")
+    create(store, "c")
+    again, reused = create(store, "a")
+    assert reused and again.id == first.id
+
+
+def test_invalid_input_is_refused_before_any_write(store: Store) -> None:
+    with pytest.raises(InvalidTargets):
+        store.create_job("alice", "user", [], **CAPS)
+    with pytest.raises(InvalidTargets):
+        store.create_job("alice", "user", ["https://x"], **CAPS)  # type: ignore[list-item]
+    with pytest.raises(InvalidRequest):
+        store.create_job("", "user", targets(1), **CAPS)
+    assert store.count_live_jobs() == 0
+
+
+def test_a_failed_insert_leaves_no_half_created_job(store: Store) -> None:
+    store.db.execute(
+        "CREATE TRIGGER boom BEFORE INSERT ON targets WHEN NEW.idx = 2 "
+        "BEGIN SELECT RAISE(ABORT, 'disk on fire'); END"
+    )
+    with pytest.raises(sqlite3.IntegrityError, match="disk on fire"):
+        create(store)
+    assert store.db.execute("SELECT count(*) FROM jobs").fetchone()[0] == 0
+    assert store.db.execute("SELECT count(*) FROM targets").fetchone()[0] == 0
+    assert not store.db.conn.in_transaction
+
+
+def test_the_cap_race_two_threads_never_exceed_a_cap(tmp_path: Path) -> None:
+    path = tmp_path / "race.db"
+    Store.open(path).close()
+    caps = {**CAPS, "jobs_total": 5, "jobs_per_caller": 2}
+    accepted: list[str] = []
+    refused: list[Exception] = []
+    barrier = threading.Barrier(4)
+
+    def submit(worker: int) -> None:
+        with Store.open(path, busy_timeout=30) as store:
+            barrier.wait()
+            for i in range(30):
+                caller = f"caller{i % 4}"
+                try:
+                    job, _ = store.create_job(
+                        caller, "user", targets(1, f"w{worker}/{i}/"), **caps, now=T0
+                    )
+                    accepted.append(job.caller)
+                except (Busy, CallerBusy) as exc:
+                    refused.append(exc)
+
+    threads = [threading.Thread(target=submit, args=(w,)) for w in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(accepted) == 5
+    assert max(accepted.count(c) for c in set(accepted)) <= 2
+    assert len(refused) == 4 * 30 - 5
+    with Store.open(path) as store:
+        assert store.count_live_jobs() == 5
+
+
+# ---------------------------------------------------------------------------------------------
+# Outcomes, leases and terminal statuses
+
+
+def test_record_outcome_stores_result_and_bumps_the_lease(store: Store) -> None:
+    job, _ = create(store)
+    updated = store.record_outcome(job.id, 0, result=Result("body", {"n": 1}), ttl=TTL, now=T0 + 5)
+    assert updated is not None
+    assert (updated.targets_done, updated.updated_at, updated.expires_at) == (1, T0 + 5, T0 + 105)
+    assert updated.status == JobState.QUEUED
+    first = store.get_targets(job.id)[0]
+    assert first.status == TargetState.DONE
+    assert first.result == Result("body", {"n": 1})
+    assert first.finished_at == T0 + 5
+
+
+def test_record_outcome_refuses_to_overwrite(store: Store) -> None:
+    job, _ = create(store)
+    store.record_outcome(job.id, 0, error="boom", ttl=TTL, now=T0)
+    with pytest.raises(OutcomeExists):
+        store.record_outcome(job.id, 0, result=Result("x"), ttl=TTL, now=T0)
+    with pytest.raises(OutcomeExists):
+        store.record_outcome(job.id, 7, result=Result("x"), ttl=TTL, now=T0)
+    # The refused writes changed nothing.
+    job_now = store.get_job(job.id, now=T0)
+    assert job_now is not None and job_now.targets_done == 1
+    assert store.get_targets(job.id)[0].error == "boom"
+
+
+@pytest.mark.parametrize(
+    ("failures", "expected"),
+    [(set(), JobState.DONE), ({0, 1, 2}, JobState.FAILED), ({1}, JobState.PARTIAL)],
+)
+def test_last_outcome_sets_the_terminal_status_in_the_same_write(
+    store: Store, failures: set[int], expected: JobState
+) -> None:
+    job, _ = create(store, status=JobState.RUNNING)
+    for i in range(3):
+        before = store.get_job(job.id, now=T0)
+        assert before is not None and before.status == JobState.RUNNING
+        if i in failures:
+            updated = store.record_outcome(job.id, i, error="e", hint="h", ttl=TTL, now=T0)
+        else:
+            updated = store.record_outcome(job.id, i, result=Result("ok"), ttl=TTL, now=T0)
+    assert updated is not None
+    assert updated.status == expected
+    assert (updated.targets_done, updated.targets_failed) == (3, len(failures))
+
+
+def test_record_outcome_marks_the_next_target_running_only_while_live(store: Store) -> None:
+    job, _ = create(store, status=JobState.RUNNING)
+    store.record_outcome(job.id, 0, result=Result("a"), ttl=TTL, mark_next_running=True, now=T0)
+    assert [t.status for t in store.get_targets(job.id)] == ["done", "running", "pending"]
+    store.finish_job(job.id, JobState.CANCELLED, in_flight=1, now=T0)
+    store.record_outcome(job.id, 1, result=Result("b"), ttl=TTL, mark_next_running=True, now=T0)
+    assert [t.status for t in store.get_targets(job.id)] == ["done", "done", "pending"]
+
+
+def test_a_result_that_is_not_json_is_stored_as_a_failure(store: Store) -> None:
+    job, _ = create(store)
+    store.record_outcome(job.id, 0, result=Result("c", {"s": {1}}), ttl=TTL, now=T0)
+    target = store.get_targets(job.id)[0]
+    assert target.status == TargetState.FAILED
+    assert target.error is not None and "cannot be stored as JSON" in target.error
+    assert target.hint is not None
+
+
+def test_record_outcome_on_a_lapsed_job_writes_nothing(store: Store) -> None:
+    job, _ = create(store)
+    assert store.record_outcome(job.id, 0, result=Result("x"), ttl=TTL, now=T0 + TTL) is None
+    assert store.get_targets(job.id)[0].status == TargetState.PENDING
+
+
+def test_finish_job_sets_a_terminal_status_exactly_once(store: Store) -> None:
+    job, _ = create(store, status=JobState.RUNNING)
+    done = store.finish_job(job.id, JobState.CANCELLED, now=T0 + 1)
+    assert done is not None and done.status == JobState.CANCELLED
+    assert store.finish_job(job.id, JobState.FAILED, error="late", now=T0 + 2) is None
+    after = store.get_job(job.id, now=T0)
+    assert after is not None and (after.status, after.error) == (JobState.CANCELLED, None)
+    # The running first target went back to pending: nothing is fetching it any more.
+    assert store.get_targets(job.id)[0].status == TargetState.PENDING
+
+
+def test_finish_job_keeps_the_in_flight_target_running(store: Store) -> None:
+    job, _ = create(store, status=JobState.RUNNING)
+    store.finish_job(job.id, JobState.CANCELLED, in_flight=0, now=T0)
+    assert store.get_targets(job.id)[0].status == TargetState.RUNNING
+
+
+@pytest.mark.parametrize("bad_id", ["", "nope", "x" * 22, "'; DROP TABLE jobs; --", "a" * 10_000])
+def test_bad_ids_read_as_absent(store: Store, bad_id: str) -> None:
+    create(store)
+    assert store.get_job(bad_id) is None
+    assert store.get_status(bad_id) is None
+    assert store.get_targets(bad_id) == []
+    assert store.finish_job(bad_id, JobState.CANCELLED) is None
+    assert store.db.execute("SELECT count(*) FROM jobs").fetchone()[0] == 1
+
+
+def test_mark_in_flight_failed_fails_live_jobs_and_keeps_outcomes(store: Store) -> None:
+    running, _ = create(store, "a", status=JobState.RUNNING)
+    queued, _ = create(store, "b")
+    finished, _ = create(store, "c", n=1)
+    store.record_outcome(running.id, 0, result=Result("kept"), ttl=TTL, now=T0)
+    store.db.execute(
+        "UPDATE targets SET status = 'running' WHERE job_id = ? AND idx = 1", [running.id]
+    )
+    store.record_outcome(finished.id, 0, result=Result("x"), ttl=TTL, now=T0)
+    assert store.mark_in_flight_failed("restart", now=T0 + 1) == 2
+    for job_id in (running.id, queued.id):
+        job = store.get_job(job_id, now=T0)
+        assert job is not None and (job.status, job.error) == (JobState.FAILED, "restart")
+    status = store.get_status(running.id, now=T0)
+    assert status is not None
+    assert [t.status for t in status[1]] == ["done", "pending", "pending"]
+    assert status[1][0].result == Result("kept")
+    unchanged = store.get_job(finished.id, now=T0)
+    assert unchanged is not None and unchanged.status == JobState.DONE
+    assert store.mark_in_flight_failed("restart", now=T0 + 2) == 0
+
+
+def test_lapsed_jobs_read_as_absent_before_purge(store: Store) -> None:
+    job, _ = create(store)
+    assert store.get_job(job.id, now=T0 + TTL - 0.001) is not None
+    assert store.get_job(job.id, now=T0 + TTL) is None
+    assert store.get_status(job.id, now=T0 + TTL) is None
+    assert store.list_jobs(now=T0 + TTL) == []
+
+
+def test_purge_expired_deletes_lapsed_jobs_in_batches(store: Store) -> None:
+    kept, _ = create(store, "kept", now=T0 + 50)
+    for i in range(7):
+        create(store, f"old{i}", now=T0 - i)
+        store.mark_in_flight_failed("x", now=T0)  # free the caps for the next one
+    assert store.purge_expired(T0 + TTL, batch_size=3, max_batches=1) == 3
+    assert store.purge_expired(T0 + TTL, batch_size=3) == 4
+    assert store.purge_expired(T0 + TTL, batch_size=3) == 0
+    assert [j.id for j in store.list_jobs(now=T0)] == [kept.id]
+    assert store.db.execute("SELECT count(*) FROM targets").fetchone()[0] == 3
+    assert store.db.execute("PRAGMA foreign_key_check").fetchall() == []
+
+
+def test_list_jobs_filters_by_caller(store: Store) -> None:
+    a, _ = create(store, "a")
+    b, _ = create(store, "b", now=T0 + 1)
+    assert [j.id for j in store.list_jobs(now=T0)] == [b.id, a.id]
+    assert [j.id for j in store.list_jobs(caller="a", now=T0)] == [a.id]
+
+
+# ---------------------------------------------------------------------------------------------
+# Every query the store runs uses an index
+
+# A scan of a partial index only visits the rows it holds (the few running targets).
+PARTIAL_INDEXES = {"targets_running"}
+
+
+def _exercise_every_method(store: Store) -> None:
+    job, _ = create(store, "a", status=JobState.RUNNING)
+    create(store, "a")  # reused
+    other, _ = create(store, "b")
+    store.record_outcome(job.id, 0, result=Result("x"), ttl=TTL, mark_next_running=True, now=T0)
+    store.finish_job(other.id, JobState.CANCELLED, in_flight=0, now=T0)
+    store.get_status(job.id, now=T0)
+    store.list_jobs(now=T0)
+    store.list_jobs(caller="a", now=T0)
+    store.mark_in_flight_failed("restart", now=T0)
+    store.purge_expired(T0 + TTL)
+
+
+def assert_uses_an_index(store: Store, sql: str, params: Any) -> None:
+    plan = [row[3] for row in store.db.execute(f"EXPLAIN QUERY PLAN {sql}", params or ())]
+    for step in plan:
+        words = step.split()
+        if words[0] != "SCAN" or words[1] == "json_each":
+            continue
+        assert "INDEX" in words, f"full table scan in {sql!r}: {plan}"
+        index_name = words[words.index("INDEX") + 1]
+        assert index_name in PARTIAL_INDEXES, f"full index scan in {sql!r}: {plan}"
+
+
+def test_every_store_query_uses_an_index(store: Store) -> None:
+    # Record the SQL the store really runs, with its parameters, then ask SQLite for each plan.
+    statements: list[tuple[str, Any]] = []
+    with store.db.tracer(lambda sql, params: statements.append((sql, params))):
+        _exercise_every_method(store)
+    queries = [
+        (sql, params)
+        for sql, params in statements
+        if sql.split()[0].upper() in ("SELECT", "UPDATE", "DELETE", "INSERT")
+    ]
+    assert len({sql for sql, _ in queries}) >= 12  # the exercise reached every kind of query
+    for sql, params in queries:
+        assert_uses_an_index(store, sql, params)
+
+
+@pytest.mark.parametrize(
+    "sql", ["SELECT * FROM jobs WHERE error = 'x'", "SELECT count(*) FROM targets"]
+)
+def test_the_index_check_catches_scans(store: Store, sql: str) -> None:
+    with pytest.raises(AssertionError, match=r"full (table|index) scan"):
+        assert_uses_an_index(store, sql, ())

@@ -1,0 +1,52 @@
+"""trio_batch: a persistent batch job runner for trio programs, backed by SQLite.
+
+A caller submits a job, a list of distinct targets; the runner drains each job's targets one at
+a time through an async fetch function the host injects, stores every outcome in SQLite as soon
+as it completes, and answers status queries from the store.
+"""
+
+from ._model import (
+    BatchError,
+    Busy,
+    CallerBusy,
+    Config,
+    InvalidRequest,
+    InvalidTargets,
+    Job,
+    JobState,
+    Options,
+    Result,
+    SchemaVersionError,
+    StoreError,
+    Target,
+    TargetState,
+    TargetStatus,
+    TooManyTargets,
+    idem_key,
+)
+from ._store import SCHEMA_VERSION, OutcomeExists, Store
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "BatchError",
+    "Busy",
+    "CallerBusy",
+    "Config",
+    "InvalidRequest",
+    "InvalidTargets",
+    "Job",
+    "JobState",
+    "Options",
+    "OutcomeExists",
+    "Result",
+    "SchemaVersionError",
+    "Store",
+    "StoreError",
+    "Target",
+    "TargetState",
+    "TargetStatus",
+    "TooManyTargets",
+    "idem_key",
+]
+
+__version__ = "0.1.0"

@@ -1,0 +1,462 @@
+"""The value types shared by the store, the runner and the front ends.
+
+Everything here is plain data: frozen dataclasses, string enums and exceptions. Nothing in this
+module touches SQLite or trio.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, ClassVar
+
+__all__ = [
+    "BatchError",
+    "Busy",
+    "CallerBusy",
+    "Config",
+    "InvalidRequest",
+    "InvalidTargets",
+    "Job",
+    "JobState",
+    "Options",
+    "Result",
+    "SchemaVersionError",
+    "StoreError",
+    "Target",
+    "TargetState",
+    "TargetStatus",
+    "TooManyTargets",
+    "idem_key",
+]
+
+#: Longest URL a target may carry; far past any real URL, short enough to keep rows small.
+MAX_URL_LENGTH = 8192
+#: Longest option string (a grep pattern, a jq program, a question).
+MAX_OPTION_LENGTH = 8192
+#: Longest caller or caller-class name.
+MAX_CALLER_LENGTH = 256
+
+
+# --------------------------------------------------------------------------------------------
+# Errors
+
+
+class BatchError(Exception):
+    """Base of every error trio_batch raises on purpose.
+
+    ``http_status`` is the HTTP status code a front end should answer with.
+    """
+
+    http_status: ClassVar[int] = 500
+
+
+class InvalidRequest(BatchError):
+    """An argument is malformed (a caller name that is not a non-empty string, say). HTTP 422."""
+
+    http_status = 422
+
+
+class InvalidTargets(InvalidRequest):
+    """The target list is malformed: empty, a non-target, a repeated target or a bad JSON shape.
+
+    ``index`` is the position of the offending target in the submitted list, when there is one.
+    HTTP 422.
+    """
+
+    def __init__(self, message: str, *, index: int | None = None) -> None:
+        super().__init__(message)
+        self.index = index
+
+
+class TooManyTargets(BatchError):
+    """The job has more targets than the ``targets_per_job`` cap allows. HTTP 422."""
+
+    http_status = 422
+
+
+class CallerBusy(BatchError):
+    """The caller already has ``jobs_per_caller`` live jobs. HTTP 429: retry once one ends."""
+
+    http_status = 429
+
+
+class Busy(BatchError):
+    """All ``jobs_total`` job slots are taken by live jobs. HTTP 429: retry once one ends."""
+
+    http_status = 429
+
+
+class StoreError(BatchError):
+    """The database cannot be used as asked. HTTP 503."""
+
+    http_status = 503
+
+
+class SchemaVersionError(StoreError):
+    """The database was written by a newer version of trio_batch (or is not ours at all)."""
+
+
+# --------------------------------------------------------------------------------------------
+# Statuses
+
+
+class JobState(StrEnum):
+    """A job's status. Values compare equal to their plain strings (``JobState.DONE == "done"``)."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    PARTIAL = "partial"
+    CANCELLED = "cancelled"
+
+    @property
+    def is_live(self) -> bool:
+        """True for ``queued`` and ``running``: the job still counts against the caps."""
+        return self in (JobState.QUEUED, JobState.RUNNING)
+
+
+class TargetState(StrEnum):
+    """A target's status: ``pending``, ``running``, ``done`` or ``failed``."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+
+
+# --------------------------------------------------------------------------------------------
+# Targets
+
+
+def _check_text(value: object, what: str, max_length: int, *, index: int | None) -> str:
+    """Return ``value`` if it is a string SQLite and JSON can store, else raise InvalidTargets."""
+    if not isinstance(value, str):
+        raise InvalidTargets(f"{what} must be a string, not {type(value).__name__}", index=index)
+    if len(value) > max_length:
+        raise InvalidTargets(
+            f"{what} is {len(value)} characters long; the limit is {max_length}", index=index
+        )
+    if "\x00" in value:
+        raise InvalidTargets(f"{what} contains a NUL character", index=index)
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidTargets(
+            f"{what} is not valid Unicode (it contains a lone surrogate)", index=index
+        ) from None
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """How to fetch a target. Empty strings and ``False`` mean "not set".
+
+    The meaning of each field belongs to the fetch function; the runner only stores them.
+    """
+
+    mode: str = ""
+    question: str = ""
+    pages: str = ""
+    grep: str = ""
+    jq: str = ""
+    context: bool = False
+    recover: bool = False
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.type == "bool":
+                if not isinstance(value, bool):
+                    raise InvalidTargets(
+                        f"option {f.name!r} must be true or false, not {type(value).__name__}"
+                    )
+            else:
+                _check_text(value, f"option {f.name!r}", MAX_OPTION_LENGTH, index=None)
+
+    @classmethod
+    def from_json(cls, obj: object) -> Options:
+        """Build options from a decoded JSON object, strictly.
+
+        Raises :class:`InvalidTargets` for a non-object, an unknown key or a wrongly typed value.
+        """
+        if not isinstance(obj, Mapping):
+            raise InvalidTargets(f"options must be a JSON object, not {_json_type(obj)}")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(str(k) for k in obj if k not in known)
+        if unknown:
+            raise InvalidTargets(
+                f"unknown option(s) {', '.join(map(repr, unknown))}; "
+                f"known options are {', '.join(sorted(known))}"
+            )
+        return cls(**obj)
+
+    def to_json(self) -> dict[str, Any]:
+        """The options as a JSON object, with every empty or default field left out."""
+        return {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if getattr(self, f.name) != f.default
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """One unit of work: a URL and the options to fetch it with.
+
+    Constructing a target validates it: ``url`` must be a non-empty string of at most
+    ``MAX_URL_LENGTH`` characters, without NUL characters or lone surrogates. A bad value raises
+    :class:`InvalidTargets`. The URL scheme is left to the fetch function.
+    """
+
+    url: str
+    options: Options = Options()
+
+    def __post_init__(self) -> None:
+        _check_text(self.url, "url", MAX_URL_LENGTH, index=None)
+        if not self.url.strip():
+            raise InvalidTargets("url must not be empty")
+        if not isinstance(self.options, Options):
+            raise InvalidTargets(
+                f"options must be an Options instance, not {type(self.options).__name__}"
+            )
+
+    @classmethod
+    def from_json(cls, obj: object) -> Target:
+        """Build a target from a decoded JSON object ``{"url": ..., "options": {...}}``.
+
+        Strict: a non-object, a missing or non-string ``url``, an unknown key or a wrongly
+        typed option raises :class:`InvalidTargets`.
+        """
+        if not isinstance(obj, Mapping):
+            raise InvalidTargets(f"a target must be a JSON object, not {_json_type(obj)}")
+        unknown = sorted(str(k) for k in obj if k not in ("url", "options"))
+        if unknown:
+            raise InvalidTargets(
+                f"unknown target key(s) {', '.join(map(repr, unknown))}; "
+                "a target has 'url' and optionally 'options'"
+            )
+        if "url" not in obj:
+            raise InvalidTargets("a target needs a 'url'")
+        url = obj["url"]
+        if not isinstance(url, str):
+            raise InvalidTargets(f"url must be a string, not {_json_type(url)}")
+        options = Options.from_json(obj["options"]) if "options" in obj else Options()
+        return cls(url, options)
+
+    def to_json(self) -> dict[str, Any]:
+        """The target as a JSON object; ``options`` is left out when every option is unset."""
+        out: dict[str, Any] = {"url": self.url}
+        options = self.options.to_json()
+        if options:
+            out["options"] = options
+        return out
+
+
+def _json_type(obj: object) -> str:
+    """Name ``obj``'s type the way a JSON author would."""
+    if obj is None:
+        return "null"
+    if isinstance(obj, bool):
+        return "a boolean"
+    if isinstance(obj, int | float):
+        return "a number"
+    if isinstance(obj, str):
+        return "a string"
+    if isinstance(obj, Mapping):
+        return "an object"
+    if isinstance(obj, list | tuple):
+        return "an array"
+    return type(obj).__name__
+
+
+def check_targets(targets: object) -> tuple[Target, ...]:
+    """Return ``targets`` as a tuple if it is a non-empty sequence of distinct targets.
+
+    Raises :class:`InvalidTargets` naming the first offending position otherwise.
+    """
+    if isinstance(targets, str | bytes) or not isinstance(targets, Sequence):
+        raise InvalidTargets(f"targets must be a list of Target, not {type(targets).__name__}")
+    if not targets:
+        raise InvalidTargets("a job needs at least one target")
+    seen: dict[Target, int] = {}
+    for i, target in enumerate(targets):
+        if not isinstance(target, Target):
+            raise InvalidTargets(f"target {i} is a {type(target).__name__}, not a Target", index=i)
+        first = seen.setdefault(target, i)
+        if first != i:
+            raise InvalidTargets(f"target {i} repeats target {first} ({target.url})", index=i)
+    return tuple(targets)
+
+
+def check_caller(value: object, what: str = "caller") -> str:
+    """Return ``value`` if it is a usable caller (or caller-class) name.
+
+    Raises :class:`InvalidRequest` for a non-string, an empty or over-long name, a NUL or a lone
+    surrogate.
+    """
+    if not isinstance(value, str) or not value:
+        raise InvalidRequest(f"{what} must be a non-empty string")
+    try:
+        _check_text(value, what, MAX_CALLER_LENGTH, index=None)
+    except InvalidTargets as exc:
+        raise InvalidRequest(str(exc)) from None
+    return value
+
+
+def idem_key(caller: str, targets: Sequence[Target]) -> str:
+    """The idempotency key of ``targets`` submitted by ``caller``.
+
+    Hex SHA-256 of ``caller + "\\x00" + canonical(targets)``, where canonical is compact JSON of
+    ``[t.to_json() for t in targets]`` with sorted keys: field order, whitespace and options
+    spelled out at their defaults do not change the key; any change of a URL, an option, the
+    order of the targets or the caller does.
+    """
+    canonical = json.dumps(
+        [t.to_json() for t in targets], sort_keys=True, separators=(",", ":"), ensure_ascii=True
+    )
+    return hashlib.sha256(f"{caller}\x00{canonical}".encode()).hexdigest()
+
+
+# --------------------------------------------------------------------------------------------
+# Results and statuses
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """What a fetch function returns for one target: the content and free-form metadata.
+
+    ``meta`` must be JSON-serialisable (no NaN, sets or cycles); a result that is not fails its
+    target with a clear error instead of being stored.
+    """
+
+    content: str
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def to_json_text(self) -> str:
+        """Encode as ``{"content": ..., "meta": ...}``; raises ValueError if that is not JSON."""
+        if not isinstance(self.content, str):
+            raise ValueError(f"Result.content must be a str, not {type(self.content).__name__}")
+        if not isinstance(self.meta, dict):
+            raise ValueError(f"Result.meta must be a dict, not {type(self.meta).__name__}")
+        try:
+            text = json.dumps(
+                {"content": self.content, "meta": self.meta},
+                allow_nan=False,
+                ensure_ascii=False,
+                separators=(",", ":"),
+            )
+            text.encode("utf-8")
+        except (TypeError, ValueError, RecursionError, UnicodeEncodeError) as exc:
+            raise ValueError(f"{type(exc).__name__}: {exc}") from None
+        return text
+
+    @classmethod
+    def from_json_text(cls, text: str) -> Result:
+        """Decode what :meth:`to_json_text` wrote."""
+        obj = json.loads(text)
+        return cls(content=obj["content"], meta=obj["meta"])
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A job as stored. Times are Unix epoch seconds (``time.time()`` values).
+
+    ``targets_done`` counts stored outcomes, failed ones included; ``targets_failed`` the failed
+    ones among them.
+    """
+
+    id: str
+    status: JobState
+    error: str | None
+    targets_total: int
+    targets_done: int
+    targets_failed: int = 0
+    caller: str = ""
+    caller_class: str = ""
+    idem_key: str = ""
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    expires_at: float = 0.0
+
+    @property
+    def is_terminal(self) -> bool:
+        """True once the job is ``done``, ``failed``, ``partial`` or ``cancelled``."""
+        return not self.status.is_live
+
+    def to_json(self) -> dict[str, Any]:
+        """The job as a JSON object (statuses as plain strings)."""
+        out = dataclasses.asdict(self)
+        out["status"] = str(self.status)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class TargetStatus:
+    """One target of a job as stored: its position, URL, status and outcome."""
+
+    idx: int
+    url: str
+    status: TargetState
+    result: Result | None
+    error: str | None
+    hint: str | None
+    options: Options = Options()
+    finished_at: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The target's status as a JSON object."""
+        return {
+            "idx": self.idx,
+            "url": self.url,
+            "options": self.options.to_json(),
+            "status": str(self.status),
+            "result": None
+            if self.result is None
+            else {"content": self.result.content, "meta": self.result.meta},
+            "error": self.error,
+            "hint": self.hint,
+            "finished_at": self.finished_at,
+        }
+
+
+# --------------------------------------------------------------------------------------------
+# Configuration
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """Runner limits. A field given as 0 takes its default; a negative value raises ValueError.
+
+    - ``ttl``: seconds a job's lease lasts after its latest write (24 h).
+    - ``targets_per_job``: most targets one job may have (32); past it, :class:`TooManyTargets`.
+    - ``jobs_per_caller``: most live jobs one caller may have (1); past it, :class:`CallerBusy`.
+    - ``jobs_total``: most live jobs in all (8); past it, :class:`Busy`.
+    """
+
+    ttl: float = 86400.0
+    targets_per_job: int = 32
+    jobs_per_caller: int = 1
+    jobs_total: int = 8
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            kind = int if f.type == "int" else int | float
+            if isinstance(value, bool) or not isinstance(value, kind):
+                raise TypeError(
+                    f"Config.{f.name} must be {'an integer' if kind is int else 'a number'}, "
+                    f"not {type(value).__name__}"
+                )
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"Config.{f.name} must be finite, not {value}")
+            if value < 0:
+                raise ValueError(f"Config.{f.name} must not be negative (got {value})")
+            if value == 0:
+                object.__setattr__(self, f.name, f.default)

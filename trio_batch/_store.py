@@ -1,0 +1,684 @@
+"""The SQLite store: jobs, their targets, leases and caps.
+
+Plain and synchronous: nothing here knows about trio, HTTP or fetching. The runner calls it from
+a dedicated store thread so that the event loop never waits on SQLite.
+
+Concurrency model
+-----------------
+A :class:`Store` owns **one** connection, opened with ``check_same_thread=False``, and a
+re-entrant lock. Every public method takes the lock for its whole duration, so a ``Store`` may be
+called from any thread (one call at a time runs; the others wait for the lock). Several
+processes, or several ``Store`` objects on the same file, coordinate through SQLite's own file
+locks: every read-then-write runs under ``BEGIN IMMEDIATE``, which waits up to the busy timeout
+for the write lock instead of failing half-way.
+
+Time
+----
+Times are Unix epoch seconds stored as ``REAL`` (what ``time.time()`` returns): the runner's
+injected clock produces them directly, lease comparisons are plain numeric comparisons an index
+can serve, and anyone reading the tables can convert with ``datetime(expires_at, 'unixepoch')``.
+Every method that needs the time takes ``now=``; it defaults to ``time.time()``.
+
+Durability
+----------
+File databases use WAL. With ``synchronous="NORMAL"`` (the default) a committed transaction is
+never lost when the *process* crashes, but the last commits may be lost on power loss or an OS
+crash; ``synchronous="FULL"`` is the power-safe choice, at several times the cost per commit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import secrets
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from sqlite_utils import Database
+
+from ._model import (
+    Busy,
+    CallerBusy,
+    Job,
+    JobState,
+    Options,
+    Result,
+    SchemaVersionError,
+    StoreError,
+    Target,
+    TargetState,
+    TargetStatus,
+    TooManyTargets,
+    check_caller,
+    check_targets,
+    idem_key,
+)
+
+__all__ = ["SCHEMA_VERSION", "OutcomeExists", "Store"]
+
+#: The schema version this code writes, kept in ``PRAGMA user_version``.
+SCHEMA_VERSION = 1
+
+#: Job ids are ``secrets.token_urlsafe(16)``: 128 random bits in 22 URL-safe characters.
+_JOB_ID = re.compile(r"[A-Za-z0-9_-]{22}")
+
+_LIVE = (JobState.QUEUED.value, JobState.RUNNING.value)
+
+# Column order matches the Job dataclass, so a row maps to Job(*row).
+_JOB_COLUMNS = (
+    "id, status, error, targets_total, targets_done, targets_failed, caller, caller_class, "
+    "idem_key, created_at, updated_at, expires_at"
+)
+_TARGET_COLUMNS = "idx, url, status, result, error, hint, options, finished_at"
+
+
+class OutcomeExists(StoreError):
+    """The target already has an outcome (or does not exist); outcomes are never overwritten.
+
+    HTTP 409.
+    """
+
+    http_status = 409
+
+
+def _job(row: Sequence[Any]) -> Job:
+    return Job(row[0], JobState(row[1]), *row[2:])
+
+
+def _target(row: Sequence[Any]) -> TargetStatus:
+    idx, url, status, result, error, hint, options, finished_at = row
+    return TargetStatus(
+        idx=idx,
+        url=url,
+        status=TargetState(status),
+        result=None if result is None else Result.from_json_text(result),
+        error=error,
+        hint=hint,
+        options=Options.from_json(json.loads(options)),
+        finished_at=finished_at,
+    )
+
+
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def is_job_id(value: object) -> bool:
+    """True if ``value`` has the shape of a job id (it may still be unknown)."""
+    return isinstance(value, str) and _JOB_ID.fullmatch(value) is not None
+
+
+class Store:
+    """Jobs and targets in one SQLite database, through ``sqlite-utils``.
+
+    Open one with :meth:`Store.open`. The tables are ``jobs`` (one row per job) and ``targets``
+    (one row per target, keyed by ``job_id, idx``); any SQLite or Datasette user can read them.
+
+    The methods map to the job lifecycle:
+
+    - :meth:`create_job`: idempotency lookup, caps check and insert in one ``BEGIN IMMEDIATE``.
+    - :meth:`find_reusable_job` and :meth:`count_live_jobs`: the lookups ``create_job`` makes.
+    - :meth:`record_outcome`: store one target's outcome and bump the job's lease, together.
+    - :meth:`finish_job`: set a live job's terminal status, once.
+    - :meth:`mark_in_flight_failed`: after a restart or at shutdown, fail every live job.
+    - :meth:`purge_expired`: delete lapsed jobs in bounded batches.
+    - :meth:`get_job`, :meth:`get_targets`, :meth:`list_jobs`: reads; lapsed jobs read as absent.
+    """
+
+    def __init__(self, db: Database, *, path: str) -> None:
+        """Wrap an already configured database; most code wants :meth:`Store.open` instead."""
+        self.db = db
+        self.path = path
+        self._lock = threading.RLock()
+
+    # ----------------------------------------------------------------------------------------
+    # Opening and closing
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str] = ":memory:",
+        *,
+        synchronous: str = "NORMAL",
+        busy_timeout: float = 5.0,
+    ) -> Store:
+        """Open or create the database at ``path`` (``":memory:"`` for a private in-memory one).
+
+        File databases are switched to WAL. ``synchronous`` is ``"NORMAL"`` (never loses a
+        commit on a process crash, may on power loss) or ``"FULL"`` (power-safe, slower).
+        ``busy_timeout`` is how many seconds a write waits for another connection's lock before
+        failing with "database is locked". Foreign keys are on. The schema is created, or
+        migrated, idempotently; a database written by a newer schema version, or one that is
+        not a trio_batch database, raises :class:`SchemaVersionError` and is left untouched.
+        """
+        sync = synchronous.upper()
+        if sync not in ("NORMAL", "FULL", "EXTRA"):
+            raise ValueError(
+                f"synchronous must be 'NORMAL', 'FULL' or 'EXTRA', not {synchronous!r}"
+            )
+        if busy_timeout < 0:
+            raise ValueError("busy_timeout must not be negative")
+        path = os.fspath(path)
+        # isolation_level=None: we issue BEGIN IMMEDIATE / COMMIT ourselves.
+        conn = sqlite3.connect(
+            path, timeout=busy_timeout, check_same_thread=False, isolation_level=None
+        )
+        try:
+            db = Database(conn, execute_plugins=False)
+            if path != ":memory:" and not path.startswith("file::memory:"):
+                db.execute("PRAGMA journal_mode=WAL")
+            db.execute(f"PRAGMA synchronous={sync}")  # validated above: one of three words
+            db.execute("PRAGMA foreign_keys=ON")
+            store = cls(db, path=path)
+            store._migrate()
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            raise StoreError(f"cannot open {path!r} as a trio_batch database: {exc}") from exc
+        except BaseException:
+            conn.close()
+            raise
+        return store
+
+    def close(self) -> None:
+        """Close the connection. The store cannot be used afterwards."""
+        with self._lock:
+            self.db.conn.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _migrate(self) -> None:
+        version = self._user_version()
+        if version == SCHEMA_VERSION:
+            return  # the common case takes no write lock, so readers can open beside a runner
+        self._check_version(version)
+        with self.transaction():
+            version = self._user_version()  # another process may have migrated meanwhile
+            self._check_version(version)
+            if version == 0:
+                if "jobs" in self.db.table_names() or "targets" in self.db.table_names():
+                    raise SchemaVersionError(
+                        f"{self.path!r} has jobs/targets tables but no trio_batch schema "
+                        "version; it is not a trio_batch database"
+                    )
+                self._create_schema_v1()
+            # Later versions add their steps here: `if version < 2: ...`.
+            self.db.execute(f"PRAGMA user_version={SCHEMA_VERSION:d}")
+
+    def _user_version(self) -> int:
+        row = self.db.execute("PRAGMA user_version").fetchone()
+        return int(row[0])
+
+    def _check_version(self, version: int) -> None:
+        if version > SCHEMA_VERSION:
+            raise SchemaVersionError(
+                f"{self.path!r} has schema version {version}, newer than the {SCHEMA_VERSION} "
+                "this trio_batch understands; upgrade trio_batch to open it"
+            )
+
+    def _create_schema_v1(self) -> None:
+        self.db.create_table(
+            "jobs",
+            {
+                "id": str,
+                "caller": str,
+                "caller_class": str,
+                "idem_key": str,
+                "status": str,
+                "error": str,
+                "targets_total": int,
+                "targets_done": int,
+                "targets_failed": int,
+                "created_at": float,
+                "updated_at": float,
+                "expires_at": float,
+            },
+            pk="id",
+            not_null={
+                "caller",
+                "caller_class",
+                "idem_key",
+                "status",
+                "targets_total",
+                "targets_done",
+                "targets_failed",
+                "created_at",
+                "updated_at",
+                "expires_at",
+            },
+            defaults={"targets_done": 0, "targets_failed": 0},
+            strict=True,
+        )
+        self.db.create_table(
+            "targets",
+            {
+                "job_id": str,
+                "idx": int,
+                "url": str,
+                "options": str,
+                "status": str,
+                "result": str,
+                "error": str,
+                "hint": str,
+                "finished_at": float,
+            },
+            pk=("job_id", "idx"),
+            foreign_keys=[("job_id", "jobs", "id")],
+            not_null={"url", "options", "status"},
+            strict=True,
+        )
+        jobs = self.db.table("jobs")
+        # Idempotency lookup: (caller, idem_key) among unexpired jobs.
+        jobs.create_index(["caller", "idem_key", "expires_at"], "jobs_idempotency")
+        # Live counts, per caller and in total: status IN ('queued', 'running') [AND caller = ?].
+        jobs.create_index(["status", "caller"], "jobs_status")
+        # Retention: purge by lease, and list recent jobs.
+        jobs.create_index(["expires_at"], "jobs_expiry")
+        # Restarts reset in-flight targets; a partial index keeps that cheap with a big history.
+        self.db.execute("CREATE INDEX targets_running ON targets (job_id) WHERE status = 'running'")
+
+    # ----------------------------------------------------------------------------------------
+    # Transactions
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Database]:
+        """Hold the store's lock and run the block in one ``BEGIN IMMEDIATE`` transaction.
+
+        Commits when the block ends, rolls back if it raises. ``BEGIN IMMEDIATE`` takes the
+        write lock up front, so a read-then-write block can never fail half-way on
+        "database is locked": it waits up to the busy timeout, or fails before doing anything.
+        Nested use joins the outer transaction.
+        """
+        with self._lock:
+            if self.db.conn.in_transaction:
+                yield self.db
+                return
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self.db
+            except BaseException:
+                if self.db.conn.in_transaction:
+                    self.db.execute("ROLLBACK")
+                raise
+            try:
+                self.db.execute("COMMIT")
+            except BaseException:
+                if self.db.conn.in_transaction:
+                    self.db.execute("ROLLBACK")
+                raise
+
+    # ----------------------------------------------------------------------------------------
+    # Creating jobs
+
+    def create_job(
+        self,
+        caller: str,
+        caller_class: str,
+        targets: Sequence[Target],
+        *,
+        ttl: float,
+        targets_per_job: int,
+        jobs_per_caller: int,
+        jobs_total: int,
+        status: JobState = JobState.QUEUED,
+        now: float | None = None,
+    ) -> tuple[Job, bool]:
+        """Create a job atomically with its caps check; returns ``(job, reused)``.
+
+        In one ``BEGIN IMMEDIATE`` transaction: if a job with the same ``(caller, idem_key)``
+        has an unexpired lease (whatever its status), return it with ``reused=True`` and write
+        nothing. Otherwise check the caps, counting live (``queued``/``running``) jobs by status,
+        not lease: more than ``targets_per_job`` targets raises :class:`TooManyTargets`, the
+        caller already holding ``jobs_per_caller`` live jobs raises :class:`CallerBusy`,
+        ``jobs_total`` live jobs in all raises :class:`Busy`. Then insert the job and all its
+        targets as ``pending`` with a lease of ``ttl`` seconds, and return ``(job, False)``.
+
+        ``status`` is the new job's status: ``queued``, or ``running`` for a caller that starts
+        draining at once (its first target is then marked ``running`` too). Invalid targets or
+        caller names raise :class:`InvalidTargets` / :class:`InvalidRequest` before any I/O.
+        """
+        caller = check_caller(caller)
+        caller_class = check_caller(caller_class, "caller_class")
+        targets = check_targets(targets)
+        if not JobState(status).is_live:
+            raise ValueError(f"a new job is queued or running, not {status}")
+        now = time.time() if now is None else now
+        key = idem_key(caller, targets)
+        with self.transaction():
+            existing = self.find_reusable_job(caller, key, now=now)
+            if existing is not None:
+                return existing, True
+            if len(targets) > targets_per_job:
+                raise TooManyTargets(
+                    f"the job has {len(targets)} targets; the limit is {targets_per_job} per job"
+                )
+            if self.count_live_jobs(caller) >= jobs_per_caller:
+                raise CallerBusy(
+                    f"caller {caller!r} already has {jobs_per_caller} live job(s); "
+                    "wait for one to finish or cancel it"
+                )
+            if self.count_live_jobs() >= jobs_total:
+                raise Busy(f"all {jobs_total} job slots are taken; retry when a job finishes")
+            job = Job(
+                id=secrets.token_urlsafe(16),
+                status=JobState(status),
+                error=None,
+                targets_total=len(targets),
+                targets_done=0,
+                targets_failed=0,
+                caller=caller,
+                caller_class=caller_class,
+                idem_key=key,
+                created_at=now,
+                updated_at=now,
+                expires_at=now + ttl,
+            )
+            self.db.execute(
+                f"INSERT INTO jobs ({_JOB_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    job.id,
+                    job.status.value,
+                    job.error,
+                    job.targets_total,
+                    job.targets_done,
+                    job.targets_failed,
+                    job.caller,
+                    job.caller_class,
+                    job.idem_key,
+                    job.created_at,
+                    job.updated_at,
+                    job.expires_at,
+                ),
+            )
+            first = TargetState.RUNNING if job.status is JobState.RUNNING else TargetState.PENDING
+            self.db.conn.executemany(
+                "INSERT INTO targets (job_id, idx, url, options, status) VALUES (?, ?, ?, ?, ?)",
+                [
+                    (
+                        job.id,
+                        i,
+                        t.url,
+                        _dumps(t.options.to_json()),
+                        (first if i == 0 else TargetState.PENDING).value,
+                    )
+                    for i, t in enumerate(targets)
+                ],
+            )
+            return job, False
+
+    def find_reusable_job(self, caller: str, key: str, *, now: float | None = None) -> Job | None:
+        """The newest job of ``caller`` with idempotency key ``key`` whose lease has not lapsed."""
+        now = time.time() if now is None else now
+        with self._lock:
+            row = self.db.execute(
+                f"SELECT {_JOB_COLUMNS} FROM jobs "
+                "WHERE caller = ? AND idem_key = ? AND expires_at > ? "
+                "ORDER BY expires_at DESC LIMIT 1",
+                (caller, key, now),
+            ).fetchone()
+        return None if row is None else _job(row)
+
+    def count_live_jobs(self, caller: str | None = None) -> int:
+        """How many jobs are ``queued`` or ``running``: for ``caller``, or in total if None.
+
+        Live is by status, not lease: a live job counts until it reaches a terminal status.
+        """
+        with self._lock:
+            if caller is None:
+                row = self.db.execute(
+                    "SELECT count(*) FROM jobs WHERE status IN (?, ?)", _LIVE
+                ).fetchone()
+            else:
+                row = self.db.execute(
+                    "SELECT count(*) FROM jobs WHERE status IN (?, ?) AND caller = ?",
+                    (*_LIVE, caller),
+                ).fetchone()
+        return int(row[0])
+
+    # ----------------------------------------------------------------------------------------
+    # Writing outcomes and statuses
+
+    def record_outcome(
+        self,
+        job_id: str,
+        idx: int,
+        *,
+        result: Result | None = None,
+        error: str | None = None,
+        hint: str | None = None,
+        ttl: float,
+        mark_next_running: bool = False,
+        now: float | None = None,
+    ) -> Job | None:
+        """Store one target's outcome and bump its job, in one transaction.
+
+        Pass ``result`` for a success, or ``error`` (and optionally ``hint``) for a failure. A
+        result that cannot be stored as JSON is stored as a failure saying why. In the same
+        transaction the job's ``targets_done`` (and ``targets_failed``), ``updated_at`` and lease
+        (``expires_at = now + ttl``) are bumped; if this was the last outcome of a live job, the
+        job takes its terminal status: ``done`` (no failures), ``failed`` (all failed) or
+        ``partial``. With ``mark_next_running``, target ``idx + 1`` of a still-live job is marked
+        ``running``.
+
+        Returns the updated job, or None if the job is unknown or its lease has lapsed (nothing
+        is written then). Raises :class:`OutcomeExists` if the target already has an outcome or
+        does not exist.
+        """
+        if (result is None) == (error is None):
+            raise ValueError("pass exactly one of result= and error=")
+        now = time.time() if now is None else now
+        result_text: str | None = None
+        if result is not None:
+            try:
+                result_text = result.to_json_text()
+            except ValueError as exc:
+                error = f"the fetch returned a Result that cannot be stored as JSON: {exc}"
+                hint = "make Result.content a str and Result.meta a JSON-serialisable dict"
+        status = TargetState.DONE if error is None else TargetState.FAILED
+        failed = int(error is not None)
+        with self.transaction():
+            row = self.db.execute(
+                "UPDATE jobs SET targets_done = targets_done + 1, "
+                "targets_failed = targets_failed + :failed, "
+                "updated_at = :now, expires_at = :expires, "
+                "status = CASE "
+                "  WHEN status NOT IN ('queued', 'running') "
+                "    OR targets_done + 1 < targets_total THEN status "
+                "  WHEN targets_failed + :failed = 0 THEN 'done' "
+                "  WHEN targets_failed + :failed >= targets_total THEN 'failed' "
+                "  ELSE 'partial' END "
+                f"WHERE id = :id AND expires_at > :now RETURNING {_JOB_COLUMNS}",
+                {"failed": failed, "now": now, "expires": now + ttl, "id": job_id},
+            ).fetchone()
+            if row is None:
+                return None
+            job = _job(row)
+            updated = self.db.execute(
+                "UPDATE targets SET status = ?, result = ?, error = ?, hint = ?, finished_at = ? "
+                "WHERE job_id = ? AND idx = ? AND status IN ('pending', 'running')",
+                (status.value, result_text, error, hint, now, job_id, idx),
+            ).rowcount
+            if updated != 1:
+                raise OutcomeExists(
+                    f"target {idx} of job {job_id} already has an outcome or does not exist"
+                )
+            if mark_next_running and job.status.is_live:
+                self.db.execute(
+                    "UPDATE targets SET status = 'running' "
+                    "WHERE job_id = ? AND idx = ? AND status = 'pending'",
+                    (job_id, idx + 1),
+                )
+        return job
+
+    def finish_job(
+        self,
+        job_id: str,
+        status: JobState,
+        *,
+        error: str | None = None,
+        in_flight: int | None = None,
+        now: float | None = None,
+    ) -> Job | None:
+        """Move a live job to a terminal ``status``, exactly once; returns the updated job.
+
+        A guarded update: only a ``queued``/``running`` job with an unexpired lease moves, so a
+        terminal status is never overwritten. Targets marked ``running`` go back to
+        ``pending``, except target ``in_flight`` (still being fetched; its outcome is stored
+        later). Returns None, writing nothing, if the job is unknown, lapsed or already terminal.
+        """
+        status = JobState(status)
+        if status.is_live:
+            raise ValueError(f"finish_job takes a terminal status, not {status}")
+        if not is_job_id(job_id):
+            return None
+        now = time.time() if now is None else now
+        with self.transaction():
+            row = self.db.execute(
+                "UPDATE jobs SET status = ?, error = ?, updated_at = ? "
+                "WHERE id = ? AND status IN (?, ?) AND expires_at > ? "
+                f"RETURNING {_JOB_COLUMNS}",
+                (status.value, error, now, job_id, *_LIVE, now),
+            ).fetchone()
+            if row is None:
+                return None
+            self.db.execute(
+                "UPDATE targets SET status = 'pending' "
+                "WHERE job_id = ? AND status = 'running' AND idx != ?",
+                (job_id, -1 if in_flight is None else in_flight),
+            )
+        return _job(row)
+
+    def mark_in_flight_failed(self, reason: str, now: float | None = None) -> int:
+        """Fail every ``queued``/``running`` job with ``error=reason``; returns how many.
+
+        For a restart (``"restart"``) or a shutdown (``"shutdown"``): such jobs are never
+        resumed. Targets left ``running`` go back to ``pending``; completed targets and leases
+        are left as they are, so finished work stays readable until the lease lapses.
+        """
+        now = time.time() if now is None else now
+        with self.transaction():
+            self.db.execute("UPDATE targets SET status = 'pending' WHERE status = 'running'")
+            return self.db.execute(
+                "UPDATE jobs SET status = 'failed', error = ?, updated_at = ? "
+                "WHERE status IN (?, ?)",
+                (reason, now, *_LIVE),
+            ).rowcount
+
+    def purge_expired(
+        self,
+        now: float | None = None,
+        *,
+        batch_size: int = 100,
+        max_batches: int | None = None,
+    ) -> int:
+        """Delete jobs whose lease has lapsed, with their targets; returns how many jobs.
+
+        Works in batches of ``batch_size`` jobs, each its own short transaction, so a huge
+        backlog never holds the write lock for long; ``max_batches`` stops early (the caller
+        can call again). A job whose lease lapsed while live is deleted too: it is gone.
+        """
+        if batch_size < 1:
+            raise ValueError("batch_size must be at least 1")
+        now = time.time() if now is None else now
+        deleted = 0
+        batches = 0
+        while max_batches is None or batches < max_batches:
+            batches += 1
+            with self.transaction():
+                ids = [
+                    row[0]
+                    for row in self.db.execute(
+                        "SELECT id FROM jobs WHERE expires_at <= ? ORDER BY expires_at LIMIT ?",
+                        (now, batch_size),
+                    )
+                ]
+                if ids:
+                    id_list = _dumps(ids)
+                    self.db.execute(
+                        "DELETE FROM targets WHERE job_id IN (SELECT value FROM json_each(?))",
+                        (id_list,),
+                    )
+                    self.db.execute(
+                        "DELETE FROM jobs WHERE id IN (SELECT value FROM json_each(?))",
+                        (id_list,),
+                    )
+            deleted += len(ids)
+            if len(ids) < batch_size:
+                break
+        return deleted
+
+    # ----------------------------------------------------------------------------------------
+    # Reading
+
+    def get_job(self, job_id: str, *, now: float | None = None) -> Job | None:
+        """The job with this id, or None if it is unknown, malformed or its lease has lapsed."""
+        if not is_job_id(job_id):
+            return None
+        now = time.time() if now is None else now
+        with self._lock:
+            row = self.db.execute(
+                f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ? AND expires_at > ?",
+                (job_id, now),
+            ).fetchone()
+        return None if row is None else _job(row)
+
+    def get_targets(self, job_id: str) -> list[TargetStatus]:
+        """The job's targets in ``idx`` order (empty for an unknown id).
+
+        This does not check the lease; use :meth:`get_status` for a consistent, lease-aware read.
+        """
+        if not is_job_id(job_id):
+            return []
+        with self._lock:
+            rows = self.db.execute(
+                f"SELECT {_TARGET_COLUMNS} FROM targets WHERE job_id = ? ORDER BY idx",
+                (job_id,),
+            ).fetchall()
+        return [_target(row) for row in rows]
+
+    def get_status(
+        self, job_id: str, *, now: float | None = None
+    ) -> tuple[Job, list[TargetStatus]] | None:
+        """The job and its targets read in one transaction, or None if unknown or lapsed."""
+        if not is_job_id(job_id):
+            return None
+        with self._lock:
+            # A read transaction, so the job and its targets come from one snapshot.
+            own = not self.db.conn.in_transaction
+            if own:
+                self.db.execute("BEGIN")
+            try:
+                job = self.get_job(job_id, now=now)
+                targets = [] if job is None else self.get_targets(job_id)
+            finally:
+                if own:
+                    self.db.execute("COMMIT")
+        return None if job is None else (job, targets)
+
+    def list_jobs(
+        self, *, caller: str | None = None, limit: int = 100, now: float | None = None
+    ) -> list[Job]:
+        """Unexpired jobs, most recently active first; only ``caller``'s if given."""
+        now = time.time() if now is None else now
+        with self._lock:
+            if caller is None:
+                rows = self.db.execute(
+                    f"SELECT {_JOB_COLUMNS} FROM jobs WHERE expires_at > ? "
+                    "ORDER BY expires_at DESC LIMIT ?",
+                    (now, limit),
+                ).fetchall()
+            else:
+                rows = self.db.execute(
+                    f"SELECT {_JOB_COLUMNS} FROM jobs WHERE caller = ? AND expires_at > ? "
+                    "ORDER BY expires_at DESC LIMIT ?",
+                    (caller, now, limit),
+                ).fetchall()
+        return [_job(row) for row in rows]
