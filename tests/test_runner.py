@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 from trio_batch import (
     Busy,
@@ -396,3 +397,47 @@ async def test_logs_are_structured_and_never_contain_results(
     stored = [r for r in records if r.getMessage() == "target stored"]
     assert [(r.idx, r.status) for r in stored] == [(0, "done"), (1, "failed")]  # type: ignore[attr-defined]
     assert "content of" not in caplog.text
+
+
+async def test_watch_yields_each_outcome_as_stored_then_the_job(
+    store: Store, fetch: ScriptedFetch, clock: FakeClock
+) -> None:
+    targets = urls("a", "gate", "x/fail")
+    started, release = fetch.gate(targets[1].url)
+    seen: list[object] = []
+    async with open_runner(store, fetch, CONFIG, now=clock) as runner:
+        job_id, _ = await runner.submit("alice", "user", targets)
+        await started.wait()
+        stream = runner.watch(job_id)
+        first = await anext(stream)  # already stored before the watch began
+        assert first.url == targets[0].url  # type: ignore[union-attr]
+        release.set()
+        seen = [item async for item in stream]
+        assert [item async for item in runner.watch(job_id)][-1] == seen[-1]  # replay works
+        assert [item async for item in runner.watch("unknown")] == []
+    assert [(t.idx, t.status) for t in seen[:-1]] == [(1, "done"), (2, "failed")]  # type: ignore[union-attr]
+    job = seen[-1]
+    assert job == store.get_job(job_id, now=clock()) and job.status == JobState.PARTIAL  # type: ignore[union-attr]
+
+
+async def test_watch_of_a_cancelled_job_ends_once_the_drain_stops(
+    store: Store, fetch: ScriptedFetch, clock: FakeClock
+) -> None:
+    targets = urls("gate", "b")
+    started, release = fetch.gate(targets[0].url)
+    async with open_runner(store, fetch, CONFIG, now=clock) as runner:
+        job_id, _ = await runner.submit("alice", "user", targets)
+        await started.wait()
+        await runner.cancel(job_id)
+        items: list[object] = []
+
+        async def collect() -> None:
+            items.extend([item async for item in runner.watch(job_id)])
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(collect)
+            await trio.testing.wait_all_tasks_blocked()
+            assert items == []  # the in-flight target is not stored yet
+            release.set()
+    assert [getattr(i, "idx", None) for i in items] == [0, None]
+    assert items[-1].status == JobState.CANCELLED  # type: ignore[union-attr]

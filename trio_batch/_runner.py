@@ -23,6 +23,7 @@ from ._model import (
     JobState,
     Result,
     Target,
+    TargetState,
     TargetStatus,
     check_targets,
 )
@@ -65,6 +66,12 @@ class _Drain:
     stopped: trio.Event = field(default_factory=trio.Event)
     in_flight: int | None = None
     cancel_requested: bool = False
+    # Replaced by a fresh event, and set, each time an outcome is stored: wakes watchers.
+    stored: trio.Event = field(default_factory=trio.Event)
+
+    def notify_stored(self) -> None:
+        stored, self.stored = self.stored, trio.Event()
+        stored.set()
 
 
 def _safe_text(value: object, limit: int = MAX_ERROR_LENGTH) -> str:
@@ -220,6 +227,39 @@ class Runner:
             await drain.stopped.wait()
         return await self._thread.run(self._store.get_job, job_id, now=self._now())
 
+    async def watch(self, job_id: str) -> AsyncIterator[TargetStatus | Job]:
+        """Yield each stored outcome of the job in ``idx`` order, then the terminal job.
+
+        Outcomes stored before the call come first, then each new one as soon as it is stored;
+        the last item is the :class:`Job` once it is terminal and its drain task has stopped
+        (as :meth:`wait` returns it). Yields nothing for an unknown or lapsed id; stops early if
+        the job lapses. Waits on events, never by polling. Targets left ``pending`` (after a
+        cancel, a restart or a shutdown) are not yielded.
+
+        Cancellation: safe at any point; the iterator simply stops.
+        """
+        if not is_job_id(job_id):
+            return
+        seen = 0
+        while True:
+            drain = self._drains.get(job_id)
+            changed = None if drain is None else drain.stored  # taken before the read: no race
+            status = await self._thread.run(self._store.get_status, job_id, now=self._now())
+            if status is None:
+                return
+            job, targets = status
+            finished = [t for t in targets if t.status in (TargetState.DONE, TargetState.FAILED)]
+            for target in finished[seen:]:
+                yield target
+            seen = len(finished)
+            if changed is None:
+                if job.is_terminal:
+                    yield job
+                    return
+                # Not drained by this runner (shutting down): nothing more will be stored here.
+                return
+            await changed.wait()
+
     # ----------------------------------------------------------------------------------------
     # Draining
 
@@ -259,6 +299,7 @@ class Runner:
             drain.in_flight = None
             del self._drains[drain.job_id]
             drain.stopped.set()
+            drain.notify_stored()  # watchers re-read and see the job without a drain task
 
     async def _fetch_one(self, drain: _Drain, idx: int, target: Target) -> Result | _Failure:
         try:
@@ -295,6 +336,7 @@ class Runner:
                 mark_next_running=more,
                 now=self._now(),
             )
+        drain.notify_stored()
         self._log.debug(
             "target stored",
             extra={
