@@ -29,6 +29,7 @@ from ._model import (
     Target,
     TargetState,
     TargetStatus,
+    check_caller,
     check_targets,
 )
 from ._store import OutcomeWrite, Store, is_job_id
@@ -170,6 +171,8 @@ class Runner:
         caller's next checkpoint), so a created job is never left without its drain task.
         """
         self._check_open()
+        caller = check_caller(caller)
+        caller_class = check_caller(caller_class, "caller_class")
         checked = check_targets(targets)
         config = self._config
         targets_per_job, jobs_per_caller = config.limits_for(caller_class)
