@@ -35,11 +35,6 @@ def targets(n: int, prefix: str = "https://example.com/") -> list[Target]:
     return [Target(f"{prefix}{i}") for i in range(n)]
 
 
-@pytest.fixture
-def store() -> Store:
-    return Store.open()
-
-
 def create(store: Store, caller: str = "alice", n: int = 3, **kw: Any) -> tuple[Any, bool]:
     args = {**CAPS, "now": T0, **kw}
     return store.create_job(caller, "user", targets(n), **args)

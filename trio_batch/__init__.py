@@ -24,6 +24,7 @@ from ._model import (
     TooManyTargets,
     idem_key,
 )
+from ._runner import FetchFunc, Runner, RunnerClosed, open_runner
 from ._store import SCHEMA_VERSION, OutcomeExists, Store
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "Busy",
     "CallerBusy",
     "Config",
+    "FetchFunc",
     "InvalidRequest",
     "InvalidTargets",
     "Job",
@@ -39,6 +41,8 @@ __all__ = [
     "Options",
     "OutcomeExists",
     "Result",
+    "Runner",
+    "RunnerClosed",
     "SchemaVersionError",
     "Store",
     "StoreError",
@@ -47,6 +51,7 @@ __all__ = [
     "TargetStatus",
     "TooManyTargets",
     "idem_key",
+    "open_runner",
 ]
 
 __version__ = "0.1.0"

@@ -295,11 +295,19 @@ class Store:
         Commits when the block ends, rolls back if it raises. ``BEGIN IMMEDIATE`` takes the
         write lock up front, so a read-then-write block can never fail half-way on
         "database is locked": it waits up to the busy timeout, or fails before doing anything.
-        Nested use joins the outer transaction.
+        Nested use runs the block in a savepoint of the outer transaction, so it stays atomic on
+        its own: if it raises, only its own changes are rolled back.
         """
         with self._lock:
             if self.db.conn.in_transaction:
-                yield self.db
+                self.db.execute("SAVEPOINT nested")
+                try:
+                    yield self.db
+                except BaseException:
+                    self.db.execute("ROLLBACK TO nested")
+                    self.db.execute("RELEASE nested")
+                    raise
+                self.db.execute("RELEASE nested")
                 return
             self.db.execute("BEGIN IMMEDIATE")
             try:

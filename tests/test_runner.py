@@ -1,0 +1,443 @@
+"""The runner: serial drain, failure isolation, idempotency, caps, cancellation, leases."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from trio_batch import (
+    Busy,
+    CallerBusy,
+    Config,
+    InvalidRequest,
+    InvalidTargets,
+    JobState,
+    Result,
+    Runner,
+    RunnerClosed,
+    Store,
+    Target,
+    TargetState,
+    TooManyTargets,
+    open_runner,
+)
+
+from .conftest import T0, FakeClock, ScriptedFetch, urls
+
+CONFIG = Config(ttl=100, targets_per_job=8, jobs_per_caller=1, jobs_total=3)
+
+
+async def run_job(runner: Runner, targets: list[Target], caller: str = "alice") -> str:
+    job_id, reused = await runner.submit(caller, "user", targets)
+    assert not reused
+    job = await runner.wait(job_id)
+    assert job is not None and job.is_terminal
+    return job_id
+
+
+async def test_targets_are_fetched_one_at_a_time_in_order(
+    store: Store, fetch: ScriptedFetch, clock: FakeClock
+) -> None:
+    targets = urls(*"abcdef")
+    async with open_runner(store, fetch, CONFIG, now=clock) as runner:
+        job_id = await run_job(runner, targets)
+        status = await runner.status(job_id)
+    assert fetch.calls == [t.url for t in targets]
+    assert fetch.peak_in_flight == 1
+    assert status is not None
+    job, stored = status
+    assert (job.status, job.targets_done, job.targets_failed) == (JobState.DONE, 6, 0)
+    assert [t.status for t in stored] == [TargetState.DONE] * 6
+    assert stored[2].result == Result(f"content of {targets[2].url}", {"url": targets[2].url})
+
+
+async def test_jobs_drain_concurrently_but_each_serially(
+    store: Store, fetch: ScriptedFetch, clock: FakeClock
+) -> None:
+    async with open_runner(store, fetch, CONFIG, now=clock) as runner:
+        ids = [
+            (await runner.submit(caller, "user", urls(*(f"{caller}{i}" for i in range(5)))))[0]
+            for caller in ("a", "b", "c")
+        ]
+        for job_id in ids:
+            job = await runner.wait(job_id)
+            assert job is not None and job.status == JobState.DONE
+    for caller in ("a", "b", "c"):
+        mine = [u for u in fetch.calls if u.rsplit("/", 1)[1].startswith(caller)]
+        assert mine == [f"https://example.test/{caller}{i}" for i in range(5)]
+
+
+@pytest.mark.parametrize(
+    ("names", "expected"),
+    [
+        (["ok1", "ok2"], JobState.DONE),
+        (["x/fail", "y/fail"], JobState.FAILED),
+        (["ok1", "x/fail", "ok2"], JobState.PARTIAL),
+    ],
+)
+async def test_a_failed_target_does_not_stop_the_job(
+    store: Store, fetch: ScriptedFetch, clock: FakeClock, names: list[str], expected: JobState
+) -> None:
+    async with open_runner(store, fetch, CONFIG, now=clock) as runner:
+        job_id = await run_job(runner, urls(*names))
+        status = await runner.status(job_id)
+    assert status is not None
+    job, targets = status
+    assert job.status == expected
+    assert job.targets_done == len(names)
+    assert len(fetch.calls) == len(names)
+    for target in targets:
+        if target.url.endswith("fail"):
+            assert target.status == TargetState.FAILED
+            assert target.error == f"Boom: cannot fetch {target.url}"
+            assert target.hint == "check the URL"
+            assert target.result is None
+        else:
+            assert target.status == TargetState.DONE
+
+
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no")
+
+
+@pytest.mark.parametrize(
+    ("make", "error_part"),
+    [
+        (lambda: None, "returned NoneType, not a Result"),
+        (lambda: {"content": "x"}, "returned dict, not a Result"),
+        (lambda: Result("x", {"s": {1, 2}}), "cannot be stored as JSON"),
+        (lambda: Result("x", {"n": float("nan")}), "cannot be stored as JSON"),
+        (lambda: Result(b"bytes"), "content must be a str"),  # type: ignore[arg-type]
+        (lambda: (_ for _ in ()).throw(KeyError("k")), "KeyError: 'k'"),
+        (lambda: (_ for _ in ()).throw(Unprintable()), "Unprintable: <unprintable Unprintable>"),
+        (lambda: (_ for _ in ()).throw(ValueError("\udc80 bad")), "ValueError: \\udc80 bad"),
+        (
+            lambda: (_ for _ in ()).throw(ExceptionGroup("many", [ValueError("a")])),
+            "ExceptionGroup: many (1 sub-exception)",
+        ),
+    ],
+)
+async def test_garbage_from_the_fetch_fails_only_that_target(
+    store: Store, fetch: ScriptedFetch, clock: FakeClock, make: Any, error_part: str
+) -> None:
+    targets = urls("bad", "good")
+    fetch.custom[targets[0].url] = make
+    async with open_runner(store, fetch, CONFIG, now=clock) as runner:
+        job_id = await run_job(runner, targets)
+        status = await runner.status(job_id)
+    assert status is not None
+    job, stored = status
+    assert job.status == JobState.PARTIAL
+    assert stored[0].status == TargetState.FAILED
+    assert stored[0].error is not None and error_part in stored[0].error
+    assert stored[1].status == TargetState.DONE
+
+
+async def test_resubmitting_the_same_targets_reuses_the_job(
+    store: Store, fetch: ScriptedFetch, clock: FakeClock
+) -> None:
+    targets = [Target.from_json({"url": "https://example.test/a", "options": {"grep": "x"}})]
+    async with open_runner(store, fetch, CONFIG, now=clock) as runner:
+        job_id = await run_job(runner, targets)
+        before = await runner.status(job_id)
+        clock.advance(10)
+        # The same targets, spelled differently in JSON, are the same job.
+        spelled = json.loads(
+            '{"options": {"jq": "", "grep": "x"}, "url": "https://example.test/a"}'
+        )
+        again, reused = await runner.submit("alice", "user", [Target.from_json(spelled)])
+        after = await runner.status(job_id)
+        other, reused_by_bob = await runner.submit("bob", "user", targets)
+        await runner.wait(other)
+    assert (again, reused) == (job_id, True)
+    assert not reused_by_bob and other != job_id
+    assert fetch.calls == ["https://example.test/a"] * 2  # once for alice, once for bob
+    assert before == after  # a reuse writes nothing, not even the lease
+
+
+async def test_reuse_lasts_as_long_as_the_lease(
+    store: Store, fetch: ScriptedFetch, clock: FakeClock
+) -> None:
+    targets = urls("a", "b")
+    async with open_runner(store, fetch, CONFIG, now=clock) as runner:
+        job_id = await run_job(runner, targets)
+        clock.advance(CONFIG.ttl - 1)
+        assert await runner.submit("alice", "user", targets) == (job_id, True)
+        clock.advance(1)
+        fresh, reused = await runner.submit("alice", "user", targets)
+        await runner.wait(fresh)
+    assert not reused and fresh != job_id
+    assert len(fetch.calls) == 4
+
+
+async def test_every_target_write_bumps_the_lease(
+    store: Store, fetch: ScriptedFetch, clock: FakeClock
+) -> None:
+    targets = urls("a", "gate")
+    started, release = fetch.gate(targets[1].url)
+    async with open_runner(store, fetch, CONFIG, now=clock) as runner:
+        job_id, _ = await runner.submit("alice", "user", targets)
+        await started.wait()
+        status = await runner.status(job_id)
+        assert status is not None and status[0].expires_at == T0 + CONFIG.ttl
+        clock.advance(60)
+        release.set()
+        job = await runner.wait(job_id)
+        assert job is not None and job.expires_at == T0 + 60 + CONFIG.ttl
+        clock.advance(CONFIG.ttl - 0.5)
+        assert await runner.status(job_id) is not None
+        clock.advance(0.5)
+        assert await runner.status(job_id) is None  # lapsed: gone, even before a purge
+        assert await runner.wait(job_id) is None
+        assert await runner.cancel(job_id) is False
+
+
+async def test_caps_are_enforced(store: Store, fetch: ScriptedFetch, clock: FakeClock) -> None:
+    async with open_runner(store, fetch, CONFIG, now=clock) as runner:
+        with pytest.raises(TooManyTargets):
+            await runner.submit("alice", "user", urls(*"abcdefghi"))
+        first, _ = await runner.submit("alice", "user", urls("x/hang"))
+        # The job is already running when submit returns, so this is deterministic.
+        with pytest.raises(CallerBusy):
+            await runner.submit("alice", "user", urls("other"))
+        await runner.submit("bob", "user", urls("y/hang"))
+        await runner.submit("carol", "user", urls("z/hang"))
+        with pytest.raises(Busy):
+            await runner.submit("dave", "user", urls("w"))
+        # Reuse bypasses every cap.
+        assert await runner.submit("alice", "user", urls("x/hang")) == (first, True)
+        status = await runner.status(first)
+        assert status is not None and status[0].status == JobState.RUNNING
+        assert status[1][0].status == TargetState.RUNNING
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [[], [{"url": "https://x"}], "https://x", None, [Target("a"), Target("a")]],
+)
+async def test_invalid_targets_are_refused(
+    store: Store, fetch: ScriptedFetch, clock: FakeClock, bad: Any
+) -> None:
+    async with open_runner(store, fetch, CONFIG, now=clock) as runner:
+        with pytest.raises(InvalidTargets):
+            await runner.submit("alice", "user", bad)
+        with pytest.raises(InvalidRequest):
+            await runner.submit("", "user", urls("a"))
+    assert fetch.calls == []
+    assert store.count_live_jobs() == 0
+
+
+async def test_cancel_lets_the_in_flight_target_finish_and_stops(
+    store: Store, fetch: ScriptedFetch, clock: FakeClock
+) -> None:
+    targets = urls("a", "gate", "c", "d")
+    started, release = fetch.gate(targets[1].url)
+    async with open_runner(store, fetch, CONFIG, now=clock) as runner:
+        job_id, _ = await runner.submit("alice", "user", targets)
+        await started.wait()
+        running = await runner.status(job_id)
+        assert running is not None
+        assert [t.status for t in running[1]] == ["done", "running", "pending", "pending"]
+        assert await runner.cancel(job_id) is True
+        cancelled = await runner.status(job_id)
+        assert cancelled is not None and cancelled[0].status == JobState.CANCELLED
+        assert cancelled[1][1].status == TargetState.RUNNING  # still being fetched
+        release.set()
+        job = await runner.wait(job_id)
+        assert job is not None and job.status == JobState.CANCELLED
+        final = await runner.status(job_id)
+        assert await runner.cancel(job_id) is False  # already terminal
+    assert final is not None
+    assert [t.status for t in final[1]] == ["done", "done", "pending", "pending"]
+    assert final[0].targets_done == 2
+    assert fetch.calls == [t.url for t in targets[:2]]
+    # The cancelled job no longer counts against the caps; its completed work stays readable.
+    assert final[1][1].result is not None
+
+
+async def test_cancel_between_targets_leaves_no_running_target(
+    store: Store, fetch: ScriptedFetch, clock: FakeClock
+) -> None:
+    targets = urls("a", "b", "c")
+    async with open_runner(store, fetch, CONFIG, now=clock) as runner:
+        job_id, _ = await runner.submit("alice", "user", targets)
+        # Cancel right away, before the drain task has run at all.
+        assert await runner.cancel(job_id)
+        await runner.wait(job_id)
+        status = await runner.status(job_id)
+    assert status is not None
+    assert status[0].status == JobState.CANCELLED
+    assert [t.status for t in status[1]] == [TargetState.PENDING] * 3
+    assert fetch.calls == []
+
+
+@pytest.mark.parametrize(
+    "bad_id", ["", "unknown", "'; DROP TABLE jobs; --", "x" * 100_000, None, 42]
+)
+async def test_bad_ids_give_none_or_false(
+    store: Store, fetch: ScriptedFetch, clock: FakeClock, bad_id: Any
+) -> None:
+    async with open_runner(store, fetch, CONFIG, now=clock) as runner:
+        job_id = await run_job(runner, urls("a"))
+        assert await runner.status(bad_id) is None
+        assert await runner.wait(bad_id) is None
+        assert await runner.cancel(bad_id) is False
+        assert await runner.status(job_id) is not None
+
+
+async def test_cancel_of_a_finished_job_is_false(
+    store: Store, fetch: ScriptedFetch, clock: FakeClock
+) -> None:
+    async with open_runner(store, fetch, CONFIG, now=clock) as runner:
+        job_id = await run_job(runner, urls("a"))
+        assert await runner.cancel(job_id) is False
+        job = await runner.wait(job_id)
+    assert job is not None and job.status == JobState.DONE
+
+
+async def test_restart_marks_jobs_left_live_as_failed(
+    store: Store, fetch: ScriptedFetch, clock: FakeClock
+) -> None:
+    # A job left running by a process that died: created, one outcome stored, then nothing.
+    job, _ = store.create_job(
+        "alice", "user", urls("a", "b", "c"), ttl=100, targets_per_job=8,
+        jobs_per_caller=1, jobs_total=3, status=JobState.RUNNING, now=clock(),
+    )  # fmt: skip
+    store.record_outcome(job.id, 0, result=Result("kept"), ttl=100, mark_next_running=True, now=T0)
+    async with open_runner(store, fetch, CONFIG, now=clock) as runner:
+        status = await runner.status(job.id)
+        assert status is not None
+        assert (status[0].status, status[0].error) == (JobState.FAILED, "restart")
+        assert [t.status for t in status[1]] == ["done", "pending", "pending"]
+        assert status[1][0].result == Result("kept")
+        assert await runner.wait(job.id) == status[0]
+        # The caller is free again: the reaped job no longer counts as live.
+        other = await run_job(runner, urls("z"))
+    assert fetch.calls == ["https://example.test/z"]
+    assert other != job.id
+
+
+async def test_shutdown_cancels_a_hung_fetch_and_marks_the_job(
+    store: Store, fetch: ScriptedFetch, clock: FakeClock
+) -> None:
+    targets = urls("a", "x/hang", "c")
+    async with open_runner(store, fetch, CONFIG, now=clock) as runner:
+        hanging = fetch.watch(targets[1].url)
+        job_id, _ = await runner.submit("alice", "user", targets)
+        await hanging.wait()
+    # Leaving the block did not wait for the hung fetch.
+    status = store.get_status(job_id, now=clock())
+    assert status is not None
+    assert (status[0].status, status[0].error) == (JobState.FAILED, "shutdown")
+    assert [t.status for t in status[1]] == ["done", "pending", "pending"]
+    with pytest.raises(RunnerClosed):
+        await runner.submit("bob", "user", urls("late"))
+
+
+async def test_an_exception_in_the_body_comes_out_as_itself(
+    store: Store, fetch: ScriptedFetch, clock: FakeClock
+) -> None:
+    with pytest.raises(ZeroDivisionError):
+        async with open_runner(store, fetch, CONFIG, now=clock) as runner:
+            hang = urls("x/hang")
+            hanging = fetch.watch(hang[0].url)
+            await runner.submit("alice", "user", hang)
+            await hanging.wait()
+            1 / 0  # noqa: B018
+    assert store.count_live_jobs() == 0
+
+
+async def test_cancelling_the_host_scope_is_not_swallowed(
+    store: Store, fetch: ScriptedFetch, clock: FakeClock
+) -> None:
+    with trio.CancelScope() as scope:
+        async with open_runner(store, fetch, CONFIG, now=clock) as runner:
+            await runner.submit("alice", "user", urls("x/hang"))
+            scope.cancel()
+            await trio.sleep_forever()
+    assert scope.cancelled_caught
+    assert store.count_live_jobs() == 0
+
+
+@pytest.mark.parametrize("exc_type", [KeyboardInterrupt, SystemExit])
+async def test_keyboard_interrupt_and_system_exit_from_a_fetch_propagate(
+    store: Store, fetch: ScriptedFetch, clock: FakeClock, exc_type: type[BaseException]
+) -> None:
+    targets = urls("boom")
+
+    def explode() -> object:
+        raise exc_type()
+
+    fetch.custom[targets[0].url] = explode
+    with pytest.raises(BaseExceptionGroup) as info:
+        async with open_runner(store, fetch, CONFIG, now=clock) as runner:
+            await runner.submit("alice", "user", targets)
+            await trio.sleep_forever()
+    assert info.group_contains(exc_type)
+    assert store.count_live_jobs() == 0
+
+
+async def test_logs_are_structured_and_never_contain_results(
+    store: Store, fetch: ScriptedFetch, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="trio_batch")
+    async with open_runner(store, fetch, CONFIG, now=clock) as runner:
+        job_id = await run_job(runner, urls("secret", "x/fail"))
+    records = [r for r in caplog.records if r.name == "trio_batch"]
+    messages = [r.getMessage() for r in records]
+    assert "job submitted" in messages and "job finished" in messages
+    submitted = next(r for r in records if r.getMessage() == "job submitted")
+    assert (submitted.job_id, submitted.caller) == (job_id, "alice")  # type: ignore[attr-defined]
+    stored = [r for r in records if r.getMessage() == "target stored"]
+    assert [(r.idx, r.status) for r in stored] == [(0, "done"), (1, "failed")]  # type: ignore[attr-defined]
+    assert "content of" not in caplog.text
+
+
+async def test_watch_yields_each_outcome_as_stored_then_the_job(
+    store: Store, fetch: ScriptedFetch, clock: FakeClock
+) -> None:
+    targets = urls("a", "gate", "x/fail")
+    started, release = fetch.gate(targets[1].url)
+    seen: list[object] = []
+    async with open_runner(store, fetch, CONFIG, now=clock) as runner:
+        job_id, _ = await runner.submit("alice", "user", targets)
+        await started.wait()
+        stream = runner.watch(job_id)
+        first = await anext(stream)  # already stored before the watch began
+        assert first.url == targets[0].url  # type: ignore[union-attr]
+        release.set()
+        seen = [item async for item in stream]
+        assert [item async for item in runner.watch(job_id)][-1] == seen[-1]  # replay works
+        assert [item async for item in runner.watch("unknown")] == []
+    assert [(t.idx, t.status) for t in seen[:-1]] == [(1, "done"), (2, "failed")]  # type: ignore[union-attr]
+    job = seen[-1]
+    assert job == store.get_job(job_id, now=clock()) and job.status == JobState.PARTIAL  # type: ignore[union-attr]
+
+
+async def test_watch_of_a_cancelled_job_ends_once_the_drain_stops(
+    store: Store, fetch: ScriptedFetch, clock: FakeClock
+) -> None:
+    targets = urls("gate", "b")
+    started, release = fetch.gate(targets[0].url)
+    async with open_runner(store, fetch, CONFIG, now=clock) as runner:
+        job_id, _ = await runner.submit("alice", "user", targets)
+        await started.wait()
+        await runner.cancel(job_id)
+        items: list[object] = []
+
+        async def collect() -> None:
+            items.extend([item async for item in runner.watch(job_id)])
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(collect)
+            await trio.testing.wait_all_tasks_blocked()
+            assert items == []  # the in-flight target is not stored yet
+            release.set()
+    assert [getattr(i, "idx", None) for i in items] == [0, None]
+    assert items[-1].status == JobState.CANCELLED  # type: ignore[union-attr]
