@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 import trio
-from local_server import DATA, HTML, PDF, TEXT, LocalServer, server
 
 from trio_batch import Options, Target
 from trio_batch.fetchers import (
@@ -27,6 +26,8 @@ from trio_batch.fetchers import (
     URLRefused,
     http_fetch,
 )
+
+from .local_server import DATA, HTML, PDF, TEXT, LocalServer, server
 
 __all__ = ["server"]  # the fixture, imported for pytest
 
