@@ -18,11 +18,14 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    ProgressColumn,
     SpinnerColumn,
+    Task,
     TextColumn,
     TimeElapsedColumn,
 )
 from rich.table import Table
+from rich.text import Text
 
 from ._model import Job, Target, TargetState, TargetStatus
 
@@ -102,6 +105,16 @@ class PlainProgress:
         """Nothing to clean up."""
 
 
+class _RateColumn(ProgressColumn):
+    """Targets per second since the start, kept current while a slow target is in flight."""
+
+    def render(self, task: Task) -> Text:
+        elapsed = task.elapsed
+        if not task.completed or not elapsed:
+            return Text("-/s")
+        return Text(f"{task.completed / elapsed:.1f}/s")
+
+
 class RichProgress:
     """A live bar: done/total, failures, rate, elapsed time and the URL being fetched."""
 
@@ -112,14 +125,14 @@ class RichProgress:
             MofNCompleteColumn(),
             BarColumn(),
             TextColumn("[red]{task.fields[failed]}"),
-            TextColumn("{task.fields[rate]}"),
+            _RateColumn(),
             TimeElapsedColumn(),
             TextColumn("{task.fields[current]}", markup=False),
             console=console,
         )
         self._progress.console.print(f"job [bold]{job_id}[/]: fetching {len(targets)} target(s)")
         self._task = self._progress.add_task(
-            "fetch", total=len(targets), failed="", rate="", current=targets[0].url
+            "fetch", total=len(targets), failed="", current=targets[0].url
         )
         self._progress.start()
 
@@ -131,7 +144,6 @@ class RichProgress:
             self._task,
             completed=c.done,
             failed=f"{c.failed} failed" if c.failed else "",
-            rate=c.rate,
             current=c.current(target.idx),
         )
 

@@ -175,7 +175,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         import rich  # noqa: F401
 
-        from . import fetchers  # noqa: F401 - httpx and friends
+        if args.command == "run":
+            from . import fetchers  # noqa: F401 - httpx and friends
     except ImportError as exc:
         _error(
             f"{exc.name} is not installed; the command line needs the cli extra: "

@@ -636,15 +636,15 @@ def html_to_text(html: str) -> str:
     compiled parser. (html2text gives Markdown but is GPL-licensed; selectolax is faster but a
     compiled extension, and parsing speed is not what limits a fetcher.)
 
-    Scripts, styles, the ``<head>`` and other invisible elements are dropped; each block element
-    (paragraph, heading, list item, table row, ...) starts a new line, list items get a ``- ``
-    prefix, whitespace within a line is collapsed and blank lines are removed, so the result
-    reads well and greps line by line.
+    Scripts, styles, the ``<head>``, other invisible elements and ``<nav>`` menus are dropped;
+    each block element (paragraph, heading, list item, table row, ...) starts a new line, list
+    items get a ``- `` prefix, whitespace within a line is collapsed and blank lines are
+    removed, so the result reads well and greps line by line.
     """
     from bs4 import BeautifulSoup, Tag
 
     soup = BeautifulSoup(html, "html.parser")
-    for tag in soup(_INVISIBLE):
+    for tag in soup(_SKIPPED):
         tag.decompose()
     for tag in soup.find_all(True):
         if not isinstance(tag, Tag):  # pragma: no cover - find_all(True) yields tags
@@ -660,7 +660,7 @@ def html_to_text(html: str) -> str:
     return "\n".join(line for line in lines if line and line != "-")
 
 
-_INVISIBLE = ["script", "style", "noscript", "template", "head", "svg", "iframe", "object"]
+_SKIPPED = ["script", "style", "noscript", "template", "head", "svg", "iframe", "object", "nav"]
 _BLOCKS = frozenset(
     [
         "address",
