@@ -25,7 +25,7 @@ from ._model import (
     idem_key,
 )
 from ._runner import FetchFunc, Runner, RunnerClosed, open_runner
-from ._store import SCHEMA_VERSION, OutcomeExists, Store
+from ._store import SCHEMA_VERSION, OutcomeExists, OutcomeWrite, Store
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -40,6 +40,7 @@ __all__ = [
     "JobState",
     "Options",
     "OutcomeExists",
+    "OutcomeWrite",
     "Result",
     "Runner",
     "RunnerClosed",

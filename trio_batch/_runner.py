@@ -1,13 +1,14 @@
 """The runner: one drain task per job, each fetching its job's targets one at a time.
 
 A long-lived nursery owns the drain tasks; each runs under its own ``CancelScope``. Every
-outcome is written through the store thread (:mod:`._store_thread`) while shielded, so no
-cancellation can leave it half-written. The runner knows nothing of HTTP or how a target is
-fetched: that is the injected fetch function.
+outcome is written through :mod:`._access` (the loop-thread fast path or the store thread)
+while shielded, so no cancellation can leave it half-written. The runner knows nothing of HTTP
+or how a target is fetched: that is the injected fetch function.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 
 import trio
 
+from ._access import StoreAccess
 from ._model import (
     BatchError,
     Config,
@@ -27,8 +29,7 @@ from ._model import (
     TargetStatus,
     check_targets,
 )
-from ._store import Store, is_job_id
-from ._store_thread import StoreThread
+from ._store import OutcomeWrite, Store, is_job_id
 
 __all__ = ["FetchFunc", "Runner", "RunnerClosed", "open_runner"]
 
@@ -106,7 +107,7 @@ class Runner:
         now: Callable[[], float],
         logger: logging.Logger,
         nursery: trio.Nursery,
-        store_thread: StoreThread,
+        access: StoreAccess,
     ) -> None:
         self._store = store
         self._fetch = fetch
@@ -114,7 +115,7 @@ class Runner:
         self._now = now
         self._log = logger
         self._nursery = nursery
-        self._thread = store_thread
+        self._access = access
         self._drains: dict[str, _Drain] = {}
         self._closed = False
 
@@ -153,8 +154,7 @@ class Runner:
         checked = check_targets(targets)
         config = self._config
         with trio.CancelScope(shield=True):  # a created job must get its drain task
-            job, reused = await self._thread.run(
-                self._store.create_job,
+            job, reused = await self._access.create_job(
                 caller,
                 caller_class,
                 checked,
@@ -188,18 +188,10 @@ class Runner:
         if not is_job_id(job_id):
             return False
         drain = self._drains.get(job_id)
-        in_flight = None
         if drain is not None:
             # Flag first: the drain checks it before each target, so none starts after this.
             drain.cancel_requested = True
-            in_flight = drain.in_flight
-        job = await self._thread.run(
-            self._store.finish_job,
-            job_id,
-            JobState.CANCELLED,
-            in_flight=in_flight,
-            now=self._now(),
-        )
+        job = await self._access.call(Store.finish_job, job_id, JobState.CANCELLED, now=self._now())
         if job is not None:
             self._log.info("job cancelled", extra={"job_id": job_id, "caller": job.caller})
         return job is not None
@@ -211,7 +203,17 @@ class Runner:
         """
         if not is_job_id(job_id):
             return None
-        return await self._thread.run(self._store.get_status, job_id, now=self._now())
+        status = await self._access.get_status(job_id, now=self._now())
+        drain = self._drains.get(job_id)
+        if status is None or drain is None or drain.in_flight is None:
+            return status
+        # The store derives "running" for running jobs; a cancelled job's last fetch is known
+        # only here.
+        job, targets = status
+        in_flight = targets[drain.in_flight]
+        if in_flight.status is TargetState.PENDING:
+            targets[drain.in_flight] = dataclasses.replace(in_flight, status=TargetState.RUNNING)
+        return job, targets
 
     async def wait(self, job_id: str) -> Job | None:
         """Wait until the job is terminal and its drain task has stopped; return the job.
@@ -225,7 +227,7 @@ class Runner:
         drain = self._drains.get(job_id)
         if drain is not None:
             await drain.stopped.wait()
-        return await self._thread.run(self._store.get_job, job_id, now=self._now())
+        return await self._access.call(Store.get_job, job_id, now=self._now())
 
     async def watch(self, job_id: str) -> AsyncIterator[TargetStatus | Job]:
         """Yield each stored outcome of the job in ``idx`` order, then the terminal job.
@@ -244,7 +246,7 @@ class Runner:
         while True:
             drain = self._drains.get(job_id)
             changed = None if drain is None else drain.stored  # taken before the read: no race
-            status = await self._thread.run(self._store.get_status, job_id, now=self._now())
+            status = await self._access.get_status(job_id, now=self._now())
             if status is None:
                 return
             job, targets = status
@@ -286,8 +288,8 @@ class Runner:
             )
             with trio.CancelScope(shield=True):
                 try:
-                    await self._thread.run(
-                        self._store.finish_job,
+                    await self._access.call(
+                        Store.finish_job,
                         drain.job_id,
                         JobState.FAILED,
                         error=_safe_text(f"internal error: {type(exc).__name__}: {exc}"),
@@ -322,20 +324,16 @@ class Runner:
         self, drain: _Drain, idx: int, result: Result | _Failure
     ) -> Job | None:
         """Store one outcome, shielded: it completes even if the drain is being cancelled."""
-        more = idx + 1 < len(drain.targets) and not drain.cancel_requested
         success, failure = (result, None) if isinstance(result, Result) else (None, result)
+        write = OutcomeWrite(
+            drain.job_id,
+            idx,
+            result=success,
+            error=failure.error if failure else None,
+            hint=failure.hint if failure else None,
+        )
         with trio.CancelScope(shield=True):
-            job = await self._thread.run_grouped(
-                self._store.record_outcome,
-                drain.job_id,
-                idx,
-                result=success,
-                error=failure.error if failure else None,
-                hint=failure.hint if failure else None,
-                ttl=self._config.ttl,
-                mark_next_running=more,
-                now=self._now(),
-            )
+            job = await self._access.record_outcome(write, ttl=self._config.ttl, now=self._now())
         drain.notify_stored()
         self._log.debug(
             "target stored",
@@ -378,10 +376,10 @@ async def open_runner(
     """
     config = Config() if config is None else config
     log = logging.getLogger("trio_batch") if logger is None else logger
-    thread = StoreThread(store)
-    thread.start()
+    access = StoreAccess(store)
+    access.start()
     try:
-        reaped = await thread.run(store.mark_in_flight_failed, "restart", now())
+        reaped = await access.call_on_thread(Store.mark_in_flight_failed, "restart", now())
         if reaped:
             log.warning("jobs left live by a previous run marked failed", extra={"jobs": reaped})
         body_error: BaseException | None = None
@@ -393,7 +391,7 @@ async def open_runner(
                 now=now,
                 logger=log,
                 nursery=nursery,
-                store_thread=thread,
+                access=access,
             )
             try:
                 yield runner
@@ -407,8 +405,10 @@ async def open_runner(
     finally:
         with trio.CancelScope(shield=True):
             try:
-                stopped = await thread.run(store.mark_in_flight_failed, "shutdown", now())
+                stopped = await access.call_on_thread(
+                    Store.mark_in_flight_failed, "shutdown", now()
+                )
                 if stopped:
                     log.info("live jobs marked failed at shutdown", extra={"jobs": stopped})
             finally:
-                thread.stop()
+                access.close()
