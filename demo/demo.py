@@ -54,8 +54,13 @@ def step(title: str, command: list[str] | None = None) -> None:
         print(f"$ {shlex.join(shown)}", flush=True)
 
 
-def main() -> int:
-    workdir = Path(tempfile.mkdtemp(prefix="trio-batch-demo-"))
+def main(argv: list[str]) -> int:
+    """Run the demo; ``argv`` may name the folder for the database (default: a new temp one)."""
+    if argv:
+        workdir = Path(argv[0])
+        workdir.mkdir(parents=True, exist_ok=True)
+    else:
+        workdir = Path(tempfile.mkdtemp(prefix="trio-batch-demo-"))
     db = workdir / "demo.db"
     env = {**os.environ, "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
     server = DemoServer().start()
@@ -93,4 +98,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -365,3 +365,34 @@ def test_console_script_and_help() -> None:
     run_help = cli("run", "--help")
     assert "Ctrl-C" in run_help.stdout
     assert "JSON array" in run_help.stdout
+
+
+def test_live_progress_on_a_terminal(server: LocalServer, tmp_path: Path, db: Path) -> None:
+    import pty
+
+    batch = write_batch(tmp_path / "urls.txt", [server.url("/text.txt"), server.url("/missing")])
+    primary, secondary = pty.openpty()
+    proc = subprocess.Popen(
+        _cmd("run", str(batch), "--db", str(db), "--json"),
+        stdout=subprocess.PIPE,
+        stderr=secondary,
+        env=_env(),
+    )
+    os.close(secondary)
+    screen = bytearray()
+    while True:
+        try:
+            chunk = os.read(primary, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        screen += chunk
+    os.close(primary)
+    stdout, _ = proc.communicate(timeout=TIMEOUT)
+    assert proc.returncode == 1
+    text = screen.decode("utf-8", "replace")
+    assert "2/2" in text  # the bar's done/total
+    assert "1 failed" in text
+    assert "/s" in text  # the rate
+    assert json.loads(stdout)["job"]["status"] == "partial"

@@ -318,7 +318,7 @@ class HttpFetcher:
     async def __call__(self, target: Target) -> Result:
         """Fetch ``target`` and process its body as its options say."""
         plan = _Plan.from_options(target.options)
-        body = await self.fetch_body(target.url)
+        body = await self._fetch_body(target.url)
         content, extra = await trio.to_thread.run_sync(
             functools.partial(_process, plan, body, self.context_lines),
             abandon_on_cancel=True,  # pure computation: nothing to clean up if we stop waiting
@@ -334,7 +334,7 @@ class HttpFetcher:
         meta.update(extra)
         return Result(content, meta)
 
-    async def fetch_body(self, url: str) -> _Body:
+    async def _fetch_body(self, url: str) -> _Body:
         """Fetch ``url`` within the fetcher's timeout; returns the raw body and its metadata."""
         parts = _split(url)
         scheme = parts.scheme.lower()
