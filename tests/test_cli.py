@@ -280,6 +280,11 @@ def test_usage_errors_exit_2(tmp_path: Path, db: Path) -> None:
     proc = cli("run", str(batch), "--db", str(db), "--caller", "")
     assert proc.returncode == 2
     assert "caller" in proc.stderr
+    for ttl in ("0", "-5", "inf", "nan"):
+        assert cli("run", str(batch), "--db", str(db), "--ttl", ttl).returncode == 2
+    proc = cli("run", str(batch), "--db", str(tmp_path / "no" / "such" / "dir.db"))
+    assert proc.returncode == 2
+    assert "cannot open the database" in proc.stderr
     not_a_db = tmp_path / "not.db"
     not_a_db.write_text("this is not SQLite")
     proc = cli("run", str(batch), "--db", str(not_a_db))

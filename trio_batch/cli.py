@@ -24,8 +24,10 @@ import contextlib
 import getpass
 import json
 import logging
+import math
 import os
 import signal
+import sqlite3
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -253,6 +255,8 @@ def _open_store(path: Path | None, *, create: bool) -> Iterator[Store | None]:
         store = Store.open(db)
     except StoreError as exc:
         raise _UsageError(f"{exc} (--db {db})") from None
+    except sqlite3.Error as exc:  # Store.open lets a failed connect through as it is
+        raise _UsageError(f"cannot open the database {db}: {exc}") from None
     try:
         yield store
     finally:
@@ -297,7 +301,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except InputError as exc:
         where = f"{label}:{exc.line}" if exc.line is not None else label
         raise _UsageError(f"{where}: {exc}") from None
-    if not args.ttl > 0:
+    if not (args.ttl > 0 and math.isfinite(args.ttl)):
         raise _UsageError("--ttl must be a positive number of seconds")
     caller = args.caller if args.caller is not None else _default_caller()
     logging.basicConfig(level=logging.WARNING, format="trio-batch: %(message)s")
