@@ -295,13 +295,13 @@ def test_usage_errors_exit_2(tmp_path: Path, db: Path) -> None:
 def test_a_second_run_on_the_same_database_is_refused(tmp_path: Path, db: Path) -> None:
     batch = write_batch(tmp_path / "urls.txt", ["https://a.test/"])
     Store.open(db).close()
-    with open(f"{db}.lock", "a+") as lock:
+    with open(f"{db}-runner.lock", "a+") as lock:  # what a running runner holds
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        lock.write("4242")
-        lock.flush()
         proc = cli("run", str(batch), "--db", str(db))
     assert proc.returncode == 1
-    assert "another trio-batch run (pid 4242)" in proc.stderr
+    assert "another trio-batch run (or runner) is using" in proc.stderr
+    with Store.open(db) as store:
+        assert store.list_jobs() == []  # nothing submitted
 
 
 # --------------------------------------------------------------------------------------------

@@ -45,6 +45,7 @@ from ._model import (
     Job,
     JobState,
     StoreError,
+    StoreLocked,
     Target,
     TargetStatus,
 )
@@ -307,24 +308,23 @@ def _cmd_run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="trio-batch: %(message)s")
     with _open_store(args.db, create=True) as store:
         assert store is not None  # created if missing
-        with _exclusive(store.path) as busy_pid:
-            if busy_pid is not None:
-                _error(
-                    f"another trio-batch run (pid {busy_pid}) is using {store.path}; wait for "
-                    "it to finish, or use another --db"
-                )
-                return EXIT_FAILED
-            config = Config(
-                ttl=args.ttl, targets_per_job=max(Config().targets_per_job, len(targets))
+        config = Config(ttl=args.ttl, targets_per_job=max(Config().targets_per_job, len(targets)))
+        try:
+            outcome = trio.run(_run_job, store, config, caller, args, targets)
+        except StoreLocked:
+            # The runner allows one runner per database: a second one would reap the first
+            # one's live jobs as "restart".
+            _error(
+                f"another trio-batch run (or runner) is using {store.path}; wait for it to "
+                "finish, or use another --db"
             )
-            try:
-                outcome = trio.run(_run_job, store, config, caller, args, targets)
-            except InvalidRequest as exc:
-                raise _UsageError(str(exc)) from None
-            except BatchError as exc:
-                _error(str(exc))
-                return EXIT_FAILED
-            final = store.get_status(outcome.job_id)
+            return EXIT_FAILED
+        except InvalidRequest as exc:
+            raise _UsageError(str(exc)) from None
+        except BatchError as exc:
+            _error(str(exc))
+            return EXIT_FAILED
+        final = store.get_status(outcome.job_id)
         store_path = store.path
     if final is None:  # pragma: no cover - the lease is at least --ttl seconds
         _error(f"job {outcome.job_id} is gone (its lease lapsed)")
@@ -457,42 +457,6 @@ def _targets(targets: list[TargetStatus]) -> list[dict[str, Any]]:
 def _print_json(obj: object, file: IO[str] | None = None) -> None:
     json.dump(obj, file or sys.stdout, ensure_ascii=False, indent=2)
     (file or sys.stdout).write("\n")
-
-
-@contextlib.contextmanager
-def _exclusive(db_path: str) -> Iterator[int | None]:
-    """Hold an exclusive lock beside the database for the length of a ``run``.
-
-    The runner marks every job it finds live in the store as failed ("restart") when it
-    starts, since it assumes that only one runner uses a database. Two ``trio-batch run``
-    processes on one file would break each other's jobs that way, so the second one is told
-    to wait instead. Yields None when the lock is held, else the pid holding it.
-    """
-    if db_path == ":memory:":
-        yield None
-        return
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows: no advisory locks of this kind
-        yield None
-        return
-    lock_path = f"{db_path}.lock"
-    with open(lock_path, "a+") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            lock.seek(0)
-            holder = lock.read().strip()
-            yield int(holder) if holder.isdigit() else -1
-            return
-        try:
-            lock.truncate(0)
-            lock.write(str(os.getpid()))
-            lock.flush()
-            yield None
-        finally:
-            lock.truncate(0)
-            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 # --------------------------------------------------------------------------------------------
