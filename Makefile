@@ -24,8 +24,9 @@ typecheck: $(STAMP)
 pytest: $(STAMP)
 	$(BIN)/pytest
 
+# A real batch through `trio-batch run` against a local fixture server (demo/), offline.
 demo: $(STAMP)
-	@echo "make demo: the command-line demo is coming soon (see the issue tracker)."
+	$(BIN)/python demo/demo.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
