@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import trio
 
 from trio_batch import Result, Target
+
+ALICE = "alice-token-0123456789abcdef"
+BOB = "bob-token-0123456789abcdefgh"
+REPO = Path(__file__).resolve().parent.parent
 
 
 class Failed(Exception):
@@ -57,3 +65,36 @@ async def sse_events(
             continue
         key, _, value = line.partition(":")
         event[key] = value.removeprefix(" ")
+
+
+def start_server(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen[str], str]:
+    """Start ``python -m trio_batch.http`` on a free port; returns the process and its URL."""
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"{ALICE} alice user\n{BOB} bob user\n")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "trio_batch.http",
+            "--db",
+            str(tmp_path / "jobs.db"),
+            "--bind",
+            "127.0.0.1:0",
+            "--tokens",
+            str(tokens),
+            "--fetch",
+            "tests.http_fixtures:fetch",
+            *extra,
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line.startswith("listening on "):
+        proc.kill()
+        raise AssertionError(f"no 'listening on' line: {line!r}; stderr: {proc.communicate()[1]}")
+    return proc, line.removeprefix("listening on ").strip()

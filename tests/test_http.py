@@ -7,7 +7,6 @@ fetch function from conftest; a few run ``python -m trio_batch.http`` in a subpr
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -26,13 +25,10 @@ from trio_batch import Config, JobState, Store, TargetState
 from trio_batch.http import Caller, HeaderAuth, TokenAuth, create_app, load_fetch, serve
 
 from .conftest import T0, FakeClock, ScriptedFetch
-from .http_fixtures import sse_events
+from .http_fixtures import ALICE, BOB, sse_events, start_server
 
-ALICE = "alice-token-0123456789abcdef"
-BOB = "bob-token-0123456789abcdefgh"
 AUTH = TokenAuth({ALICE: Caller("alice", "user"), BOB: Caller("bob", "user")})
 CONFIG = Config(ttl=100, targets_per_job=4, jobs_per_caller=1, jobs_total=2)
-REPO = Path(__file__).resolve().parent.parent
 
 
 def auth(token: str = ALICE) -> dict[str, str]:
@@ -598,39 +594,6 @@ def test_load_fetch() -> None:
 
 # --------------------------------------------------------------------------------------------
 # The command, in a subprocess
-
-
-def start_server(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen[str], str]:
-    """Start ``python -m trio_batch.http`` on a free port; returns the process and its URL."""
-    tokens = tmp_path / "tokens"
-    tokens.write_text(f"{ALICE} alice user\n{BOB} bob user\n")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "trio_batch.http",
-            "--db",
-            str(tmp_path / "jobs.db"),
-            "--bind",
-            "127.0.0.1:0",
-            "--tokens",
-            str(tokens),
-            "--fetch",
-            "tests.http_fixtures:fetch",
-            *extra,
-        ],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if not line.startswith("listening on "):
-        proc.kill()
-        raise AssertionError(f"no 'listening on' line: {line!r}; stderr: {proc.communicate()[1]}")
-    return proc, line.removeprefix("listening on ").strip()
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
