@@ -457,10 +457,12 @@ async def test_healthz_metrics_and_openapi(
         }
         assert samples['trio_batch_jobs{status="partial"}'] == 1
         assert samples['trio_batch_jobs{status="running"}'] == 0
-        assert samples['trio_batch_targets_finished_total{status="done"}'] == 2
-        assert samples['trio_batch_targets_finished_total{status="failed"}'] == 1
-        # Every write transaction is timed: the job's creation and its three outcomes at least.
-        assert samples["trio_batch_store_write_seconds_count"] >= 4
+        assert samples['trio_batch_targets{status="done"}'] == 2
+        assert samples['trio_batch_targets{status="failed"}'] == 1
+        assert samples['trio_batch_targets{status="unfinished"}'] == 0
+        # Store writes are timed: the job's creation, then its outcomes' commits.
+        assert samples['trio_batch_store_write_seconds_count{operation="create_job"}'] == 1
+        assert samples['trio_batch_store_write_seconds_count{operation="record_outcomes"}'] >= 1
         assert samples['trio_batch_http_requests_total{code="201",route="/v1/batches"}'] == 1
         assert samples['trio_batch_http_requests_total{code="404",route="/v1/batches/{id}"}'] == 1
 

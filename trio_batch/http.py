@@ -37,7 +37,7 @@ import re
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, cast
@@ -47,7 +47,6 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
-from sqlite_utils import Database
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -65,7 +64,6 @@ from ._model import (
     InvalidTargets,
     Job,
     JobState,
-    Result,
     Target,
     TargetState,
     TargetStatus,
@@ -233,19 +231,14 @@ class _Metrics:
         self.registry = CollectorRegistry()
         self.write_seconds = Histogram(
             "trio_batch_store_write_seconds",
-            "Time to run one store write transaction (BEGIN IMMEDIATE to COMMIT), including "
-            "waiting for SQLite's write lock.",
+            "Time the runner waited for a store write: a job's creation, or one commit of the "
+            "target outcomes ready at the same moment.",
+            ["operation"],
             registry=self.registry,
-            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0),
+            buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 0.5, 2.5),
         )
-        self.targets = Counter(
-            "trio_batch_targets_finished",
-            "Target outcomes stored by this process, by outcome (done or failed).",
-            ["status"],
-            registry=self.registry,
-        )
-        for status in ("done", "failed"):
-            self.targets.labels(status)
+        for operation in ("create_job", "record_outcomes"):
+            self.write_seconds.labels(operation)
         self.requests = Counter(
             "trio_batch_http_requests",
             "HTTP requests answered, by route and status code.",
@@ -253,99 +246,55 @@ class _Metrics:
             registry=self.registry,
         )
 
+    def observe_write(self, operation: str, seconds: float) -> None:
+        self.write_seconds.labels(operation).observe(seconds)
 
-class _JobsCollector(Collector):
-    """Jobs by status, read from the store at scrape time (so other processes' jobs count)."""
+
+class _StoreCollector(Collector):
+    """Jobs and targets by status, read from the store at scrape time (on a worker thread).
+
+    Both count what the store holds within the retention window (unexpired jobs), whichever
+    process wrote it, so they are gauges, not counters.
+    """
 
     def __init__(self, service: _Service) -> None:
         self._service = service
 
     def describe(self) -> list[Metric]:
-        return [GaugeMetricFamily("trio_batch_jobs", "Unexpired jobs by status.")]
+        return [
+            GaugeMetricFamily("trio_batch_jobs", "Unexpired jobs by status."),
+            GaugeMetricFamily("trio_batch_targets", "Targets of unexpired jobs by status."),
+        ]
 
     def collect(self) -> list[Metric]:
-        gauge = GaugeMetricFamily("trio_batch_jobs", "Unexpired jobs by status.", labels=["status"])
-        store = self._service.store
+        store = self._service.read_store
         if store is None:
             return []
-        counts = dict.fromkeys((str(s) for s in JobState), 0)
-        with store._lock:
-            rows = store.db.execute(
-                "SELECT status, count(*) FROM jobs WHERE expires_at > ? GROUP BY status",
-                (self._service.now(),),
-            ).fetchall()
-        for status, count in rows:
-            counts[str(status)] = int(count)
-        for status, count in counts.items():
-            gauge.add_metric([status], count)
-        return [gauge]
-
-
-class _MeteredStore(Store):
-    """A store that times its write transactions and counts stored outcomes."""
-
-    def __init__(self, db: Database, *, path: str) -> None:
-        super().__init__(db, path=path)
-        self.metrics: _Metrics | None = None
-        self._pending: list[str] = []
-
-    @contextlib.contextmanager
-    def transaction(self) -> Iterator[Database]:
-        """As :meth:`Store.transaction`; the outermost one is timed, and counts on commit."""
-        with self._lock:
-            if self.db.conn.in_transaction:
-                with super().transaction() as db:
-                    yield db
-                return
-            self._pending = []
-            start = time.perf_counter()
-            try:
-                with super().transaction() as db:
-                    yield db
-            except BaseException:
-                self._pending = []  # rolled back: nothing was stored
-                raise
-            metrics = self.metrics
-            if metrics is not None:
-                metrics.write_seconds.observe(time.perf_counter() - start)
-                for status in self._pending:
-                    metrics.targets.labels(status).inc()
-            self._pending = []
-
-    def record_outcome(
-        self,
-        job_id: str,
-        idx: int,
-        *,
-        result: Result | None = None,
-        error: str | None = None,
-        hint: str | None = None,
-        ttl: float,
-        mark_next_running: bool = False,
-        now: float | None = None,
-    ) -> Job | None:
-        """As :meth:`Store.record_outcome`, counting the outcome once it is committed."""
-        with self._lock:
-            before = self.db.execute(
-                "SELECT targets_failed FROM jobs WHERE id = ?", (job_id,)
-            ).fetchone()
-            job = super().record_outcome(
-                job_id,
-                idx,
-                result=result,
-                error=error,
-                hint=hint,
-                ttl=ttl,
-                mark_next_running=mark_next_running,
-                now=now,
-            )
-            if job is not None and before is not None:
-                status = "failed" if job.targets_failed > before[0] else "done"
-                if self.db.conn.in_transaction:
-                    self._pending.append(status)  # counted when the shared transaction commits
-                elif self.metrics is not None:
-                    self.metrics.targets.labels(status).inc()
-        return job
+        now = self._service.now()
+        jobs = dict.fromkeys((str(s) for s in JobState), 0)
+        for status, count in store.db.execute(
+            "SELECT status, count(*) FROM jobs WHERE expires_at > ? GROUP BY status", (now,)
+        ).fetchall():
+            jobs[str(status)] = int(count)
+        total, done, failed = store.db.execute(
+            "SELECT coalesce(sum(targets_total), 0), coalesce(sum(targets_done), 0), "
+            "coalesce(sum(targets_failed), 0) FROM jobs WHERE expires_at > ?",
+            (now,),
+        ).fetchone()
+        job_gauge = GaugeMetricFamily(
+            "trio_batch_jobs", "Unexpired jobs by status.", labels=["status"]
+        )
+        for status, count in jobs.items():
+            job_gauge.add_metric([status], count)
+        target_gauge = GaugeMetricFamily(
+            "trio_batch_targets",
+            "Targets of unexpired jobs: done, failed, or not finished (pending or running).",
+            labels=["status"],
+        )
+        target_gauge.add_metric(["done"], done - failed)
+        target_gauge.add_metric(["failed"], failed)
+        target_gauge.add_metric(["unfinished"], total - done)
+        return [job_gauge, target_gauge]
 
 
 # --------------------------------------------------------------------------------------------
@@ -418,7 +367,7 @@ class _Service:
     now: Callable[[], float]
     logger: logging.Logger | None
     metrics: _Metrics = field(default_factory=_Metrics)
-    store: _MeteredStore | None = None
+    read_store: Store | None = None  # a connection of its own, for metrics
     runner_: Runner | None = None
     stopping: trio.Event = field(default_factory=trio.Event)
 
@@ -519,19 +468,6 @@ def _parse_submission(obj: object, caller: Caller, config: Config) -> tuple[str,
         )
     if "targets" not in obj:
         raise InvalidRequest("the body needs 'targets', a list of {\"url\": ...} objects")
-    raw = obj["targets"]
-    if not isinstance(raw, list):
-        raise InvalidTargets("'targets' must be a JSON array of targets")
-    if len(raw) > config.targets_per_job:
-        raise TooManyTargets(
-            f"the job has {len(raw)} targets; the limit is {config.targets_per_job} per job"
-        )
-    targets: list[Target] = []
-    for i, item in enumerate(raw):
-        try:
-            targets.append(Target.from_json(item))
-        except InvalidTargets as exc:
-            raise InvalidTargets(f"target {i}: {exc}", index=i) from None
     caller_class = caller.caller_class
     if "caller_class" in obj:
         asked = check_caller(obj["caller_class"], "caller_class")
@@ -544,7 +480,20 @@ def _parse_submission(obj: object, caller: Caller, config: Config) -> tuple[str,
                 "Forbidden",
                 f"these credentials submit as caller class {caller_class!r}, not {asked!r}",
             )
-    return caller_class or DEFAULT_CALLER_CLASS, targets
+    raw = obj["targets"]
+    if not isinstance(raw, list):
+        raise InvalidTargets("'targets' must be a JSON array of targets")
+    caller_class = caller_class or DEFAULT_CALLER_CLASS
+    limit, _ = config.limits_for(caller_class)
+    if len(raw) > limit:  # before parsing every target of a huge list
+        raise TooManyTargets(f"the job has {len(raw)} targets; the limit is {limit} per job")
+    targets: list[Target] = []
+    for i, item in enumerate(raw):
+        try:
+            targets.append(Target.from_json(item))
+        except InvalidTargets as exc:
+            raise InvalidTargets(f"target {i}: {exc}", index=i) from None
+    return caller_class, targets
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
@@ -676,26 +625,34 @@ def create_app(
         now=now,
         logger=logger,
     )
-    service.metrics.registry.register(_JobsCollector(service))
+    service.metrics.registry.register(_StoreCollector(service))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         service.stopping = trio.Event()
-        store = await trio.to_thread.run_sync(partial(_MeteredStore.open, service.db))
-        assert isinstance(store, _MeteredStore)  # Store.open builds an instance of cls
-        store.metrics = service.metrics
+        store = await trio.to_thread.run_sync(Store.open, service.db)
         try:
-            async with open_runner(
-                store, service.fetch, service.config, now=service.now, logger=service.logger
-            ) as runner:
-                service.store, service.runner_ = store, runner
-                try:
-                    yield
-                finally:
-                    service.stopping.set()
-                    service.runner_ = None
+            read_store = await trio.to_thread.run_sync(Store.open, service.db)
+            try:
+                async with open_runner(
+                    store,
+                    service.fetch,
+                    service.config,
+                    now=service.now,
+                    logger=service.logger,
+                    on_store_write=service.metrics.observe_write,
+                ) as runner:
+                    service.read_store, service.runner_ = read_store, runner
+                    try:
+                        yield
+                    finally:
+                        service.stopping.set()
+                        service.runner_ = None
+            finally:
+                service.read_store = None
+                with trio.CancelScope(shield=True):
+                    await trio.to_thread.run_sync(read_store.close)
         finally:
-            service.store = None
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(store.close)
 
