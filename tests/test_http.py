@@ -45,7 +45,7 @@ class Service:
     url: str
     db: Path
     stop: trio.Event
-    fetch: ScriptedFetch
+    fetch: Any
     clock: FakeClock
 
     async def submit(self, *names: str, token: str = ALICE) -> dict[str, Any]:
@@ -73,7 +73,7 @@ class Service:
 @asynccontextmanager
 async def running(
     tmp_path: Path,
-    fetch: ScriptedFetch,
+    fetch: Any,
     clock: FakeClock,
     **options: Any,
 ) -> AsyncIterator[Service]:

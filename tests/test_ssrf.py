@@ -8,10 +8,17 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 import pytest
 
+from trio_batch import Config
 from trio_batch._ssrf import DestinationPolicy, DestinationRefused, forbidden_reason
+from trio_batch.http import builtin_fetch
+
+from .conftest import FakeClock
+from .test_http import auth, running
 
 
 @pytest.mark.parametrize(
@@ -132,3 +139,80 @@ async def test_the_refusal_carries_a_hint() -> None:
     with pytest.raises(DestinationRefused) as info:
         await DestinationPolicy()("http://127.0.0.1/")
     assert "--allow-private" in info.value.hint
+
+
+# --------------------------------------------------------------------------------------------
+# Through the service, with the built-in fetcher (trio_batch.fetchers, from the cli extra)
+
+
+async def test_the_service_refuses_private_destinations_on_every_hop(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """The first URL resolves (by the fake DNS) to a public address and redirects to loopback.
+
+    httpx's MockTransport stands in for the network: no packet leaves the test, and it records
+    which requests were actually sent.
+    """
+    fetchers = pytest.importorskip("trio_batch.fetchers")
+    import httpx
+
+    sent: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(str(request.url))
+        if request.url.path == "/redirect":
+            return httpx.Response(302, headers={"Location": "http://127.0.0.1:8000/secret"})
+        if request.url.path == "/redirect-by-name":
+            return httpx.Response(302, headers={"Location": "http://internal.test/admin"})
+        return httpx.Response(200, text="public page", headers={"Content-Type": "text/plain"})
+
+    fetch = fetchers.HttpFetcher(
+        check_url=DestinationPolicy(resolver=FakeDNS(DNS)),
+        allow_file=False,
+        transport=httpx.MockTransport(handler),
+    )
+    names = [
+        "http://public.test/redirect",
+        "http://public.test/redirect-by-name",
+        "http://169.254.169.254/latest/meta-data/",
+        "http://[::ffff:127.0.0.1]/",
+        "file:///etc/passwd",
+        "http://public.test/ok",
+    ]
+    async with running(tmp_path, fetch, clock, config=Config(targets_per_job=8)) as svc:
+        r = await svc.client.post(
+            "/v1/batches", json={"targets": [{"url": u} for u in names]}, headers=auth()
+        )
+        assert r.status_code == 201
+        final = await svc.wait_done(r.json()["id"])
+        targets = (await svc.get(r.json()["id"])).json()["targets"]
+    assert final["status"] == "partial"
+    errors = [t["error"] for t in targets]
+    assert errors[0] == (
+        "DestinationRefused: refused to fetch http://127.0.0.1:8000/secret: 127.0.0.1 is loopback"
+    )
+    assert errors[1] == (
+        "DestinationRefused: refused to fetch http://internal.test/admin: "
+        "internal.test (10.0.0.7) is private"
+    )
+    assert errors[2].endswith("169.254.169.254 is a cloud metadata address")
+    assert errors[3].endswith("is loopback")
+    assert errors[4] is not None and "file" in errors[4]
+    assert "--allow-private" in targets[0]["hint"]
+    assert targets[5]["status"] == "done" and targets[5]["result"]["content"] == "public page"
+    # Only public hops were ever requested.
+    assert sent == [
+        "http://public.test/redirect",
+        "http://public.test/redirect-by-name",
+        "http://public.test/ok",
+    ]
+
+
+def test_the_service_default_fetcher_is_guarded() -> None:
+    pytest.importorskip("trio_batch.fetchers")
+    fetch: Any = builtin_fetch()
+    assert isinstance(fetch.check_url, DestinationPolicy)
+    assert fetch.check_url.allow_private is False
+    assert fetch.allow_file is False and fetch.trust_env is False
+    fetch = builtin_fetch(allow_private=True)
+    assert fetch.check_url.allow_private is True
