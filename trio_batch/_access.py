@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Concatenate, ParamSpec, TypeVar
@@ -102,8 +103,12 @@ class StoreAccess:
     Create inside a trio run, :meth:`start`, and :meth:`close` when no call is pending.
     """
 
-    def __init__(self, store: Store) -> None:
+    def __init__(
+        self, store: Store, *, on_write: Callable[[str, float], None] | None = None
+    ) -> None:
         self.store = store
+        #: Called with ``(operation, seconds)`` after each job creation and outcome commit.
+        self.on_write = on_write
         self.thread = StoreThread()
         self._fast: Store | None = None
         self._owns_fast = False
@@ -165,7 +170,16 @@ class StoreAccess:
     ) -> tuple[Job, bool]:
         """:meth:`Store.create_job`; on the fast path when the job is small."""
         call = self.call if len(targets) <= FAST_MAX_TARGETS else self.call_on_thread
-        return await call(Store.create_job, caller, caller_class, targets, **kwargs)
+        start = time.perf_counter()
+        answer = await call(Store.create_job, caller, caller_class, targets, **kwargs)
+        self._observe("create_job", start)
+        return answer
+
+    def _observe(self, operation: str, start: float) -> None:
+        if self.on_write is not None:
+            # An observer's bug must not fail a write that succeeded.
+            with contextlib.suppress(Exception):
+                self.on_write(operation, time.perf_counter() - start)
 
     async def get_status(self, job_id: str, *, now: float) -> tuple[Job, list[TargetStatus]] | None:
         """:meth:`Store.get_status`; on the fast path unless the job holds big results."""
@@ -191,10 +205,13 @@ class StoreAccess:
             # outcome ready joins the batch, then commits them all.
             await trio.lowlevel.cancel_shielded_checkpoint()
             batch, self._batch = self._batch, []
+            start = time.perf_counter()
             try:
                 answers = await self._commit(batch, ttl=ttl, now=now)
             except Exception as exc:
                 answers = [exc] * len(batch)
+            else:
+                self._observe("record_outcomes", start)
             for member, answer in zip(batch, answers, strict=True):
                 member.answer = answer
                 member.done.set()

@@ -503,6 +503,7 @@ async def open_runner(
     *,
     now: Callable[[], float] = time.time,
     logger: logging.Logger | None = None,
+    on_store_write: Callable[[str, float], None] | None = None,
 ) -> AsyncIterator[Runner]:
     """Start a runner on ``store``; leaving the block shuts it down.
 
@@ -517,6 +518,9 @@ async def open_runner(
 
     ``now`` is the wall clock used for leases (tests inject a fake one); trio's clock is used
     for everything that sleeps. ``logger`` defaults to ``logging.getLogger("trio_batch")``.
+    ``on_store_write``, if given, is called on the event loop with ``(operation, seconds)``
+    after each job creation (``"create_job"``) and each outcome commit (``"record_outcomes"``,
+    one call per group commit): a hook for metrics; it must be quick and not raise.
 
     On exit (normal, by exception or by cancellation) in-flight fetches are cancelled, every
     outcome already being stored is completed, and every job still live is marked ``failed``
@@ -527,7 +531,7 @@ async def open_runner(
     log = logging.getLogger("trio_batch") if logger is None else logger
     lock = RunnerLock(store)
     lock.acquire()
-    access = StoreAccess(store)
+    access = StoreAccess(store, on_write=on_store_write)
     try:
         access.start()
     except BaseException:

@@ -164,6 +164,14 @@ def _parser() -> argparse.ArgumentParser:
     jobs.add_argument("--json", action="store_true", help="print JSON")
 
     sub.add_parser("gc", parents=[db], help="delete the jobs whose lease has lapsed")
+
+    # The service's options live in trio_batch.http (the http extra); they are parsed there.
+    serve = sub.add_parser(
+        "serve",
+        add_help=False,
+        help="serve the HTTP API (needs the http extra; `trio-batch serve --help`)",
+    )
+    serve.add_argument("serve_args", nargs=argparse.REMAINDER)  # main() hands them over
     return parser
 
 
@@ -171,8 +179,24 @@ def _parser() -> argparse.ArgumentParser:
 # Entry point
 
 
+def _serve(argv: list[str]) -> int:
+    # Its options are trio_batch.http's own (the http extra), so it parses them itself.
+    try:
+        from .http import serve_main
+    except ImportError as exc:
+        _error(
+            f"{exc.name} is not installed; the HTTP service needs the http extra: "
+            "pip install 'trio-batch[http]'"
+        )
+        return EXIT_USAGE
+    return serve_main(argv)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (the console script exits with it)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["serve"]:
+        return _serve(argv[1:])
     parser = _parser()
     args = parser.parse_args(argv)
     try:
