@@ -309,7 +309,7 @@ async def test_restart_marks_jobs_left_live_as_failed(
         "alice", "user", urls("a", "b", "c"), ttl=100, targets_per_job=8,
         jobs_per_caller=1, jobs_total=3, status=JobState.RUNNING, now=clock(),
     )  # fmt: skip
-    store.record_outcome(job.id, 0, result=Result("kept"), ttl=100, mark_next_running=True, now=T0)
+    store.record_outcome(job.id, 0, result=Result("kept"), ttl=100, now=T0)
     async with open_runner(store, fetch, CONFIG, now=clock) as runner:
         status = await runner.status(job.id)
         assert status is not None

@@ -18,11 +18,13 @@ from trio_batch import (
     JobState,
     Options,
     OutcomeExists,
+    OutcomeWrite,
     Result,
     SchemaVersionError,
     Store,
     Target,
     TargetState,
+    TargetStatus,
     TooManyTargets,
 )
 
@@ -33,6 +35,12 @@ CAPS: dict[str, Any] = {"ttl": TTL, "targets_per_job": 4, "jobs_per_caller": 1, 
 
 def targets(n: int, prefix: str = "https://example.com/") -> list[Target]:
     return [Target(f"{prefix}{i}") for i in range(n)]
+
+
+def targets_of(store: Store, job_id: str) -> list[TargetStatus]:
+    status = store.get_status(job_id, now=T0)
+    assert status is not None
+    return status[1]
 
 
 def create(store: Store, caller: str = "alice", n: int = 3, **kw: Any) -> tuple[Any, bool]:
@@ -109,17 +117,27 @@ def test_create_job_inserts_the_job_and_pending_targets(store: Store) -> None:
     ]
 
 
-def test_create_job_running_marks_the_first_target_running(store: Store) -> None:
+def test_the_next_target_of_a_running_job_reads_as_running(store: Store) -> None:
     job, _ = create(store, status=JobState.RUNNING)
     assert job.status == JobState.RUNNING
-    assert [t.status for t in store.get_targets(job.id)] == ["running", "pending", "pending"]
+    assert [t.status for t in targets_of(store, job.id)] == ["running", "pending", "pending"]
+    store.record_outcome(job.id, 0, result=Result("a"), ttl=TTL, now=T0)
+    assert [t.status for t in targets_of(store, job.id)] == ["done", "running", "pending"]
+    # Only "pending", "done" and "failed" are ever written.
+    stored = store.db.execute("SELECT DISTINCT status FROM targets ORDER BY status").fetchall()
+    assert stored == [("done",), ("pending",)]
+    # A queued job, or one no longer running, has no target running.
+    queued, _ = create(store, "bob")
+    assert [t.status for t in targets_of(store, queued.id)] == ["pending"] * 3
+    store.finish_job(job.id, JobState.CANCELLED, now=T0)
+    assert [t.status for t in targets_of(store, job.id)] == ["done", "pending", "pending"]
 
 
 def test_create_job_stores_options_as_json(store: Store) -> None:
     job, _ = store.create_job(
         "alice", "user", [Target("u", Options(grep="a.b", context=True))], **CAPS, now=T0
     )
-    [target] = store.get_targets(job.id)
+    [target] = targets_of(store, job.id)
     assert target.options == Options(grep="a.b", context=True)
     raw = store.db.execute("SELECT options FROM targets").fetchone()[0]
     assert raw == '{"context":true,"grep":"a.b"}'
@@ -238,7 +256,7 @@ def test_record_outcome_stores_result_and_bumps_the_lease(store: Store) -> None:
     assert updated is not None
     assert (updated.targets_done, updated.updated_at, updated.expires_at) == (1, T0 + 5, T0 + 105)
     assert updated.status == JobState.QUEUED
-    first = store.get_targets(job.id)[0]
+    first = targets_of(store, job.id)[0]
     assert first.status == TargetState.DONE
     assert first.result == Result("body", {"n": 1})
     assert first.finished_at == T0 + 5
@@ -254,7 +272,7 @@ def test_record_outcome_refuses_to_overwrite(store: Store) -> None:
     # The refused writes changed nothing.
     job_now = store.get_job(job.id, now=T0)
     assert job_now is not None and job_now.targets_done == 1
-    assert store.get_targets(job.id)[0].error == "boom"
+    assert targets_of(store, job.id)[0].error == "boom"
 
 
 @pytest.mark.parametrize(
@@ -277,19 +295,19 @@ def test_last_outcome_sets_the_terminal_status_in_the_same_write(
     assert (updated.targets_done, updated.targets_failed) == (3, len(failures))
 
 
-def test_record_outcome_marks_the_next_target_running_only_while_live(store: Store) -> None:
+def test_an_outcome_can_follow_a_cancel(store: Store) -> None:
+    # The target in flight when its job is cancelled still gets its outcome stored.
     job, _ = create(store, status=JobState.RUNNING)
-    store.record_outcome(job.id, 0, result=Result("a"), ttl=TTL, mark_next_running=True, now=T0)
-    assert [t.status for t in store.get_targets(job.id)] == ["done", "running", "pending"]
-    store.finish_job(job.id, JobState.CANCELLED, in_flight=1, now=T0)
-    store.record_outcome(job.id, 1, result=Result("b"), ttl=TTL, mark_next_running=True, now=T0)
-    assert [t.status for t in store.get_targets(job.id)] == ["done", "done", "pending"]
+    store.finish_job(job.id, JobState.CANCELLED, now=T0)
+    updated = store.record_outcome(job.id, 0, result=Result("b"), ttl=TTL, now=T0)
+    assert updated is not None and updated.status == JobState.CANCELLED
+    assert [t.status for t in targets_of(store, job.id)] == ["done", "pending", "pending"]
 
 
 def test_a_result_that_is_not_json_is_stored_as_a_failure(store: Store) -> None:
     job, _ = create(store)
     store.record_outcome(job.id, 0, result=Result("c", {"s": {1}}), ttl=TTL, now=T0)
-    target = store.get_targets(job.id)[0]
+    target = targets_of(store, job.id)[0]
     assert target.status == TargetState.FAILED
     assert target.error is not None and "cannot be stored as JSON" in target.error
     assert target.hint is not None
@@ -298,7 +316,7 @@ def test_a_result_that_is_not_json_is_stored_as_a_failure(store: Store) -> None:
 def test_record_outcome_on_a_lapsed_job_writes_nothing(store: Store) -> None:
     job, _ = create(store)
     assert store.record_outcome(job.id, 0, result=Result("x"), ttl=TTL, now=T0 + TTL) is None
-    assert store.get_targets(job.id)[0].status == TargetState.PENDING
+    assert targets_of(store, job.id)[0].status == TargetState.PENDING
 
 
 def test_finish_job_sets_a_terminal_status_exactly_once(store: Store) -> None:
@@ -308,14 +326,6 @@ def test_finish_job_sets_a_terminal_status_exactly_once(store: Store) -> None:
     assert store.finish_job(job.id, JobState.FAILED, error="late", now=T0 + 2) is None
     after = store.get_job(job.id, now=T0)
     assert after is not None and (after.status, after.error) == (JobState.CANCELLED, None)
-    # The running first target went back to pending: nothing is fetching it any more.
-    assert store.get_targets(job.id)[0].status == TargetState.PENDING
-
-
-def test_finish_job_keeps_the_in_flight_target_running(store: Store) -> None:
-    job, _ = create(store, status=JobState.RUNNING)
-    store.finish_job(job.id, JobState.CANCELLED, in_flight=0, now=T0)
-    assert store.get_targets(job.id)[0].status == TargetState.RUNNING
 
 
 @pytest.mark.parametrize("bad_id", ["", "nope", "x" * 22, "'; DROP TABLE jobs; --", "a" * 10_000])
@@ -323,7 +333,6 @@ def test_bad_ids_read_as_absent(store: Store, bad_id: str) -> None:
     create(store)
     assert store.get_job(bad_id) is None
     assert store.get_status(bad_id) is None
-    assert store.get_targets(bad_id) == []
     assert store.finish_job(bad_id, JobState.CANCELLED) is None
     assert store.db.execute("SELECT count(*) FROM jobs").fetchone()[0] == 1
 
@@ -333,9 +342,7 @@ def test_mark_in_flight_failed_fails_live_jobs_and_keeps_outcomes(store: Store) 
     queued, _ = create(store, "b")
     finished, _ = create(store, "c", n=1)
     store.record_outcome(running.id, 0, result=Result("kept"), ttl=TTL, now=T0)
-    store.db.execute(
-        "UPDATE targets SET status = 'running' WHERE job_id = ? AND idx = 1", [running.id]
-    )
+    assert [t.status for t in targets_of(store, running.id)] == ["done", "running", "pending"]
     store.record_outcome(finished.id, 0, result=Result("x"), ttl=TTL, now=T0)
     assert store.mark_in_flight_failed("restart", now=T0 + 1) == 2
     for job_id in (running.id, queued.id):
@@ -381,16 +388,17 @@ def test_list_jobs_filters_by_caller(store: Store) -> None:
 # ---------------------------------------------------------------------------------------------
 # Every query the store runs uses an index
 
-# A scan of a partial index only visits the rows it holds (the few running targets).
-PARTIAL_INDEXES = {"targets_running"}
+# A scan of a partial index only visits the rows it holds; there is none so far.
+PARTIAL_INDEXES: set[str] = set()
 
 
 def _exercise_every_method(store: Store) -> None:
     job, _ = create(store, "a", status=JobState.RUNNING)
     create(store, "a")  # reused
     other, _ = create(store, "b")
-    store.record_outcome(job.id, 0, result=Result("x"), ttl=TTL, mark_next_running=True, now=T0)
-    store.finish_job(other.id, JobState.CANCELLED, in_flight=0, now=T0)
+    store.record_outcome(job.id, 0, result=Result("x"), ttl=TTL, now=T0)
+    store.record_outcomes([OutcomeWrite(job.id, 1, error="e")], ttl=TTL, now=T0)
+    store.finish_job(other.id, JobState.CANCELLED, now=T0)
     store.get_status(job.id, now=T0)
     store.list_jobs(now=T0)
     store.list_jobs(caller="a", now=T0)

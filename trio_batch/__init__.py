@@ -9,6 +9,7 @@ from ._model import (
     BatchError,
     Busy,
     CallerBusy,
+    ClassLimits,
     Config,
     InvalidRequest,
     InvalidTargets,
@@ -18,6 +19,8 @@ from ._model import (
     Result,
     SchemaVersionError,
     StoreError,
+    StoreLocked,
+    StoreUnavailable,
     Target,
     TargetState,
     TargetStatus,
@@ -25,13 +28,14 @@ from ._model import (
     idem_key,
 )
 from ._runner import FetchFunc, Runner, RunnerClosed, open_runner
-from ._store import SCHEMA_VERSION, OutcomeExists, Store
+from ._store import SCHEMA_VERSION, OutcomeExists, OutcomeWrite, Store
 
 __all__ = [
     "SCHEMA_VERSION",
     "BatchError",
     "Busy",
     "CallerBusy",
+    "ClassLimits",
     "Config",
     "FetchFunc",
     "InvalidRequest",
@@ -40,12 +44,15 @@ __all__ = [
     "JobState",
     "Options",
     "OutcomeExists",
+    "OutcomeWrite",
     "Result",
     "Runner",
     "RunnerClosed",
     "SchemaVersionError",
     "Store",
     "StoreError",
+    "StoreLocked",
+    "StoreUnavailable",
     "Target",
     "TargetState",
     "TargetStatus",

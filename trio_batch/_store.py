@@ -29,6 +29,7 @@ crash; ``synchronous="FULL"`` is the power-safe choice, at several times the cos
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -37,6 +38,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sqlite_utils import Database
@@ -59,7 +61,7 @@ from ._model import (
     idem_key,
 )
 
-__all__ = ["SCHEMA_VERSION", "OutcomeExists", "Store"]
+__all__ = ["SCHEMA_VERSION", "OutcomeExists", "OutcomeWrite", "Store", "WouldBlock"]
 
 #: The schema version this code writes, kept in ``PRAGMA user_version``.
 SCHEMA_VERSION = 1
@@ -75,6 +77,24 @@ _JOB_COLUMNS = (
     "idem_key, created_at, updated_at, expires_at"
 )
 _TARGET_COLUMNS = "idx, url, status, result, error, hint, options, finished_at"
+
+
+class WouldBlock(Exception):
+    """A call declined to run here because it would be slow (internal to the runner).
+
+    Raised before anything is written; the caller runs the call again on the store thread.
+    """
+
+
+@dataclass(frozen=True, slots=True)
+class OutcomeWrite:
+    """One target outcome for :meth:`Store.record_outcomes`; see :meth:`Store.record_outcome`."""
+
+    job_id: str
+    idx: int
+    result: Result | None = None
+    error: str | None = None
+    hint: str | None = None
 
 
 class OutcomeExists(StoreError):
@@ -127,13 +147,30 @@ class Store:
     - :meth:`finish_job`: set a live job's terminal status, once.
     - :meth:`mark_in_flight_failed`: after a restart or at shutdown, fail every live job.
     - :meth:`purge_expired`: delete lapsed jobs in bounded batches.
-    - :meth:`get_job`, :meth:`get_targets`, :meth:`list_jobs`: reads; lapsed jobs read as absent.
+    - :meth:`get_job`, :meth:`get_status`, :meth:`list_jobs`: reads; lapsed jobs read as absent.
+
+    The ``targets`` table holds ``pending``, ``done`` and ``failed``. A target *reads* as
+    ``running`` when its job is ``running`` and it is the next one due (``idx ==
+    targets_done``): a job's targets are drained strictly in order, so that is the one being
+    fetched. Deriving it costs no write per target, and a restart can never leave a target
+    stuck as ``running``: reaping the job is enough.
     """
 
-    def __init__(self, db: Database, *, path: str) -> None:
+    def __init__(
+        self,
+        db: Database,
+        *,
+        path: str,
+        synchronous: str = "NORMAL",
+        busy_timeout: float = 5.0,
+    ) -> None:
         """Wrap an already configured database; most code wants :meth:`Store.open` instead."""
         self.db = db
         self.path = path
+        self.synchronous = synchronous
+        self.busy_timeout = busy_timeout
+        #: True while a runner is using this Store object (see ``open_runner``).
+        self.runner_active = False
         self._lock = threading.RLock()
 
     # ----------------------------------------------------------------------------------------
@@ -146,6 +183,7 @@ class Store:
         *,
         synchronous: str = "NORMAL",
         busy_timeout: float = 5.0,
+        wal_autocheckpoint: bool = True,
     ) -> Store:
         """Open or create the database at ``path`` (``":memory:"`` for a private in-memory one).
 
@@ -155,6 +193,10 @@ class Store:
         failing with "database is locked". Foreign keys are on. The schema is created, or
         migrated, idempotently; a database written by a newer schema version, or one that is
         not a trio_batch database, raises :class:`SchemaVersionError` and is left untouched.
+
+        ``wal_autocheckpoint=False`` turns off SQLite's automatic WAL checkpoints on this
+        connection, for a connection whose commits must never wait on a checkpoint's disk
+        flush; something else must then checkpoint (see :meth:`checkpoint`).
         """
         sync = synchronous.upper()
         if sync not in ("NORMAL", "FULL", "EXTRA"):
@@ -171,10 +213,12 @@ class Store:
         try:
             db = Database(conn, execute_plugins=False)
             if path != ":memory:" and not path.startswith("file::memory:"):
-                db.execute("PRAGMA journal_mode=WAL")
+                db.execute("PRAGMA journal_mode=WAL")  # see is_memory
             db.execute(f"PRAGMA synchronous={sync}")  # validated above: one of three words
             db.execute("PRAGMA foreign_keys=ON")
-            store = cls(db, path=path)
+            if not wal_autocheckpoint:
+                db.execute("PRAGMA wal_autocheckpoint=0")
+            store = cls(db, path=path, synchronous=sync, busy_timeout=busy_timeout)
             store._migrate()
         except sqlite3.DatabaseError as exc:
             conn.close()
@@ -183,6 +227,36 @@ class Store:
             conn.close()
             raise
         return store
+
+    @property
+    def is_memory(self) -> bool:
+        """True for a private in-memory database (one connection only; nothing to reopen)."""
+        return self.path == ":memory:" or self.path.startswith("file::memory:")
+
+    def reopen(
+        self, *, busy_timeout: float | None = None, wal_autocheckpoint: bool = True
+    ) -> Store:
+        """Open another connection to the same database file, with this store's settings.
+
+        Raises ValueError for an in-memory database, which has no file to reopen.
+        """
+        if self.is_memory:
+            raise ValueError("an in-memory database cannot be reopened")
+        return Store.open(
+            self.path,
+            synchronous=self.synchronous,
+            busy_timeout=self.busy_timeout if busy_timeout is None else busy_timeout,
+            wal_autocheckpoint=wal_autocheckpoint,
+        )
+
+    def checkpoint(self) -> None:
+        """Copy the WAL's committed pages into the database file (a passive checkpoint).
+
+        Never waits for readers or writers; what it cannot copy now, a later call will.
+        """
+        with self._lock:
+            if not self.is_memory:
+                self.db.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
     def close(self) -> None:
         """Close the connection. The store cannot be used afterwards."""
@@ -237,6 +311,7 @@ class Store:
                 "targets_total": int,
                 "targets_done": int,
                 "targets_failed": int,
+                "results_size": int,
                 "created_at": float,
                 "updated_at": float,
                 "expires_at": float,
@@ -250,11 +325,12 @@ class Store:
                 "targets_total",
                 "targets_done",
                 "targets_failed",
+                "results_size",
                 "created_at",
                 "updated_at",
                 "expires_at",
             },
-            defaults={"targets_done": 0, "targets_failed": 0},
+            defaults={"targets_done": 0, "targets_failed": 0, "results_size": 0},
             strict=True,
         )
         self.db.create_table(
@@ -276,14 +352,13 @@ class Store:
             strict=True,
         )
         jobs = self.db.table("jobs")
-        # Idempotency lookup: (caller, idem_key) among unexpired jobs.
-        jobs.create_index(["caller", "idem_key", "expires_at"], "jobs_idempotency")
+        # Idempotency lookup: (caller, idem_key), then the lease is checked on the few rows found.
+        # expires_at stays out of this index: every target write changes it.
+        jobs.create_index(["caller", "idem_key"], "jobs_idempotency")
         # Live counts, per caller and in total: status IN ('queued', 'running') [AND caller = ?].
         jobs.create_index(["status", "caller"], "jobs_status")
         # Retention: purge by lease, and list recent jobs.
         jobs.create_index(["expires_at"], "jobs_expiry")
-        # Restarts reset in-flight targets; a partial index keeps that cheap with a big history.
-        self.db.execute("CREATE INDEX targets_running ON targets (job_id) WHERE status = 'running'")
 
     # ----------------------------------------------------------------------------------------
     # Transactions
@@ -350,7 +425,7 @@ class Store:
         targets as ``pending`` with a lease of ``ttl`` seconds, and return ``(job, False)``.
 
         ``status`` is the new job's status: ``queued``, or ``running`` for a caller that starts
-        draining at once (its first target is then marked ``running`` too). Invalid targets or
+        draining at once. Invalid targets or
         caller names raise :class:`InvalidTargets` / :class:`InvalidRequest` before any I/O.
         """
         caller = check_caller(caller)
@@ -406,7 +481,6 @@ class Store:
                     job.expires_at,
                 ),
             )
-            first = TargetState.RUNNING if job.status is JobState.RUNNING else TargetState.PENDING
             self.db.conn.executemany(
                 "INSERT INTO targets (job_id, idx, url, options, status) VALUES (?, ?, ?, ?, ?)",
                 [
@@ -415,7 +489,7 @@ class Store:
                         i,
                         t.url,
                         _dumps(t.options.to_json()),
-                        (first if i == 0 else TargetState.PENDING).value,
+                        TargetState.PENDING.value,
                     )
                     for i, t in enumerate(targets)
                 ],
@@ -463,7 +537,6 @@ class Store:
         error: str | None = None,
         hint: str | None = None,
         ttl: float,
-        mark_next_running: bool = False,
         now: float | None = None,
     ) -> Job | None:
         """Store one target's outcome and bump its job, in one transaction.
@@ -473,8 +546,7 @@ class Store:
         transaction the job's ``targets_done`` (and ``targets_failed``), ``updated_at`` and lease
         (``expires_at = now + ttl``) are bumped; if this was the last outcome of a live job, the
         job takes its terminal status: ``done`` (no failures), ``failed`` (all failed) or
-        ``partial``. With ``mark_next_running``, target ``idx + 1`` of a still-live job is marked
-        ``running``.
+        ``partial``.
 
         Returns the updated job, or None if the job is unknown or its lease has lapsed (nothing
         is written then). Raises :class:`OutcomeExists` if the target already has an outcome or
@@ -492,39 +564,77 @@ class Store:
                 hint = "make Result.content a str and Result.meta a JSON-serialisable dict"
         status = TargetState.DONE if error is None else TargetState.FAILED
         failed = int(error is not None)
+        conn = self.db.conn  # the hot path: straight to sqlite3, no wrapper per statement
         with self.transaction():
-            row = self.db.execute(
+            row = conn.execute(
                 "UPDATE jobs SET targets_done = targets_done + 1, "
-                "targets_failed = targets_failed + :failed, "
-                "updated_at = :now, expires_at = :expires, "
-                "status = CASE "
-                "  WHEN status NOT IN ('queued', 'running') "
-                "    OR targets_done + 1 < targets_total THEN status "
-                "  WHEN targets_failed + :failed = 0 THEN 'done' "
-                "  WHEN targets_failed + :failed >= targets_total THEN 'failed' "
-                "  ELSE 'partial' END "
-                f"WHERE id = :id AND expires_at > :now RETURNING {_JOB_COLUMNS}",
-                {"failed": failed, "now": now, "expires": now + ttl, "id": job_id},
+                "targets_failed = targets_failed + ?, results_size = results_size + ?, "
+                "updated_at = ?, expires_at = ? "
+                f"WHERE id = ? AND expires_at > ? RETURNING {_JOB_COLUMNS}",
+                (
+                    failed,
+                    0 if result_text is None else len(result_text),
+                    now,
+                    now + ttl,
+                    job_id,
+                    now,
+                ),
             ).fetchone()
             if row is None:
                 return None
             job = _job(row)
-            updated = self.db.execute(
+            if job.targets_done >= job.targets_total and job.status.is_live:
+                # The last outcome: the terminal status goes in the same transaction. (Kept
+                # out of the bump above, so the status index is only touched once per job.)
+                if job.targets_failed == 0:
+                    final = JobState.DONE
+                elif job.targets_failed >= job.targets_total:
+                    final = JobState.FAILED
+                else:
+                    final = JobState.PARTIAL
+                conn.execute("UPDATE jobs SET status = ? WHERE id = ?", (final.value, job_id))
+                job = dataclasses.replace(job, status=final)
+            updated = conn.execute(
                 "UPDATE targets SET status = ?, result = ?, error = ?, hint = ?, finished_at = ? "
-                "WHERE job_id = ? AND idx = ? AND status IN ('pending', 'running')",
+                "WHERE job_id = ? AND idx = ? AND status = 'pending'",
                 (status.value, result_text, error, hint, now, job_id, idx),
             ).rowcount
             if updated != 1:
                 raise OutcomeExists(
                     f"target {idx} of job {job_id} already has an outcome or does not exist"
                 )
-            if mark_next_running and job.status.is_live:
-                self.db.execute(
-                    "UPDATE targets SET status = 'running' "
-                    "WHERE job_id = ? AND idx = ? AND status = 'pending'",
-                    (job_id, idx + 1),
-                )
         return job
+
+    def record_outcomes(
+        self, writes: Sequence[OutcomeWrite], *, ttl: float, now: float | None = None
+    ) -> list[Job | Exception | None]:
+        """Store several outcomes in one transaction (group commit); one answer per write.
+
+        Each write is atomic on its own, in a savepoint, and answers as
+        :meth:`record_outcome` would: the updated job, None, or the exception it raised (such as
+        :class:`OutcomeExists`) in place of a result. None of them is durable before the shared
+        commit; if that commit fails, the error is raised and nothing is stored.
+        """
+        now = time.time() if now is None else now
+        answers: list[Job | Exception | None] = []
+        # One write needs no savepoint: record_outcome is its own transaction.
+        with self.transaction() if len(writes) > 1 else contextlib.nullcontext():
+            for w in writes:
+                try:
+                    answers.append(
+                        self.record_outcome(
+                            w.job_id,
+                            w.idx,
+                            result=w.result,
+                            error=w.error,
+                            hint=w.hint,
+                            ttl=ttl,
+                            now=now,
+                        )
+                    )
+                except (OutcomeExists, ValueError) as exc:
+                    answers.append(exc)
+        return answers
 
     def finish_job(
         self,
@@ -532,15 +642,14 @@ class Store:
         status: JobState,
         *,
         error: str | None = None,
-        in_flight: int | None = None,
         now: float | None = None,
     ) -> Job | None:
         """Move a live job to a terminal ``status``, exactly once; returns the updated job.
 
         A guarded update: only a ``queued``/``running`` job with an unexpired lease moves, so a
-        terminal status is never overwritten. Targets marked ``running`` go back to
-        ``pending``, except target ``in_flight`` (still being fetched; its outcome is stored
-        later). Returns None, writing nothing, if the job is unknown, lapsed or already terminal.
+        terminal status is never overwritten. Outcomes can still be stored afterwards (the target
+        in flight when a job is cancelled). Returns None, writing nothing, if the job is
+        unknown, lapsed or already terminal.
         """
         status = JobState(status)
         if status.is_live:
@@ -555,25 +664,17 @@ class Store:
                 f"RETURNING {_JOB_COLUMNS}",
                 (status.value, error, now, job_id, *_LIVE, now),
             ).fetchone()
-            if row is None:
-                return None
-            self.db.execute(
-                "UPDATE targets SET status = 'pending' "
-                "WHERE job_id = ? AND status = 'running' AND idx != ?",
-                (job_id, -1 if in_flight is None else in_flight),
-            )
-        return _job(row)
+        return None if row is None else _job(row)
 
     def mark_in_flight_failed(self, reason: str, now: float | None = None) -> int:
         """Fail every ``queued``/``running`` job with ``error=reason``; returns how many.
 
         For a restart (``"restart"``) or a shutdown (``"shutdown"``): such jobs are never
-        resumed. Targets left ``running`` go back to ``pending``; completed targets and leases
-        are left as they are, so finished work stays readable until the lease lapses.
+        resumed. Completed targets and leases are left as they are, so finished work stays
+        readable until the lease lapses.
         """
         now = time.time() if now is None else now
         with self.transaction():
-            self.db.execute("UPDATE targets SET status = 'pending' WHERE status = 'running'")
             return self.db.execute(
                 "UPDATE jobs SET status = 'failed', error = ?, updated_at = ? "
                 "WHERE status IN (?, ?)",
@@ -638,38 +739,45 @@ class Store:
             ).fetchone()
         return None if row is None else _job(row)
 
-    def get_targets(self, job_id: str) -> list[TargetStatus]:
-        """The job's targets in ``idx`` order (empty for an unknown id).
-
-        This does not check the lease; use :meth:`get_status` for a consistent, lease-aware read.
-        """
-        if not is_job_id(job_id):
-            return []
-        with self._lock:
-            rows = self.db.execute(
-                f"SELECT {_TARGET_COLUMNS} FROM targets WHERE job_id = ? ORDER BY idx",
-                (job_id,),
-            ).fetchall()
-        return [_target(row) for row in rows]
-
     def get_status(
-        self, job_id: str, *, now: float | None = None
+        self, job_id: str, *, now: float | None = None, max_results_size: int | None = None
     ) -> tuple[Job, list[TargetStatus]] | None:
-        """The job and its targets read in one transaction, or None if unknown or lapsed."""
+        """The job and its targets in ``idx`` order, read from one snapshot.
+
+        Returns None if the job is unknown, malformed or its lease has lapsed. The target due
+        next in a ``running`` job reads as ``running`` (see the class docstring). With
+        ``max_results_size``, raises :class:`WouldBlock`, decoding nothing, if the job's stored
+        results add up to more characters than that.
+        """
         if not is_job_id(job_id):
             return None
         with self._lock:
-            # A read transaction, so the job and its targets come from one snapshot.
             own = not self.db.conn.in_transaction
             if own:
-                self.db.execute("BEGIN")
+                self.db.execute("BEGIN")  # a read transaction: one snapshot for both reads
             try:
                 job = self.get_job(job_id, now=now)
-                targets = [] if job is None else self.get_targets(job_id)
+                if job is None:
+                    return None
+                if max_results_size is not None:
+                    size = self.db.execute(
+                        "SELECT results_size FROM jobs WHERE id = ?", (job_id,)
+                    ).fetchone()[0]
+                    if size > max_results_size:
+                        raise WouldBlock(f"job {job_id} holds {size} characters of results")
+                rows = self.db.execute(
+                    f"SELECT {_TARGET_COLUMNS} FROM targets WHERE job_id = ? ORDER BY idx",
+                    (job_id,),
+                ).fetchall()
             finally:
                 if own:
                     self.db.execute("COMMIT")
-        return None if job is None else (job, targets)
+        targets = [_target(row) for row in rows]
+        if job.status is JobState.RUNNING and job.targets_done < len(targets):
+            due = targets[job.targets_done]
+            if due.status is TargetState.PENDING:
+                targets[job.targets_done] = dataclasses.replace(due, status=TargetState.RUNNING)
+        return job, targets
 
     def list_jobs(
         self, *, caller: str | None = None, limit: int = 100, now: float | None = None

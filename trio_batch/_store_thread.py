@@ -1,14 +1,13 @@
-"""A dedicated thread that runs every store call for one runner.
+"""A dedicated thread that runs the store calls that may block, for one runner.
 
-The event loop never touches SQLite: a store call is queued to this thread and the calling task
-sleeps until the thread hands back the outcome. Compared with ``trio.to_thread.run_sync`` per
-call this saves the thread-pool round trip, and it lets consecutive outcome writes from several
-jobs share one transaction (group commit) while each write stays atomic on its own, inside a
-savepoint.
+A call is queued to the thread and the calling task sleeps until the thread hands back the
+outcome; answers that complete together wake the loop once. Compared with
+``trio.to_thread.run_sync`` per call this saves the thread-pool round trip.
 """
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 from collections.abc import Callable
@@ -18,13 +17,13 @@ from typing import Any, ParamSpec, TypeVar
 import outcome
 import trio
 
-from ._store import Store
-
 P = ParamSpec("P")
 T = TypeVar("T")
 
-#: Most calls merged into one transaction: bounds how long the write lock is held at once.
-MAX_GROUP = 64
+#: Most calls taken from the queue before their answers are handed back.
+MAX_BATCH = 64
+
+_log = logging.getLogger("trio_batch")
 
 
 @dataclass(slots=True)
@@ -32,8 +31,7 @@ class _Call:
     fn: Callable[..., Any]
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
-    task: trio.lowlevel.Task
-    groupable: bool
+    task: trio.lowlevel.Task | None  # None: nobody waits for the answer
 
 
 class StoreThread:
@@ -42,8 +40,7 @@ class StoreThread:
     Create it inside a trio run; :meth:`start` it, and :meth:`stop` it once no call is pending.
     """
 
-    def __init__(self, store: Store, *, name: str = "trio_batch store") -> None:
-        self._store = store
+    def __init__(self, *, name: str = "trio_batch store") -> None:
         self._token = trio.lowlevel.current_trio_token()
         self._queue: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
@@ -64,16 +61,12 @@ class StoreThread:
         is raised at the caller's next checkpoint instead. Every store call is bounded by the
         store's busy timeout, so the wait is bounded too.
         """
-        result: T = await self._call(_Call(fn, args, kwargs, trio.lowlevel.current_task(), False))
+        result: T = await self._call(_Call(fn, args, kwargs, trio.lowlevel.current_task()))
         return result
 
-    async def run_grouped(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
-        """Like :meth:`run`, but the call may share one transaction with neighbouring grouped
-        calls (group commit). Only for a store method that is atomic on its own: each grouped
-        call runs in its own savepoint, and none is answered before the shared commit.
-        """
-        result: T = await self._call(_Call(fn, args, kwargs, trio.lowlevel.current_task(), True))
-        return result
+    def run_soon(self, fn: Callable[P, object], /, *args: P.args, **kwargs: P.kwargs) -> None:
+        """Queue ``fn(*args, **kwargs)`` without waiting for it; an error it raises is logged."""
+        self._queue.put(_Call(fn, args, kwargs, None))
 
     async def _call(self, call: _Call) -> Any:
         self._queue.put(call)
@@ -93,7 +86,7 @@ class StoreThread:
             item = self._queue.get()
             while item is not None:
                 calls.append(item)
-                if len(calls) >= MAX_GROUP:
+                if len(calls) >= MAX_BATCH:
                     break
                 try:
                     item = self._queue.get_nowait()
@@ -101,43 +94,18 @@ class StoreThread:
                     break
             else:
                 stopping = True
-            done = self._run_calls(calls)
+            done = []
+            for call in calls:
+                answer = outcome.capture(call.fn, *call.args, **call.kwargs)
+                if call.task is not None:
+                    done.append((call.task, answer))
+                elif isinstance(answer, outcome.Error):
+                    _log.error("background store call failed", exc_info=answer.error)
             if done:
                 try:
                     self._token.run_sync_soon(_wake, done)
                 except trio.RunFinishedError:  # pragma: no cover - no task can be waiting then
                     return
-
-    def _run_calls(
-        self, calls: list[_Call]
-    ) -> list[tuple[trio.lowlevel.Task, outcome.Outcome[Any]]]:
-        done: list[tuple[trio.lowlevel.Task, outcome.Outcome[Any]]] = []
-        i = 0
-        while i < len(calls):
-            j = i
-            while j < len(calls) and calls[j].groupable:
-                j += 1
-            if j - i >= 2:
-                done.extend(self._run_group(calls[i:j]))
-                i = j
-            else:
-                call = calls[i]
-                done.append((call.task, outcome.capture(call.fn, *call.args, **call.kwargs)))
-                i += 1
-        return done
-
-    def _run_group(
-        self, calls: list[_Call]
-    ) -> list[tuple[trio.lowlevel.Task, outcome.Outcome[Any]]]:
-        """Run calls in one transaction; each is atomic in its own savepoint."""
-        results: list[tuple[trio.lowlevel.Task, outcome.Outcome[Any]]] = []
-        try:
-            with self._store.transaction():
-                for call in calls:
-                    results.append((call.task, outcome.capture(call.fn, *call.args, **call.kwargs)))
-        except Exception as exc:  # BEGIN or COMMIT failed: nothing in the group was stored
-            return [(call.task, outcome.Error(exc)) for call in calls]
-        return results
 
 
 def _wake(done: list[tuple[trio.lowlevel.Task, outcome.Outcome[Any]]]) -> None:

@@ -1,0 +1,247 @@
+"""How the runner reaches the store without ever making the event loop wait on SQLite.
+
+Two paths:
+
+- **The fast path**, on the loop thread, for a small call that cannot wait: a second connection
+  to the same file with a busy timeout of 0 and automatic WAL checkpoints off. Under
+  ``synchronous=NORMAL`` a WAL commit only appends to the WAL file (no fsync), so such a call
+  costs tens of microseconds. The moment it would wait, because another connection or process
+  holds the write lock (SQLite answers "database is locked" at once, at ``BEGIN IMMEDIATE``,
+  before anything is written) or the in-process connection is busy, it gives up and the call
+  goes to the store thread instead.
+- **The store thread** (:class:`StoreThread`) for everything else: calls that may wait on a
+  lock or a disk flush (``synchronous=FULL``), big results, purges and checkpoints.
+
+Outcome writes are grouped: drain tasks whose outcomes are ready at the same moment share one
+transaction (each write atomic in its own savepoint), so several jobs cost one commit. Each
+drain task still waits for its own outcome to be committed before fetching its next target.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Concatenate, ParamSpec, TypeVar
+
+import trio
+
+from ._model import Job, Result, StoreUnavailable, Target, TargetStatus
+from ._store import OutcomeWrite, Store, WouldBlock
+from ._store_thread import StoreThread
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+#: Largest result content (characters) written on the loop thread; bigger ones go to the thread.
+FAST_MAX_CONTENT = 64 * 1024
+#: Largest job (targets) created on the loop thread.
+FAST_MAX_TARGETS = 64
+#: Largest stored results (characters, whole job) read back on the loop thread.
+FAST_MAX_RESULTS = 256 * 1024
+#: Fast-path commits between two passive WAL checkpoints run on the store thread.
+CHECKPOINT_EVERY = 1000
+
+
+class _Miss:
+    """The fast path declined; nothing was done."""
+
+
+_MISS = _Miss()
+
+
+def _is_lock_error(exc: sqlite3.Error) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+    return "locked" in str(exc) or "busy" in str(exc)
+
+
+def _unavailable(exc: sqlite3.Error, store: Store) -> StoreUnavailable:
+    """A clear, typed error for a database that refused a call."""
+    code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
+    if _is_lock_error(exc):
+        why = (
+            "another connection or process held the database lock for longer than the busy "
+            f"timeout ({store.busy_timeout:g} s)"
+        )
+    elif code == sqlite3.SQLITE_FULL:
+        why = "the disk or the database is full"
+    elif code == sqlite3.SQLITE_IOERR:
+        why = "the disk reported an I/O error"
+    else:
+        why = "the database refused the operation"
+    return StoreUnavailable(f"{why}: {exc}")
+
+
+@contextlib.contextmanager
+def _store_errors(store: Store) -> Iterator[None]:
+    """Turn sqlite3 errors into :class:`StoreUnavailable`; nothing was changed by the call."""
+    try:
+        yield
+    except sqlite3.Error as exc:
+        raise _unavailable(exc, store) from exc
+
+
+def _small(result: Result) -> bool:
+    content = result.content
+    return not isinstance(content, str) or len(content) <= FAST_MAX_CONTENT
+
+
+@dataclass(eq=False, slots=True)
+class _PendingWrite:
+    write: OutcomeWrite
+    done: trio.Event = field(default_factory=trio.Event)
+    answer: Job | Exception | None = None
+
+
+class StoreAccess:
+    """The runner's way to the store: the fast path when it cannot block, else the thread.
+
+    Create inside a trio run, :meth:`start`, and :meth:`close` when no call is pending.
+    """
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.thread = StoreThread()
+        self._fast: Store | None = None
+        self._owns_fast = False
+        self._batch: list[_PendingWrite] = []
+        self._commits_since_checkpoint = 0
+
+    def start(self) -> None:
+        """Start the store thread and open the fast-path connection where one is safe."""
+        # Only NORMAL: under FULL every commit waits for a disk flush, which the loop must not.
+        if self.store.synchronous == "NORMAL":
+            if self.store.is_memory:
+                self._fast = self.store  # one connection; its lock says when the thread has it
+            else:
+                self._fast = self.store.reopen(busy_timeout=0, wal_autocheckpoint=False)
+                self._owns_fast = True
+        self.thread.start()
+
+    def close(self) -> None:
+        """Close the fast-path connection and let the thread end after its queued calls."""
+        if self._owns_fast and self._fast is not None:
+            self._fast.close()
+        self._fast = None
+        self.thread.stop()
+
+    # ----------------------------------------------------------------------------------------
+
+    async def call(
+        self,
+        fn: Callable[Concatenate[Store, P], T],
+        /,
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T:
+        """``fn(store, *args, **kwargs)``: on the fast path if it can run there, else the thread.
+
+        Cancellation: as :meth:`StoreThread.run`: once started, the call completes, and
+        ``Cancelled`` is raised at the caller's next checkpoint.
+        """
+        with _store_errors(self.store):
+            result = self._try_fast(fn, *args, **kwargs)
+            if isinstance(result, _Miss):
+                return await self.thread.run(fn, self.store, *args, **kwargs)
+        await trio.lowlevel.cancel_shielded_checkpoint()  # an async call always yields once
+        return result
+
+    async def call_on_thread(
+        self,
+        fn: Callable[Concatenate[Store, P], T],
+        /,
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T:
+        """``fn(store, *args, **kwargs)`` on the store thread, whatever it is."""
+        with _store_errors(self.store):
+            return await self.thread.run(fn, self.store, *args, **kwargs)
+
+    async def create_job(
+        self, caller: str, caller_class: str, targets: Sequence[Target], **kwargs: Any
+    ) -> tuple[Job, bool]:
+        """:meth:`Store.create_job`; on the fast path when the job is small."""
+        call = self.call if len(targets) <= FAST_MAX_TARGETS else self.call_on_thread
+        return await call(Store.create_job, caller, caller_class, targets, **kwargs)
+
+    async def get_status(self, job_id: str, *, now: float) -> tuple[Job, list[TargetStatus]] | None:
+        """:meth:`Store.get_status`; on the fast path unless the job holds big results."""
+        with _store_errors(self.store):
+            result = self._try_fast(
+                Store.get_status, job_id, now=now, max_results_size=FAST_MAX_RESULTS
+            )
+        if isinstance(result, _Miss):
+            return await self.call_on_thread(Store.get_status, job_id, now=now)
+        await trio.lowlevel.cancel_shielded_checkpoint()
+        return result
+
+    async def record_outcome(self, write: OutcomeWrite, *, ttl: float, now: float) -> Job | None:
+        """Store one outcome, sharing a commit with the outcomes other drains have ready.
+
+        Answers as :meth:`Store.record_outcome`. The caller must shield this call: the outcome
+        is committed, or has failed, when it returns.
+        """
+        pending = _PendingWrite(write)
+        self._batch.append(pending)
+        if len(self._batch) == 1:
+            # The first write in becomes the leader: it yields once so that every drain with an
+            # outcome ready joins the batch, then commits them all.
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            batch, self._batch = self._batch, []
+            try:
+                answers = await self._commit(batch, ttl=ttl, now=now)
+            except Exception as exc:
+                answers = [exc] * len(batch)
+            for member, answer in zip(batch, answers, strict=True):
+                member.answer = answer
+                member.done.set()
+        else:
+            await pending.done.wait()
+        if isinstance(pending.answer, Exception):
+            raise pending.answer
+        return pending.answer
+
+    async def _commit(
+        self, batch: list[_PendingWrite], *, ttl: float, now: float
+    ) -> list[Job | Exception | None]:
+        writes = [member.write for member in batch]
+        with _store_errors(self.store):
+            if all(w.result is None or _small(w.result) for w in writes):
+                answers = self._try_fast(Store.record_outcomes, writes, ttl=ttl, now=now)
+                if not isinstance(answers, _Miss):
+                    return answers
+            return await self.thread.run(
+                Store.record_outcomes, self.store, writes, ttl=ttl, now=now
+            )
+
+    def _try_fast(
+        self,
+        fn: Callable[Concatenate[Store, P], T],
+        /,
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T | _Miss:
+        fast = self._fast
+        if fast is None or not fast._lock.acquire(blocking=False):
+            return _MISS
+        try:
+            result = fn(fast, *args, **kwargs)
+        except WouldBlock:
+            return _MISS
+        except sqlite3.OperationalError as exc:
+            if _is_lock_error(exc):
+                # Refused at BEGIN IMMEDIATE, or rolled back: a store call is one transaction,
+                # so nothing was written and the thread can run it again.
+                return _MISS
+            raise
+        finally:
+            fast._lock.release()
+        self._commits_since_checkpoint += 1
+        if self._commits_since_checkpoint >= CHECKPOINT_EVERY and self._owns_fast:
+            self._commits_since_checkpoint = 0
+            # The fast connection never checkpoints (that would fsync on the loop thread).
+            self.thread.run_soon(Store.checkpoint, self.store)
+        return result
