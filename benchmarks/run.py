@@ -113,7 +113,7 @@ class Scratch:
         try:
             yield path
         finally:
-            for suffix in ("", "-wal", "-shm"):
+            for suffix in ("", "-wal", "-shm", "-runner.lock"):
                 with contextlib.suppress(FileNotFoundError):
                     os.remove(path + suffix)
 
@@ -150,22 +150,14 @@ def run_round(
                     ),
                 )
 
-        def serial() -> None:
+        def serial(name: str = "serial.targets_per_s") -> None:
             with scratch.db("serial") as path:
                 rec.add(
-                    "serial.targets_per_s",
+                    name,
                     workloads.measure_serial(
                         path, jobs=sizes.serial_jobs, targets_per_job=per_job, tag=f"s{r}"
                     ),
                 )
-
-        def history_serial() -> None:
-            rec.add(
-                "history.serial.targets_per_s",
-                workloads.measure_serial(
-                    hist_path, jobs=sizes.serial_jobs, targets_per_job=per_job, tag=f"hs{r}"
-                ),
-            )
 
         def concurrent(heartbeat: bool) -> None:
             with scratch.db("concurrent") as path:
@@ -182,28 +174,49 @@ def run_round(
             else:
                 rec.add("concurrent.targets_per_s", got.targets_per_s)
 
-        _in_turn(r, floor_, serial, history_serial, lambda: concurrent(False))
+        _in_turn(r, floor_, serial, lambda: concurrent(False))
         concurrent(True)
         with scratch.db("idle") as path:
             rec.pool(
                 "lateness.idle", workloads.measure_idle_heartbeat(path, seconds=sizes.idle_seconds)
             )
 
-        # Latency: the runner's calls, the same SQL on a raw connection, then both again on
-        # the history database.
-        def latency(prefix: str, path: str) -> None:
+        # Latency: the runner's calls, then the same SQL on a raw connection.
+        def latency(prefix: str, path: str, settle: bool = False) -> None:
             lat = workloads.measure_latency(
-                path, samples=sizes.latency_samples, targets_per_job=per_job, tag=f"l{r}{prefix}"
+                path,
+                samples=sizes.latency_samples,
+                targets_per_job=per_job,
+                tag=f"l{r}{prefix}",
+                settle=settle,
             )
             _latency(rec, prefix, lat.submit, lat.status)
             raw = floor.raw_latency(path, samples=sizes.latency_samples, targets_per_job=per_job)
             _latency(rec, f"{prefix}raw_", raw.submit, raw.status)
 
-        def empty_latency() -> None:
+        def empty() -> None:
+            serial("serial_beside_history.targets_per_s")  # the history ratio's own neighbour
             with scratch.db("latency") as path:
                 latency("", path)
 
-        _in_turn(r, empty_latency, lambda: latency("history.", hist_path))
+        def with_history() -> None:
+            # Opened as after a restart: the runner purges the lapsed half in the background
+            # while it serves. Then again once that purge has finished ("settled").
+            def serial_on_history(settle: bool) -> float:
+                return workloads.measure_serial(
+                    hist_path,
+                    jobs=sizes.serial_jobs,
+                    targets_per_job=per_job,
+                    tag=f"hs{r}{settle}",
+                    settle=settle,
+                )
+
+            rec.add("history.serial.targets_per_s", serial_on_history(False))
+            latency("history.", hist_path)
+            rec.add("settled.serial.targets_per_s", serial_on_history(True))
+            latency("settled.", hist_path, settle=True)
+
+        _in_turn(r, empty, with_history)
 
     # A second process holds the write lock while 8 jobs run.
     with scratch.db("lock") as path:
@@ -240,6 +253,7 @@ def run(sizes: Sizes, *, mode: str, command: str, out: Path | None) -> dict[str,
     """Run every measurement; write the JSON and chart to ``out`` (if given); return results."""
     rec = Recorder()
     started = time.perf_counter()
+    rec.extra["load_average.start"] = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="trio-batch-bench-") as tmp:
         scratch = Scratch(Path(tmp))
         hist = history.HistoryCache(Path(tmp), target_rows=sizes.history_rows)
@@ -257,6 +271,7 @@ def run(sizes: Sizes, *, mode: str, command: str, out: Path | None) -> dict[str,
             )
         run_memory(sizes, rec, scratch)
         rec.extra["history.build_seconds"] = hist.build_seconds
+    rec.extra["load_average.end"] = os.getloadavg()
     results = report.assemble(
         rec.rounds,
         rec.pooled,

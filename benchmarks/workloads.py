@@ -76,13 +76,26 @@ def _check_done(statuses: list[JobState]) -> None:
 # Throughput
 
 
-def measure_serial(path: str, *, jobs: int, targets_per_job: int = 32, tag: str = "s") -> float:
-    """Targets/s of ``jobs`` jobs run one after another (submit, then wait) by one caller."""
+async def _settle(runner: Runner, settle: bool) -> None:
+    """With ``settle``, finish the purge of lapsed jobs the runner starts on open."""
+    if settle:
+        await runner.purge_expired()
+
+
+def measure_serial(
+    path: str, *, jobs: int, targets_per_job: int = 32, tag: str = "s", settle: bool = False
+) -> float:
+    """Targets/s of ``jobs`` jobs run one after another (submit, then wait) by one caller.
+
+    The runner purges lapsed jobs in the background from the moment it opens; with ``settle``
+    that purge is finished (untimed) before the clock starts.
+    """
     batches = [job_targets(f"{tag}/{j}", targets_per_job) for j in range(jobs)]
     store = Store.open(path)
 
     async def main() -> float:
         async with open_runner(store, noop_fetch) as runner:
+            await _settle(runner, settle)
             statuses = []
             start = time.perf_counter()
             for targets in batches:
@@ -185,11 +198,17 @@ class Latency:
 
 
 def measure_latency(
-    path: str, *, samples: int, targets_per_job: int = 32, warmup: int = 3, tag: str = "l"
+    path: str,
+    *,
+    samples: int,
+    targets_per_job: int = 32,
+    warmup: int = 3,
+    tag: str = "l",
+    settle: bool = False,
 ) -> Latency:
     """Time ``samples`` submits of a ``targets_per_job``-target job on an idle runner (each job
     is drained, untimed, before the next submit), then ``samples`` status reads of a finished
-    job of that size.
+    job of that size. ``settle`` as for :func:`measure_serial`.
     """
     batches = [job_targets(f"{tag}/{j}", targets_per_job) for j in range(warmup + samples)]
     store = Store.open(path)
@@ -198,6 +217,7 @@ def measure_latency(
         submit: list[float] = []
         status: list[float] = []
         async with open_runner(store, noop_fetch) as runner:
+            await _settle(runner, settle)
             job_id = ""
             for j, targets in enumerate(batches):
                 start = time.perf_counter()
