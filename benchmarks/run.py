@@ -245,8 +245,8 @@ def run_memory(sizes: Sizes, rec: Recorder, scratch: Scratch) -> None:
     """Peak RSS after a small and a large number of targets, each in a fresh process."""
     for name, targets in (("small", sizes.rss_small), ("large", sizes.rss_large)):
         with scratch.db(f"rss-{name}") as path:
-            rss = memory.measure_rss(path, targets=targets, targets_per_job=sizes.targets_per_job)
-        rec.extra[f"memory.{name}"] = {"targets": targets, "peak_rss_bytes": rss}
+            got = memory.measure_rss(path, targets=targets, targets_per_job=sizes.targets_per_job)
+        rec.extra[f"memory.{name}"] = {"targets": targets, **got}
 
 
 def run(sizes: Sizes, *, mode: str, command: str, out: Path | None) -> dict[str, Any]:

@@ -53,7 +53,8 @@ def test_history_runs_against_the_store(tmp_path: Path) -> None:
 
 
 def test_memory_subprocess(tmp_path: Path) -> None:
-    assert memory.measure_rss(db(tmp_path, "m"), targets=4, targets_per_job=2) > 0
+    got = memory.measure_rss(db(tmp_path, "m"), targets=4, targets_per_job=2)
+    assert got["peak_rss_bytes"] > 0 and got["wal_bytes"] >= 0
 
 
 @pytest.mark.parametrize("peer", sorted(peers.PEERS))
