@@ -8,6 +8,7 @@ or how a target is fetched: that is the injected fetch function.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import time
@@ -408,10 +409,18 @@ class Runner:
     async def _fetch_one(self, drain: _Drain, idx: int, target: Target) -> Result | _Failure:
         """Run the fetch function on one target; every way it can fail becomes a _Failure."""
         timeout = self._config.target_timeout
-        with trio.CancelScope() as scope:
-            if timeout is not None:
-                scope.deadline = trio.current_time() + timeout
-            drain.fetch_scope = scope
+        # A scope of its own only when something may cut the fetch short: it costs on every
+        # target.
+        scope = (
+            trio.CancelScope()
+            if timeout is not None or self._config.cancel_grace is not None
+            else contextlib.nullcontext()
+        )
+        with scope:
+            if isinstance(scope, trio.CancelScope):
+                if timeout is not None:
+                    scope.deadline = trio.current_time() + timeout
+                drain.fetch_scope = scope
             try:
                 result = await self._fetch(target)
             except Exception as exc:
@@ -423,7 +432,7 @@ class Runner:
                 return failure
             finally:
                 drain.fetch_scope = None
-        if scope.cancelled_caught:
+        if isinstance(scope, trio.CancelScope) and scope.cancelled_caught:
             if drain.cancel_deadline is not None and trio.current_time() >= drain.cancel_deadline:
                 return _Failure(
                     "cancelled",
@@ -445,7 +454,7 @@ class Runner:
     async def _store_outcome(
         self, drain: _Drain, idx: int, result: Result | _Failure
     ) -> Job | None:
-        """Store one outcome; each attempt is shielded, so it completes even during a cancel.
+        """Store one outcome; each attempt completes even during a cancel (it cannot be cancelled).
 
         If the database refuses the write, it is retried with backoff for up to
         ``Config.store_retry_for`` seconds; the waits between attempts can be cancelled (at
@@ -463,10 +472,11 @@ class Runner:
         delay = RETRY_FIRST_DELAY
         while True:
             try:
-                with trio.CancelScope(shield=True):
-                    job = await self._access.record_outcome(
-                        write, ttl=self._config.ttl, now=self._now()
-                    )
+                # Not cancellable (see StoreAccess.record_outcome): in effect shielded, and
+                # bounded by the busy timeout.
+                job = await self._access.record_outcome(
+                    write, ttl=self._config.ttl, now=self._now()
+                )
                 break
             except StoreUnavailable:
                 if trio.current_time() + delay > give_up_at:
