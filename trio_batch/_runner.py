@@ -316,17 +316,20 @@ class Runner:
         """Delete every job whose lease has lapsed, with its targets; returns how many.
 
         Works in small batches, each its own short transaction on the store thread, so target
-        writes are never held up for more than a few milliseconds. The runner also does this
-        every ``Config.purge_interval`` seconds.
+        writes are never held up for more than a few milliseconds; between batches it pauses as
+        long as the batch took, so a big backlog takes at most half of the database's time.
+        The runner also does this every ``Config.purge_interval`` seconds.
         """
         purged = 0
         while True:
+            started = time.perf_counter()
             batch = await self._access.call_on_thread(
                 Store.purge_expired, self._now(), batch_size=PURGE_BATCH, max_batches=1
             )
             purged += batch
             if batch < PURGE_BATCH:
                 return purged
+            await trio.sleep(time.perf_counter() - started)
 
     async def _purge_periodically(self) -> None:
         while True:

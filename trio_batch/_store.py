@@ -216,10 +216,13 @@ class Store:
         if busy_timeout < 0:
             raise ValueError("busy_timeout must not be negative")
         path = os.fspath(path)
-        # isolation_level=None: we issue BEGIN IMMEDIATE / COMMIT ourselves.
-        conn = sqlite3.connect(
-            path, timeout=busy_timeout, check_same_thread=False, isolation_level=None
-        )
+        try:
+            # isolation_level=None: we issue BEGIN IMMEDIATE / COMMIT ourselves.
+            conn = sqlite3.connect(
+                path, timeout=busy_timeout, check_same_thread=False, isolation_level=None
+            )
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open the database {path!r}: {exc}") from exc
         try:
             db = Database(conn, execute_plugins=False)
             if path != ":memory:" and not path.startswith("file::memory:"):
@@ -453,6 +456,11 @@ class Store:
             raise ValueError(f"a new job is queued or running, not {status}")
         now = time.time() if now is None else now
         key = idem_key(caller, targets)
+        # A reuse needs no write lock: look first with a plain read, then again under the lock
+        # (another connection may have created the job in between).
+        existing = self.find_reusable_job(caller, key, now=now)
+        if existing is not None:
+            return existing, True
         with self.transaction():
             existing = self.find_reusable_job(caller, key, now=now)
             if existing is not None:
