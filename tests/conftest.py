@@ -10,6 +10,9 @@ import trio
 
 from trio_batch import Result, Store, Target
 
+# The hardening suites' figures: a fixture, and a hook that repeats them in the summary.
+from .figures import figures, pytest_terminal_summary  # noqa: F401
+
 T0 = 1_700_000_000.0
 
 
