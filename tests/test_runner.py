@@ -13,6 +13,7 @@ import trio.testing
 from trio_batch import (
     Busy,
     CallerBusy,
+    ClassLimits,
     Config,
     InvalidRequest,
     InvalidTargets,
@@ -441,3 +442,43 @@ async def test_watch_of_a_cancelled_job_ends_once_the_drain_stops(
             release.set()
     assert [getattr(i, "idx", None) for i in items] == [0, None]
     assert items[-1].status == JobState.CANCELLED  # type: ignore[union-attr]
+
+
+async def test_class_limits_override_the_caps_for_a_caller_class(
+    store: Store, fetch: ScriptedFetch, clock: FakeClock
+) -> None:
+    config = Config(
+        targets_per_job=8,
+        jobs_per_caller=2,
+        class_limits={"anonymous": ClassLimits(targets_per_job=2, jobs_per_caller=1)},
+    )
+    async with open_runner(store, fetch, config, now=clock) as runner:
+        with pytest.raises(TooManyTargets, match="limit is 2"):
+            await runner.submit("anon", "anonymous", urls("a", "b", "c"))
+        await runner.submit("anon", "anonymous", urls("x/hang"))
+        with pytest.raises(CallerBusy):
+            await runner.submit("anon", "anonymous", urls("y/hang"))
+        # Other classes keep the Config's caps.
+        await runner.submit("member", "user", urls(*"abcdefgh"[:7], "z/hang"))
+        await runner.submit("member", "user", urls("w/hang"))
+
+
+async def test_lapsed_jobs_are_purged_now_and_periodically(
+    store: Store, fetch: ScriptedFetch, clock: FakeClock, autojump_clock: trio.testing.MockClock
+) -> None:
+    config = Config(ttl=100, purge_interval=60, jobs_per_caller=5, jobs_total=50)
+    async with open_runner(store, fetch, config, now=clock) as runner:
+        ids = [await run_job(runner, urls(f"job{i}")) for i in range(3)]
+        assert await runner.purge_expired() == 0
+        clock.advance(100)
+        assert await runner.purge_expired() == 3
+        kept = await run_job(runner, urls("kept"))
+        old = await run_job(runner, urls("old"))
+        clock.advance(50)
+        await runner.submit("alice", "user", urls("fresh"))  # bumps nothing of the others
+        clock.advance(60)
+        await trio.sleep(60)  # the background purge runs
+        remaining = {row[0] for row in store.db.execute("SELECT id FROM jobs")}
+    assert not set(ids) & remaining
+    assert kept not in remaining and old not in remaining
+    assert store.db.execute("SELECT count(*) FROM targets").fetchone()[0] == 1

@@ -19,14 +19,15 @@ drain task still waits for its own outcome to be committed before fetching its n
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import trio
 
-from ._model import Job, Target, TargetStatus
+from ._model import Job, Result, StoreUnavailable, Target, TargetStatus
 from ._store import OutcomeWrite, Store, WouldBlock
 from ._store_thread import StoreThread
 
@@ -50,11 +51,42 @@ class _Miss:
 _MISS = _Miss()
 
 
-def _is_lock_error(exc: sqlite3.OperationalError) -> bool:
+def _is_lock_error(exc: sqlite3.Error) -> bool:
     code = getattr(exc, "sqlite_errorcode", None)
     if code is not None:
         return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
     return "locked" in str(exc) or "busy" in str(exc)
+
+
+def _unavailable(exc: sqlite3.Error, store: Store) -> StoreUnavailable:
+    """A clear, typed error for a database that refused a call."""
+    code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
+    if _is_lock_error(exc):
+        why = (
+            "another connection or process held the database lock for longer than the busy "
+            f"timeout ({store.busy_timeout:g} s)"
+        )
+    elif code == sqlite3.SQLITE_FULL:
+        why = "the disk or the database is full"
+    elif code == sqlite3.SQLITE_IOERR:
+        why = "the disk reported an I/O error"
+    else:
+        why = "the database refused the operation"
+    return StoreUnavailable(f"{why}: {exc}")
+
+
+@contextlib.contextmanager
+def _store_errors(store: Store) -> Iterator[None]:
+    """Turn sqlite3 errors into :class:`StoreUnavailable`; nothing was changed by the call."""
+    try:
+        yield
+    except sqlite3.Error as exc:
+        raise _unavailable(exc, store) from exc
+
+
+def _small(result: Result) -> bool:
+    content = result.content
+    return not isinstance(content, str) or len(content) <= FAST_MAX_CONTENT
 
 
 @dataclass(eq=False, slots=True)
@@ -110,9 +142,10 @@ class StoreAccess:
         Cancellation: as :meth:`StoreThread.run`: once started, the call completes, and
         ``Cancelled`` is raised at the caller's next checkpoint.
         """
-        result = self._try_fast(fn, *args, **kwargs)
-        if isinstance(result, _Miss):
-            return await self.thread.run(fn, self.store, *args, **kwargs)
+        with _store_errors(self.store):
+            result = self._try_fast(fn, *args, **kwargs)
+            if isinstance(result, _Miss):
+                return await self.thread.run(fn, self.store, *args, **kwargs)
         await trio.lowlevel.cancel_shielded_checkpoint()  # an async call always yields once
         return result
 
@@ -124,7 +157,8 @@ class StoreAccess:
         **kwargs: P.kwargs,
     ) -> T:
         """``fn(store, *args, **kwargs)`` on the store thread, whatever it is."""
-        return await self.thread.run(fn, self.store, *args, **kwargs)
+        with _store_errors(self.store):
+            return await self.thread.run(fn, self.store, *args, **kwargs)
 
     async def create_job(
         self, caller: str, caller_class: str, targets: Sequence[Target], **kwargs: Any
@@ -135,9 +169,10 @@ class StoreAccess:
 
     async def get_status(self, job_id: str, *, now: float) -> tuple[Job, list[TargetStatus]] | None:
         """:meth:`Store.get_status`; on the fast path unless the job holds big results."""
-        result = self._try_fast(
-            Store.get_status, job_id, now=now, max_results_size=FAST_MAX_RESULTS
-        )
+        with _store_errors(self.store):
+            result = self._try_fast(
+                Store.get_status, job_id, now=now, max_results_size=FAST_MAX_RESULTS
+            )
         if isinstance(result, _Miss):
             return await self.call_on_thread(Store.get_status, job_id, now=now)
         await trio.lowlevel.cancel_shielded_checkpoint()
@@ -173,11 +208,14 @@ class StoreAccess:
         self, batch: list[_PendingWrite], *, ttl: float, now: float
     ) -> list[Job | Exception | None]:
         writes = [member.write for member in batch]
-        if all(w.result is None or len(w.result.content) <= FAST_MAX_CONTENT for w in writes):
-            answers = self._try_fast(Store.record_outcomes, writes, ttl=ttl, now=now)
-            if not isinstance(answers, _Miss):
-                return answers
-        return await self.thread.run(Store.record_outcomes, self.store, writes, ttl=ttl, now=now)
+        with _store_errors(self.store):
+            if all(w.result is None or _small(w.result) for w in writes):
+                answers = self._try_fast(Store.record_outcomes, writes, ttl=ttl, now=now)
+                if not isinstance(answers, _Miss):
+                    return answers
+            return await self.thread.run(
+                Store.record_outcomes, self.store, writes, ttl=ttl, now=now
+            )
 
     def _try_fast(
         self,

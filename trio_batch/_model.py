@@ -13,12 +13,14 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from types import MappingProxyType
 from typing import Any, ClassVar
 
 __all__ = [
     "BatchError",
     "Busy",
     "CallerBusy",
+    "ClassLimits",
     "Config",
     "InvalidRequest",
     "InvalidTargets",
@@ -28,6 +30,8 @@ __all__ = [
     "Result",
     "SchemaVersionError",
     "StoreError",
+    "StoreLocked",
+    "StoreUnavailable",
     "Target",
     "TargetState",
     "TargetStatus",
@@ -100,6 +104,21 @@ class StoreError(BatchError):
 
 class SchemaVersionError(StoreError):
     """The database was written by a newer version of trio_batch (or is not ours at all)."""
+
+
+class StoreLocked(StoreError):
+    """Another runner (in this process or another) is already running on this database.
+
+    Only one runner may drain a database at a time: a second one would reap the first one's
+    live jobs as "restart". Read-only use of the store is unaffected.
+    """
+
+
+class StoreUnavailable(StoreError):
+    """The database refused a read or write: locked past the busy timeout, full, or an I/O error.
+
+    Nothing was changed by the call that raised it. It may succeed if retried later.
+    """
 
 
 # --------------------------------------------------------------------------------------------
@@ -430,33 +449,92 @@ class TargetStatus:
 # Configuration
 
 
+def _check_number(owner: str, name: str, value: object, *, integer: bool) -> None:
+    kind = int if integer else int | float
+    if isinstance(value, bool) or not isinstance(value, kind):
+        raise TypeError(
+            f"{owner}.{name} must be {'an integer' if integer else 'a number'}, "
+            f"not {type(value).__name__}"
+        )
+    assert isinstance(value, int | float)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{owner}.{name} must be finite, not {value}")
+    if value < 0:
+        raise ValueError(f"{owner}.{name} must not be negative (got {value})")
+
+
+@dataclass(frozen=True, slots=True)
+class ClassLimits:
+    """Caps for one ``caller_class`` that override the :class:`Config`'s; None keeps the Config's.
+
+    For example ``ClassLimits(targets_per_job=4)`` for anonymous callers.
+    """
+
+    targets_per_job: int | None = None
+    jobs_per_caller: int | None = None
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is not None:
+                _check_number("ClassLimits", f.name, value, integer=True)
+                if value == 0:
+                    raise ValueError(f"ClassLimits.{f.name} must be at least 1, or None")
+
+
 @dataclass(frozen=True, slots=True)
 class Config:
-    """Runner limits. A field given as 0 takes its default; a negative value raises ValueError.
+    """Runner limits and timings, in seconds and counts.
 
-    - ``ttl``: seconds a job's lease lasts after its latest write (24 h).
+    A number given as 0 takes its default; a negative one raises ValueError.
+
+    - ``ttl``: how long a job's lease lasts after its latest write (24 h).
     - ``targets_per_job``: most targets one job may have (32); past it, :class:`TooManyTargets`.
     - ``jobs_per_caller``: most live jobs one caller may have (1); past it, :class:`CallerBusy`.
     - ``jobs_total``: most live jobs in all (8); past it, :class:`Busy`.
+    - ``target_timeout``: a fetch running longer fails its target with error ``"timeout"``;
+      None (the default) lets a fetch run as long as it likes.
+    - ``cancel_grace``: after a cancel, how long the in-flight fetch may still run before it is
+      cancelled and stored as failed with error ``"cancelled"``; None (the default) waits for it.
+    - ``class_limits``: per ``caller_class`` overrides of ``targets_per_job`` and
+      ``jobs_per_caller`` (see :class:`ClassLimits`).
+    - ``purge_interval``: how often lapsed jobs are deleted in the background (5 minutes).
+    - ``store_retry_for``: how long an outcome write that the database refuses is retried, with
+      backoff, before its job is failed (30 s).
     """
 
     ttl: float = 86400.0
     targets_per_job: int = 32
     jobs_per_caller: int = 1
     jobs_total: int = 8
+    target_timeout: float | None = None
+    cancel_grace: float | None = None
+    class_limits: Mapping[str, ClassLimits] = field(default_factory=dict)
+    purge_interval: float = 300.0
+    store_retry_for: float = 30.0
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            kind = int if f.type == "int" else int | float
-            if isinstance(value, bool) or not isinstance(value, kind):
-                raise TypeError(
-                    f"Config.{f.name} must be {'an integer' if kind is int else 'a number'}, "
-                    f"not {type(value).__name__}"
-                )
-            if isinstance(value, float) and not math.isfinite(value):
-                raise ValueError(f"Config.{f.name} must be finite, not {value}")
-            if value < 0:
-                raise ValueError(f"Config.{f.name} must not be negative (got {value})")
+            if f.name == "class_limits":
+                if not isinstance(value, Mapping) or not all(
+                    isinstance(k, str) and isinstance(v, ClassLimits) for k, v in value.items()
+                ):
+                    raise TypeError("Config.class_limits must map class names to ClassLimits")
+                object.__setattr__(self, f.name, MappingProxyType(dict(value)))
+                continue
+            if value is None and "None" in str(f.type):
+                continue
+            _check_number("Config", f.name, value, integer=f.type == "int")
             if value == 0:
                 object.__setattr__(self, f.name, f.default)
+
+    def limits_for(self, caller_class: str) -> tuple[int, int]:
+        """``(targets_per_job, jobs_per_caller)`` for a caller of ``caller_class``."""
+        limits = self.class_limits.get(caller_class)
+        if limits is None:
+            return self.targets_per_job, self.jobs_per_caller
+        return (
+            self.targets_per_job if limits.targets_per_job is None else limits.targets_per_job,
+            self.jobs_per_caller if limits.jobs_per_caller is None else limits.jobs_per_caller,
+        )

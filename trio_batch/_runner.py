@@ -18,12 +18,14 @@ from dataclasses import dataclass, field
 import trio
 
 from ._access import StoreAccess
+from ._lock import RunnerLock
 from ._model import (
     BatchError,
     Config,
     Job,
     JobState,
     Result,
+    StoreUnavailable,
     Target,
     TargetState,
     TargetStatus,
@@ -42,6 +44,11 @@ an exception's ``hint`` attribute, if it is a string, becomes the target's hint)
 
 #: Longest error or hint text stored for a target.
 MAX_ERROR_LENGTH = 4096
+#: Backoff between attempts at a write the database refused, in seconds.
+RETRY_FIRST_DELAY = 0.05
+RETRY_MAX_DELAY = 2.0
+#: Lapsed jobs deleted per purge transaction: keeps the write lock short (a few ms).
+PURGE_BATCH = 20
 
 
 class RunnerClosed(BatchError):
@@ -66,7 +73,15 @@ class _Drain:
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
     stopped: trio.Event = field(default_factory=trio.Event)
     in_flight: int | None = None
+    # The CancelScope around the fetch in flight: its deadline is the target timeout, moved
+    # earlier by a cancel when Config.cancel_grace is set.
+    fetch_scope: trio.CancelScope | None = None
     cancel_requested: bool = False
+    cancel_deadline: float | None = None  # trio time at which the cancel grace runs out
+    # Set once every cancel() call has finished writing; cancel_failed if one could not.
+    cancel_writes: int = 0
+    cancel_settled: trio.Event = field(default_factory=trio.Event)
+    cancel_failed: bool = False
     # Replaced by a fresh event, and set, each time an outcome is stored: wakes watchers.
     stored: trio.Event = field(default_factory=trio.Event)
 
@@ -142,9 +157,13 @@ class Runner:
         or written again, whatever that job's status. Otherwise the caps are checked and the job
         is created in one transaction, already ``running``, and its drain task is started.
 
+        The caps are the :class:`Config`'s, with ``targets_per_job`` and ``jobs_per_caller``
+        overridden for ``caller_class`` by ``Config.class_limits``.
+
         Raises :class:`InvalidTargets` (an empty list, a non-target, a repeated target),
         :class:`InvalidRequest` (a bad caller name), :class:`TooManyTargets`,
-        :class:`CallerBusy`, :class:`Busy`, or :class:`RunnerClosed` after shutdown.
+        :class:`CallerBusy`, :class:`Busy`, :class:`StoreUnavailable` if the database refuses
+        the write, or :class:`RunnerClosed` after shutdown.
 
         Cancellation: once the job is being created, the creation and the start of its drain
         task complete even if this call is cancelled (``Cancelled`` is then raised at the
@@ -153,14 +172,15 @@ class Runner:
         self._check_open()
         checked = check_targets(targets)
         config = self._config
+        targets_per_job, jobs_per_caller = config.limits_for(caller_class)
         with trio.CancelScope(shield=True):  # a created job must get its drain task
             job, reused = await self._access.create_job(
                 caller,
                 caller_class,
                 checked,
                 ttl=config.ttl,
-                targets_per_job=config.targets_per_job,
-                jobs_per_caller=config.jobs_per_caller,
+                targets_per_job=targets_per_job,
+                jobs_per_caller=jobs_per_caller,
                 jobs_total=config.jobs_total,
                 status=JobState.RUNNING,
                 now=self._now(),
@@ -182,8 +202,14 @@ class Runner:
         """Cancel a live job; returns False for an unknown, lapsed or already terminal job.
 
         The job is marked ``cancelled`` at once. The target being fetched finishes and its
-        outcome is stored; the drain task then stops, and later targets stay ``pending``.
-        Use :meth:`wait` to know when the drain task has stopped.
+        outcome is stored; the drain task then stops, and later targets stay ``pending``. With
+        ``Config.cancel_grace`` set, a fetch still running that long after the cancel is
+        cancelled and its target stored as failed with error ``"cancelled"``. Use :meth:`wait`
+        to know when the drain task has stopped.
+
+        If the database refuses the write, :class:`StoreUnavailable` is raised; the drain task
+        still stops before its next target and marks the job cancelled once the database
+        accepts it.
         """
         if not is_job_id(job_id):
             return False
@@ -191,7 +217,27 @@ class Runner:
         if drain is not None:
             # Flag first: the drain checks it before each target, so none starts after this.
             drain.cancel_requested = True
-        job = await self._access.call(Store.finish_job, job_id, JobState.CANCELLED, now=self._now())
+            grace = self._config.cancel_grace
+            if grace is not None and drain.cancel_deadline is None:
+                drain.cancel_deadline = trio.current_time() + grace
+                if drain.fetch_scope is not None:
+                    drain.fetch_scope.deadline = min(
+                        drain.fetch_scope.deadline, drain.cancel_deadline
+                    )
+            drain.cancel_writes += 1
+        try:
+            job = await self._access.call(
+                Store.finish_job, job_id, JobState.CANCELLED, now=self._now()
+            )
+        except BaseException:
+            if drain is not None:
+                drain.cancel_failed = True  # the drain marks the job cancelled once it can
+            raise
+        finally:
+            if drain is not None:
+                drain.cancel_writes -= 1
+                if drain.cancel_writes == 0:
+                    drain.cancel_settled.set()
         if job is not None:
             self._log.info("job cancelled", extra={"job_id": job_id, "caller": job.caller})
         return job is not None
@@ -262,6 +308,32 @@ class Runner:
                 return
             await changed.wait()
 
+    async def purge_expired(self) -> int:
+        """Delete every job whose lease has lapsed, with its targets; returns how many.
+
+        Works in small batches, each its own short transaction on the store thread, so target
+        writes are never held up for more than a few milliseconds. The runner also does this
+        every ``Config.purge_interval`` seconds.
+        """
+        purged = 0
+        while True:
+            batch = await self._access.call_on_thread(
+                Store.purge_expired, self._now(), batch_size=PURGE_BATCH, max_batches=1
+            )
+            purged += batch
+            if batch < PURGE_BATCH:
+                return purged
+
+    async def _purge_periodically(self) -> None:
+        while True:
+            try:
+                purged = await self.purge_expired()
+                if purged:
+                    self._log.info("lapsed jobs purged", extra={"jobs": purged})
+            except StoreUnavailable:
+                self._log.warning("could not purge lapsed jobs", exc_info=True)
+            await trio.sleep(self._config.purge_interval)
+
     # ----------------------------------------------------------------------------------------
     # Draining
 
@@ -273,46 +345,93 @@ class Runner:
         """Fetch the job's targets in order, storing each outcome before the next starts."""
         try:
             with drain.scope:
+                job: Job | None = None
                 for idx, target in enumerate(drain.targets):
                     if drain.cancel_requested:
                         break
                     drain.in_flight = idx
                     result = await self._fetch_one(drain, idx, target)
                     job = await self._store_outcome(drain, idx, result)
+                    drain.in_flight = None
                     if job is None or job.is_terminal:
                         break  # lapsed, finished, or cancelled while the target ran
+                if drain.cancel_requested and (job is None or not job.is_terminal):
+                    # Normally cancel() has marked the job; if its write failed, do it here.
+                    await drain.cancel_settled.wait()
+                    if drain.cancel_failed:
+                        await self._finish_when_possible(drain, JobState.CANCELLED, None)
         except Exception as exc:
-            # A store failure (or a bug): fail the job rather than the host's nursery.
-            self._log.exception(
-                "job drain failed", extra={"job_id": drain.job_id, "caller": drain.caller}
+            # The database stayed unavailable past Config.store_retry_for (or a bug): fail the
+            # job rather than the host's nursery, and keep the runner serving other calls.
+            self._log.error(
+                "job drain failed",
+                exc_info=True,
+                extra={"job_id": drain.job_id, "caller": drain.caller, "idx": drain.in_flight},
             )
-            with trio.CancelScope(shield=True):
-                try:
-                    await self._access.call(
-                        Store.finish_job,
-                        drain.job_id,
-                        JobState.FAILED,
-                        error=_safe_text(f"internal error: {type(exc).__name__}: {exc}"),
-                        now=self._now(),
-                    )
-                except Exception:
-                    self._log.exception("could not mark job failed", extra={"job_id": drain.job_id})
+            reason = f"{type(exc).__name__}: {exc}"
+            if drain.in_flight is not None:
+                reason = f"could not store the outcome of target {drain.in_flight}: {reason}"
+            await self._finish_when_possible(drain, JobState.FAILED, _safe_text(reason))
         finally:
             drain.in_flight = None
             del self._drains[drain.job_id]
             drain.stopped.set()
             drain.notify_stored()  # watchers re-read and see the job without a drain task
 
+    async def _finish_when_possible(
+        self, drain: _Drain, status: JobState, error: str | None
+    ) -> None:
+        """Set the job's terminal status, retrying with backoff until the database takes it.
+
+        Cancellation (shutdown) stops the retries; the job is then reaped at shutdown or at the
+        next start.
+        """
+        delay = RETRY_FIRST_DELAY
+        while True:
+            try:
+                await self._access.call(
+                    Store.finish_job, drain.job_id, status, error=error, now=self._now()
+                )
+                return
+            except StoreUnavailable:
+                self._log.warning(
+                    "could not set the job's status; retrying",
+                    exc_info=True,
+                    extra={"job_id": drain.job_id, "status": str(status)},
+                )
+            await trio.sleep(delay)
+            delay = min(delay * 2, RETRY_MAX_DELAY)
+
     async def _fetch_one(self, drain: _Drain, idx: int, target: Target) -> Result | _Failure:
-        try:
-            result = await self._fetch(target)
-        except Exception as exc:
-            failure = _failure_from_exception(exc)
-            self._log.info(
-                "target failed",
-                extra={"job_id": drain.job_id, "idx": idx, "error": failure.error},
+        """Run the fetch function on one target; every way it can fail becomes a _Failure."""
+        timeout = self._config.target_timeout
+        with trio.CancelScope() as scope:
+            if timeout is not None:
+                scope.deadline = trio.current_time() + timeout
+            drain.fetch_scope = scope
+            try:
+                result = await self._fetch(target)
+            except Exception as exc:
+                failure = _failure_from_exception(exc)
+                self._log.info(
+                    "target failed",
+                    extra={"job_id": drain.job_id, "idx": idx, "error": failure.error},
+                )
+                return failure
+            finally:
+                drain.fetch_scope = None
+        if scope.cancelled_caught:
+            if drain.cancel_deadline is not None and trio.current_time() >= drain.cancel_deadline:
+                return _Failure(
+                    "cancelled",
+                    hint=f"the job was cancelled and this fetch ran past cancel_grace "
+                    f"({self._config.cancel_grace:g} s)",
+                )
+            return _Failure(
+                "timeout",
+                hint=f"the fetch ran longer than target_timeout ({timeout:g} s); "
+                "raise Config.target_timeout if the target is just slow",
             )
-            return failure
         if not isinstance(result, Result):
             return _Failure(
                 f"the fetch function returned {_safe_text(type(result).__name__)}, not a Result",
@@ -323,7 +442,12 @@ class Runner:
     async def _store_outcome(
         self, drain: _Drain, idx: int, result: Result | _Failure
     ) -> Job | None:
-        """Store one outcome, shielded: it completes even if the drain is being cancelled."""
+        """Store one outcome; each attempt is shielded, so it completes even during a cancel.
+
+        If the database refuses the write, it is retried with backoff for up to
+        ``Config.store_retry_for`` seconds; the waits between attempts can be cancelled (at
+        shutdown), the attempts themselves cannot. Raises StoreUnavailable once time is up.
+        """
         success, failure = (result, None) if isinstance(result, Result) else (None, result)
         write = OutcomeWrite(
             drain.job_id,
@@ -332,8 +456,25 @@ class Runner:
             error=failure.error if failure else None,
             hint=failure.hint if failure else None,
         )
-        with trio.CancelScope(shield=True):
-            job = await self._access.record_outcome(write, ttl=self._config.ttl, now=self._now())
+        give_up_at = trio.current_time() + self._config.store_retry_for
+        delay = RETRY_FIRST_DELAY
+        while True:
+            try:
+                with trio.CancelScope(shield=True):
+                    job = await self._access.record_outcome(
+                        write, ttl=self._config.ttl, now=self._now()
+                    )
+                break
+            except StoreUnavailable:
+                if trio.current_time() + delay > give_up_at:
+                    raise
+                self._log.warning(
+                    "could not store an outcome; retrying",
+                    exc_info=True,
+                    extra={"job_id": drain.job_id, "idx": idx},
+                )
+            await trio.sleep(delay)
+            delay = min(delay * 2, RETRY_MAX_DELAY)
         drain.notify_stored()
         self._log.debug(
             "target stored",
@@ -362,9 +503,14 @@ async def open_runner(
 ) -> AsyncIterator[Runner]:
     """Start a runner on ``store``; leaving the block shuts it down.
 
+    Only one runner may run on a database at a time: if another runner (in this process or
+    another) holds it, :class:`StoreLocked` is raised at once. The claim is released when the
+    block ends, and by the operating system if the process dies.
+
     On entry, every job the store still holds as ``queued``/``running`` (left by a process that
     died) is marked ``failed`` with error ``"restart"``; such jobs are never resumed, and their
-    completed targets stay readable until their lease lapses.
+    completed targets stay readable until their lease lapses. Lapsed jobs are purged now and
+    every ``Config.purge_interval`` seconds.
 
     ``now`` is the wall clock used for leases (tests inject a fake one); trio's clock is used
     for everything that sleeps. ``logger`` defaults to ``logging.getLogger("trio_batch")``.
@@ -376,8 +522,14 @@ async def open_runner(
     """
     config = Config() if config is None else config
     log = logging.getLogger("trio_batch") if logger is None else logger
+    lock = RunnerLock(store)
+    lock.acquire()
     access = StoreAccess(store)
-    access.start()
+    try:
+        access.start()
+    except BaseException:
+        lock.release()
+        raise
     try:
         reaped = await access.call_on_thread(Store.mark_in_flight_failed, "restart", now())
         if reaped:
@@ -393,6 +545,7 @@ async def open_runner(
                 nursery=nursery,
                 access=access,
             )
+            nursery.start_soon(runner._purge_periodically, name="trio_batch purge")
             try:
                 yield runner
             except BaseException as exc:
@@ -410,5 +563,10 @@ async def open_runner(
                 )
                 if stopped:
                     log.info("live jobs marked failed at shutdown", extra={"jobs": stopped})
+            except StoreUnavailable:
+                # Leave them: the next start reaps them as "restart". Raising here would hide
+                # whatever ended the block.
+                log.error("could not mark live jobs failed at shutdown", exc_info=True)
             finally:
                 access.close()
+                lock.release()

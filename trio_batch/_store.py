@@ -169,6 +169,8 @@ class Store:
         self.path = path
         self.synchronous = synchronous
         self.busy_timeout = busy_timeout
+        #: True while a runner is using this Store object (see ``open_runner``).
+        self.runner_active = False
         self._lock = threading.RLock()
 
     # ----------------------------------------------------------------------------------------
