@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: test lint typecheck pytest demo clean
+.PHONY: test lint typecheck pytest soak demo clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,14 @@ typecheck: $(STAMP)
 
 pytest: $(STAMP)
 	$(BIN)/pytest
+
+# The hardening suites at full size (200 SIGKILLs, thousands of Hypothesis examples, a bigger
+# load); each prints its figures at the end. About 10 minutes on a 2-core machine.
+SOAK_SUITES := tests/test_crash_campaign.py tests/test_fault_injection.py \
+	tests/test_hostile_input.py tests/test_store_model.py tests/test_load.py
+
+soak: $(STAMP)
+	TRIO_BATCH_SOAK=1 $(BIN)/pytest $(SOAK_SUITES)
 
 demo: $(STAMP)
 	@echo "make demo: the command-line demo is coming soon (see the issue tracker)."
