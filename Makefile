@@ -30,7 +30,7 @@ SOAK_SUITES := tests/test_crash_campaign.py tests/test_fault_injection.py \
 	tests/test_hostile_input.py tests/test_store_model.py tests/test_load.py
 
 soak: $(STAMP)
-	TRIO_BATCH_SOAK=1 $(BIN)/pytest $(SOAK_SUITES)
+	TRIO_BATCH_SOAK=1 $(BIN)/pytest --durations=12 $(SOAK_SUITES)
 
 demo: $(STAMP)
 	@echo "make demo: the command-line demo is coming soon (see the issue tracker)."

@@ -1,6 +1,8 @@
 """The crash campaign's child: a runner on a file database, busy until it is killed.
 
-Run as ``python crash_child.py DB SIDE_LOG RUN SEED SYNCHRONOUS``. It opens a runner on ``DB``
+Run as ``python crash_child.py DB SIDE_LOG RUN SEED SYNCHRONOUS TIMEOUTS``. It opens a runner on
+``DB`` (with ``TIMEOUTS=1``, a short ``target_timeout`` and ``cancel_grace``, so the runner also
+stores outcomes of its own: ``"timeout"`` and ``"cancelled"``)
 and keeps several callers submitting, waiting for and sometimes cancelling jobs, forever. Its
 fetch function appends what it is about to return (or the error it is about to raise) to
 ``SIDE_LOG`` as one JSON line, flushed and fsynced before it returns, so the parent can check
@@ -19,7 +21,7 @@ from typing import Any, TextIO
 
 import trio
 
-from trio_batch import BatchError, Result, Runner, Store, Target, open_runner
+from trio_batch import BatchError, Config, Result, Runner, Store, Target, open_runner
 
 #: How many callers submit at once (the default caps allow one live job per caller, 8 in all).
 CALLERS = 5
@@ -38,7 +40,9 @@ def record(log: TextIO, entry: dict[str, Any]) -> None:
     os.fsync(log.fileno())
 
 
-async def main(db: str, log: TextIO, run: str, rng: random.Random, synchronous: str) -> None:
+async def main(
+    db: str, log: TextIO, run: str, rng: random.Random, synchronous: str, timeouts: bool
+) -> None:
     async def fetch(target: Target) -> Result:
         await trio.sleep(rng.uniform(0, 0.004))
         nonce = rng.getrandbits(63)
@@ -72,14 +76,15 @@ async def main(db: str, log: TextIO, run: str, rng: random.Random, synchronous: 
                 await runner.cancel(job_id)
             await runner.wait(job_id)
 
+    config = Config(target_timeout=0.003, cancel_grace=0.001) if timeouts else Config()
     store = Store.open(db, synchronous=synchronous)
-    async with open_runner(store, fetch) as runner, trio.open_nursery() as nursery:
+    async with open_runner(store, fetch, config) as runner, trio.open_nursery() as nursery:
         for i in range(CALLERS):
             nursery.start_soon(caller, runner, f"caller{i}")
         print("up", flush=True)
 
 
 if __name__ == "__main__":
-    db_path, log_path, run_id, seed, sync = sys.argv[1:]
+    db_path, log_path, run_id, seed, sync, short = sys.argv[1:]
     with open(log_path, "a", encoding="utf-8") as side_log:
-        trio.run(main, db_path, side_log, run_id, random.Random(int(seed)), sync)
+        trio.run(main, db_path, side_log, run_id, random.Random(int(seed)), sync, short == "1")

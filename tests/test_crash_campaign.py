@@ -48,6 +48,10 @@ CHILD_REAPS = 0.3
 UP_TIMEOUT = 60.0
 
 _LIVE = ("queued", "running")
+#: Errors the runner stores for a fetch it cancelled (Config.target_timeout, cancel_grace).
+RUNNER_ERRORS = ("timeout", "cancelled")
+#: Chance that a child runs with a short target_timeout and cancel_grace.
+TIMEOUTS = 0.3
 
 
 @dataclass
@@ -173,6 +177,11 @@ def _check_database(
                 campaign.violation(round_no, f"{url} stored twice")
             stored_urls.add(url)
             produced = campaign.fetched.get(url, [])
+            if target_error in RUNNER_ERRORS:
+                # The runner cancelled the fetch (timeout or cancel grace): it never returned.
+                if produced:
+                    campaign.violation(round_no, f"{url}: stored {target_error!r}, fetch returned")
+                continue
             if len(produced) != 1:
                 campaign.violation(
                     round_no, f"job {job_id} target {idx} was fetched {len(produced)} times"
@@ -203,6 +212,7 @@ def _kill_round(campaign: Campaign, round_no: int, rng: random.Random, db: Path)
     side_log = campaign.root / f"side-{round_no}.jsonl"
     stderr_path = campaign.root / f"child-{round_no}.err"
     synchronous = "FULL" if rng.random() < 0.2 else "NORMAL"
+    timeouts = rng.random() < TIMEOUTS
     early = rng.random() < EARLY_KILL
     delay = rng.uniform(0, 0.4) if early else rng.uniform(0, 0.5)
     with stderr_path.open("wb") as stderr:
@@ -215,6 +225,7 @@ def _kill_round(campaign: Campaign, round_no: int, rng: random.Random, db: Path)
                 str(round_no),
                 str(rng.getrandbits(32)),
                 synchronous,
+                "1" if timeouts else "0",
             ],
             stdout=subprocess.PIPE,
             stderr=stderr,
@@ -264,16 +275,22 @@ def test_sigkill_at_random_moments_loses_and_invents_nothing(
         _kill_round(campaign, round_no, rng, db)
     elapsed = time.monotonic() - started
 
-    with sqlite3.connect(db) as conn:
+    conn = sqlite3.connect(db)
+    try:
         jobs, outcomes = conn.execute(
             "SELECT count(*), coalesce(sum(targets_done), 0) FROM jobs"
         ).fetchone()
         restarts = conn.execute("SELECT count(*) FROM jobs WHERE error = 'restart'").fetchone()[0]
-    conn.close()
+        cut_short = conn.execute(
+            "SELECT count(*) FROM targets WHERE error IN (?, ?)", RUNNER_ERRORS
+        ).fetchone()[0]
+    finally:
+        conn.close()
     fetched = sum(len(entries) for entries in campaign.fetched.values())
     figures.add(f"crash campaign: {KILLS} kills, {len(campaign.violations)} violations")
     figures.add(
-        f"crash campaign: {jobs} jobs, {outcomes} outcomes stored of {fetched} fetched, "
+        f"crash campaign: {jobs} jobs, {outcomes} outcomes stored ({cut_short} of them "
+        f"'timeout'/'cancelled' by the runner), the fetch returned {fetched} times, "
         f"{restarts} jobs reaped as 'restart' ({campaign.reaped} by the parent, "
         f"{campaign.child_reaped} by a child's start), "
         f"{campaign.early_kills} kills before the runner was up, {elapsed:.1f} s"
