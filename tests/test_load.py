@@ -63,6 +63,7 @@ class Load:
     events: Counter[str] = field(default_factory=Counter)
     violations: list[str] = field(default_factory=list)
     lags: list[float] = field(default_factory=list)
+    beats: list[float] = field(default_factory=list)  # when each beat was due
     samples: int = 0
     peak_live: int = 0
     fetching: int = 0
@@ -144,6 +145,7 @@ async def heartbeat(load: Load) -> None:
         expected = trio.current_time() + 0.001
         await trio.sleep(0.001)
         load.lags.append(trio.current_time() - expected)
+        load.beats.append(expected)
 
 
 @pytest.mark.timeout(900 if SOAK else 300)
@@ -197,12 +199,15 @@ async def test_hundreds_of_submitters_under_the_default_caps(
 
     distinct = len(set(load.accepted))
     lag_ms = [1000 * lag for lag in load.lags]
+    # Every submitter's first submit lands in the same scheduler batch: the start is a burst.
+    settled = [ms for ms, due in zip(lag_ms, load.beats, strict=True) if due >= started + 1.0]
     events = ", ".join(f"{name} {n}" for name, n in sorted(load.events.items()))
     figures.add(
         f"load: {SUBMITTERS} submitters, {CALLERS} callers, {distinct} jobs in {elapsed:.1f} s "
         f"= {distinct / elapsed:.0f} jobs/s; event-loop lag p50 {_percentile(lag_ms, 0.5):.2f} "
         f"ms, p99 {_percentile(lag_ms, 0.99):.2f} ms, max {max(lag_ms, default=0):.2f} ms "
-        f"({len(lag_ms)} beats)"
+        f"({len(lag_ms)} beats; after the first second: p99 {_percentile(settled, 0.99):.2f} "
+        f"ms, max {max(settled, default=0):.2f} ms)"
     )
     figures.add(
         f"load: {load.samples} cap samples, peak {load.peak_live} live jobs "
