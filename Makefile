@@ -3,8 +3,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
+BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: test lint typecheck pytest soak demo clean
+.PHONY: test lint typecheck pytest soak demo bench bench-quick clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,8 +33,20 @@ SOAK_SUITES := tests/test_crash_campaign.py tests/test_fault_injection.py \
 soak: $(STAMP)
 	TRIO_BATCH_SOAK=1 $(BIN)/pytest --durations=12 $(SOAK_SUITES)
 
+# Benchmarks (not part of `make test`; CI does not run them). The `bench` extra adds the peers.
+$(BENCH_STAMP): pyproject.toml $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	touch $@
+
+bench: $(BENCH_STAMP)
+	$(BIN)/python -m benchmarks.run
+
+bench-quick: $(BENCH_STAMP)
+	$(BIN)/python -m benchmarks.run --quick
+
+# A real batch through `trio-batch run` against a local fixture server (demo/), offline.
 demo: $(STAMP)
-	@echo "make demo: the command-line demo is coming soon (see the issue tracker)."
+	$(BIN)/python demo/demo.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

@@ -230,6 +230,8 @@ async def test_invalid_targets_are_refused(
             await runner.submit("alice", "user", bad)
         with pytest.raises(InvalidRequest):
             await runner.submit("", "user", urls("a"))
+        with pytest.raises(InvalidRequest):
+            await runner.submit("alice", ["not", "a", "class"], urls("a"))  # type: ignore[arg-type]
     assert fetch.calls == []
     assert store.count_live_jobs() == 0
 
@@ -464,21 +466,42 @@ async def test_class_limits_override_the_caps_for_a_caller_class(
 
 
 async def test_lapsed_jobs_are_purged_now_and_periodically(
-    store: Store, fetch: ScriptedFetch, clock: FakeClock, autojump_clock: trio.testing.MockClock
+    store: Store,
+    fetch: ScriptedFetch,
+    clock: FakeClock,
+    mock_clock: trio.testing.MockClock,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     config = Config(ttl=100, purge_interval=60, jobs_per_caller=5, jobs_total=50)
-    async with open_runner(store, fetch, config, now=clock) as runner:
-        ids = [await run_job(runner, urls(f"job{i}")) for i in range(3)]
-        assert await runner.purge_expired() == 0
-        clock.advance(100)
-        assert await runner.purge_expired() == 3
-        kept = await run_job(runner, urls("kept"))
-        old = await run_job(runner, urls("old"))
-        clock.advance(50)
-        await runner.submit("alice", "user", urls("fresh"))  # bumps nothing of the others
-        clock.advance(60)
-        await trio.sleep(60)  # the background purge runs
-        remaining = {row[0] for row in store.db.execute("SELECT id FROM jobs")}
-    assert not set(ids) & remaining
-    assert kept not in remaining and old not in remaining
+    caplog.set_level(logging.INFO, logger="trio_batch")
+    purged = trio.Event()
+
+    class PurgeSeen(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.getMessage() == "lapsed jobs purged":
+                purged.set()
+
+    handler = PurgeSeen()
+    logging.getLogger("trio_batch").addHandler(handler)
+    try:
+        async with open_runner(store, fetch, config, now=clock) as runner:
+            ids = [await run_job(runner, urls(f"job{i}")) for i in range(3)]
+            assert await runner.purge_expired() == 0
+            clock.advance(100)
+            assert await runner.purge_expired() == 3
+            kept = await run_job(runner, urls("kept"))
+            clock.advance(50)
+            fresh, _ = await runner.submit("alice", "user", urls("fresh"))
+            await runner.wait(fresh)
+            clock.advance(60)  # "kept" has lapsed, "fresh" has not
+            # Move trio time until the background purge has run (its previous round may still
+            # be on the store thread, so one jump might land before its next sleep starts).
+            while not purged.is_set():
+                mock_clock.jump(config.purge_interval)
+                await trio.testing.wait_all_tasks_blocked()
+            remaining = {row[0] for row in store.db.execute("SELECT id FROM jobs")}
+    finally:
+        logging.getLogger("trio_batch").removeHandler(handler)
+    assert remaining == {fresh}
+    assert not set(ids) & remaining and kept not in remaining
     assert store.db.execute("SELECT count(*) FROM targets").fetchone()[0] == 1

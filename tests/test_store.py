@@ -22,6 +22,7 @@ from trio_batch import (
     Result,
     SchemaVersionError,
     Store,
+    StoreError,
     Target,
     TargetState,
     TargetStatus,
@@ -93,6 +94,26 @@ def test_open_refuses_a_database_that_is_not_ours(tmp_path: Path) -> None:
     conn.close()
     with pytest.raises(SchemaVersionError, match="not a trio_batch database"):
         Store.open(path)
+
+
+def test_open_wraps_a_path_that_cannot_be_opened(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="cannot open the database"):
+        Store.open(tmp_path / "no" / "such" / "dir" / "jobs.db")
+
+
+def test_a_reuse_takes_no_write_lock(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.db"
+    store = Store.open(path, busy_timeout=0)
+    job, _ = create(store)
+    locker = sqlite3.connect(path, isolation_level=None)
+    locker.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+    try:
+        again, reused = create(store)
+        assert reused and again.id == job.id
+        with pytest.raises(sqlite3.OperationalError, match="locked"):
+            create(store, "bob")  # a new job does need the lock
+    finally:
+        locker.execute("ROLLBACK")
 
 
 def test_open_rejects_unknown_synchronous_mode() -> None:

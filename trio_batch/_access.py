@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import trio
@@ -40,7 +41,9 @@ FAST_MAX_CONTENT = 64 * 1024
 FAST_MAX_TARGETS = 64
 #: Largest stored results (characters, whole job) read back on the loop thread.
 FAST_MAX_RESULTS = 256 * 1024
-#: Fast-path commits between two passive WAL checkpoints run on the store thread.
+#: Fast-path calls between two WAL checkpoints run on the store thread. The fast connection
+#: never checkpoints (that would wait on a disk flush on the loop thread), so this bounds the
+#: WAL: about 1000 commits of a few pages each, some MB.
 CHECKPOINT_EVERY = 1000
 
 
@@ -92,7 +95,7 @@ def _small(result: Result) -> bool:
 @dataclass(eq=False, slots=True)
 class _PendingWrite:
     write: OutcomeWrite
-    done: trio.Event = field(default_factory=trio.Event)
+    task: trio.lowlevel.Task | None = None  # a follower waiting for the leader's commit
     answer: Job | Exception | None = None
 
 
@@ -102,8 +105,12 @@ class StoreAccess:
     Create inside a trio run, :meth:`start`, and :meth:`close` when no call is pending.
     """
 
-    def __init__(self, store: Store) -> None:
+    def __init__(
+        self, store: Store, *, on_write: Callable[[str, float], None] | None = None
+    ) -> None:
         self.store = store
+        #: Called with ``(operation, seconds)`` after each job creation and outcome commit.
+        self.on_write = on_write
         self.thread = StoreThread()
         self._fast: Store | None = None
         self._owns_fast = False
@@ -165,7 +172,16 @@ class StoreAccess:
     ) -> tuple[Job, bool]:
         """:meth:`Store.create_job`; on the fast path when the job is small."""
         call = self.call if len(targets) <= FAST_MAX_TARGETS else self.call_on_thread
-        return await call(Store.create_job, caller, caller_class, targets, **kwargs)
+        start = time.perf_counter()
+        answer = await call(Store.create_job, caller, caller_class, targets, **kwargs)
+        self._observe("create_job", start)
+        return answer
+
+    def _observe(self, operation: str, start: float) -> None:
+        if self.on_write is not None:
+            # An observer's bug must not fail a write that succeeded.
+            with contextlib.suppress(Exception):
+                self.on_write(operation, time.perf_counter() - start)
 
     async def get_status(self, job_id: str, *, now: float) -> tuple[Job, list[TargetStatus]] | None:
         """:meth:`Store.get_status`; on the fast path unless the job holds big results."""
@@ -181,8 +197,9 @@ class StoreAccess:
     async def record_outcome(self, write: OutcomeWrite, *, ttl: float, now: float) -> Job | None:
         """Store one outcome, sharing a commit with the outcomes other drains have ready.
 
-        Answers as :meth:`Store.record_outcome`. The caller must shield this call: the outcome
-        is committed, or has failed, when it returns.
+        Answers as :meth:`Store.record_outcome`. Cancellation: this call cannot be cancelled;
+        it returns (or raises) once the outcome is committed or has failed, and a pending
+        ``Cancelled`` is raised at the caller's next checkpoint.
         """
         pending = _PendingWrite(write)
         self._batch.append(pending)
@@ -191,15 +208,30 @@ class StoreAccess:
             # outcome ready joins the batch, then commits them all.
             await trio.lowlevel.cancel_shielded_checkpoint()
             batch, self._batch = self._batch, []
+            start = time.perf_counter()
+            answers: list[Job | Exception | None] = [
+                StoreUnavailable("the write was interrupted before its commit was known")
+            ] * len(batch)
             try:
                 answers = await self._commit(batch, ttl=ttl, now=now)
             except Exception as exc:
                 answers = [exc] * len(batch)
-            for member, answer in zip(batch, answers, strict=True):
-                member.answer = answer
-                member.done.set()
+            else:
+                self._observe("record_outcomes", start)
+            finally:
+                # Followers cannot be cancelled, so they must be woken whatever happens here
+                # (a KeyboardInterrupt included).
+                for member, answer in zip(batch, answers, strict=True):
+                    member.answer = answer
+                    if member.task is not None:
+                        trio.lowlevel.reschedule(member.task)
         else:
-            await pending.done.wait()
+            pending.task = trio.lowlevel.current_task()
+
+            def abort(_: object) -> trio.lowlevel.Abort:
+                return trio.lowlevel.Abort.FAILED  # the leader is committing it: wait for that
+
+            await trio.lowlevel.wait_task_rescheduled(abort)
         if isinstance(pending.answer, Exception):
             raise pending.answer
         return pending.answer
@@ -242,6 +274,8 @@ class StoreAccess:
         self._commits_since_checkpoint += 1
         if self._commits_since_checkpoint >= CHECKPOINT_EVERY and self._owns_fast:
             self._commits_since_checkpoint = 0
-            # The fast connection never checkpoints (that would fsync on the loop thread).
-            self.thread.run_soon(Store.checkpoint, self.store)
+            # TRUNCATE: a passive checkpoint racing constant writes never restarts the WAL, so
+            # it would grow without end. Meanwhile fast writes find the lock taken and queue
+            # behind the checkpoint on the thread.
+            self.thread.run_soon(Store.checkpoint, self.store, "TRUNCATE")
         return result

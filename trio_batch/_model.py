@@ -218,11 +218,15 @@ class Options:
 
     def to_json(self) -> dict[str, Any]:
         """The options as a JSON object, with every empty or default field left out."""
-        return {
-            f.name: getattr(self, f.name)
-            for f in dataclasses.fields(self)
-            if getattr(self, f.name) != f.default
-        }
+        out = {}
+        for name, default in _OPTION_DEFAULTS:
+            value = getattr(self, name)
+            if value != default:
+                out[name] = value
+        return out
+
+
+_OPTION_DEFAULTS = tuple((f.name, f.default) for f in dataclasses.fields(Options))
 
 
 @dataclass(frozen=True, slots=True)

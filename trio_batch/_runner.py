@@ -8,6 +8,7 @@ or how a target is fetched: that is the injected fetch function.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import time
@@ -29,6 +30,7 @@ from ._model import (
     Target,
     TargetState,
     TargetStatus,
+    check_caller,
     check_targets,
 )
 from ._store import OutcomeWrite, Store, is_job_id
@@ -170,6 +172,8 @@ class Runner:
         caller's next checkpoint), so a created job is never left without its drain task.
         """
         self._check_open()
+        caller = check_caller(caller)
+        caller_class = check_caller(caller_class, "caller_class")
         checked = check_targets(targets)
         config = self._config
         targets_per_job, jobs_per_caller = config.limits_for(caller_class)
@@ -312,17 +316,20 @@ class Runner:
         """Delete every job whose lease has lapsed, with its targets; returns how many.
 
         Works in small batches, each its own short transaction on the store thread, so target
-        writes are never held up for more than a few milliseconds. The runner also does this
-        every ``Config.purge_interval`` seconds.
+        writes are never held up for more than a few milliseconds; between batches it pauses as
+        long as the batch took, so a big backlog takes at most half of the database's time.
+        The runner also does this every ``Config.purge_interval`` seconds.
         """
         purged = 0
         while True:
+            started = time.perf_counter()
             batch = await self._access.call_on_thread(
                 Store.purge_expired, self._now(), batch_size=PURGE_BATCH, max_batches=1
             )
             purged += batch
             if batch < PURGE_BATCH:
                 return purged
+            await trio.sleep(time.perf_counter() - started)
 
     async def _purge_periodically(self) -> None:
         while True:
@@ -405,10 +412,18 @@ class Runner:
     async def _fetch_one(self, drain: _Drain, idx: int, target: Target) -> Result | _Failure:
         """Run the fetch function on one target; every way it can fail becomes a _Failure."""
         timeout = self._config.target_timeout
-        with trio.CancelScope() as scope:
-            if timeout is not None:
-                scope.deadline = trio.current_time() + timeout
-            drain.fetch_scope = scope
+        # A scope of its own only when something may cut the fetch short: it costs on every
+        # target.
+        scope = (
+            trio.CancelScope()
+            if timeout is not None or self._config.cancel_grace is not None
+            else contextlib.nullcontext()
+        )
+        with scope:
+            if isinstance(scope, trio.CancelScope):
+                if timeout is not None:
+                    scope.deadline = trio.current_time() + timeout
+                drain.fetch_scope = scope
             try:
                 result = await self._fetch(target)
             except Exception as exc:
@@ -420,7 +435,7 @@ class Runner:
                 return failure
             finally:
                 drain.fetch_scope = None
-        if scope.cancelled_caught:
+        if isinstance(scope, trio.CancelScope) and scope.cancelled_caught:
             if drain.cancel_deadline is not None and trio.current_time() >= drain.cancel_deadline:
                 return _Failure(
                     "cancelled",
@@ -442,7 +457,7 @@ class Runner:
     async def _store_outcome(
         self, drain: _Drain, idx: int, result: Result | _Failure
     ) -> Job | None:
-        """Store one outcome; each attempt is shielded, so it completes even during a cancel.
+        """Store one outcome; each attempt completes even during a cancel (it cannot be cancelled).
 
         If the database refuses the write, it is retried with backoff for up to
         ``Config.store_retry_for`` seconds; the waits between attempts can be cancelled (at
@@ -460,10 +475,11 @@ class Runner:
         delay = RETRY_FIRST_DELAY
         while True:
             try:
-                with trio.CancelScope(shield=True):
-                    job = await self._access.record_outcome(
-                        write, ttl=self._config.ttl, now=self._now()
-                    )
+                # Not cancellable (see StoreAccess.record_outcome): in effect shielded, and
+                # bounded by the busy timeout.
+                job = await self._access.record_outcome(
+                    write, ttl=self._config.ttl, now=self._now()
+                )
                 break
             except StoreUnavailable:
                 if trio.current_time() + delay > give_up_at:
@@ -500,6 +516,7 @@ async def open_runner(
     *,
     now: Callable[[], float] = time.time,
     logger: logging.Logger | None = None,
+    on_store_write: Callable[[str, float], None] | None = None,
 ) -> AsyncIterator[Runner]:
     """Start a runner on ``store``; leaving the block shuts it down.
 
@@ -514,6 +531,9 @@ async def open_runner(
 
     ``now`` is the wall clock used for leases (tests inject a fake one); trio's clock is used
     for everything that sleeps. ``logger`` defaults to ``logging.getLogger("trio_batch")``.
+    ``on_store_write``, if given, is called on the event loop with ``(operation, seconds)``
+    after each job creation (``"create_job"``) and each outcome commit (``"record_outcomes"``,
+    one call per group commit): a hook for metrics; it must be quick and not raise.
 
     On exit (normal, by exception or by cancellation) in-flight fetches are cancelled, every
     outcome already being stored is completed, and every job still live is marked ``failed``
@@ -524,7 +544,7 @@ async def open_runner(
     log = logging.getLogger("trio_batch") if logger is None else logger
     lock = RunnerLock(store)
     lock.acquire()
-    access = StoreAccess(store)
+    access = StoreAccess(store, on_write=on_store_write)
     try:
         access.start()
     except BaseException:

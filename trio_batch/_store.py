@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 import re
@@ -65,6 +66,9 @@ __all__ = ["SCHEMA_VERSION", "OutcomeExists", "OutcomeWrite", "Store", "WouldBlo
 
 #: The schema version this code writes, kept in ``PRAGMA user_version``.
 SCHEMA_VERSION = 1
+
+#: Bytes the WAL file is cut back to whenever a checkpoint restarts it.
+WAL_SIZE_LIMIT = 16 * 1024 * 1024
 
 #: Job ids are ``secrets.token_urlsafe(16)``: 128 random bits in 22 URL-safe characters.
 _JOB_ID = re.compile(r"[A-Za-z0-9_-]{22}")
@@ -119,13 +123,19 @@ def _target(row: Sequence[Any]) -> TargetStatus:
         result=None if result is None else Result.from_json_text(result),
         error=error,
         hint=hint,
-        options=Options.from_json(json.loads(options)),
+        options=_options(options),
         finished_at=finished_at,
     )
 
 
 def _dumps(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+@functools.lru_cache(maxsize=1024)
+def _options(text: str) -> Options:
+    # Most targets share a handful of option sets; Options is immutable, so they can share one.
+    return Options.from_json(json.loads(text))
 
 
 def is_job_id(value: object) -> bool:
@@ -206,14 +216,19 @@ class Store:
         if busy_timeout < 0:
             raise ValueError("busy_timeout must not be negative")
         path = os.fspath(path)
-        # isolation_level=None: we issue BEGIN IMMEDIATE / COMMIT ourselves.
-        conn = sqlite3.connect(
-            path, timeout=busy_timeout, check_same_thread=False, isolation_level=None
-        )
+        try:
+            # isolation_level=None: we issue BEGIN IMMEDIATE / COMMIT ourselves.
+            conn = sqlite3.connect(
+                path, timeout=busy_timeout, check_same_thread=False, isolation_level=None
+            )
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open the database {path!r}: {exc}") from exc
         try:
             db = Database(conn, execute_plugins=False)
             if path != ":memory:" and not path.startswith("file::memory:"):
                 db.execute("PRAGMA journal_mode=WAL")  # see is_memory
+                # After a checkpoint restarts the WAL, cut the file back to this size.
+                db.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT:d}")
             db.execute(f"PRAGMA synchronous={sync}")  # validated above: one of three words
             db.execute("PRAGMA foreign_keys=ON")
             if not wal_autocheckpoint:
@@ -249,14 +264,19 @@ class Store:
             wal_autocheckpoint=wal_autocheckpoint,
         )
 
-    def checkpoint(self) -> None:
-        """Copy the WAL's committed pages into the database file (a passive checkpoint).
+    def checkpoint(self, mode: str = "TRUNCATE") -> None:
+        """Copy the WAL's committed pages into the database file, and restart the WAL.
 
-        Never waits for readers or writers; what it cannot copy now, a later call will.
+        ``TRUNCATE`` (the default) takes the write lock, copies everything, and empties the
+        WAL file, so it cannot grow without end under a steady stream of commits; it waits up
+        to the busy timeout for other connections' readers and writers. ``PASSIVE`` never
+        waits, but under constant writes it may never get to restart the WAL.
         """
+        if mode not in ("PASSIVE", "FULL", "RESTART", "TRUNCATE"):
+            raise ValueError(f"unknown checkpoint mode {mode!r}")
         with self._lock:
             if not self.is_memory:
-                self.db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                self.db.execute(f"PRAGMA wal_checkpoint({mode})")  # one of four words
 
     def close(self) -> None:
         """Close the connection. The store cannot be used afterwards."""
@@ -373,29 +393,30 @@ class Store:
         Nested use runs the block in a savepoint of the outer transaction, so it stays atomic on
         its own: if it raises, only its own changes are rolled back.
         """
+        conn = self.db.conn  # straight to sqlite3: this wraps every write
         with self._lock:
-            if self.db.conn.in_transaction:
-                self.db.execute("SAVEPOINT nested")
+            if conn.in_transaction:
+                conn.execute("SAVEPOINT nested")
                 try:
                     yield self.db
                 except BaseException:
-                    self.db.execute("ROLLBACK TO nested")
-                    self.db.execute("RELEASE nested")
+                    conn.execute("ROLLBACK TO nested")
+                    conn.execute("RELEASE nested")
                     raise
-                self.db.execute("RELEASE nested")
+                conn.execute("RELEASE nested")
                 return
-            self.db.execute("BEGIN IMMEDIATE")
+            conn.execute("BEGIN IMMEDIATE")
             try:
                 yield self.db
             except BaseException:
-                if self.db.conn.in_transaction:
-                    self.db.execute("ROLLBACK")
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
                 raise
             try:
-                self.db.execute("COMMIT")
+                conn.execute("COMMIT")
             except BaseException:
-                if self.db.conn.in_transaction:
-                    self.db.execute("ROLLBACK")
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
                 raise
 
     # ----------------------------------------------------------------------------------------
@@ -435,6 +456,11 @@ class Store:
             raise ValueError(f"a new job is queued or running, not {status}")
         now = time.time() if now is None else now
         key = idem_key(caller, targets)
+        # A reuse needs no write lock: look first with a plain read, then again under the lock
+        # (another connection may have created the job in between).
+        existing = self.find_reusable_job(caller, key, now=now)
+        if existing is not None:
+            return existing, True
         with self.transaction():
             existing = self.find_reusable_job(caller, key, now=now)
             if existing is not None:

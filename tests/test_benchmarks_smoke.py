@@ -1,0 +1,90 @@
+"""Keep the benchmark harness from rotting: run its core functions at tiny sizes.
+
+No timing is asserted: these only check that every measurement runs end to end and reports
+figures of the right shape. The peers run only where the optional ``bench`` extra is installed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+import pytest
+
+from benchmarks import floor, history, memory, peers, report, run, workloads
+
+
+def db(tmp_path: Path, name: str) -> str:
+    return str(tmp_path / f"{name}.db")
+
+
+def test_floor_and_raw_latency(tmp_path: Path) -> None:
+    path = db(tmp_path, "floor")
+    assert floor.floor_throughput(path, targets=5, targets_per_job=2) > 0
+    raw = floor.raw_latency(path, samples=3, targets_per_job=2)
+    assert len(raw.submit) == len(raw.status) == 3
+
+
+def test_runner_workloads(tmp_path: Path) -> None:
+    assert workloads.measure_serial(db(tmp_path, "s"), jobs=2, targets_per_job=3) > 0
+    got = workloads.measure_concurrent(
+        db(tmp_path, "c"), jobs_per_caller=1, targets_per_job=2, callers=2, heartbeat=True
+    )
+    assert got.targets_per_s > 0
+    lat = workloads.measure_latency(db(tmp_path, "l"), samples=2, targets_per_job=3, warmup=1)
+    assert len(lat.submit) == len(lat.status) == 2
+    assert workloads.measure_idle_heartbeat(db(tmp_path, "i"), seconds=0.02)
+
+
+def test_under_lock(tmp_path: Path) -> None:
+    held = workloads.measure_under_lock(
+        db(tmp_path, "k"), hold_seconds=0.1, targets_per_job=2, callers=2, settle_seconds=0.05
+    )
+    assert held.held_seconds > 0
+    assert held.jobs > 0 and held.lateness
+
+
+def test_history_runs_against_the_store(tmp_path: Path) -> None:
+    cache = history.HistoryCache(tmp_path, target_rows=64)
+    path = cache.copy()
+    assert workloads.measure_serial(path, jobs=1, targets_per_job=2) > 0
+    assert floor.raw_latency(path, samples=1, targets_per_job=2).status
+
+
+def test_memory_subprocess(tmp_path: Path) -> None:
+    got = memory.measure_rss(db(tmp_path, "m"), targets=4, targets_per_job=2)
+    assert got["peak_rss_bytes"] > 0 and got["wal_bytes"] >= 0
+
+
+@pytest.mark.parametrize("peer", sorted(peers.PEERS))
+def test_peer(peer: str, tmp_path: Path) -> None:
+    if not peers.installed(peer):
+        pytest.skip(f"{peer} is not installed (the optional bench extra)")
+    got = peers.measure_peer(peer, items=3, directory=tmp_path)
+    assert got.items == 3 and got.items_per_s > 0
+    assert (got.journal_mode, got.synchronous) == ("wal", 1)
+
+
+def test_whole_round_and_report(tmp_path: Path) -> None:
+    tiny = dataclasses.replace(
+        run.QUICK,
+        rounds=1,
+        floor_targets=4,
+        serial_jobs=1,
+        concurrent_jobs_per_caller=1,
+        latency_samples=2,
+        history_rows=64,
+        lock_hold_seconds=0.1,
+        idle_seconds=0.02,
+        rss_small=2,
+        rss_large=4,
+        huey_items=2,
+        dbos_items=2,
+        targets_per_job=2,
+    )
+    results = run.run(tiny, mode="smoke", command="pytest", out=tmp_path)
+    assert (tmp_path / "quick.json").exists()
+    assert {t["verdict"] for t in results["targets"]} <= {"PASS", "MISS", "SKIP"}
+    assert not math.isnan(results["figures"]["serial.targets_per_s"]["median"])
+    assert "floor" in report.render(results)
