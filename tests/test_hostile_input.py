@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 from trio_batch import (
     BatchError,
     Config,
+    InvalidRequest,
     Job,
     Options,
     Result,
@@ -161,11 +162,9 @@ target_lists = st.one_of(
     json_values,
 )
 good_callers = st.sampled_from(["alice", "bob", "carol", "dave"])
-callers = st.one_of(good_callers, hostile_text, scalars)
-#: caller_class values. Lists and dicts are left out here: Runner.submit raises TypeError for
-#: them (see test_an_unhashable_caller_class_is_an_invalid_request below).
+callers = st.one_of(good_callers, hostile_text, json_values)
 good_classes = st.sampled_from(["user", "anonymous"])
-caller_classes = st.one_of(good_classes, hostile_text, scalars)
+caller_classes = st.one_of(good_classes, hostile_text, json_values)
 job_ids = st.one_of(st.integers(0, 7).map(lambda i: ("known", i)), hostile_text, json_values)
 
 
@@ -299,20 +298,16 @@ def test_runner_calls_raise_only_batch_errors(operations: list[Op]) -> None:
         check_database(path, example)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=TypeError,
-    reason="core bug: Runner.submit looks caller_class up in Config.class_limits (a dict) "
-    "before validating it, so an unhashable caller_class (a JSON array or object) raises "
-    "TypeError instead of InvalidRequest",
-)
 @pytest.mark.parametrize("caller_class", [[], {}, ["user"], {"class": "user"}])
 def test_an_unhashable_caller_class_is_an_invalid_request(caller_class: object) -> None:
+    """Regression: Runner.submit looked an unhashable caller_class up in Config.class_limits
+    before validating it, and raised TypeError (found by the runner test above)."""
+
     async def submit() -> None:
         with Store.open() as store:
             async with open_runner(store, echo) as runner:
                 target = Target("https://hostile.test/a")
-                with pytest.raises(BatchError):
+                with pytest.raises(InvalidRequest):
                     await runner.submit("alice", caller_class, [target])  # type: ignore[arg-type]
 
     trio.run(submit)
