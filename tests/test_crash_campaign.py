@@ -250,6 +250,15 @@ def _kill_round(campaign: Campaign, round_no: int, rng: random.Random, db: Path)
         err = stderr_path.read_text(errors="replace")[-2000:]
         campaign.violation(round_no, f"the child exited with {child.returncode}: {err}")
     campaign.read_side_log(side_log)
+    if db.exists():  # as the killed child left it, before anything else opens it
+        conn = sqlite3.connect(db)
+        try:
+            integrity = conn.execute("PRAGMA integrity_check").fetchall()
+        finally:
+            conn.close()
+        if integrity != [("ok",)]:
+            campaign.violation(round_no, f"integrity_check after the kill says {integrity[:5]}")
+            return
 
     if campaign.left_live:
         # Jobs the previous round left live: this child's start reaped them if it got that far.
