@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: test lint typecheck pytest demo bench bench-quick clean
+.PHONY: test lint typecheck pytest soak demo bench bench-quick clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,14 @@ typecheck: $(STAMP)
 
 pytest: $(STAMP)
 	$(BIN)/pytest
+
+# The hardening suites at full size (200 SIGKILLs, thousands of Hypothesis examples, a bigger
+# load); each prints its figures at the end. About 10 minutes on a 2-core machine.
+SOAK_SUITES := tests/test_crash_campaign.py tests/test_fault_injection.py \
+	tests/test_hostile_input.py tests/test_store_model.py tests/test_load.py
+
+soak: $(STAMP)
+	TRIO_BATCH_SOAK=1 $(BIN)/pytest --durations=12 $(SOAK_SUITES)
 
 # Benchmarks (not part of `make test`; CI does not run them). The `bench` extra adds the peers.
 $(BENCH_STAMP): pyproject.toml $(STAMP)

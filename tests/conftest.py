@@ -11,6 +11,9 @@ from hypothesis import settings
 
 from trio_batch import Result, Store, Target
 
+# The hardening suites' figures: a fixture, and a hook that repeats them in the summary.
+from .figures import figures, pytest_terminal_summary  # noqa: F401
+
 # Hypothesis' per-example deadline is a wall-clock threshold; on shared, loaded machines it
 # fails correct code. Speed is measured in benchmarks/, never asserted in tests.
 settings.register_profile("trio_batch", deadline=None)
