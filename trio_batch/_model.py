@@ -207,12 +207,11 @@ class Options:
         """
         if not isinstance(obj, Mapping):
             raise InvalidTargets(f"options must be a JSON object, not {_json_type(obj)}")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(str(k) for k in obj if k not in known)
+        known = [name for name, _ in _OPTION_DEFAULTS]
+        unknown = unknown_keys(obj, known)
         if unknown:
             raise InvalidTargets(
-                f"unknown option(s) {', '.join(map(repr, unknown))}; "
-                f"known options are {', '.join(sorted(known))}"
+                f"unknown option(s) {unknown}; known options are {', '.join(known)}"
             )
         return cls(**obj)
 
@@ -259,11 +258,10 @@ class Target:
         """
         if not isinstance(obj, Mapping):
             raise InvalidTargets(f"a target must be a JSON object, not {_json_type(obj)}")
-        unknown = sorted(str(k) for k in obj if k not in ("url", "options"))
+        unknown = unknown_keys(obj, ("url", "options"))
         if unknown:
             raise InvalidTargets(
-                f"unknown target key(s) {', '.join(map(repr, unknown))}; "
-                "a target has 'url' and optionally 'options'"
+                f"unknown target key(s) {unknown}; a target has 'url' and optionally 'options'"
             )
         if "url" not in obj:
             raise InvalidTargets("a target needs a 'url'")
@@ -280,6 +278,11 @@ class Target:
         if options:
             out["options"] = options
         return out
+
+
+def unknown_keys(obj: Mapping[Any, Any], known: Sequence[str]) -> str:
+    """The keys of ``obj`` outside ``known``, sorted and quoted for a message; "" if none."""
+    return ", ".join(repr(k) for k in sorted(map(str, obj)) if k not in known)
 
 
 def _json_type(obj: object) -> str:

@@ -69,6 +69,7 @@ from ._model import (
     TargetStatus,
     TooManyTargets,
     check_caller,
+    unknown_keys,
 )
 from ._openapi import openapi_document
 from ._runner import FetchFunc, Runner, RunnerClosed, open_runner
@@ -461,11 +462,10 @@ def _parse_submission(obj: object, caller: Caller, config: Config) -> tuple[str,
     """The caller class and targets of a ``POST /v1/batches`` body; raises BatchError."""
     if not isinstance(obj, dict):
         raise InvalidRequest('the body must be a JSON object {"targets": [...]}')
-    unknown = sorted(str(k) for k in obj if k not in ("targets", "caller_class"))
+    unknown = unknown_keys(obj, ("targets", "caller_class"))
     if unknown:
         raise InvalidRequest(
-            f"unknown key(s) {', '.join(map(repr, unknown))}; "
-            "the body has 'targets' and optionally 'caller_class'"
+            f"unknown key(s) {unknown}; the body has 'targets' and optionally 'caller_class'"
         )
     if "targets" not in obj:
         raise InvalidRequest("the body needs 'targets', a list of {\"url\": ...} objects")
