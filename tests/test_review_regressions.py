@@ -1,4 +1,4 @@
-"""Regression tests for defects found in review; each is xfail until the core is fixed.
+"""Regression tests for defects found in review of the core.
 
 Interleavings are forced with events, ``wait_all_tasks_blocked`` and, where a store call must
 be caught half-way on the store thread, a wrapped ``Store`` method that parks that thread on a
@@ -27,6 +27,7 @@ from trio_batch import (
     Result,
     Runner,
     Store,
+    StoreError,
     TargetState,
     TargetStatus,
     open_runner,
@@ -70,11 +71,6 @@ async def _watch(runner: Runner, job_id: str) -> object:
     return [item async for item in runner.watch(job_id)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="after open_runner exits, status/wait/cancel/watch queue on the stopped store "
-    "thread and block forever in an uncancellable wait",
-)
 @pytest.mark.parametrize("method", [_status, _wait, _cancel, _watch])
 async def test_runner_calls_after_shutdown_answer_instead_of_hanging(
     store: Store,
@@ -116,11 +112,6 @@ async def test_runner_calls_after_shutdown_answer_instead_of_hanging(
 #    reused id does not reach the drain, which then fetches a target after cancel() returned.
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="submit registers the drain only after create_job returns; a cancel (or wait) "
-    "through the reused id in between is missed and the drain still fetches",
-)
 async def test_cancel_through_a_reused_id_before_the_drain_starts(
     store: Store, fetch: ScriptedFetch, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -182,26 +173,44 @@ class _DiskFullOs:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="RunnerLock.acquire leaks the flocked fd (and raises a bare OSError) when the pid "
-    "write fails; every later open_runner in the process gets StoreLocked",
-)
-async def test_a_failed_lock_acquire_does_not_leave_the_lock_held(
+async def test_a_full_disk_while_taking_the_lock_does_not_leave_it_held(
     tmp_path: Path, fetch: ScriptedFetch, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = Store.open(tmp_path / "jobs.db")
     try:
+        # The pid note in the lock file cannot be written: the lock (the flock) still works.
         monkeypatch.setattr(trio_batch._lock, "os", _DiskFullOs())
-        with pytest.raises(Exception):  # noqa: B017 - OSError today; a StoreError would be better
+        async with open_runner(store, fetch, CONFIG, now=clock) as runner:
+            job_id, _ = await runner.submit("alice", "user", urls("a"))
+            assert (await runner.wait(job_id)) is not None
+        monkeypatch.undo()
+        # Released: the next start works.
+        async with open_runner(store, fetch, CONFIG, now=clock) as runner:
+            job_id, _ = await runner.submit("alice", "user", urls("b"))
+            job = await runner.wait(job_id)
+        assert job is not None and job.status == JobState.DONE
+    finally:
+        store.close()
+
+
+async def test_a_lock_file_that_cannot_be_created_is_a_store_error(
+    tmp_path: Path, fetch: ScriptedFetch, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = Store.open(tmp_path / "jobs.db")
+
+    class NoCreateOs(_DiskFullOs):
+        @staticmethod
+        def open(path: str, flags: int, mode: int = 0o777) -> int:
+            raise OSError(errno.EACCES, os.strerror(errno.EACCES))
+
+    try:
+        monkeypatch.setattr(trio_batch._lock, "os", NoCreateOs())
+        with pytest.raises(StoreError, match="runner lock file"):
             async with open_runner(store, fetch, CONFIG, now=clock):
                 pass  # pragma: no cover
         monkeypatch.undo()
-        # The disk has room again: the next start must work.
-        async with open_runner(store, fetch, CONFIG, now=clock) as runner:
-            job_id, _ = await runner.submit("alice", "user", urls("a"))
-            job = await runner.wait(job_id)
-        assert job is not None and job.status == JobState.DONE
+        async with open_runner(store, fetch, CONFIG, now=clock):
+            pass
     finally:
         store.close()
 
@@ -210,11 +219,6 @@ async def test_a_failed_lock_acquire_does_not_leave_the_lock_held(
 # 4. wait() during shutdown returns a job that is still "running".
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="wait() returns as soon as a drain stops at shutdown, before the job is marked "
-    "failed 'shutdown', so it hands back a live job",
-)
 async def test_wait_during_shutdown_returns_a_terminal_job(
     store: Store, fetch: ScriptedFetch, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -263,11 +267,6 @@ class _EvilMeta(dict[str, Any]):
         raise RuntimeError("no items for you")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an exception other than OutcomeExists/ValueError from one write fails the whole "
-    "group commit, and every job in the batch is failed with it",
-)
 async def test_an_unstorable_result_fails_only_its_own_target(
     store: Store, fetch: ScriptedFetch, clock: FakeClock
 ) -> None:
@@ -282,6 +281,7 @@ async def test_an_unstorable_result_fails_only_its_own_target(
         evil_go.set()
         good_go.set()  # both outcomes are ready at once: one group commit
         good_job = await runner.wait(good_id)
+        await runner.wait(bad_id)
         bad_status = await runner.status(bad_id)
     assert good_job is not None
     assert (good_job.status, good_job.error) == (JobState.DONE, None)
@@ -295,11 +295,6 @@ async def test_an_unstorable_result_fails_only_its_own_target(
 # 6. A big meta is serialised and written on the event loop (only content is measured).
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="StoreAccess._commit sizes a Result by its content only: a multi-MB meta is "
-    "serialised and written on the loop thread",
-)
 async def test_a_big_meta_is_not_written_on_the_event_loop(
     store: Store, fetch: ScriptedFetch, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -324,11 +319,6 @@ async def test_a_big_meta_is_not_written_on_the_event_loop(
 # 7. status() can report two targets as running (a snapshot older than drain.in_flight).
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="status() overlays drain.in_flight read after the store snapshot; a snapshot taken "
-    "before the previous outcome's commit then shows two running targets",
-)
 async def test_status_never_reports_two_running_targets(
     store: Store, fetch: ScriptedFetch, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:

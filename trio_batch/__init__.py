@@ -17,6 +17,7 @@ from ._model import (
     JobState,
     Options,
     Result,
+    RunnerClosed,
     SchemaVersionError,
     StoreError,
     StoreLocked,
@@ -27,7 +28,7 @@ from ._model import (
     TooManyTargets,
     idem_key,
 )
-from ._runner import FetchFunc, Runner, RunnerClosed, open_runner
+from ._runner import FetchFunc, Runner, open_runner
 from ._store import SCHEMA_VERSION, OutcomeExists, OutcomeWrite, Store
 
 __all__ = [

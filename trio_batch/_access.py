@@ -28,7 +28,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import trio
 
-from ._model import Job, Result, StoreUnavailable, Target, TargetStatus
+from ._model import Job, Result, RunnerClosed, StoreUnavailable, Target, TargetStatus
 from ._store import OutcomeWrite, Store, WouldBlock
 from ._store_thread import StoreThread
 
@@ -37,6 +37,10 @@ T = TypeVar("T")
 
 #: Largest result content (characters) written on the loop thread; bigger ones go to the thread.
 FAST_MAX_CONTENT = 64 * 1024
+#: A result's meta is written on the loop thread only if it has at most this many items, each
+#: a number, a boolean, None or a string of at most FAST_MAX_META_TEXT characters.
+FAST_MAX_META_ITEMS = 32
+FAST_MAX_META_TEXT = 4096
 #: Largest job (targets) created on the loop thread.
 FAST_MAX_TARGETS = 64
 #: Largest stored results (characters, whole job) read back on the loop thread.
@@ -88,8 +92,18 @@ def _store_errors(store: Store) -> Iterator[None]:
 
 
 def _small(result: Result) -> bool:
-    content = result.content
-    return not isinstance(content, str) or len(content) <= FAST_MAX_CONTENT
+    """Cheap to encode and write on the loop: short content and a small, flat ``meta``."""
+    content, meta = result.content, result.meta
+    if isinstance(content, str) and len(content) > FAST_MAX_CONTENT:
+        return False
+    if not isinstance(meta, dict) or len(meta) > FAST_MAX_META_ITEMS:
+        return False  # the thread finds out what is wrong with it, off the loop
+    return all(
+        value is None
+        or isinstance(value, bool | int | float)
+        or (isinstance(value, str) and len(value) <= FAST_MAX_META_TEXT)
+        for value in meta.values()
+    )
 
 
 @dataclass(eq=False, slots=True)
@@ -116,6 +130,7 @@ class StoreAccess:
         self._owns_fast = False
         self._batch: list[_PendingWrite] = []
         self._commits_since_checkpoint = 0
+        self._checkpoint_pending = False
 
     def start(self) -> None:
         """Start the store thread and open the fast-path connection where one is safe."""
@@ -127,6 +142,15 @@ class StoreAccess:
                 self._fast = self.store.reopen(busy_timeout=0, wal_autocheckpoint=False)
                 self._owns_fast = True
         self.thread.start()
+
+    def _check_open(self) -> None:
+        if self.thread.stopped:
+            raise RunnerClosed("the runner has stopped; its store answers no more calls")
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` has run: no further call is served."""
+        return self.thread.stopped
 
     def close(self) -> None:
         """Close the fast-path connection and let the thread end after its queued calls."""
@@ -149,6 +173,7 @@ class StoreAccess:
         Cancellation: as :meth:`StoreThread.run`: once started, the call completes, and
         ``Cancelled`` is raised at the caller's next checkpoint.
         """
+        self._check_open()
         with _store_errors(self.store):
             result = self._try_fast(fn, *args, **kwargs)
             if isinstance(result, _Miss):
@@ -164,6 +189,7 @@ class StoreAccess:
         **kwargs: P.kwargs,
     ) -> T:
         """``fn(store, *args, **kwargs)`` on the store thread, whatever it is."""
+        self._check_open()
         with _store_errors(self.store):
             return await self.thread.run(fn, self.store, *args, **kwargs)
 
@@ -185,6 +211,7 @@ class StoreAccess:
 
     async def get_status(self, job_id: str, *, now: float) -> tuple[Job, list[TargetStatus]] | None:
         """:meth:`Store.get_status`; on the fast path unless the job holds big results."""
+        self._check_open()
         with _store_errors(self.store):
             result = self._try_fast(
                 Store.get_status, job_id, now=now, max_results_size=FAST_MAX_RESULTS
@@ -201,6 +228,7 @@ class StoreAccess:
         it returns (or raises) once the outcome is committed or has failed, and a pending
         ``Cancelled`` is raised at the caller's next checkpoint.
         """
+        self._check_open()
         pending = _PendingWrite(write)
         self._batch.append(pending)
         if len(self._batch) == 1:
@@ -249,6 +277,13 @@ class StoreAccess:
                 Store.record_outcomes, self.store, writes, ttl=ttl, now=now
             )
 
+    def _checkpoint(self) -> None:
+        """On the store thread: empty the WAL, then let the fast path go on."""
+        try:
+            self.store.checkpoint("TRUNCATE")
+        finally:
+            self._checkpoint_pending = False  # one bool, read by the loop thread
+
     def _try_fast(
         self,
         fn: Callable[Concatenate[Store, P], T],
@@ -257,7 +292,7 @@ class StoreAccess:
         **kwargs: P.kwargs,
     ) -> T | _Miss:
         fast = self._fast
-        if fast is None or not fast._lock.acquire(blocking=False):
+        if fast is None or self._checkpoint_pending or not fast._lock.acquire(blocking=False):
             return _MISS
         try:
             result = fn(fast, *args, **kwargs)
@@ -275,7 +310,8 @@ class StoreAccess:
         if self._commits_since_checkpoint >= CHECKPOINT_EVERY and self._owns_fast:
             self._commits_since_checkpoint = 0
             # TRUNCATE: a passive checkpoint racing constant writes never restarts the WAL, so
-            # it would grow without end. Meanwhile fast writes find the lock taken and queue
-            # behind the checkpoint on the thread.
-            self.thread.run_soon(Store.checkpoint, self.store, "TRUNCATE")
+            # it would grow without end. Until it is done, calls go to the thread and queue
+            # behind it, so it gets the lock at once instead of racing the loop for it.
+            self._checkpoint_pending = True
+            self.thread.run_soon(self._checkpoint)
         return result

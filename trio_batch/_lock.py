@@ -9,10 +9,11 @@ on the :class:`Store` object guards it instead.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 
-from ._model import StoreLocked
+from ._model import StoreError, StoreLocked
 from ._store import Store
 
 __all__ = ["RunnerLock"]
@@ -36,7 +37,10 @@ class RunnerLock:
             raise StoreLocked("a runner is already running on this Store")
         path = self.path
         if path is not None:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as exc:
+                raise StoreError(f"cannot create the runner lock file {path!r}: {exc}") from exc
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -48,9 +52,11 @@ class RunnerLock:
             except BaseException:
                 os.close(fd)
                 raise
-            # Who holds it, for a person looking at the file; the lock itself is the flock.
-            os.ftruncate(fd, 0)
-            os.write(fd, f"{os.getpid()}\n".encode())
+            # Who holds it, for a person looking at the file; the lock itself is the flock,
+            # so a full disk here costs nothing but this note.
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)
+                os.write(fd, f"{os.getpid()}\n".encode())
             self._fd = fd
         self._store.runner_active = True
 

@@ -28,6 +28,7 @@ __all__ = [
     "JobState",
     "Options",
     "Result",
+    "RunnerClosed",
     "SchemaVersionError",
     "StoreError",
     "StoreLocked",
@@ -94,6 +95,13 @@ class Busy(BatchError):
     """All ``jobs_total`` job slots are taken by live jobs. HTTP 429: retry once one ends."""
 
     http_status = 429
+
+
+class RunnerClosed(BatchError):
+    """The runner has shut down (or is shutting down): it takes no new jobs, and once it has
+    stopped it answers nothing more. HTTP 503."""
+
+    http_status = 503
 
 
 class StoreError(BatchError):
@@ -285,6 +293,13 @@ def unknown_keys(obj: Mapping[Any, Any], known: Sequence[str]) -> str:
     return ", ".join(repr(k) for k in sorted(map(str, obj)) if k not in known)
 
 
+def _describe(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception:
+        return f"<unprintable {type(exc).__name__}>"
+
+
 def _json_type(obj: object) -> str:
     """Name ``obj``'s type the way a JSON author would."""
     if obj is None:
@@ -379,8 +394,8 @@ class Result:
                 separators=(",", ":"),
             )
             text.encode("utf-8")
-        except (TypeError, ValueError, RecursionError, UnicodeEncodeError) as exc:
-            raise ValueError(f"{type(exc).__name__}: {exc}") from None
+        except Exception as exc:  # whatever a hostile dict subclass or __str__ may raise
+            raise ValueError(f"{type(exc).__name__}: {_describe(exc)}") from None
         return text
 
     @classmethod

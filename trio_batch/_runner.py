@@ -21,11 +21,11 @@ import trio
 from ._access import StoreAccess
 from ._lock import RunnerLock
 from ._model import (
-    BatchError,
     Config,
     Job,
     JobState,
     Result,
+    RunnerClosed,
     StoreUnavailable,
     Target,
     TargetState,
@@ -33,7 +33,7 @@ from ._model import (
     check_caller,
     check_targets,
 )
-from ._store import OutcomeWrite, Store, is_job_id
+from ._store import OutcomeWrite, Store, is_job_id, new_job_id
 
 __all__ = ["FetchFunc", "Runner", "RunnerClosed", "open_runner"]
 
@@ -51,12 +51,6 @@ RETRY_FIRST_DELAY = 0.05
 RETRY_MAX_DELAY = 2.0
 #: Lapsed jobs deleted per purge transaction: keeps the write lock short (a few ms).
 PURGE_BATCH = 20
-
-
-class RunnerClosed(BatchError):
-    """The runner has shut down (or is shutting down) and takes no new jobs. HTTP 503."""
-
-    http_status = 503
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +129,9 @@ class Runner:
         self._access = access
         self._drains: dict[str, _Drain] = {}
         self._closed = False
+        # Set once shutdown has tried to mark the live jobs failed ("shutdown"); ok if it did.
+        self._shutdown_marked = trio.Event()
+        self._shutdown_marked_ok = False
 
     @property
     def config(self) -> Config:
@@ -177,28 +174,39 @@ class Runner:
         checked = check_targets(targets)
         config = self._config
         targets_per_job, jobs_per_caller = config.limits_for(caller_class)
-        with trio.CancelScope(shield=True):  # a created job must get its drain task
-            job, reused = await self._access.create_job(
-                caller,
-                caller_class,
-                checked,
-                ttl=config.ttl,
-                targets_per_job=targets_per_job,
-                jobs_per_caller=jobs_per_caller,
-                jobs_total=config.jobs_total,
-                status=JobState.RUNNING,
-                now=self._now(),
-            )
-        log_extra = {"job_id": job.id, "caller": job.caller, "targets": job.targets_total}
-        if reused:
-            self._log.info("job reused", extra={**log_extra, "status": str(job.status)})
-            return job.id, True
-        if self._closed:
-            # Shutdown began while the job was being created; shutdown marks it failed.
-            raise RunnerClosed("the runner is shutting down; the job was not started")
-        drain = _Drain(job.id, job.caller, checked)
-        self._drains[job.id] = drain
-        self._nursery.start_soon(self._drain, drain, name=f"trio_batch drain {job.id}")
+        # The drain is registered before the job exists, under the id the job will get: the
+        # moment another task can see the job (a reuse, a listing), cancel() and wait() find
+        # its drain.
+        drain = _Drain(new_job_id(), caller, checked)
+        self._drains[drain.job_id] = drain
+        started = False
+        try:
+            with trio.CancelScope(shield=True):  # a created job must get its drain task
+                job, reused = await self._access.create_job(
+                    caller,
+                    caller_class,
+                    checked,
+                    ttl=config.ttl,
+                    targets_per_job=targets_per_job,
+                    jobs_per_caller=jobs_per_caller,
+                    jobs_total=config.jobs_total,
+                    status=JobState.RUNNING,
+                    job_id=drain.job_id,
+                    now=self._now(),
+                )
+            log_extra = {"job_id": job.id, "caller": job.caller, "targets": job.targets_total}
+            if reused:
+                self._log.info("job reused", extra={**log_extra, "status": str(job.status)})
+                return job.id, True
+            if self._closed:
+                # Shutdown began while the job was being created; shutdown marks it failed.
+                raise RunnerClosed("the runner is shutting down; the job was not started")
+            self._nursery.start_soon(self._drain, drain, name=f"trio_batch drain {job.id}")
+            started = True
+        finally:
+            if not started:
+                del self._drains[drain.job_id]
+                drain.stopped.set()
         self._log.info("job submitted", extra=log_extra)
         return job.id, False
 
@@ -253,16 +261,17 @@ class Runner:
         """
         if not is_job_id(job_id):
             return None
-        status = await self._access.get_status(job_id, now=self._now())
+        # Read before the snapshot: a target in flight then is still pending, or done, in it.
         drain = self._drains.get(job_id)
-        if status is None or drain is None or drain.in_flight is None:
+        in_flight = None if drain is None else drain.in_flight
+        status = await self._access.get_status(job_id, now=self._now())
+        if status is None or in_flight is None:
             return status
         # The store derives "running" for running jobs; a cancelled job's last fetch is known
         # only here.
         job, targets = status
-        in_flight = targets[drain.in_flight]
-        if in_flight.status is TargetState.PENDING:
-            targets[drain.in_flight] = dataclasses.replace(in_flight, status=TargetState.RUNNING)
+        if targets[in_flight].status is TargetState.PENDING:
+            targets[in_flight] = dataclasses.replace(targets[in_flight], status=TargetState.RUNNING)
         return job, targets
 
     async def wait(self, job_id: str) -> Job | None:
@@ -271,13 +280,22 @@ class Runner:
         After it returns no further write for the job can follow (after a cancel, that is once
         the in-flight outcome is stored). Returns None for an unknown or lapsed id. This waits
         on an event, never by polling. A job this runner is not draining is returned as stored.
+        A job stopped by the runner's shutdown comes back ``failed`` with error ``"shutdown"``
+        once shutdown has marked it so (as stored, if the database refused that). After the
+        runner has stopped, raises :class:`RunnerClosed`.
         """
         if not is_job_id(job_id):
             return None
         drain = self._drains.get(job_id)
         if drain is not None:
             await drain.stopped.wait()
-        return await self._access.call(Store.get_job, job_id, now=self._now())
+        job = await self._access.call(Store.get_job, job_id, now=self._now())
+        if job is not None and not job.is_terminal and self._closed:
+            # Its drain was stopped by the shutdown, which marks it failed next: report that.
+            await self._shutdown_marked.wait()
+            if self._shutdown_marked_ok:
+                job = dataclasses.replace(job, status=JobState.FAILED, error="shutdown")
+        return job
 
     async def watch(self, job_id: str) -> AsyncIterator[TargetStatus | Job]:
         """Yield each stored outcome of the job in ``idx`` order, then the terminal job.
@@ -550,6 +568,7 @@ async def open_runner(
     except BaseException:
         lock.release()
         raise
+    runner: Runner | None = None
     try:
         reaped = await access.call_on_thread(Store.mark_in_flight_failed, "restart", now())
         if reaped:
@@ -577,10 +596,12 @@ async def open_runner(
             raise body_error
     finally:
         with trio.CancelScope(shield=True):
+            marked_ok = False
             try:
                 stopped = await access.call_on_thread(
                     Store.mark_in_flight_failed, "shutdown", now()
                 )
+                marked_ok = True
                 if stopped:
                     log.info("live jobs marked failed at shutdown", extra={"jobs": stopped})
             except StoreUnavailable:
@@ -588,5 +609,10 @@ async def open_runner(
                 # whatever ended the block.
                 log.error("could not mark live jobs failed at shutdown", exc_info=True)
             finally:
-                access.close()
-                lock.release()
+                if runner is not None:
+                    runner._shutdown_marked_ok = marked_ok
+                    runner._shutdown_marked.set()
+                try:
+                    access.close()
+                finally:
+                    lock.release()

@@ -138,6 +138,11 @@ def _options(text: str) -> Options:
     return Options.from_json(json.loads(text))
 
 
+def new_job_id() -> str:
+    """A fresh job id: 128 random bits, URL-safe (``secrets.token_urlsafe(16)``)."""
+    return secrets.token_urlsafe(16)
+
+
 def is_job_id(value: object) -> bool:
     """True if ``value`` has the shape of a job id (it may still be unknown)."""
     return isinstance(value, str) and _JOB_ID.fullmatch(value) is not None
@@ -433,6 +438,7 @@ class Store:
         jobs_per_caller: int,
         jobs_total: int,
         status: JobState = JobState.QUEUED,
+        job_id: str | None = None,
         now: float | None = None,
     ) -> tuple[Job, bool]:
         """Create a job atomically with its caps check; returns ``(job, reused)``.
@@ -446,7 +452,8 @@ class Store:
         targets as ``pending`` with a lease of ``ttl`` seconds, and return ``(job, False)``.
 
         ``status`` is the new job's status: ``queued``, or ``running`` for a caller that starts
-        draining at once. Invalid targets or
+        draining at once. ``job_id`` is the id a new job gets (made with :func:`new_job_id`);
+        by default a fresh one. Invalid targets or
         caller names raise :class:`InvalidTargets` / :class:`InvalidRequest` before any I/O.
         """
         caller = check_caller(caller)
@@ -454,6 +461,8 @@ class Store:
         targets = check_targets(targets)
         if not JobState(status).is_live:
             raise ValueError(f"a new job is queued or running, not {status}")
+        if job_id is not None and not is_job_id(job_id):
+            raise ValueError(f"{job_id!r} is not a job id; make one with new_job_id()")
         now = time.time() if now is None else now
         key = idem_key(caller, targets)
         # A reuse needs no write lock: look first with a plain read, then again under the lock
@@ -477,7 +486,7 @@ class Store:
             if self.count_live_jobs() >= jobs_total:
                 raise Busy(f"all {jobs_total} job slots are taken; retry when a job finishes")
             job = Job(
-                id=secrets.token_urlsafe(16),
+                id=new_job_id() if job_id is None else job_id,
                 status=JobState(status),
                 error=None,
                 targets_total=len(targets),

@@ -43,6 +43,7 @@ class StoreThread:
     def __init__(self, *, name: str = "trio_batch store") -> None:
         self._token = trio.lowlevel.current_trio_token()
         self._queue: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
+        self.stopped = False
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
 
     def start(self) -> None:
@@ -50,8 +51,14 @@ class StoreThread:
         self._thread.start()
 
     def stop(self) -> None:
-        """Let the thread finish the calls queued so far, then end; returns at once."""
-        self._queue.put(None)
+        """Let the thread finish the calls queued so far, then end; returns at once.
+
+        Later calls raise :class:`trio.ClosedResourceError` instead of waiting for a thread
+        that will never answer.
+        """
+        if not self.stopped:
+            self.stopped = True
+            self._queue.put(None)
 
     async def run(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         """Run ``fn(*args, **kwargs)`` on the store thread and return (or raise) its outcome.
@@ -66,9 +73,12 @@ class StoreThread:
 
     def run_soon(self, fn: Callable[P, object], /, *args: P.args, **kwargs: P.kwargs) -> None:
         """Queue ``fn(*args, **kwargs)`` without waiting for it; an error it raises is logged."""
-        self._queue.put(_Call(fn, args, kwargs, None))
+        if not self.stopped:
+            self._queue.put(_Call(fn, args, kwargs, None))
 
     async def _call(self, call: _Call) -> Any:
+        if self.stopped:
+            raise trio.ClosedResourceError("the store thread has stopped")
         self._queue.put(call)
 
         def abort(_: object) -> trio.lowlevel.Abort:

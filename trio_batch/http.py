@@ -64,6 +64,7 @@ from ._model import (
     InvalidTargets,
     Job,
     JobState,
+    RunnerClosed,
     Target,
     TargetState,
     TargetStatus,
@@ -72,7 +73,7 @@ from ._model import (
     unknown_keys,
 )
 from ._openapi import openapi_document
-from ._runner import FetchFunc, Runner, RunnerClosed, open_runner
+from ._runner import FetchFunc, Runner, open_runner
 from ._ssrf import DestinationPolicy, DestinationRefused
 from ._store import Store
 from .fetchers import HttpFetcher
