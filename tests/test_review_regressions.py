@@ -120,12 +120,11 @@ async def test_cancel_through_a_reused_id_before_the_drain_starts(
     created = trio.Event()
     release = threading.Event()
     real_create = Store.create_job
-    fast_path_busy = True
 
     def create_job(self: Store, *args: Any, **kwargs: Any) -> tuple[Job, bool]:
-        nonlocal fast_path_busy
-        if _on_loop_thread() and fast_path_busy:
-            fast_path_busy = False  # busy this once: the first job is created on the thread
+        if _on_loop_thread() and not created.is_set():
+            # The first job is created on the thread (the fast path may also have declined on
+            # its own, if the store thread was busy at that moment).
             raise WouldBlock("the store thread holds the connection")
         answer = real_create(self, *args, **kwargs)
         if not _on_loop_thread():
@@ -144,12 +143,14 @@ async def test_cancel_through_a_reused_id_before_the_drain_starts(
 
             nursery.start_soon(submit)
             await created.wait()
-            # The same caller submits again (a retried request): the job is reused...
-            job_id, reused = await runner.submit("alice", "user", targets)
-            assert reused
-            # ...and cancelled; cancel() says it worked, wait() says the drain has stopped.
-            assert await runner.cancel(job_id)
-            release.set()
+            try:
+                # The same caller submits again (a retried request): the job is reused...
+                job_id, reused = await runner.submit("alice", "user", targets)
+                assert reused
+                # ...and cancelled; cancel() says it worked, wait() says the drain stopped.
+                assert await runner.cancel(job_id)
+            finally:
+                release.set()  # never leave the store thread parked, even on a failure
             waited = await runner.wait(job_id)
             assert waited is not None and waited.status == JobState.CANCELLED
         await trio.testing.wait_all_tasks_blocked()
