@@ -147,11 +147,6 @@ class StoreAccess:
         if self.thread.stopped:
             raise RunnerClosed("the runner has stopped; its store answers no more calls")
 
-    @property
-    def closed(self) -> bool:
-        """True once :meth:`close` has run: no further call is served."""
-        return self.thread.stopped
-
     def close(self) -> None:
         """Close the fast-path connection and let the thread end after its queued calls."""
         if self._owns_fast and self._fast is not None:

@@ -46,6 +46,8 @@ MAX_URL_LENGTH = 8192
 MAX_OPTION_LENGTH = 8192
 #: Longest caller or caller-class name.
 MAX_CALLER_LENGTH = 256
+#: Longest error or hint text stored for a target.
+MAX_ERROR_LENGTH = 4096
 
 
 # --------------------------------------------------------------------------------------------
@@ -293,11 +295,14 @@ def unknown_keys(obj: Mapping[Any, Any], known: Sequence[str]) -> str:
     return ", ".join(repr(k) for k in sorted(map(str, obj)) if k not in known)
 
 
-def _describe(exc: BaseException) -> str:
+def safe_text(value: object, limit: int = MAX_ERROR_LENGTH) -> str:
+    """Render ``value`` as storable text: never raises, no lone surrogates, bounded length."""
     try:
-        return str(exc)
-    except Exception:
-        return f"<unprintable {type(exc).__name__}>"
+        text = value if isinstance(value, str) else str(value)
+    except Exception:  # a hostile __str__ must not take the runner down
+        text = f"<unprintable {type(value).__name__}>"
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _json_type(obj: object) -> str:
@@ -395,7 +400,7 @@ class Result:
             )
             text.encode("utf-8")
         except Exception as exc:  # whatever a hostile dict subclass or __str__ may raise
-            raise ValueError(f"{type(exc).__name__}: {_describe(exc)}") from None
+            raise ValueError(f"{type(exc).__name__}: {safe_text(exc)}") from None
         return text
 
     @classmethod

@@ -32,6 +32,7 @@ from ._model import (
     TargetStatus,
     check_caller,
     check_targets,
+    safe_text,
 )
 from ._store import OutcomeWrite, Store, is_job_id, new_job_id
 
@@ -44,8 +45,6 @@ Raising any ``Exception`` fails that target (the error names the exception's typ
 an exception's ``hint`` attribute, if it is a string, becomes the target's hint). The job goes on.
 """
 
-#: Longest error or hint text stored for a target.
-MAX_ERROR_LENGTH = 4096
 #: Backoff between attempts at a write the database refused, in seconds.
 RETRY_FIRST_DELAY = 0.05
 RETRY_MAX_DELAY = 2.0
@@ -86,21 +85,11 @@ class _Drain:
         stored.set()
 
 
-def _safe_text(value: object, limit: int = MAX_ERROR_LENGTH) -> str:
-    """Render ``value`` as storable text: never raises, no lone surrogates, bounded length."""
-    try:
-        text = value if isinstance(value, str) else str(value)
-    except Exception:  # a hostile __str__ must not take the runner down
-        text = f"<unprintable {type(value).__name__}>"
-    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
 def _failure_from_exception(exc: Exception) -> _Failure:
-    message = _safe_text(exc)
+    message = safe_text(exc)
     error = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
     hint = getattr(exc, "hint", None)
-    return _Failure(_safe_text(error), None if hint is None else _safe_text(hint))
+    return _Failure(safe_text(error), None if hint is None else safe_text(hint))
 
 
 class Runner:
@@ -396,7 +385,7 @@ class Runner:
             reason = f"{type(exc).__name__}: {exc}"
             if drain.in_flight is not None:
                 reason = f"could not store the outcome of target {drain.in_flight}: {reason}"
-            await self._finish_when_possible(drain, JobState.FAILED, _safe_text(reason))
+            await self._finish_when_possible(drain, JobState.FAILED, safe_text(reason))
         finally:
             drain.in_flight = None
             del self._drains[drain.job_id]
@@ -467,7 +456,7 @@ class Runner:
             )
         if not isinstance(result, Result):
             return _Failure(
-                f"the fetch function returned {_safe_text(type(result).__name__)}, not a Result",
+                f"the fetch function returned {safe_text(type(result).__name__)}, not a Result",
                 hint="return trio_batch.Result(content, meta) from the fetch function",
             )
         return result
