@@ -29,7 +29,6 @@ import argparse
 import contextlib
 import hashlib
 import hmac
-import importlib
 import json
 import logging
 import os
@@ -74,9 +73,8 @@ from ._model import (
 )
 from ._openapi import openapi_document
 from ._runner import FetchFunc, Runner, open_runner
-from ._ssrf import DestinationPolicy, DestinationRefused
 from ._store import Store
-from .fetchers import HttpFetcher
+from .fetchers import DestinationPolicy, DestinationRefused, builtin_fetch, load_fetch
 
 __all__ = [
     "DEFAULT_CALLER_CLASS",
@@ -824,40 +822,6 @@ async def serve(
     await hypercorn_serve(
         cast(Framework, app), config, shutdown_trigger=trigger, task_status=task_status
     )
-
-
-def load_fetch(spec: str) -> FetchFunc:
-    """Import ``module:attribute`` (``--fetch``) as a fetch function; raises ValueError."""
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise ValueError(f"--fetch takes module:function, not {spec!r}")
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ValueError(f"cannot import {module_name!r}: {exc}") from None
-    for part in attr.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise ValueError(f"{module_name!r} has no attribute {attr!r}") from None
-    if not callable(obj):
-        raise ValueError(f"{spec} is a {type(obj).__name__}, not a function")
-    return cast(FetchFunc, obj)
-
-
-def builtin_fetch(*, allow_private: bool = False) -> FetchFunc:
-    """The service's default fetch function: the built-in HTTP fetcher behind the SSRF policy.
-
-    Every URL, the first and each redirect hop, goes through :class:`DestinationPolicy`;
-    ``file://`` URLs and proxies from the environment are refused. Needs
-    :mod:`trio_batch.fetchers` (the ``http`` extra brings it).
-    """
-    fetcher = HttpFetcher(
-        check_url=DestinationPolicy(allow_private=allow_private),
-        allow_file=allow_private,
-        trust_env=False,
-    )
-    return cast(FetchFunc, fetcher)
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
