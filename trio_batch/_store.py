@@ -107,8 +107,6 @@ class OutcomeExists(StoreError):
     HTTP 409.
     """
 
-    http_status = 409
-
 
 def _job(row: Sequence[Any]) -> Job:
     return Job(row[0], JobState(row[1]), *row[2:])
