@@ -24,6 +24,7 @@ import trio.testing
 from trio_batch import (
     Config,
     JobState,
+    OutcomeWrite,
     Result,
     Runner,
     Store,
@@ -32,7 +33,6 @@ from trio_batch import (
     TargetState,
     open_runner,
 )
-from trio_batch._store import OutcomeWrite
 
 from .conftest import FakeClock
 

@@ -20,8 +20,6 @@ Front ends map these to their own codes (the HTTP service to statuses and proble
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 __all__ = [
     "BatchError",
     "Busy",
@@ -41,16 +39,14 @@ __all__ = [
 class BatchError(Exception):
     """Base of every error trio_batch raises on purpose.
 
-    ``http_status`` is the HTTP status code a front end should answer with.
+    The HTTP service answers each with the status, kind and title that its problem table
+    (``PROBLEMS`` in ``trio_batch/http/_problems.py``) gives the class or its nearest listed
+    base; the "HTTP nnn" in the docstrings here says which status that is.
     """
-
-    http_status: ClassVar[int] = 500
 
 
 class InvalidRequest(BatchError):
     """An argument is malformed (a caller name that is not a non-empty string, say). HTTP 422."""
-
-    http_status = 422
 
 
 class InvalidTargets(InvalidRequest):
@@ -68,32 +64,22 @@ class InvalidTargets(InvalidRequest):
 class TooManyTargets(BatchError):
     """The job has more targets than the ``targets_per_job`` cap allows. HTTP 422."""
 
-    http_status = 422
-
 
 class CallerBusy(BatchError):
     """The caller already has ``jobs_per_caller`` live jobs. HTTP 429: retry once one ends."""
 
-    http_status = 429
-
 
 class Busy(BatchError):
     """All ``jobs_total`` job slots are taken by live jobs. HTTP 429: retry once one ends."""
-
-    http_status = 429
 
 
 class RunnerClosed(BatchError):
     """The runner has shut down (or is shutting down): it takes no new jobs, and once it has
     stopped it answers nothing more. HTTP 503."""
 
-    http_status = 503
-
 
 class StoreError(BatchError):
     """The database cannot be used as asked. HTTP 503."""
-
-    http_status = 503
 
 
 class SchemaVersionError(StoreError):
@@ -120,5 +106,3 @@ class OutcomeExists(StoreError):
 
     HTTP 409.
     """
-
-    http_status = 409

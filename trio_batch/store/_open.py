@@ -14,8 +14,6 @@ __all__ = ["open_store"]
 
 #: ``scheme://`` at the start of a target: a URL, not a path.
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
-#: SQLite URL parameters, and what each becomes.
-_SQLITE_PARAMS = {"synchronous": str, "busy_timeout": float}
 
 
 def open_store(target: str | os.PathLike[str]) -> JobStore:
@@ -36,8 +34,9 @@ def open_store(target: str | os.PathLike[str]) -> JobStore:
     text = os.fspath(target)
     scheme = text.split(":", 1)[0].lower() if ":" in text else ""
     if scheme == "sqlite":
-        path, options = _sqlite_url(text)
-        return SQLiteJobStore(Store.open(path, **options), owns_store=True)  # type: ignore[arg-type]
+        path, synchronous, busy_timeout = _sqlite_url(text)
+        store = Store.open(path, synchronous=synchronous, busy_timeout=busy_timeout)
+        return SQLiteJobStore(store, owns_store=True)
     if scheme in ("postgresql", "postgres"):
         raise StoreError(
             "PostgreSQL stores are not supported by this version of trio_batch yet: the "
@@ -51,23 +50,25 @@ def open_store(target: str | os.PathLike[str]) -> JobStore:
     return SQLiteJobStore(Store.open(text), owns_store=True)
 
 
-def _sqlite_url(url: str) -> tuple[str, dict[str, object]]:
-    """Split a ``sqlite:`` URL into a path and :meth:`Store.open` options."""
+def _sqlite_url(url: str) -> tuple[str, str, float]:
+    """Split a ``sqlite:`` URL into a path, ``synchronous`` and ``busy_timeout``."""
     rest, _, query = url[len("sqlite:") :].partition("?")
     if rest.startswith("//"):
         rest = rest[2:]  # the empty authority of sqlite:///relative and sqlite:////absolute
         if rest.startswith("/"):
             rest = rest[1:]
     path = urllib.parse.unquote(rest) or ":memory:"
-    options: dict[str, object] = {}
-    for name, value in urllib.parse.parse_qsl(query, keep_blank_values=True, strict_parsing=False):
-        convert = _SQLITE_PARAMS.get(name)
-        if convert is None:
-            raise ValueError(
-                f"unknown sqlite URL parameter {name!r}; known: {', '.join(_SQLITE_PARAMS)}"
-            )
-        try:
-            options[name] = convert(value)
-        except ValueError:
-            raise ValueError(f"sqlite URL parameter {name}={value!r} is not valid") from None
-    return path, options
+    params = dict(urllib.parse.parse_qsl(query, keep_blank_values=True))
+    unknown = set(params) - {"synchronous", "busy_timeout"}
+    if unknown:
+        raise ValueError(
+            f"unknown sqlite URL parameter(s) {', '.join(sorted(unknown))}; "
+            "known: synchronous, busy_timeout"
+        )
+    try:
+        busy_timeout = float(params.get("busy_timeout", 5.0))
+    except ValueError:
+        raise ValueError(
+            f"sqlite URL parameter busy_timeout={params['busy_timeout']!r} is not a number"
+        ) from None
+    return path, params.get("synchronous", "NORMAL"), busy_timeout

@@ -279,13 +279,13 @@ class SQLiteJobStore:
         self._start()
         return await self._group.write((write, ttl, now))
 
-    async def _commit(self, batch: list[_TimedWrite]) -> list[Job | None | Exception]:
+    async def _commit(self, batch: list[_TimedWrite]) -> list[Job | Exception | None]:
         # One commit, one moment: the first write's (the leader's) ttl and time serve for all.
         _, ttl, now = batch[0]
         writes = [write for write, _, _ in batch]
         start = time.perf_counter()
         with translate_errors(self.store.busy_timeout):
-            answers: list[Job | None | Exception] | _Miss = _MISS
+            answers: list[Job | Exception | None] | _Miss = _MISS
             if all(w.result is None or _small(w.result) for w in writes):
                 answers = self._try_fast(Store.record_outcomes, writes, ttl=ttl, now=now)
             if isinstance(answers, _Miss):

@@ -13,7 +13,7 @@ from sqlite_utils import Database
 from ..._errors import SchemaVersionError
 
 if TYPE_CHECKING:
-    from ._store import Store
+    from ._connection import Connection
 
 __all__ = ["SCHEMA_VERSION", "migrate"]
 
@@ -21,7 +21,7 @@ __all__ = ["SCHEMA_VERSION", "migrate"]
 SCHEMA_VERSION = 1
 
 
-def migrate(store: Store) -> None:
+def migrate(store: Connection) -> None:
     """Create or upgrade ``store``'s schema to :data:`SCHEMA_VERSION`, idempotently.
 
     A database written by a newer version, or with our table names but no version, raises
