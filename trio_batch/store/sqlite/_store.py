@@ -16,36 +16,26 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
-import json
 import time
 from collections.abc import Sequence
-from typing import Any
 
-from ..._errors import (
-    Busy,
-    CallerBusy,
-    OutcomeExists,
-    TooManyTargets,
-)
+from ..._errors import OutcomeExists
 from ..._model import (
     Job,
     JobState,
-    Options,
     OutcomeWrite,
     Result,
     Target,
     TargetState,
     TargetStatus,
-    check_caller,
-    check_targets,
     final_status,
-    idem_key,
     is_job_id,
-    new_job_id,
     with_running,
 )
 from .._protocol import StoreCounts
+from .._rows import check_caps, dumps, new_job
+from .._rows import job_from_row as _job
+from .._rows import target_from_row as _target
 from . import _queries as q
 from ._connection import Connection
 
@@ -57,34 +47,6 @@ class WouldBeSlow(Exception):
 
     Raised before anything is written; the caller runs the call again on the store thread.
     """
-
-
-def _job(row: Sequence[Any]) -> Job:
-    return Job(row[0], JobState(row[1]), *row[2:])
-
-
-def _target(row: Sequence[Any]) -> TargetStatus:
-    idx, url, status, result, error, hint, options, finished_at = row
-    return TargetStatus(
-        idx=idx,
-        url=url,
-        status=TargetState(status),
-        result=None if result is None else Result.from_json_text(result),
-        error=error,
-        hint=hint,
-        options=_options(options),
-        finished_at=finished_at,
-    )
-
-
-def _dumps(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-@functools.lru_cache(maxsize=1024)
-def _options(text: str) -> Options:
-    # Most targets share a handful of option sets; Options is immutable, so they can share one.
-    return Options.from_json(json.loads(text))
 
 
 class Store(Connection):
@@ -142,79 +104,28 @@ class Store(Connection):
         by default a fresh one. Invalid targets or
         caller names raise :class:`InvalidTargets` / :class:`InvalidRequest` before any I/O.
         """
-        caller = check_caller(caller)
-        caller_class = check_caller(caller_class, "caller_class")
-        targets = check_targets(targets)
-        if not JobState(status).is_live:
-            raise ValueError(f"a new job is queued or running, not {status}")
-        if job_id is not None and not is_job_id(job_id):
-            raise ValueError(f"{job_id!r} is not a job id; make one with new_job_id()")
         now = time.time() if now is None else now
-        key = idem_key(caller, targets)
+        new = new_job(caller, caller_class, targets, ttl=ttl, status=status, job_id=job_id, now=now)
+        job = new.job
         # A reuse needs no write lock: look first with a plain read, then again under the lock
         # (another connection may have created the job in between).
-        existing = self.find_reusable_job(caller, key, now=now)
+        existing = self.find_reusable_job(job.caller, job.idem_key, now=now)
         if existing is not None:
             return existing, True
         with self.transaction():
-            existing = self.find_reusable_job(caller, key, now=now)
+            existing = self.find_reusable_job(job.caller, job.idem_key, now=now)
             if existing is not None:
                 return existing, True
-            if len(targets) > targets_per_job:
-                raise TooManyTargets(
-                    f"the job has {len(targets)} targets; the limit is {targets_per_job} per job"
-                )
-            if self.count_live_jobs(caller) >= jobs_per_caller:
-                raise CallerBusy(
-                    f"caller {caller!r} already has {jobs_per_caller} live job(s); "
-                    "wait for one to finish or cancel it"
-                )
-            if self.count_live_jobs() >= jobs_total:
-                raise Busy(f"all {jobs_total} job slots are taken; retry when a job finishes")
-            job = Job(
-                id=new_job_id() if job_id is None else job_id,
-                status=JobState(status),
-                error=None,
-                targets_total=len(targets),
-                targets_done=0,
-                targets_failed=0,
-                caller=caller,
-                caller_class=caller_class,
-                idem_key=key,
-                created_at=now,
-                updated_at=now,
-                expires_at=now + ttl,
+            check_caps(
+                job,
+                targets_per_job=targets_per_job,
+                jobs_per_caller=jobs_per_caller,
+                jobs_total=jobs_total,
+                caller_live=lambda: self.count_live_jobs(job.caller),
+                total_live=self.count_live_jobs,
             )
-            self.db.execute(
-                q.INSERT_JOB,
-                (
-                    job.id,
-                    job.status.value,
-                    job.error,
-                    job.targets_total,
-                    job.targets_done,
-                    job.targets_failed,
-                    job.caller,
-                    job.caller_class,
-                    job.idem_key,
-                    job.created_at,
-                    job.updated_at,
-                    job.expires_at,
-                ),
-            )
-            self.db.conn.executemany(
-                q.INSERT_TARGET,
-                [
-                    (
-                        job.id,
-                        i,
-                        t.url,
-                        _dumps(t.options.to_json()),
-                        TargetState.PENDING.value,
-                    )
-                    for i, t in enumerate(targets)
-                ],
-            )
+            self.db.execute(q.INSERT_JOB, new.job_params())
+            self.db.conn.executemany(q.INSERT_TARGET, new.target_params())
             return job, False
 
     def find_reusable_job(self, caller: str, key: str, *, now: float | None = None) -> Job | None:
@@ -397,7 +308,7 @@ class Store(Connection):
             with self.transaction():
                 ids = [row[0] for row in self.db.execute(q.LAPSED_IDS, (now, batch_size))]
                 if ids:
-                    id_list = _dumps(ids)
+                    id_list = dumps(ids)
                     self.db.execute(q.DELETE_TARGETS_OF, (id_list,))
                     self.db.execute(q.DELETE_JOBS, (id_list,))
             deleted += len(ids)
