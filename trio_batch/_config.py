@@ -63,6 +63,11 @@ class Config:
     - ``purge_interval``: how often lapsed jobs are deleted in the background (5 minutes).
     - ``store_retry_for``: how long an outcome write that the database refuses is retried, with
       backoff, before its job is failed (30 s).
+    - ``heartbeat_interval``: where runners share a database (PostgreSQL), how often each
+      tells the others it is alive (5 s).
+    - ``runner_timeout``: where runners share a database, how long a runner may be silent
+      before another takes it for dead and fails its live jobs with error ``"restart"`` (30 s);
+      longer than ``heartbeat_interval``.
     """
 
     ttl: float = 86400.0
@@ -74,6 +79,8 @@ class Config:
     class_limits: Mapping[str, ClassLimits] = field(default_factory=dict)
     purge_interval: float = 300.0
     store_retry_for: float = 30.0
+    heartbeat_interval: float = 5.0
+    runner_timeout: float = 30.0
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -90,6 +97,11 @@ class Config:
             _check_number("Config", f.name, value, integer=f.type == "int")
             if value == 0:
                 object.__setattr__(self, f.name, f.default)
+        if self.heartbeat_interval >= self.runner_timeout:
+            raise ValueError(
+                f"Config.heartbeat_interval ({self.heartbeat_interval:g} s) must be shorter "
+                f"than Config.runner_timeout ({self.runner_timeout:g} s)"
+            )
 
     def limits_for(self, caller_class: str) -> tuple[int, int]:
         """``(targets_per_job, jobs_per_caller)`` for a caller of ``caller_class``."""

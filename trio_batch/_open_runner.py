@@ -58,7 +58,9 @@ async def open_runner(
     log = logging.getLogger("trio_batch") if logger is None else logger
     job_store = SQLiteJobStore(store) if isinstance(store, Store) else store
     try:
-        async with job_store.claim():
+        async with job_store.claim(
+            heartbeat_interval=config.heartbeat_interval, runner_timeout=config.runner_timeout
+        ):
             observer, job_store.on_write = job_store.on_write, on_store_write
             try:
                 async with _running(job_store, fetch, config, now, log) as runner:

@@ -23,8 +23,11 @@ def open_store(target: str | os.PathLike[str]) -> JobStore:
     - ``sqlite:PATH``, ``sqlite:///PATH`` (relative), ``sqlite:////ABS/PATH``, ``sqlite://``
       (in memory): the same, as a URL. Query parameters ``synchronous`` (``NORMAL``, ``FULL``,
       ``EXTRA``) and ``busy_timeout`` (seconds) set the :meth:`Store.open` options.
-    - ``postgresql://`` and ``postgres://``: reserved for the PostgreSQL backend, which this
-      version does not have yet (:class:`StoreError` says so).
+    - ``postgresql://`` and ``postgres://`` URLs (libpq's: ``postgresql://user@host/db``,
+      ``?host=/socket/dir`` and the other libpq parameters): a PostgreSQL database that several
+      runners may share (:class:`~trio_batch.store.postgres.PostgresJobStore`). Needs the
+      ``postgres`` extra (``pip install 'trio-batch[postgres]'``); without it
+      :class:`StoreError` says so.
 
     Returns a :class:`JobStore` that owns its connections: ``await store.aclose()`` it, or use
     ``async with open_store(...) as store``. Raises :class:`StoreError` (or
@@ -38,16 +41,24 @@ def open_store(target: str | os.PathLike[str]) -> JobStore:
         store = Store.open(path, synchronous=synchronous, busy_timeout=busy_timeout)
         return SQLiteJobStore(store, owns_store=True)
     if scheme in ("postgresql", "postgres"):
-        raise StoreError(
-            "PostgreSQL stores are not supported by this version of trio_batch yet: the "
-            "PostgreSQL backend (trio_batch.store.postgres) is still to come; use an SQLite "
-            "path for now"
-        )
+        return _open_postgres(text)
     if _URL.match(text):
         raise StoreError(
             f"unknown store URL scheme {scheme!r}: use a file path, :memory:, or a sqlite: URL"
         )
     return SQLiteJobStore(Store.open(text), owns_store=True)
+
+
+def _open_postgres(url: str) -> JobStore:
+    """A PostgreSQL store; psycopg is imported only now, so the core does not need it."""
+    try:
+        from .postgres import PostgresJobStore
+    except ImportError as exc:
+        raise StoreError(
+            "PostgreSQL stores need psycopg 3, which is not installed: install trio_batch's "
+            f"postgres extra (pip install 'trio-batch[postgres]') ({exc})"
+        ) from exc
+    return PostgresJobStore.open(url)
 
 
 def _sqlite_url(url: str) -> tuple[str, str, float]:

@@ -56,11 +56,15 @@ class JobStore(Protocol):
     #: See :data:`WriteObserver`; None for no observer.
     on_write: WriteObserver | None
 
-    def claim(self) -> AbstractAsyncContextManager[None]:
+    def claim(
+        self, *, heartbeat_interval: float = 5.0, runner_timeout: float = 30.0
+    ) -> AbstractAsyncContextManager[None]:
         """Claim the database for one runner for the duration of the block.
 
         Raises :class:`~trio_batch.StoreLocked` at once where the backend allows one runner only
         and another holds it. The claim ends with the block, and with the process if it dies.
+        Where runners share the database, the runner heartbeats every ``heartbeat_interval``
+        seconds meanwhile, and one silent for ``runner_timeout`` is taken for dead.
         """
         ...
 

@@ -17,6 +17,7 @@ from .._model import (
     Job,
     JobState,
     Options,
+    OutcomeWrite,
     Result,
     Target,
     TargetState,
@@ -35,7 +36,9 @@ __all__ = [
     "job_from_row",
     "new_job",
     "options_from_text",
+    "outcome_values",
     "target_from_row",
+    "write_values",
 ]
 
 
@@ -171,3 +174,31 @@ def check_caps(
         )
     if total_live() >= jobs_total:
         raise Busy(f"all {jobs_total} job slots are taken; retry when a job finishes")
+
+
+def outcome_values(
+    result: Result | None, error: str | None, hint: str | None
+) -> tuple[TargetState, str | None, str | None, str | None]:
+    """A target's stored outcome: ``(status, result_text, error, hint)``.
+
+    Pass ``result`` for a success, or ``error`` (and optionally ``hint``) for a failure;
+    ValueError for both or neither. A result that cannot be stored as JSON becomes a failure
+    saying why.
+    """
+    if (result is None) == (error is None):
+        raise ValueError("pass exactly one of result= and error=")
+    result_text: str | None = None
+    if result is not None:
+        try:
+            result_text = result.to_json_text()
+        except ValueError as exc:
+            error = f"the fetch returned a Result that cannot be stored as JSON: {exc}"
+            hint = "make Result.content a str and Result.meta a JSON-serialisable dict"
+    return (TargetState.DONE if error is None else TargetState.FAILED), result_text, error, hint
+
+
+def write_values(
+    write: OutcomeWrite,
+) -> tuple[TargetState, str | None, str | None, str | None]:
+    """:func:`outcome_values` of an :class:`OutcomeWrite`."""
+    return outcome_values(write.result, write.error, write.hint)

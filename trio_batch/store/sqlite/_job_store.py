@@ -156,8 +156,14 @@ class SQLiteJobStore:
             self.store.close()
 
     @contextlib.asynccontextmanager
-    async def claim(self) -> AsyncIterator[None]:
-        """Hold the database's runner lock for the block; :class:`StoreLocked` if taken."""
+    async def claim(
+        self, *, heartbeat_interval: float = 5.0, runner_timeout: float = 30.0
+    ) -> AsyncIterator[None]:
+        """Hold the database's runner lock for the block; :class:`StoreLocked` if taken.
+
+        One runner per database, whose death the kernel reports by dropping the lock: the
+        heartbeat timings are not needed.
+        """
         lock = RunnerLock(self.store)
         lock.acquire()
         try:

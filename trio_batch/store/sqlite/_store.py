@@ -26,14 +26,13 @@ from ..._model import (
     OutcomeWrite,
     Result,
     Target,
-    TargetState,
     TargetStatus,
     final_status,
     is_job_id,
     with_running,
 )
 from .._protocol import StoreCounts
-from .._rows import check_caps, dumps, new_job
+from .._rows import check_caps, dumps, new_job, outcome_values
 from .._rows import job_from_row as _job
 from .._rows import target_from_row as _target
 from . import _queries as q
@@ -174,17 +173,8 @@ class Store(Connection):
         is written then). Raises :class:`OutcomeExists` if the target already has an outcome or
         does not exist.
         """
-        if (result is None) == (error is None):
-            raise ValueError("pass exactly one of result= and error=")
+        status, result_text, error, hint = outcome_values(result, error, hint)
         now = time.time() if now is None else now
-        result_text: str | None = None
-        if result is not None:
-            try:
-                result_text = result.to_json_text()
-            except ValueError as exc:
-                error = f"the fetch returned a Result that cannot be stored as JSON: {exc}"
-                hint = "make Result.content a str and Result.meta a JSON-serialisable dict"
-        status = TargetState.DONE if error is None else TargetState.FAILED
         failed = int(error is not None)
         conn = self.db.conn  # the hot path: straight to sqlite3, no wrapper per statement
         with self.transaction():
