@@ -192,3 +192,96 @@ async def test_a_lost_connection_fails_one_call_then_reconnects(
     with pytest.raises(StoreUnavailable, match="connection"):
         await store.get_job(job.id, now=T0)
     assert await store.get_job(job.id, now=T0) == job
+
+
+def _age_runner(dsn: str, runner_id: str | None) -> None:
+    """Make ``runner_id`` look silent for an hour: what a SIGSTOP or a partition leaves."""
+    assert runner_id is not None
+    _sql(
+        dsn,
+        "UPDATE runners SET heartbeat_at = now() - interval '1 hour' WHERE id = %s",
+        (runner_id,),
+    )
+
+
+async def test_a_reaped_runner_writes_nothing_into_its_old_jobs(
+    stores: list[PostgresJobStore], pg_dsn: str
+) -> None:
+    a, b = stores[0], stores[1]
+    async with a.claim(heartbeat_interval=60, runner_timeout=120):
+        a_id = a.runner_id
+        a_job, _ = await a.create_job("alice", "user", urls("a", "b"), ttl=TTL, now=T0, **_caps())
+        stored = await a.record_outcome(
+            OutcomeWrite(a_job.id, 0, result=Result("one")), ttl=TTL, now=T0 + 1
+        )
+        assert stored is not None and stored.targets_done == 1
+        async with b.claim(heartbeat_interval=60, runner_timeout=120):
+            b_job, _ = await b.create_job("bob", "user", urls("c"), ttl=TTL, now=T0, **_caps())
+            assert await b.reap_orphans(now=T0 + 2) == 0  # A is alive: nothing reaped
+            _age_runner(pg_dsn, a_id)
+            assert await b.reap_orphans(now=T0 + 3) == 1
+            reaped = await b.get_job(a_job.id, now=T0 + 4)
+            assert reaped is not None
+            assert (reaped.status, reaped.error, reaped.targets_done) == (
+                JobState.FAILED,
+                "restart",
+                1,
+            )
+            # A comes back: its write is refused and changes nothing.
+            late = await a.record_outcome(
+                OutcomeWrite(a_job.id, 1, result=Result("two")), ttl=TTL, now=T0 + 5
+            )
+            assert late is None
+            status = await b.get_status(a_job.id, now=T0 + 6)
+            assert status is not None
+            assert [t.status for t in status[1]] == ["done", "pending"]
+            assert status[0] == reaped
+            # B's job is untouched, and B's shutdown fails only its own.
+            b_now = await b.get_job(b_job.id, now=T0 + 6)
+            assert b_now is not None and b_now.status is JobState.QUEUED
+            assert await a.fail_own_jobs("shutdown", now=T0 + 7) == 0
+            b_now = await b.get_job(b_job.id, now=T0 + 7)
+            assert b_now is not None and b_now.status is JobState.QUEUED
+            assert await b.fail_own_jobs("shutdown", now=T0 + 8) == 1
+    assert _sql(pg_dsn, "SELECT count(*) FROM runners") == [(0,)]
+
+
+async def test_shutdown_fails_only_the_runners_own_jobs(stores: list[PostgresJobStore]) -> None:
+    a, b = stores[0], stores[1]
+    async with a.claim(), b.claim():
+        a_job, _ = await a.create_job("alice", "user", urls("a"), ttl=TTL, now=T0, **_caps())
+        b_job, _ = await b.create_job("bob", "user", urls("b"), ttl=TTL, now=T0, **_caps())
+        assert await a.fail_own_jobs("shutdown", now=T0 + 1) == 1
+        a_now = await b.get_job(a_job.id, now=T0 + 2)
+        b_now = await b.get_job(b_job.id, now=T0 + 2)
+    assert a_now is not None and (a_now.status, a_now.error) == (JobState.FAILED, "shutdown")
+    assert b_now is not None and b_now.status is JobState.QUEUED
+
+
+async def test_a_runner_reaped_while_silent_registers_again_under_a_new_id(
+    stores: list[PostgresJobStore], pg_dsn: str
+) -> None:
+    a, b = stores[0], stores[1]
+    async with a.claim(heartbeat_interval=0.05, runner_timeout=60):
+        first_id = a.runner_id
+        job, _ = await a.create_job("alice", "user", urls("a"), ttl=TTL, now=T0, **_caps())
+        _age_runner(pg_dsn, first_id)
+        async with b.claim(heartbeat_interval=30, runner_timeout=60):
+            # Either B's reap or A's own heartbeat task (which reaps too) fails A's job; A's
+            # next heartbeat finds itself gone and registers again.
+            await b.reap_orphans(now=T0 + 1)
+            with trio.fail_after(30):  # a hang guard, not a speed check
+                while a.runner_id == first_id:  # noqa: ASYNC110 (no event to wait on)
+                    await trio.sleep(0.05)
+        assert a.runner_id is not None and a.runner_id != first_id
+        reaped = await a.get_job(job.id, now=T0 + 2)
+        assert reaped is not None and (reaped.status, reaped.error) == (JobState.FAILED, "restart")
+        # As the new runner it writes its new jobs as usual.
+        fresh, _ = await a.create_job("carol", "user", urls("c"), ttl=TTL, now=T0, **_caps())
+        done = await a.record_outcome(
+            OutcomeWrite(fresh.id, 0, result=Result("x")), ttl=TTL, now=T0 + 3
+        )
+        assert done is not None and done.status is JobState.DONE
+        # B has shut down; A's first registration is gone, its second stays until A's claim ends.
+        assert _sql(pg_dsn, "SELECT id FROM runners") == [(a.runner_id,)]
+    assert _sql(pg_dsn, "SELECT count(*) FROM runners") == [(0,)]
