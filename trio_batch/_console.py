@@ -264,7 +264,7 @@ def job_details(job: Job) -> Table:
     table.add_row(
         "targets",
         f"{job.targets_total}: {job.targets_succeeded} done, "
-        f"{job.targets_failed} failed, {job.targets_total - job.targets_done} not fetched",
+        f"{job.targets_failed} failed, {job.targets_unfinished} not fetched",
     )
     table.add_row("created", format_time(job.created_at))
     table.add_row("updated", format_time(job.updated_at))

@@ -23,9 +23,9 @@ def _counts(job: Job, targets: Sequence[TargetStatus] | None) -> dict[str, int]:
         for t in targets:
             counts[str(t.status)] += 1
         return counts
-    counts["done"] = job.targets_done - job.targets_failed
+    counts["done"] = job.targets_succeeded
     counts["failed"] = job.targets_failed
-    left = job.targets_total - job.targets_done
+    left = job.targets_unfinished
     if job.status.is_live and left > 0:
         counts["running"], counts["pending"] = 1, left - 1
     else:

@@ -55,7 +55,7 @@ class Metrics:
         """Set the jobs and targets gauges from what the store holds now (read per scrape)."""
         for status, count in counts.jobs.items():
             self.jobs.labels(status).set(count)
-        self.targets.labels("done").set(counts.targets_done - counts.targets_failed)
+        self.targets.labels("done").set(counts.targets_succeeded)
         self.targets.labels("failed").set(counts.targets_failed)
         self.targets.labels("unfinished").set(counts.targets_unfinished)
 

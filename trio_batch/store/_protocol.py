@@ -36,6 +36,11 @@ class StoreCounts:
     targets_failed: int
 
     @property
+    def targets_succeeded(self) -> int:
+        """Targets of unexpired jobs stored as ``done`` (``targets_done`` counts failed ones)."""
+        return self.targets_done - self.targets_failed
+
+    @property
     def targets_unfinished(self) -> int:
         """Targets of unexpired jobs that have no stored outcome."""
         return self.targets_total - self.targets_done
