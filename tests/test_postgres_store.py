@@ -285,3 +285,25 @@ async def test_a_runner_reaped_while_silent_registers_again_under_a_new_id(
         # B has shut down; A's first registration is gone, its second stays until A's claim ends.
         assert _sql(pg_dsn, "SELECT id FROM runners") == [(a.runner_id,)]
     assert _sql(pg_dsn, "SELECT count(*) FROM runners") == [(0,)]
+
+
+async def test_the_unique_index_refuses_a_second_current_job_of_a_key(
+    stores: list[PostgresJobStore], pg_dsn: str
+) -> None:
+    # The second line of defence, for a writer that skipped the creation lock.
+    job, _ = await stores[0].create_job("alice", "user", urls("a"), ttl=TTL, now=T0, **_caps())
+    with pytest.raises(psycopg.errors.UniqueViolation):
+        _sql(
+            pg_dsn,
+            "INSERT INTO jobs (id, status, targets_total, caller, caller_class, idem_key, "
+            "created_at, updated_at, expires_at) "
+            "SELECT 'B' || substr(id, 2), 'queued', 1, caller, caller_class, idem_key, "
+            "created_at, updated_at, expires_at FROM jobs WHERE id = %s",
+            (job.id,),
+        )
+    # Once the lease lapses, a new job of the key replaces it as current.
+    later, reused = await stores[1].create_job(
+        "alice", "user", urls("a"), ttl=TTL, now=T0 + TTL + 1, **_caps(jobs_per_caller=2)
+    )
+    assert not reused
+    assert _sql(pg_dsn, "SELECT id FROM jobs WHERE current") == [(later.id,)]

@@ -33,14 +33,17 @@ T0 = 1_000_000.0
 TTL = 100.0
 CAPS: dict[str, Any] = {"ttl": TTL, "targets_per_job": 4, "jobs_per_caller": 2, "jobs_total": 3}
 
-BACKENDS = ["sqlite-memory", "sqlite-file"]
+BACKENDS = ["sqlite-memory", "sqlite-file", "postgres"]
 
 
 def _targets(n: int, prefix: str = "https://example.com/") -> list[Target]:
     return [Target(f"{prefix}{i}") for i in range(n)]
 
 
-async def _open_backend(backend: str, tmp_path: Path) -> JobStore:
+async def _open_backend(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> JobStore:
+    if backend == "postgres":
+        # A fresh database of its own on the session's throw-away server (pg_server.py).
+        return open_store(request.getfixturevalue("pg_dsn"))
     if backend == "sqlite-memory":
         return open_store(":memory:")
     if backend == "sqlite-file":
@@ -50,7 +53,7 @@ async def _open_backend(backend: str, tmp_path: Path) -> JobStore:
 
 @pytest.fixture(params=BACKENDS)
 async def job_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[JobStore]:
-    store = await _open_backend(request.param, tmp_path)
+    store = await _open_backend(request.param, request, tmp_path)
     try:
         yield store
     finally:

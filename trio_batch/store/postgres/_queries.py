@@ -84,7 +84,10 @@ CREATE_SCHEMA_V1 = (
         updated_at double precision NOT NULL,
         expires_at double precision NOT NULL,
         -- The runner draining the job; NULL for none (reaped, or made without a runner).
-        owner text
+        owner text,
+        -- The (caller, idem_key)'s current job: false once a newer job of the same key has
+        -- replaced it after its lease lapsed (it stays, readable as lapsed, until purged).
+        current boolean NOT NULL DEFAULT true
     )""",
     """CREATE TABLE targets (
         job_id text NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
@@ -98,12 +101,11 @@ CREATE_SCHEMA_V1 = (
         finished_at double precision,
         PRIMARY KEY (job_id, idx)
     )""",
-    # Idempotency lookup: (caller, idem_key), then the lease is checked on the few rows found.
-    "CREATE INDEX jobs_idempotency ON jobs (caller, idem_key)",
-    # The second line of defence behind the creation lock: at most one LIVE job per
-    # (caller, idem_key). Not over all rows: terminal and lapsed jobs stay until purged, and a
-    # new job of the same key is due once the old one's lease lapses.
-    f"CREATE UNIQUE INDEX jobs_live_idempotency ON jobs (caller, idem_key) WHERE status IN {LIVE}",
+    # Idempotency: one current job per (caller, idem_key), the second line of defence behind
+    # the creation lock, and the index of the reuse lookup. Not unique over all rows: lapsed
+    # jobs (live ones included) stay until purged, and once a job's lease lapses a new job of
+    # the same key replaces it as current.
+    "CREATE UNIQUE INDEX jobs_idempotency ON jobs (caller, idem_key) WHERE current",
     # Live counts, per caller and in total.
     f"CREATE INDEX jobs_live ON jobs (caller) WHERE status IN {LIVE}",
     # Reaping and shutdown: a runner's live jobs.
@@ -142,11 +144,15 @@ FAIL_OWN_JOBS = (
 # ---------------------------------------------------------------------------------------------
 # Creating jobs
 
-#: The newest unexpired job of (caller, idem_key): the idempotency lookup.
+#: The unexpired current job of (caller, idem_key): the idempotency lookup.
 FIND_REUSABLE = (
     f"SELECT {JOB_COLUMNS} FROM jobs "
-    "WHERE caller = %s AND idem_key = %s AND expires_at > %s "
-    "ORDER BY expires_at DESC LIMIT 1"
+    "WHERE caller = %s AND idem_key = %s AND current AND expires_at > %s"
+)
+#: Before a new job of (caller, idem_key) is inserted: the lapsed one it replaces.
+RETIRE_LAPSED = (
+    "UPDATE jobs SET current = false "
+    "WHERE caller = %s AND idem_key = %s AND current AND expires_at <= %s"
 )
 #: Live jobs in all; live is by status, not lease.
 COUNT_LIVE = f"SELECT count(*) FROM jobs WHERE status IN {LIVE}"

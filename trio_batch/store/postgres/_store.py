@@ -13,8 +13,9 @@ Several runners share the database. What keeps them apart:
 
 - **Creation** takes a cluster-wide advisory transaction lock before the reuse lookup, the caps
   counts and the insert, under READ COMMITTED, so each sees the others' committed jobs (under
-  REPEATABLE READ the snapshot would predate the wait). A partial unique index allows one live
-  job per ``(caller, idem_key)`` as a second line of defence.
+  REPEATABLE READ the snapshot would predate the wait). A partial unique index allows one
+  current job per ``(caller, idem_key)`` as a second line of defence (a job stops being
+  current when a new one of its key replaces it after its lease lapsed).
 - **Ownership and fencing**: a job records the runner that created it (``owner``). A runner's
   outcome writes only touch jobs it still owns; reaping a dead runner's jobs clears their
   owner, so a runner that comes back after being reaped writes nothing into them.
@@ -30,9 +31,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import psycopg
-from psycopg import errors as pg_errors
 
-from ..._errors import CallerBusy, OutcomeExists, StoreError
+from ..._errors import OutcomeExists, StoreError
 from ..._model import (
     Job,
     JobState,
@@ -252,16 +252,10 @@ class PostgresStore:
                     caller_live=lambda: _count(conn, q.COUNT_LIVE_OF_CALLER, (job.caller,)),
                     total_live=lambda: _count(conn, q.COUNT_LIVE, ()),
                 )
-                try:
-                    with conn.transaction():
-                        conn.execute(q.INSERT_JOB, (*new.job_params(), self.runner_id))
-                except pg_errors.UniqueViolation as exc:
-                    if "jobs_live_idempotency" not in str(exc.diag.constraint_name):
-                        raise
-                    raise CallerBusy(
-                        f"caller {job.caller!r} already has a live job for these targets whose "
-                        "lease lapsed while it ran; wait for it to finish"
-                    ) from None
+                conn.execute(q.RETIRE_LAPSED, (job.caller, job.idem_key, now))
+                # A second current job of the key (a writer that skipped the lock) is refused
+                # by the unique index: UniqueViolation, so StoreUnavailable, nothing written.
+                conn.execute(q.INSERT_JOB, (*new.job_params(), self.runner_id))
                 with conn.cursor() as cur:
                     cur.executemany(q.INSERT_TARGET, new.target_params())
             return job, False
