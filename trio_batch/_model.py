@@ -314,6 +314,10 @@ def idem_key(caller: str, targets: Sequence[Target]) -> str:
 # Results and statuses
 
 
+#: Encodes results: one encoder built once (``json.dumps`` with options builds one per call).
+_RESULT_ENCODER = json.JSONEncoder(allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+
+
 @dataclass(frozen=True, slots=True)
 class Result:
     """What a fetch function returns for one target: the content and free-form metadata.
@@ -332,12 +336,7 @@ class Result:
         if not isinstance(self.meta, dict):
             raise ValueError(f"Result.meta must be a dict, not {type(self.meta).__name__}")
         try:
-            text = json.dumps(
-                {"content": self.content, "meta": self.meta},
-                allow_nan=False,
-                ensure_ascii=False,
-                separators=(",", ":"),
-            )
+            text = _RESULT_ENCODER.encode({"content": self.content, "meta": self.meta})
             text.encode("utf-8")
         except Exception as exc:  # whatever a hostile dict subclass or __str__ may raise
             raise ValueError(f"{type(exc).__name__}: {safe_text(exc)}") from None
