@@ -29,6 +29,7 @@ from ..._errors import (
     TooManyTargets,
 )
 from ..._model import (
+    DEFAULT_OPTIONS,
     Job,
     JobState,
     Options,
@@ -79,6 +80,17 @@ def _target(row: Sequence[Any]) -> TargetStatus:
 
 def _dumps(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _options_text(options: Options) -> str:
+    """How a target's options are stored: compact JSON with sorted keys."""
+    return "{}" if options is DEFAULT_OPTIONS else _options_json(options)
+
+
+@functools.lru_cache(maxsize=1024)
+def _options_json(options: Options) -> str:
+    # Most targets share a handful of option sets; equal options have equal JSON.
+    return _dumps(options.to_json())
 
 
 @functools.lru_cache(maxsize=1024)
@@ -209,7 +221,7 @@ class Store(Connection):
                         job.id,
                         i,
                         t.url,
-                        _dumps(t.options.to_json()),
+                        _options_text(t.options),
                         TargetState.PENDING.value,
                     )
                     for i, t in enumerate(targets)
