@@ -28,6 +28,7 @@ from trio_batch import (
     TargetStatus,
     TooManyTargets,
 )
+from trio_batch.store.sqlite import _queries as q
 
 T0 = 1_000_000.0
 TTL = 100.0
@@ -413,6 +414,11 @@ def test_list_jobs_filters_by_caller(store: Store) -> None:
 PARTIAL_INDEXES: set[str] = set()
 
 
+# The metrics counts (Store.counts) read every unexpired job: a scan of jobs_status, by design
+# for now (see the report of issue 13); not exercised here.
+UNCHECKED_QUERIES = {"COUNT_BY_STATUS", "SUM_TARGETS"}
+
+
 def _exercise_every_method(store: Store) -> None:
     job, _ = create(store, "a", status=JobState.RUNNING)
     create(store, "a")  # reused
@@ -421,6 +427,7 @@ def _exercise_every_method(store: Store) -> None:
     store.record_outcomes([OutcomeWrite(job.id, 1, error="e")], ttl=TTL, now=T0)
     store.finish_job(other.id, JobState.CANCELLED, now=T0)
     store.get_status(job.id, now=T0)
+    store.get_job(job.id, now=T0)
     store.list_jobs(now=T0)
     store.list_jobs(caller="a", now=T0)
     store.mark_in_flight_failed("restart", now=T0)
@@ -439,18 +446,36 @@ def assert_uses_an_index(store: Store, sql: str, params: Any) -> None:
 
 
 def test_every_store_query_uses_an_index(store: Store) -> None:
-    # Record the SQL the store really runs, with its parameters, then ask SQLite for each plan.
-    statements: list[tuple[str, Any]] = []
-    with store.db.tracer(lambda sql, params: statements.append((sql, params))):
+    # Record the SQL the store really runs, with its parameters bound, then ask SQLite for
+    # each plan. Traced on the sqlite3 connection itself: the hot paths bypass sqlite-utils.
+    statements: list[str] = []
+    store.db.conn.set_trace_callback(statements.append)
+    try:
         _exercise_every_method(store)
-    queries = [
-        (sql, params)
-        for sql, params in statements
-        if sql.split()[0].upper() in ("SELECT", "UPDATE", "DELETE", "INSERT")
+    finally:
+        store.db.conn.set_trace_callback(None)
+    queries = {
+        sql for sql in statements if sql.split()[0].upper() in ("SELECT", "UPDATE", "DELETE")
+    }
+    # The exercise reached every named read, update and delete (outcome writes and status
+    # reads included): the text before a statement's first parameter starts what was traced.
+    named = {
+        name: sql
+        for name, sql in vars(q).items()
+        if name.isupper()
+        and isinstance(sql, str)
+        and sql.split()[0] in ("SELECT", "UPDATE", "DELETE")
+        and name not in UNCHECKED_QUERIES
+    }
+    missed = [
+        name
+        for name, sql in named.items()
+        if not any(traced.startswith(sql.split("?")[0]) for traced in queries)
     ]
-    assert len({sql for sql, _ in queries}) >= 12  # the exercise reached every kind of query
-    for sql, params in queries:
-        assert_uses_an_index(store, sql, params)
+    assert len(named) >= 12
+    assert not missed
+    for sql in queries:
+        assert_uses_an_index(store, sql, None)
 
 
 @pytest.mark.parametrize(

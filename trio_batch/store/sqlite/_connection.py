@@ -181,15 +181,16 @@ class Connection:
 
         Inside a transaction already, that transaction is the snapshot.
         """
+        conn = self.db.conn
         with self._lock:
-            own = not self.db.conn.in_transaction
+            own = not conn.in_transaction
             if own:
-                self.db.execute("BEGIN")
+                conn.execute("BEGIN")
             try:
                 yield
             finally:
                 if own:
-                    self.db.execute("COMMIT")
+                    conn.execute("COMMIT")
 
 
 class _Transaction:
