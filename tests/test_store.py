@@ -15,6 +15,7 @@ from trio_batch import (
     CallerBusy,
     InvalidRequest,
     InvalidTargets,
+    Job,
     JobState,
     Options,
     OutcomeExists,
@@ -425,6 +426,7 @@ def _exercise_every_method(store: Store) -> None:
     other, _ = create(store, "b")
     store.record_outcome(job.id, 0, result=Result("x"), ttl=TTL, now=T0)
     store.record_outcomes([OutcomeWrite(job.id, 1, error="e")], ttl=TTL, now=T0)
+    store.record_outcomes([OutcomeWrite(job.id, 1, error="again")], ttl=TTL, now=T0)  # refused
     store.finish_job(other.id, JobState.CANCELLED, now=T0)
     store.get_status(job.id, now=T0)
     store.get_job(job.id, now=T0)
@@ -484,3 +486,34 @@ def test_every_store_query_uses_an_index(store: Store) -> None:
 def test_the_index_check_catches_scans(store: Store, sql: str) -> None:
     with pytest.raises(AssertionError, match=r"full (table|index) scan"):
         assert_uses_an_index(store, sql, ())
+
+
+def test_a_refused_write_in_a_group_commit_writes_nothing_and_the_others_are_stored(
+    store: Store,
+) -> None:
+    job, _ = create(store, "a", status=JobState.RUNNING)
+    lapsed, _ = create(store, "b", status=JobState.RUNNING, ttl=1.0)
+    store.record_outcome(job.id, 0, result=Result("first"), ttl=TTL, now=T0)
+    answers = store.record_outcomes(
+        [
+            OutcomeWrite(job.id, 0, error="again"),  # already stored: refused
+            OutcomeWrite(lapsed.id, 0, result=Result("late")),  # lease lapsed: None
+            OutcomeWrite(job.id, 1, result=Result("second")),
+        ],
+        ttl=TTL,
+        now=T0 + 2.0,
+    )
+    assert isinstance(answers[0], OutcomeExists)
+    assert answers[1] is None
+    stored = answers[2]
+    assert isinstance(stored, Job) and stored.targets_done == 2  # the refusal bumped nothing
+    got = store.get_status(job.id, now=T0 + 2.0)
+    assert got is not None
+    assert [t.result.content if t.result else t.error for t in got[1]] == ["first", "second", None]
+    left = store.db.execute(
+        "SELECT status, result FROM targets WHERE job_id = ? AND idx = 0", (lapsed.id,)
+    ).fetchone()
+    assert left == ("pending", None)
+    assert store.db.execute(
+        "SELECT targets_done FROM jobs WHERE id = ?", (lapsed.id,)
+    ).fetchone() == (0,)
