@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from typing import Any
@@ -203,3 +204,24 @@ def test_idem_key_changes_with_target_order(
     order = data.draw(st.permutations(items))
     if list(order) != items:
         assert idem_key(caller, list(order)) != idem_key(caller, items)
+
+
+@given(caller=texts, items=target_lists)
+def test_idem_key_is_the_documented_hash_so_stored_keys_still_match(
+    caller: str, items: list[Target]
+) -> None:
+    # Keys are stored: a job submitted before the key was computed faster must still be found.
+    canonical = json.dumps(
+        [t.to_json() for t in items], sort_keys=True, separators=(",", ":"), ensure_ascii=True
+    )
+    expected = hashlib.sha256(f"{caller}\x00{canonical}".encode()).hexdigest()
+    assert idem_key(caller, items) == expected
+
+
+def test_checked_targets_are_not_checked_again_and_still_compare_as_a_tuple() -> None:
+    checked = check_targets([Target("a"), Target("b", Options(jq=".x"))])
+    assert check_targets(checked) is checked
+    assert checked == (Target("a"), Target("b", Options(jq=".x")))
+    # A plain tuple with a repeat is still refused: only check_targets' own result is trusted.
+    with pytest.raises(InvalidTargets, match="repeats"):
+        check_targets((Target("a"), Target("a")))

@@ -15,6 +15,7 @@ from trio_batch import (
     CallerBusy,
     InvalidRequest,
     InvalidTargets,
+    Job,
     JobState,
     Options,
     OutcomeExists,
@@ -28,6 +29,7 @@ from trio_batch import (
     TargetStatus,
     TooManyTargets,
 )
+from trio_batch.store.sqlite import _queries as q
 
 T0 = 1_000_000.0
 TTL = 100.0
@@ -413,14 +415,21 @@ def test_list_jobs_filters_by_caller(store: Store) -> None:
 PARTIAL_INDEXES: set[str] = set()
 
 
+# The metrics counts (Store.counts) read every unexpired job: a scan of jobs_status, by design
+# for now (see the report of issue 13); not exercised here.
+UNCHECKED_QUERIES = {"COUNT_BY_STATUS", "SUM_TARGETS"}
+
+
 def _exercise_every_method(store: Store) -> None:
     job, _ = create(store, "a", status=JobState.RUNNING)
     create(store, "a")  # reused
     other, _ = create(store, "b")
     store.record_outcome(job.id, 0, result=Result("x"), ttl=TTL, now=T0)
     store.record_outcomes([OutcomeWrite(job.id, 1, error="e")], ttl=TTL, now=T0)
+    store.record_outcomes([OutcomeWrite(job.id, 1, error="again")], ttl=TTL, now=T0)  # refused
     store.finish_job(other.id, JobState.CANCELLED, now=T0)
     store.get_status(job.id, now=T0)
+    store.get_job(job.id, now=T0)
     store.list_jobs(now=T0)
     store.list_jobs(caller="a", now=T0)
     store.mark_in_flight_failed("restart", now=T0)
@@ -439,18 +448,36 @@ def assert_uses_an_index(store: Store, sql: str, params: Any) -> None:
 
 
 def test_every_store_query_uses_an_index(store: Store) -> None:
-    # Record the SQL the store really runs, with its parameters, then ask SQLite for each plan.
-    statements: list[tuple[str, Any]] = []
-    with store.db.tracer(lambda sql, params: statements.append((sql, params))):
+    # Record the SQL the store really runs, with its parameters bound, then ask SQLite for
+    # each plan. Traced on the sqlite3 connection itself: the hot paths bypass sqlite-utils.
+    statements: list[str] = []
+    store.db.conn.set_trace_callback(statements.append)
+    try:
         _exercise_every_method(store)
-    queries = [
-        (sql, params)
-        for sql, params in statements
-        if sql.split()[0].upper() in ("SELECT", "UPDATE", "DELETE", "INSERT")
+    finally:
+        store.db.conn.set_trace_callback(None)
+    queries = {
+        sql for sql in statements if sql.split()[0].upper() in ("SELECT", "UPDATE", "DELETE")
+    }
+    # The exercise reached every named read, update and delete (outcome writes and status
+    # reads included): the text before a statement's first parameter starts what was traced.
+    named = {
+        name: sql
+        for name, sql in vars(q).items()
+        if name.isupper()
+        and isinstance(sql, str)
+        and sql.split()[0] in ("SELECT", "UPDATE", "DELETE")
+        and name not in UNCHECKED_QUERIES
+    }
+    missed = [
+        name
+        for name, sql in named.items()
+        if not any(traced.startswith(sql.split("?")[0]) for traced in queries)
     ]
-    assert len({sql for sql, _ in queries}) >= 12  # the exercise reached every kind of query
-    for sql, params in queries:
-        assert_uses_an_index(store, sql, params)
+    assert len(named) >= 12
+    assert not missed
+    for sql in queries:
+        assert_uses_an_index(store, sql, None)
 
 
 @pytest.mark.parametrize(
@@ -459,3 +486,34 @@ def test_every_store_query_uses_an_index(store: Store) -> None:
 def test_the_index_check_catches_scans(store: Store, sql: str) -> None:
     with pytest.raises(AssertionError, match=r"full (table|index) scan"):
         assert_uses_an_index(store, sql, ())
+
+
+def test_a_refused_write_in_a_group_commit_writes_nothing_and_the_others_are_stored(
+    store: Store,
+) -> None:
+    job, _ = create(store, "a", status=JobState.RUNNING)
+    lapsed, _ = create(store, "b", status=JobState.RUNNING, ttl=1.0)
+    store.record_outcome(job.id, 0, result=Result("first"), ttl=TTL, now=T0)
+    answers = store.record_outcomes(
+        [
+            OutcomeWrite(job.id, 0, error="again"),  # already stored: refused
+            OutcomeWrite(lapsed.id, 0, result=Result("late")),  # lease lapsed: None
+            OutcomeWrite(job.id, 1, result=Result("second")),
+        ],
+        ttl=TTL,
+        now=T0 + 2.0,
+    )
+    assert isinstance(answers[0], OutcomeExists)
+    assert answers[1] is None
+    stored = answers[2]
+    assert isinstance(stored, Job) and stored.targets_done == 2  # the refusal bumped nothing
+    got = store.get_status(job.id, now=T0 + 2.0)
+    assert got is not None
+    assert [t.result.content if t.result else t.error for t in got[1]] == ["first", "second", None]
+    left = store.db.execute(
+        "SELECT status, result FROM targets WHERE job_id = ? AND idx = 0", (lapsed.id,)
+    ).fetchone()
+    assert left == ("pending", None)
+    assert store.db.execute(
+        "SELECT targets_done FROM jobs WHERE id = ?", (lapsed.id,)
+    ).fetchone() == (0,)

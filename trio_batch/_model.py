@@ -8,6 +8,7 @@ database or trio. The exceptions live in :mod:`._errors`, the configuration in :
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import re
@@ -15,6 +16,7 @@ import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from json.encoder import encode_basestring_ascii
 from typing import Any
 
 from ._errors import InvalidRequest, InvalidTargets
@@ -177,6 +179,9 @@ class Options:
 
 _OPTION_DEFAULTS = tuple((f.name, f.default) for f in dataclasses.fields(Options))
 
+#: Every option unset: the options of a target made without any (shared, it is immutable).
+DEFAULT_OPTIONS = Options()
+
 
 @dataclass(frozen=True, slots=True)
 class Target:
@@ -188,7 +193,7 @@ class Target:
     """
 
     url: str
-    options: Options = Options()
+    options: Options = DEFAULT_OPTIONS
 
     def __post_init__(self) -> None:
         _check_text(self.url, "url", MAX_URL_LENGTH, index=None)
@@ -218,7 +223,7 @@ class Target:
         url = obj["url"]
         if not isinstance(url, str):
             raise InvalidTargets(f"url must be a string, not {_json_type(url)}")
-        options = Options.from_json(obj["options"]) if "options" in obj else Options()
+        options = Options.from_json(obj["options"]) if "options" in obj else DEFAULT_OPTIONS
         return cls(url, options)
 
     def to_json(self) -> dict[str, Any]:
@@ -262,11 +267,21 @@ def _json_type(obj: object) -> str:
     return type(obj).__name__
 
 
+class _CheckedTargets(tuple[Target, ...]):
+    """Targets :func:`check_targets` has passed. A tuple of frozen targets cannot change, so
+    it is not checked again (the runner checks a job's targets, then hands them to the store,
+    which checks what other callers hand it)."""
+
+    __slots__ = ()
+
+
 def check_targets(targets: object) -> tuple[Target, ...]:
     """Return ``targets`` as a tuple if it is a non-empty sequence of distinct targets.
 
     Raises :class:`InvalidTargets` naming the first offending position otherwise.
     """
+    if type(targets) is _CheckedTargets:
+        return targets
     if isinstance(targets, str | bytes) or not isinstance(targets, Sequence):
         raise InvalidTargets(f"targets must be a list of Target, not {type(targets).__name__}")
     if not targets:
@@ -278,7 +293,7 @@ def check_targets(targets: object) -> tuple[Target, ...]:
         first = seen.setdefault(target, i)
         if first != i:
             raise InvalidTargets(f"target {i} repeats target {first} ({target.url})", index=i)
-    return tuple(targets)
+    return _CheckedTargets(targets)
 
 
 def check_caller(value: object, what: str = "caller") -> str:
@@ -304,14 +319,36 @@ def idem_key(caller: str, targets: Sequence[Target]) -> str:
     spelled out at their defaults do not change the key; any change of a URL, an option, the
     order of the targets or the caller does.
     """
-    canonical = json.dumps(
-        [t.to_json() for t in targets], sort_keys=True, separators=(",", ":"), ensure_ascii=True
-    )
+    # Built piece by piece, byte for byte what json.dumps of that list writes, without a dict
+    # per target: a target's keys sort as "options" < "url".
+    parts = []
+    for target in targets:
+        url = encode_basestring_ascii(target.url)
+        options = "{}" if target.options is DEFAULT_OPTIONS else _canonical(target.options)
+        if options == "{}":
+            parts.append(f'{{"url":{url}}}')
+        else:
+            parts.append(f'{{"options":{options},"url":{url}}}')
+    canonical = "[" + ",".join(parts) + "]"
     return hashlib.sha256(f"{caller}\x00{canonical}".encode()).hexdigest()
+
+
+#: The canonical JSON of idempotency keys: compact, sorted keys, ASCII only.
+_CANONICAL_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
+@functools.lru_cache(maxsize=1024)
+def _canonical(options: Options) -> str:
+    # Most targets share a handful of option sets; equal options have equal JSON.
+    return _CANONICAL_ENCODER.encode(options.to_json())
 
 
 # --------------------------------------------------------------------------------------------
 # Results and statuses
+
+
+#: Encodes results: one encoder built once (``json.dumps`` with options builds one per call).
+_RESULT_ENCODER = json.JSONEncoder(allow_nan=False, ensure_ascii=False, separators=(",", ":"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -332,12 +369,7 @@ class Result:
         if not isinstance(self.meta, dict):
             raise ValueError(f"Result.meta must be a dict, not {type(self.meta).__name__}")
         try:
-            text = json.dumps(
-                {"content": self.content, "meta": self.meta},
-                allow_nan=False,
-                ensure_ascii=False,
-                separators=(",", ":"),
-            )
+            text = _RESULT_ENCODER.encode({"content": self.content, "meta": self.meta})
             text.encode("utf-8")
         except Exception as exc:  # whatever a hostile dict subclass or __str__ may raise
             raise ValueError(f"{type(exc).__name__}: {safe_text(exc)}") from None
@@ -404,7 +436,7 @@ class TargetStatus:
     result: Result | None
     error: str | None
     hint: str | None
-    options: Options = Options()
+    options: Options = DEFAULT_OPTIONS
     finished_at: float | None = None
 
     @property

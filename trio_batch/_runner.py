@@ -79,12 +79,20 @@ class _Drain:
     cancel_writes: int = 0
     cancel_settled: trio.Event = field(default_factory=trio.Event)
     cancel_failed: bool = False
-    # Replaced by a fresh event, and set, each time an outcome is stored: wakes watchers.
-    stored: trio.Event = field(default_factory=trio.Event)
+    # Set, and dropped, each time an outcome is stored: wakes watchers. Made only when a
+    # watcher asks (most jobs have none), so a drain with no watcher makes no event per target.
+    _stored: trio.Event | None = None
+
+    def next_stored(self) -> trio.Event:
+        """The event set when the next outcome is stored (or the drain stops)."""
+        if self._stored is None:
+            self._stored = trio.Event()
+        return self._stored
 
     def notify_stored(self) -> None:
-        stored, self.stored = self.stored, trio.Event()
-        stored.set()
+        stored, self._stored = self._stored, None
+        if stored is not None:
+            stored.set()
 
 
 def _failure_from_exception(exc: Exception) -> _Failure:
@@ -303,7 +311,9 @@ class Runner:
         seen = 0
         while True:
             drain = self._drains.get(job_id)
-            changed = None if drain is None else drain.stored  # taken before the read: no race
+            changed = (
+                None if drain is None else drain.next_stored()
+            )  # taken before the read: no race
             status = await self._store.get_status(job_id, now=self._now())
             if status is None:
                 return
@@ -510,14 +520,15 @@ class Runner:
             extra={"job_id": drain.job_id, "idx": idx},
         )
         drain.notify_stored()
-        self._log.debug(
-            "target stored",
-            extra={
-                "job_id": drain.job_id,
-                "idx": idx,
-                "status": "failed" if failure else "done",
-            },
-        )
+        if self._log.isEnabledFor(logging.DEBUG):
+            self._log.debug(
+                "target stored",
+                extra={
+                    "job_id": drain.job_id,
+                    "idx": idx,
+                    "status": "failed" if failure else "done",
+                },
+            )
         if job is not None and job.is_terminal:
             self._log.info(
                 "job finished",

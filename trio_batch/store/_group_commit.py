@@ -56,9 +56,7 @@ class GroupCommit(Generic[W, A]):
         if len(self._batch) == 1:
             await trio.lowlevel.cancel_shielded_checkpoint()
             batch, self._batch = self._batch, []
-            answers: list[A | Exception] = [
-                StoreUnavailable("the write was interrupted before its commit was known")
-            ] * len(batch)
+            answers: list[A | Exception] | None = None
             try:
                 answers = await self._commit([member.write for member in batch])
             except Exception as exc:
@@ -66,6 +64,11 @@ class GroupCommit(Generic[W, A]):
             finally:
                 # Followers cannot be cancelled, so they must be woken whatever happens here
                 # (a KeyboardInterrupt included).
+                if answers is None:
+                    interrupted = StoreUnavailable(
+                        "the write was interrupted before its commit was known"
+                    )
+                    answers = [interrupted] * len(batch)
                 for member, answer in zip(batch, answers, strict=True):
                     member.answer = answer
                     if member.task is not None:

@@ -14,6 +14,7 @@ from typing import Any
 
 from .._errors import Busy, CallerBusy, TooManyTargets
 from .._model import (
+    DEFAULT_OPTIONS,
     Job,
     JobState,
     Options,
@@ -36,36 +37,62 @@ __all__ = [
     "job_from_row",
     "new_job",
     "options_from_text",
+    "options_text",
     "outcome_values",
     "target_from_row",
     "write_values",
 ]
 
 
+#: Status text -> enum member: a dict lookup is several times cheaper than calling the enum.
+_JOB_STATES = {state.value: state for state in JobState}
+_TARGET_STATES = {state.value: state for state in TargetState}
+#: Decodes stored results: each is one JSON object written by Result.to_json_text.
+_DECODER = json.JSONDecoder()
+
+
 def job_from_row(row: Sequence[Any]) -> Job:
     """A :class:`Job` from a row of the job columns, in the dataclass's order."""
-    return Job(row[0], JobState(row[1]), *row[2:])
+    return Job(row[0], _JOB_STATES[row[1]], *row[2:])
 
 
 def target_from_row(row: Sequence[Any]) -> TargetStatus:
     """A :class:`TargetStatus` from ``idx, url, status, result, error, hint, options,
     finished_at``."""
+    # Called for every row of a status read: positional arguments, no per-row enum call.
     idx, url, status, result, error, hint, options, finished_at = row
     return TargetStatus(
-        idx=idx,
-        url=url,
-        status=TargetState(status),
-        result=None if result is None else Result.from_json_text(result),
-        error=error,
-        hint=hint,
-        options=options_from_text(options),
-        finished_at=finished_at,
+        idx,
+        url,
+        _TARGET_STATES[status],
+        None if result is None else _result(result),
+        error,
+        hint,
+        options_from_text(options),
+        finished_at,
     )
+
+
+def _result(text: str) -> Result:
+    # raw_decode: our own compact JSON, without json.loads' checks and whitespace scans.
+    obj = _DECODER.raw_decode(text)[0]
+    return Result(obj["content"], obj["meta"])
 
 
 def dumps(obj: Any) -> str:
     """Compact, key-sorted JSON: how options (and id lists) are stored."""
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def options_text(options: Options) -> str:
+    """How a target's options are stored: compact JSON with sorted keys."""
+    return "{}" if options is DEFAULT_OPTIONS else _options_json(options)
+
+
+@functools.lru_cache(maxsize=1024)
+def _options_json(options: Options) -> str:
+    # Most targets share a handful of option sets; equal options have equal JSON.
+    return dumps(options.to_json())
 
 
 @functools.lru_cache(maxsize=1024)
@@ -107,7 +134,7 @@ class NewJob:
     def target_params(self) -> list[tuple[str, int, str, str, str]]:
         """``(job_id, idx, url, options, status)`` per target, all ``pending``."""
         return [
-            (self.job.id, i, t.url, dumps(t.options.to_json()), TargetState.PENDING.value)
+            (self.job.id, i, t.url, options_text(t.options), TargetState.PENDING.value)
             for i, t in enumerate(self.targets)
         ]
 

@@ -163,41 +163,17 @@ class Connection:
     # ----------------------------------------------------------------------------------------
     # Transactions
 
-    @contextlib.contextmanager
-    def transaction(self) -> Iterator[Database]:
+    def transaction(self) -> _Transaction:
         """Hold the store's lock and run the block in one ``BEGIN IMMEDIATE`` transaction.
 
         Commits when the block ends, rolls back if it raises. ``BEGIN IMMEDIATE`` takes the
         write lock up front, so a read-then-write block can never fail half-way on
         "database is locked": it waits up to the busy timeout, or fails before doing anything.
         Nested use runs the block in a savepoint of the outer transaction, so it stays atomic on
-        its own: if it raises, only its own changes are rolled back.
+        its own: if it raises, only its own changes are rolled back. The block gets the
+        ``Database``.
         """
-        conn = self.db.conn  # straight to sqlite3: this wraps every write
-        with self._lock:
-            if conn.in_transaction:
-                conn.execute("SAVEPOINT nested")
-                try:
-                    yield self.db
-                except BaseException:
-                    conn.execute("ROLLBACK TO nested")
-                    conn.execute("RELEASE nested")
-                    raise
-                conn.execute("RELEASE nested")
-                return
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield self.db
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
-            try:
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
+        return _Transaction(self)
 
     @contextlib.contextmanager
     def _snapshot(self) -> Iterator[None]:
@@ -205,12 +181,60 @@ class Connection:
 
         Inside a transaction already, that transaction is the snapshot.
         """
+        conn = self.db.conn
         with self._lock:
-            own = not self.db.conn.in_transaction
+            own = not conn.in_transaction
             if own:
-                self.db.execute("BEGIN")
+                conn.execute("BEGIN")
             try:
                 yield
             finally:
                 if own:
-                    self.db.execute("COMMIT")
+                    conn.execute("COMMIT")
+
+
+class _Transaction:
+    """The context manager :meth:`Connection.transaction` returns.
+
+    A class rather than a ``@contextmanager`` generator: it wraps every outcome write, and a
+    generator costs several microseconds more per use.
+    """
+
+    __slots__ = ("_nested", "_store")
+
+    def __init__(self, store: Connection) -> None:
+        self._store = store
+        self._nested = False
+
+    def __enter__(self) -> Database:
+        store = self._store
+        conn = store.db.conn  # straight to sqlite3: this wraps every write
+        store._lock.acquire()
+        try:
+            self._nested = conn.in_transaction
+            conn.execute("SAVEPOINT nested" if self._nested else "BEGIN IMMEDIATE")
+        except BaseException:
+            store._lock.release()
+            raise
+        return store.db
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        store = self._store
+        conn = store.db.conn
+        try:
+            if self._nested:
+                if exc_type is not None:
+                    conn.execute("ROLLBACK TO nested")
+                conn.execute("RELEASE nested")
+            elif exc_type is not None:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+            else:
+                try:
+                    conn.execute("COMMIT")
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+        finally:
+            store._lock.release()

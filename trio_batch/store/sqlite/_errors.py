@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import sqlite3
-from collections.abc import Iterator
 
 from ..._errors import StoreUnavailable
 
@@ -36,11 +34,21 @@ def _unavailable(exc: sqlite3.Error, busy_timeout: float) -> StoreUnavailable:
     return StoreUnavailable(f"{why}: {exc}")
 
 
-@contextlib.contextmanager
-def translate_errors(busy_timeout: float) -> Iterator[None]:
+class translate_errors:  # lower case: used like a function, ``with translate_errors(t):``
     """Turn sqlite3 errors into :class:`StoreUnavailable`; a store call that raised one changed
-    nothing (each is one transaction, rolled back)."""
-    try:
-        yield
-    except sqlite3.Error as exc:
-        raise _unavailable(exc, busy_timeout) from exc
+    nothing (each is one transaction, rolled back).
+
+    A class rather than a ``@contextmanager`` generator: it wraps every outcome write.
+    """
+
+    __slots__ = ("_busy_timeout",)
+
+    def __init__(self, busy_timeout: float) -> None:
+        self._busy_timeout = busy_timeout
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        if isinstance(exc, sqlite3.Error):
+            raise _unavailable(exc, self._busy_timeout) from exc

@@ -233,11 +233,15 @@ class SQLiteJobStore:
         finally:
             self._checkpoint_pending = False  # one bool, read by the loop thread
 
-    def _observe(self, operation: str, start: float) -> None:
-        if self.on_write is not None:
+    def _observe(self, operation: str, start: float | None) -> None:
+        if self.on_write is not None and start is not None:
             # An observer's bug must not fail a write that succeeded.
             with contextlib.suppress(Exception):
                 self.on_write(operation, time.perf_counter() - start)
+
+    def _observe_start(self) -> float | None:
+        """The time an observed write starts at; None (no clock read) if nobody observes."""
+        return None if self.on_write is None else time.perf_counter()
 
     # ----------------------------------------------------------------------------------------
     # JobStore
@@ -258,7 +262,7 @@ class SQLiteJobStore:
     ) -> tuple[Job, bool]:
         """:meth:`Store.create_job`; on the fast path when the job is small."""
         call = self._call if len(targets) <= FAST_MAX_TARGETS else self._on_thread
-        start = time.perf_counter()
+        start = self._observe_start()
         answer = await call(
             Store.create_job,
             caller,
@@ -289,7 +293,7 @@ class SQLiteJobStore:
         # One commit, one moment: the first write's (the leader's) ttl and time serve for all.
         _, ttl, now = batch[0]
         writes = [write for write, _, _ in batch]
-        start = time.perf_counter()
+        start = self._observe_start()
         with translate_errors(self.store.busy_timeout):
             answers: list[Job | Exception | None] | _Miss = _MISS
             if all(w.result is None or _small(w.result) for w in writes):

@@ -75,7 +75,10 @@ DELETE_JOBS = "DELETE FROM jobs WHERE id IN (SELECT value FROM json_each(?))"
 # Reading
 
 GET_JOB = f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ? AND expires_at > ?"
-RESULTS_SIZE = "SELECT results_size FROM jobs WHERE id = ?"
+#: A job and, last, the characters of results it holds (a status read checks that first).
+GET_JOB_AND_RESULTS_SIZE = (
+    f"SELECT {JOB_COLUMNS}, results_size FROM jobs WHERE id = ? AND expires_at > ?"
+)
 GET_TARGETS = f"SELECT {TARGET_COLUMNS} FROM targets WHERE job_id = ? ORDER BY idx"
 LIST_JOBS = f"SELECT {JOB_COLUMNS} FROM jobs WHERE expires_at > ? ORDER BY expires_at DESC LIMIT ?"
 LIST_JOBS_OF_CALLER = (

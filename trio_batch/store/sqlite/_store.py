@@ -330,15 +330,17 @@ class Store(Connection):
         """
         if not is_job_id(job_id):
             return None
+        now = time.time() if now is None else now
+        conn = self.db.conn  # straight to sqlite3: a status read is a hot path
         with self._snapshot():
-            job = self.get_job(job_id, now=now)
-            if job is None:
+            row = conn.execute(q.GET_JOB_AND_RESULTS_SIZE, (job_id, now)).fetchone()
+            if row is None:
                 return None
-            if max_results_size is not None:
-                size = self.db.execute(q.RESULTS_SIZE, (job_id,)).fetchone()[0]
-                if size > max_results_size:
-                    raise WouldBeSlow(f"job {job_id} holds {size} characters of results")
-            rows = self.db.execute(q.GET_TARGETS, (job_id,)).fetchall()
+            size = row[-1]
+            if max_results_size is not None and size > max_results_size:
+                raise WouldBeSlow(f"job {job_id} holds {size} characters of results")
+            rows = conn.execute(q.GET_TARGETS, (job_id,)).fetchall()
+        job = _job(row[:-1])
         return job, with_running(job, [_target(row) for row in rows])
 
     def list_jobs(
