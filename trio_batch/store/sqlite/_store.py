@@ -64,7 +64,7 @@ def _job(row: Sequence[Any]) -> Job:
 
 
 def _target(row: Sequence[Any]) -> TargetStatus:
-    idx, url, status, result, error, hint, options, finished_at = row
+    idx, url, status, result, error, hint, options, finished_at, attempts = row
     return TargetStatus(
         idx=idx,
         url=url,
@@ -74,6 +74,7 @@ def _target(row: Sequence[Any]) -> TargetStatus:
         hint=hint,
         options=_options(options),
         finished_at=finished_at,
+        attempts=attempts,
     )
 
 
@@ -247,12 +248,14 @@ class Store(Connection):
         result: Result | None = None,
         error: str | None = None,
         hint: str | None = None,
+        attempts: int = 1,
         ttl: float,
         now: float | None = None,
     ) -> Job | None:
         """Store one target's outcome and bump its job, in one transaction.
 
-        Pass ``result`` for a success, or ``error`` (and optionally ``hint``) for a failure. A
+        Pass ``result`` for a success, or ``error`` (and optionally ``hint``) for a failure;
+        ``attempts`` is how many attempts the outcome took. A
         result that cannot be stored as JSON is stored as a failure saying why. In the same
         transaction the job's ``targets_done`` (and ``targets_failed``), ``updated_at`` and lease
         (``expires_at = now + ttl``) are bumped; if this was the last outcome of a live job, the
@@ -299,7 +302,7 @@ class Store(Connection):
                 job = dataclasses.replace(job, status=final)
             updated = conn.execute(
                 q.STORE_OUTCOME,
-                (status.value, result_text, error, hint, now, job_id, idx),
+                (status.value, result_text, error, hint, now, attempts, job_id, idx),
             ).rowcount
             if updated != 1:
                 raise OutcomeExists(
@@ -330,6 +333,7 @@ class Store(Connection):
                             result=w.result,
                             error=w.error,
                             hint=w.hint,
+                            attempts=w.attempts,
                             ttl=ttl,
                             now=now,
                         )
