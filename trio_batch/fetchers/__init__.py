@@ -52,6 +52,7 @@ from ._errors import (
     HTTPStatusError,
     LocalFileError,
     NetworkError,
+    RETRYABLE_STATUSES,
     OptionError,
     RedirectError,
     ResponseTooLarge,
@@ -59,7 +60,7 @@ from ._errors import (
     URLError,
     URLRefused,
 )
-from ._http import CheckURL, HttpFetcher, http_fetch
+from ._http import CheckURL, HttpFetcher, http_fetch, parse_retry_after
 from ._ssrf import DestinationPolicy, Resolver, forbidden_reason
 
 __all__ = [
@@ -73,6 +74,7 @@ __all__ = [
     "HttpFetcher",
     "LocalFileError",
     "NetworkError",
+    "RETRYABLE_STATUSES",
     "OptionError",
     "RedirectError",
     "Resolver",
@@ -84,6 +86,7 @@ __all__ = [
     "forbidden_reason",
     "grep_lines",
     "html_to_text",
+    "parse_retry_after",
     "http_fetch",
     "load_fetch",
 ]
