@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from ._retry import RetryPolicy
+
 __all__ = ["ClassLimits", "Config"]
 
 
@@ -63,6 +65,9 @@ class Config:
     - ``purge_interval``: how often lapsed jobs are deleted in the background (5 minutes).
     - ``store_retry_for``: how long an outcome write that the database refuses is retried, with
       backoff, before its job is failed (30 s).
+    - ``retry``: how a target whose attempt failed with a retryable error is tried again, before
+      the next target starts (see :class:`~trio_batch.RetryPolicy`); None (the default) makes
+      one attempt only.
     """
 
     ttl: float = 86400.0
@@ -74,10 +79,17 @@ class Config:
     class_limits: Mapping[str, ClassLimits] = field(default_factory=dict)
     purge_interval: float = 300.0
     store_retry_for: float = 30.0
+    retry: RetryPolicy | None = None
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
+            if f.name == "retry":
+                if value is not None and not isinstance(value, RetryPolicy):
+                    raise TypeError(
+                        f"Config.retry must be a RetryPolicy or None, not {type(value).__name__}"
+                    )
+                continue
             if f.name == "class_limits":
                 if not isinstance(value, Mapping) or not all(
                     isinstance(k, str) and isinstance(v, ClassLimits) for k, v in value.items()

@@ -11,7 +11,7 @@ import math
 import random
 from dataclasses import dataclass
 
-__all__ = ["RetryPolicy", "RetryableError", "is_retryable", "retry_after_of"]
+__all__ = ["RetryNotice", "RetryPolicy", "RetryableError", "is_retryable", "retry_after_of"]
 
 
 class RetryableError(Exception):
@@ -109,3 +109,21 @@ class RetryPolicy:
         if retry_after is not None:
             spread = max(spread, retry_after)
         return min(spread, self.max_delay)
+
+
+@dataclass(frozen=True, slots=True)
+class RetryNotice:
+    """A target's attempt failed and it will be tried again after ``delay`` seconds.
+
+    Given to ``open_runner``'s ``on_retry`` hook as it happens (the command line shows it in its
+    progress). ``attempt`` is the attempt that failed (1 for the first try), ``attempts`` the
+    policy's limit, ``error`` what the failure will be stored as if no attempt succeeds.
+    """
+
+    job_id: str
+    idx: int
+    url: str
+    attempt: int
+    attempts: int
+    error: str
+    delay: float

@@ -45,6 +45,7 @@ Processing order: body → PDF text or jq or HTML-to-text → grep.
 from ._body import grep_lines, html_to_text
 from ._builtin import builtin_fetch, load_fetch
 from ._errors import (
+    RETRYABLE_STATUSES,
     ContentError,
     DestinationRefused,
     FetchError,
@@ -52,7 +53,6 @@ from ._errors import (
     HTTPStatusError,
     LocalFileError,
     NetworkError,
-    RETRYABLE_STATUSES,
     OptionError,
     RedirectError,
     ResponseTooLarge,
@@ -64,6 +64,7 @@ from ._http import CheckURL, HttpFetcher, http_fetch, parse_retry_after
 from ._ssrf import DestinationPolicy, Resolver, forbidden_reason
 
 __all__ = [
+    "RETRYABLE_STATUSES",
     "CheckURL",
     "ContentError",
     "DestinationPolicy",
@@ -74,7 +75,6 @@ __all__ = [
     "HttpFetcher",
     "LocalFileError",
     "NetworkError",
-    "RETRYABLE_STATUSES",
     "OptionError",
     "RedirectError",
     "Resolver",
@@ -86,7 +86,7 @@ __all__ = [
     "forbidden_reason",
     "grep_lines",
     "html_to_text",
-    "parse_retry_after",
     "http_fetch",
     "load_fetch",
+    "parse_retry_after",
 ]
