@@ -2,7 +2,8 @@
 
 A ``ThreadingHTTPServer`` on port 0 in a background thread. Its routes cover every path the
 fetcher takes: HTML, JSON, text, a PDF, binary bodies, 4xx/5xx, redirects (relative, looping,
-to other schemes), big bodies with and without Content-Length, and a gated page that holds its
+to other schemes), big bodies with and without Content-Length, a flaky page that fails a given
+number of times (with ``Retry-After``) before it succeeds, and a gated page that holds its
 response until the test releases it (to have a fetch reliably in flight).
 """
 
@@ -162,6 +163,14 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
             self.server.gate.wait(GATE_TIMEOUT)
             self.wfile.write(b"67890")
+        elif path == "/flaky":
+            # The first `fail` requests for this exact URL answer `status`, with `Retry-After:
+            # after` if given; later ones succeed.
+            if self.server.count(self.path) <= int(query.get("fail", "2")):
+                headers = {"Retry_After": query["after"]} if "after" in query else {}
+                self._send(int(query.get("status", "503")), b"try later", "text/plain", **headers)
+            else:
+                self._send(200, b"fine now", "text/plain")
         elif path == "/slow":
             time.sleep(min(float(query.get("s", "0.2")), 2.0))
             self._send(200, b"slow but done", "text/plain")

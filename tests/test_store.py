@@ -416,8 +416,9 @@ PARTIAL_INDEXES: set[str] = set()
 
 
 # The metrics counts (Store.counts) read every unexpired job: a scan of jobs_status, by design
-# for now (see the report of issue 13); not exercised here.
-UNCHECKED_QUERIES = {"COUNT_BY_STATUS", "SUM_TARGETS"}
+# for now (see the report of issue 13); not exercised here. The version 2 migration visits
+# every stored target once, when an old database is first opened (test_schema_migration).
+UNCHECKED_QUERIES = {"COUNT_BY_STATUS", "SUM_TARGETS", "MIGRATE_V2_ATTEMPTS"}
 
 
 def _exercise_every_method(store: Store) -> None:

@@ -182,6 +182,16 @@ async def test_terminal_status_follows_the_failures(
     assert stored is not None and stored.status is final
 
 
+async def test_an_outcome_keeps_how_many_attempts_it_took(job_store: JobStore) -> None:
+    job, _ = await _create(job_store, n=2)
+    write = OutcomeWrite(job.id, 0, error="RetryableError: busy", hint="later", attempts=3)
+    await job_store.record_outcome(write, ttl=TTL, now=T0)
+    status = await job_store.get_status(job.id, now=T0)
+    assert status is not None
+    assert [t.attempts for t in status[1]] == [3, 0]  # none yet for a target without outcome
+    assert status[1][0].to_json()["attempts"] == 3
+
+
 async def test_an_outcome_is_never_overwritten(job_store: JobStore) -> None:
     job, _ = await _create(job_store, n=2)
     await job_store.record_outcome(_ok(job.id, 0, "first"), ttl=TTL, now=T0)

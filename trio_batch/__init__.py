@@ -36,6 +36,7 @@ from ._model import (
     idem_key,
 )
 from ._open_runner import open_runner
+from ._retry import RetryableError, RetryNotice, RetryPolicy
 from ._runner import FetchFunc, Runner
 from .store import SCHEMA_VERSION, JobStore, SQLiteJobStore, Store, StoreCounts, open_store
 
@@ -56,6 +57,9 @@ __all__ = [
     "OutcomeExists",
     "OutcomeWrite",
     "Result",
+    "RetryNotice",
+    "RetryPolicy",
+    "RetryableError",
     "Runner",
     "RunnerClosed",
     "SQLiteJobStore",

@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from ._retry import RetryPolicy
+
 __all__ = ["ClassLimits", "Config"]
 
 
@@ -68,6 +70,9 @@ class Config:
     - ``runner_timeout``: where runners share a database, how long a runner may be silent
       before another takes it for dead and fails its live jobs with error ``"restart"`` (30 s);
       longer than ``heartbeat_interval``.
+    - ``retry``: how a target whose attempt failed with a retryable error is tried again, before
+      the next target starts (see :class:`~trio_batch.RetryPolicy`); None (the default) makes
+      one attempt only.
     """
 
     ttl: float = 86400.0
@@ -81,10 +86,17 @@ class Config:
     store_retry_for: float = 30.0
     heartbeat_interval: float = 5.0
     runner_timeout: float = 30.0
+    retry: RetryPolicy | None = None
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
+            if f.name == "retry":
+                if value is not None and not isinstance(value, RetryPolicy):
+                    raise TypeError(
+                        f"Config.retry must be a RetryPolicy or None, not {type(value).__name__}"
+                    )
+                continue
             if f.name == "class_limits":
                 if not isinstance(value, Mapping) or not all(
                     isinstance(k, str) and isinstance(v, ClassLimits) for k, v in value.items()

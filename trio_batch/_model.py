@@ -428,7 +428,11 @@ class Job:
 
 @dataclass(frozen=True, slots=True)
 class TargetStatus:
-    """One target of a job as stored: its position, URL, status and outcome."""
+    """One target of a job as stored: its position, URL, status and outcome.
+
+    ``attempts`` is how many attempts the stored outcome took (more than 1 after retries), 0
+    while the target has no outcome.
+    """
 
     idx: int
     url: str
@@ -438,6 +442,7 @@ class TargetStatus:
     hint: str | None
     options: Options = DEFAULT_OPTIONS
     finished_at: float | None = None
+    attempts: int = 0
 
     @property
     def is_finished(self) -> bool:
@@ -457,6 +462,7 @@ class TargetStatus:
             "error": self.error,
             "hint": self.hint,
             "finished_at": self.finished_at,
+            "attempts": self.attempts,
         }
 
 
@@ -464,7 +470,8 @@ class TargetStatus:
 class OutcomeWrite:
     """One target's outcome, as the runner hands it to a store: a result or an error.
 
-    Exactly one of ``result`` and ``error`` is set; ``hint`` goes with an error.
+    Exactly one of ``result`` and ``error`` is set; ``hint`` goes with an error. ``attempts``
+    is how many attempts at the target this outcome took (see :class:`~trio_batch.RetryPolicy`).
     """
 
     job_id: str
@@ -472,6 +479,7 @@ class OutcomeWrite:
     result: Result | None = None
     error: str | None = None
     hint: str | None = None
+    attempts: int = 1
 
 
 # --------------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ import trio
 
 from ._config import Config
 from ._errors import StoreUnavailable
+from ._retry import RetryNotice
 from ._runner import FetchFunc, Runner
 from .store import JobStore, SQLiteJobStore, Store, WriteObserver
 
@@ -26,6 +27,7 @@ async def open_runner(
     now: Callable[[], float] = time.time,
     logger: logging.Logger | None = None,
     on_store_write: WriteObserver | None = None,
+    on_retry: Callable[[RetryNotice], None] | None = None,
 ) -> AsyncIterator[Runner]:
     """Start a runner on ``store``; leaving the block shuts it down.
 
@@ -47,6 +49,8 @@ async def open_runner(
     ``on_store_write``, if given, is called on the event loop with ``(operation, seconds)``
     after each job creation (``"create_job"``) and each outcome commit (``"record_outcomes"``,
     one call per group commit): a hook for metrics; it must be quick and not raise.
+    ``on_retry``, if given, is called on the event loop with a :class:`RetryNotice` each time a
+    target's attempt failed and will be retried (see ``Config.retry``); for progress displays.
 
     On exit (normal, by exception or by cancellation) in-flight fetches are cancelled, every
     outcome already being stored is completed, and every job of this runner still live is
@@ -63,7 +67,7 @@ async def open_runner(
         ):
             observer, job_store.on_write = job_store.on_write, on_store_write
             try:
-                async with _running(job_store, fetch, config, now, log) as runner:
+                async with _running(job_store, fetch, config, now, log, on_retry) as runner:
                     yield runner
             finally:
                 job_store.on_write = observer
@@ -80,6 +84,7 @@ async def _running(
     config: Config,
     now: Callable[[], float],
     log: logging.Logger,
+    on_retry: Callable[[RetryNotice], None] | None,
 ) -> AsyncIterator[Runner]:
     """The runner's life on a claimed store: reap, serve, then shut down."""
     runner: Runner | None = None
@@ -90,7 +95,13 @@ async def _running(
         body_error: BaseException | None = None
         async with trio.open_nursery() as nursery:
             runner = Runner(
-                store=store, fetch=fetch, config=config, now=now, logger=log, nursery=nursery
+                store=store,
+                fetch=fetch,
+                config=config,
+                now=now,
+                logger=log,
+                nursery=nursery,
+                on_retry=on_retry,
             )
             nursery.start_soon(runner._purge_periodically, name="trio_batch purge")
             try:

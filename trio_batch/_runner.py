@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ from ._model import (
     safe_text,
     with_running,
 )
+from ._retry import RetryNotice, is_retryable, retry_after_of
 from .store import JobStore
 
 T = TypeVar("T")
@@ -58,6 +60,8 @@ PURGE_BATCH = 20
 class _Failure:
     error: str
     hint: str | None = None
+    retryable: bool = False  # another attempt may succeed
+    retry_after: float | None = None  # the least the next attempt should wait, in seconds
 
 
 @dataclass(eq=False, slots=True)
@@ -73,6 +77,8 @@ class _Drain:
     # The CancelScope around the fetch in flight: its deadline is the target timeout, moved
     # earlier by a cancel when Config.cancel_grace is set.
     fetch_scope: trio.CancelScope | None = None
+    # The CancelScope around a wait between two attempts at a target: a cancel cuts it short.
+    backoff_scope: trio.CancelScope | None = None
     cancel_requested: bool = False
     cancel_deadline: float | None = None  # trio time at which the cancel grace runs out
     # Set once every cancel() call has finished writing; cancel_failed if one could not.
@@ -99,7 +105,19 @@ def _failure_from_exception(exc: Exception) -> _Failure:
     message = safe_text(exc)
     error = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
     hint = getattr(exc, "hint", None)
-    return _Failure(safe_text(error), None if hint is None else safe_text(hint))
+    return _Failure(
+        safe_text(error),
+        None if hint is None else safe_text(hint),
+        retryable=is_retryable(exc),
+        retry_after=retry_after_of(exc),
+    )
+
+
+def _cut_short(failure: _Failure, attempt: int, attempts: int) -> _Failure:
+    """``failure`` with a hint that the job's cancel stopped its retries."""
+    note = f"the job was cancelled after attempt {attempt} of {attempts}, so it was not retried"
+    hint = note if not failure.hint else f"{failure.hint} ({note})"
+    return dataclasses.replace(failure, hint=safe_text(hint), retryable=False)
 
 
 class Runner:
@@ -117,6 +135,7 @@ class Runner:
         now: Callable[[], float],
         logger: logging.Logger,
         nursery: trio.Nursery,
+        on_retry: Callable[[RetryNotice], None] | None = None,
     ) -> None:
         self._store = store
         self._fetch = fetch
@@ -124,6 +143,8 @@ class Runner:
         self._now = now
         self._log = logger
         self._nursery = nursery
+        self._on_retry = on_retry
+        self._rng = random.Random()  # retry jitter
         self._drains: dict[str, _Drain] = {}
         self._closed = False  # shutting down: no new jobs
         self._stopped = False  # shut down: no more calls
@@ -235,6 +256,8 @@ class Runner:
                     drain.fetch_scope.deadline = min(
                         drain.fetch_scope.deadline, drain.cancel_deadline
                     )
+            if drain.backoff_scope is not None:
+                drain.backoff_scope.cancel()  # no further attempt: store the last failure now
             drain.cancel_writes += 1
         try:
             job = await self._store.finish_job(job_id, JobState.CANCELLED, now=self._now())
@@ -406,8 +429,8 @@ class Runner:
                     if drain.cancel_requested:
                         break
                     drain.in_flight = idx
-                    result = await self._fetch_one(drain, idx, target)
-                    job = await self._store_outcome(drain, idx, result)
+                    result, attempts = await self._attempt(drain, idx, target)
+                    job = await self._store_outcome(drain, idx, result, attempts)
                     drain.in_flight = None
                     if job is None or job.is_terminal:
                         break  # lapsed, finished, or cancelled while the target ran
@@ -449,6 +472,50 @@ class Runner:
             extra={"job_id": drain.job_id, "status": str(status)},
         )
 
+    async def _attempt(
+        self, drain: _Drain, idx: int, target: Target
+    ) -> tuple[Result | _Failure, int]:
+        """Fetch the target, again after a retryable failure as ``Config.retry`` allows.
+
+        Returns the outcome to store and how many attempts it took. Between attempts the target
+        stays ``running`` and nothing is written. Cancellation: a :meth:`cancel` of the job cuts
+        a wait between attempts short, and no attempt starts after it; the last failure is
+        returned, its hint saying so. Shutdown cancels a wait as it cancels a fetch.
+        """
+        policy = self._config.retry
+        attempt = 1
+        while True:
+            outcome = await self._fetch_one(drain, idx, target)
+            if (
+                isinstance(outcome, Result)
+                or policy is None
+                or not outcome.retryable
+                or attempt >= policy.attempts
+            ):
+                return outcome, attempt
+            if drain.cancel_requested:
+                return _cut_short(outcome, attempt, policy.attempts), attempt
+            delay = policy.delay(attempt, retry_after=outcome.retry_after, rng=self._rng)
+            self._log.info(
+                "target will be retried",
+                extra={"job_id": drain.job_id, "idx": idx, "attempt": attempt, "delay": delay},
+            )
+            if self._on_retry is not None:
+                notice = RetryNotice(
+                    drain.job_id, idx, target.url, attempt, policy.attempts, outcome.error, delay
+                )
+                with contextlib.suppress(Exception):  # an observer's bug must not fail a job
+                    self._on_retry(notice)
+            with trio.CancelScope() as wait:
+                drain.backoff_scope = wait
+                try:
+                    await trio.sleep(delay)
+                finally:
+                    drain.backoff_scope = None
+            if wait.cancelled_caught:
+                return _cut_short(outcome, attempt, policy.attempts), attempt
+            attempt += 1
+
     async def _fetch_one(self, drain: _Drain, idx: int, target: Target) -> Result | _Failure:
         """Run the fetch function on one target; every way it can fail becomes a _Failure."""
         timeout = self._config.target_timeout
@@ -486,6 +553,7 @@ class Runner:
                 "timeout",
                 hint=f"the fetch ran longer than target_timeout ({timeout:g} s); "
                 "raise Config.target_timeout if the target is just slow",
+                retryable=True,
             )
         if not isinstance(result, Result):
             return _Failure(
@@ -495,7 +563,7 @@ class Runner:
         return result
 
     async def _store_outcome(
-        self, drain: _Drain, idx: int, result: Result | _Failure
+        self, drain: _Drain, idx: int, result: Result | _Failure, attempts: int = 1
     ) -> Job | None:
         """Store one outcome; each attempt completes even during a cancel (it cannot be cancelled).
 
@@ -510,6 +578,7 @@ class Runner:
             result=success,
             error=failure.error if failure else None,
             hint=failure.hint if failure else None,
+            attempts=attempts,
         )
         # Each attempt cannot be cancelled (see JobStore.record_outcome): in effect shielded,
         # and bounded by the store's own timeouts.

@@ -45,6 +45,7 @@ Processing order: body → PDF text or jq or HTML-to-text → grep.
 from ._body import grep_lines, html_to_text
 from ._builtin import builtin_fetch, load_fetch
 from ._errors import (
+    RETRYABLE_STATUSES,
     ContentError,
     DestinationRefused,
     FetchError,
@@ -59,10 +60,11 @@ from ._errors import (
     URLError,
     URLRefused,
 )
-from ._http import CheckURL, HttpFetcher, http_fetch
+from ._http import CheckURL, HttpFetcher, http_fetch, parse_retry_after
 from ._ssrf import DestinationPolicy, Resolver, forbidden_reason
 
 __all__ = [
+    "RETRYABLE_STATUSES",
     "CheckURL",
     "ContentError",
     "DestinationPolicy",
@@ -86,4 +88,5 @@ __all__ = [
     "html_to_text",
     "http_fetch",
     "load_fetch",
+    "parse_retry_after",
 ]

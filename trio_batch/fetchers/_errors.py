@@ -25,6 +25,7 @@ error and the hint beside it. :class:`DestinationRefused` is the SSRF policy's r
 from __future__ import annotations
 
 __all__ = [
+    "RETRYABLE_STATUSES",
     "ContentError",
     "DestinationRefused",
     "FetchError",
@@ -42,11 +43,26 @@ __all__ = [
 
 
 class FetchError(Exception):
-    """A target could not be fetched or processed; ``hint`` tells the user what to do."""
+    """A target could not be fetched or processed; ``hint`` tells the user what to do.
 
-    def __init__(self, message: str, *, hint: str = "") -> None:
+    ``retryable`` is true when another attempt may succeed (a refused or reset connection, a
+    timeout, a 408, 425, 429, 500, 502, 503 or 504 answer): the runner retries such a target
+    under its :class:`~trio_batch.RetryPolicy`. ``retry_after`` is the server's ``Retry-After``
+    in seconds, when it sent one.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        hint: str = "",
+        retryable: bool = False,
+        retry_after: float | None = None,
+    ) -> None:
         super().__init__(message)
         self.hint = hint
+        self.retryable = retryable
+        self.retry_after = retry_after
 
 
 class URLError(FetchError):
@@ -74,11 +90,30 @@ class FetchTimeout(FetchError):
 
 
 class HTTPStatusError(FetchError):
-    """The server answered with a 4xx or 5xx status; ``status_code`` holds it."""
+    """The server answered with a 4xx or 5xx status; ``status_code`` holds it.
 
-    def __init__(self, message: str, *, status_code: int, hint: str = "") -> None:
-        super().__init__(message, hint=hint)
+    Retryable for the statuses in :data:`RETRYABLE_STATUSES`; every other 4xx is final.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status_code: int,
+        hint: str = "",
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(
+            message,
+            hint=hint,
+            retryable=status_code in RETRYABLE_STATUSES,
+            retry_after=retry_after,
+        )
         self.status_code = status_code
+
+
+#: Answers worth another attempt: timeouts, rate limits and the server's passing failures.
+RETRYABLE_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
 
 
 class RedirectError(FetchError):

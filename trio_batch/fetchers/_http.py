@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import datetime
+import email.utils
 import functools
 import mimetypes
 import ssl
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import SplitResult, urlsplit
@@ -141,6 +144,7 @@ class HttpFetcher:
         raise FetchTimeout(
             f"gave up on {url} after {self.timeout:g} s",
             hint="the server is slow or stalled; try again later or raise the fetcher's timeout",
+            retryable=True,
         )
 
     @functools.cached_property
@@ -205,6 +209,7 @@ class HttpFetcher:
                 f"{type(exc).__name__} while fetching {current}",
                 hint="the server is slow or unreachable; try again later or raise the "
                 "fetcher's timeout",
+                retryable=True,
             ) from None
         except httpx.InvalidURL as exc:
             raise URLError(
@@ -215,6 +220,9 @@ class HttpFetcher:
             raise NetworkError(
                 f"{type(exc).__name__} while fetching {current}: {exc or 'no details'}",
                 hint="check the host name and that the server is up and reachable",
+                # A refused, reset or broken connection may work a moment later; a TLS or
+                # protocol mismatch will not.
+                retryable=isinstance(exc, _TRANSIENT),
             ) from None
         except httpx.HTTPError as exc:  # pragma: no cover - httpx raises the ones above
             raise FetchError(f"{type(exc).__name__} while fetching {current}: {exc}") from None
@@ -347,7 +355,36 @@ def _status_error(response: httpx.Response) -> HTTPStatusError:
         hint = "the server failed; try again later"
     else:
         hint = "the server rejected the request; check the URL"
-    return HTTPStatusError(message, status_code=code, hint=hint)
+    return HTTPStatusError(
+        message,
+        status_code=code,
+        hint=hint,
+        retry_after=parse_retry_after(response.headers.get("retry-after"), now=time.time()),
+    )
+
+
+#: Connection failures that may not happen again a moment later.
+_TRANSIENT = (httpx.ConnectError, httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError)
+
+
+def parse_retry_after(value: str | None, *, now: float) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header: delay-seconds or an HTTP date.
+
+    Strict: delay-seconds are ASCII digits only; a date in the past means 0. Anything else
+    (absent, malformed, absurd) gives None, and the retry policy's own delay applies.
+    """
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isascii() and value.isdigit():
+        return float(value) if len(value) <= 12 else None  # past 30,000 years: nonsense
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when.tzinfo is None:  # RFC 9110 dates are GMT; a zone-less one is taken as UTC
+        when = when.replace(tzinfo=datetime.UTC)
+    return max(0.0, when.timestamp() - now)
 
 
 def _split_content_type(header: str | None) -> tuple[str | None, str | None]:

@@ -166,7 +166,17 @@ _SCHEMAS: dict[str, Any] = {
     },
     "TargetStatus": {
         "type": "object",
-        "required": ["idx", "url", "options", "status", "result", "error", "hint", "finished_at"],
+        "required": [
+            "idx",
+            "url",
+            "options",
+            "status",
+            "result",
+            "error",
+            "hint",
+            "finished_at",
+            "attempts",
+        ],
         "properties": {
             "idx": {"type": "integer"},
             "url": {"type": "string"},
@@ -182,6 +192,12 @@ _SCHEMAS: dict[str, Any] = {
             "error": _nullable({"type": "string"}),
             "hint": _nullable({"type": "string"}),
             "finished_at": _nullable({"type": "number"}),
+            "attempts": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "Attempts the stored outcome took (more than 1 after retries); "
+                "0 while the target has no outcome.",
+            },
         },
     },
     "Batch": {

@@ -58,9 +58,9 @@ def job_from_row(row: Sequence[Any]) -> Job:
 
 def target_from_row(row: Sequence[Any]) -> TargetStatus:
     """A :class:`TargetStatus` from ``idx, url, status, result, error, hint, options,
-    finished_at``."""
+    finished_at, attempts``."""
     # Called for every row of a status read: positional arguments, no per-row enum call.
-    idx, url, status, result, error, hint, options, finished_at = row
+    idx, url, status, result, error, hint, options, finished_at, attempts = row
     return TargetStatus(
         idx,
         url,
@@ -70,6 +70,7 @@ def target_from_row(row: Sequence[Any]) -> TargetStatus:
         hint,
         options_from_text(options),
         finished_at,
+        attempts,
     )
 
 

@@ -15,7 +15,7 @@ JOB_COLUMNS = (
     "id, status, error, targets_total, targets_done, targets_failed, caller, caller_class, "
     "idem_key, created_at, updated_at, expires_at"
 )
-TARGET_COLUMNS = "idx, url, status, result, error, hint, options, finished_at"
+TARGET_COLUMNS = "idx, url, status, result, error, hint, options, finished_at, attempts"
 
 #: The live statuses, as SQL.
 LIVE = "('queued', 'running')"
@@ -99,6 +99,7 @@ CREATE_SCHEMA_V1 = (
         error text,
         hint text,
         finished_at double precision,
+        attempts integer NOT NULL DEFAULT 0,
         PRIMARY KEY (job_id, idx)
     )""",
     # Idempotency: one current job per (caller, idem_key), the second line of defence behind
@@ -183,8 +184,8 @@ BUMP_JOB = (
 SET_STATUS = "UPDATE jobs SET status = %s WHERE id = %s"
 #: Store one outcome; never overwrites one (only a pending target matches).
 STORE_OUTCOME = (
-    "UPDATE targets SET status = %s, result = %s, error = %s, hint = %s, finished_at = %s "
-    "WHERE job_id = %s AND idx = %s AND status = 'pending'"
+    "UPDATE targets SET status = %s, result = %s, error = %s, hint = %s, finished_at = %s, "
+    "attempts = %s WHERE job_id = %s AND idx = %s AND status = 'pending'"
 )
 #: A target's stored outcome, to recognise a retried write whose first attempt committed.
 GET_OUTCOME = "SELECT status, result, error, hint FROM targets WHERE job_id = %s AND idx = %s"

@@ -330,7 +330,16 @@ class PostgresStore:
                     job = dataclasses.replace(job, status=final)
                 stored = conn.execute(
                     q.STORE_OUTCOME,
-                    (status.value, result_text, error, hint, now, write.job_id, write.idx),
+                    (
+                        status.value,
+                        result_text,
+                        error,
+                        hint,
+                        now,
+                        write.attempts,
+                        write.job_id,
+                        write.idx,
+                    ),
                 ).rowcount
                 if stored != 1:
                     if (write.job_id, write.idx) in self._maybe_committed and conn.execute(

@@ -13,7 +13,7 @@ JOB_COLUMNS = (
     "id, status, error, targets_total, targets_done, targets_failed, caller, caller_class, "
     "idem_key, created_at, updated_at, expires_at"
 )
-TARGET_COLUMNS = "idx, url, status, result, error, hint, options, finished_at"
+TARGET_COLUMNS = "idx, url, status, result, error, hint, options, finished_at, attempts"
 
 # ---------------------------------------------------------------------------------------------
 # Creating jobs
@@ -47,8 +47,8 @@ BUMP_JOB = (
 SET_STATUS = "UPDATE jobs SET status = ? WHERE id = ?"
 #: Store one outcome; never overwrites one (only a pending target matches).
 STORE_OUTCOME = (
-    "UPDATE targets SET status = ?, result = ?, error = ?, hint = ?, finished_at = ? "
-    "WHERE job_id = ? AND idx = ? AND status = 'pending'"
+    "UPDATE targets SET status = ?, result = ?, error = ?, hint = ?, finished_at = ?, "
+    "attempts = ? WHERE job_id = ? AND idx = ? AND status = 'pending'"
 )
 #: Move a live, unexpired job to a terminal status, once.
 FINISH_JOB = (
@@ -92,3 +92,9 @@ SUM_TARGETS = (
     "SELECT coalesce(sum(targets_total), 0), coalesce(sum(targets_done), 0), "
     "coalesce(sum(targets_failed), 0) FROM jobs WHERE expires_at > ?"
 )
+
+# ---------------------------------------------------------------------------------------------
+# Migrations
+
+#: Version 2: every outcome stored before retries existed took one attempt.
+MIGRATE_V2_ATTEMPTS = "UPDATE targets SET attempts = 1 WHERE status != 'pending'"

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from sqlite_utils import Database
 
 from ..._errors import SchemaVersionError
+from . import _queries as q
 
 if TYPE_CHECKING:
     from ._connection import Connection
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
 __all__ = ["SCHEMA_VERSION", "migrate"]
 
 #: The schema version this code writes, kept in ``PRAGMA user_version``.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 def migrate(store: Connection) -> None:
@@ -41,7 +42,9 @@ def migrate(store: Connection) -> None:
                     "version; it is not a trio_batch database"
                 )
             _create_schema_v1(store.db)
-        # Later versions add their steps here: `if version < 2: ...`.
+        if version < 2:
+            _migrate_v2_attempts(store.db)
+        # Later versions add their steps here: `if version < 3: ...`.
         store.db.execute(f"PRAGMA user_version={SCHEMA_VERSION:d}")
 
 
@@ -119,3 +122,12 @@ def _create_schema_v1(db: Database) -> None:
     jobs.create_index(["status", "caller"], "jobs_status")
     # Retention: purge by lease, and list recent jobs.
     jobs.create_index(["expires_at"], "jobs_expiry")
+
+
+def _migrate_v2_attempts(db: Database) -> None:
+    """Version 2: ``targets.attempts``, how many attempts a stored outcome took (retries).
+
+    Outcomes stored before version 2 took exactly one attempt.
+    """
+    db.table("targets").add_column("attempts", int, not_null_default=0)
+    db.execute(q.MIGRATE_V2_ATTEMPTS)

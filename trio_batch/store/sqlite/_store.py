@@ -157,12 +157,14 @@ class Store(Connection):
         result: Result | None = None,
         error: str | None = None,
         hint: str | None = None,
+        attempts: int = 1,
         ttl: float,
         now: float | None = None,
     ) -> Job | None:
         """Store one target's outcome and bump its job, in one transaction.
 
-        Pass ``result`` for a success, or ``error`` (and optionally ``hint``) for a failure. A
+        Pass ``result`` for a success, or ``error`` (and optionally ``hint``) for a failure;
+        ``attempts`` is how many attempts the outcome took. A
         result that cannot be stored as JSON is stored as a failure saying why. In the same
         transaction the job's ``targets_done`` (and ``targets_failed``), ``updated_at`` and lease
         (``expires_at = now + ttl``) are bumped; if this was the last outcome of a live job, the
@@ -200,7 +202,7 @@ class Store(Connection):
                 job = dataclasses.replace(job, status=final)
             updated = conn.execute(
                 q.STORE_OUTCOME,
-                (status.value, result_text, error, hint, now, job_id, idx),
+                (status.value, result_text, error, hint, now, attempts, job_id, idx),
             ).rowcount
             if updated != 1:
                 raise OutcomeExists(
@@ -231,6 +233,7 @@ class Store(Connection):
                             result=w.result,
                             error=w.error,
                             hint=w.hint,
+                            attempts=w.attempts,
                             ttl=ttl,
                             now=now,
                         )
