@@ -405,8 +405,11 @@ class Store:
                 try:
                     yield self.db
                 except BaseException:
-                    conn.execute("ROLLBACK TO nested")
-                    conn.execute("RELEASE nested")
+                    # Some errors (a full disk, I/O) make SQLite roll back the whole
+                    # transaction, savepoint and all: then there is nothing left to undo here.
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK TO nested")
+                        conn.execute("RELEASE nested")
                     raise
                 conn.execute("RELEASE nested")
                 return
