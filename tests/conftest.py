@@ -14,6 +14,9 @@ from trio_batch import Result, Store, Target
 # The hardening suites' figures: a fixture, and a hook that repeats them in the summary.
 from .figures import figures, pytest_terminal_summary  # noqa: F401
 
+# A throw-away PostgreSQL server for the session, a fresh database per test (pg_server.py).
+from .pg_server import pg_dsn, pg_server  # noqa: F401
+
 # Hypothesis' per-example deadline is a wall-clock threshold; on shared, loaded machines it
 # fails correct code. Speed is measured in benchmarks/, never asserted in tests.
 settings.register_profile("trio_batch", deadline=None)

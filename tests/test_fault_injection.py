@@ -25,6 +25,7 @@ import trio.testing
 from trio_batch import (
     Config,
     JobState,
+    OutcomeWrite,
     Result,
     Runner,
     Store,
@@ -33,7 +34,6 @@ from trio_batch import (
     TargetState,
     open_runner,
 )
-from trio_batch._store import OutcomeWrite
 
 from .conftest import FakeClock
 

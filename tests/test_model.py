@@ -43,11 +43,8 @@ def test_statuses_compare_equal_to_their_strings() -> None:
     assert JobState.RUNNING.is_live and not JobState.CANCELLED.is_live
 
 
-def test_errors_carry_http_statuses() -> None:
-    assert InvalidTargets.http_status == 422
-    assert TooManyTargets.http_status == 422
-    assert CallerBusy.http_status == 429
-    assert Busy.http_status == 429
+def test_request_errors_are_batch_errors() -> None:
+    # Their HTTP statuses live in the service's problem table: tests/test_http_problems.py.
     for cls in (InvalidTargets, TooManyTargets, CallerBusy, Busy, InvalidRequest):
         assert issubclass(cls, BatchError)
 

@@ -18,7 +18,7 @@ import pytest
 import trio
 import trio.testing
 
-import trio_batch._lock
+import trio_batch.store.sqlite._lock
 from trio_batch import (
     BatchError,
     Config,
@@ -32,8 +32,8 @@ from trio_batch import (
     TargetStatus,
     open_runner,
 )
-from trio_batch._access import FAST_MAX_CONTENT, FAST_MAX_RESULTS
-from trio_batch._store import WouldBlock
+from trio_batch.store.sqlite._job_store import FAST_MAX_CONTENT, FAST_MAX_RESULTS
+from trio_batch.store.sqlite._store import WouldBeSlow
 
 from .conftest import FakeClock, ScriptedFetch, urls
 
@@ -111,7 +111,7 @@ async def test_cancel_through_a_reused_id_before_the_drain_starts(
         if _on_loop_thread() and not created.is_set():
             # The first job is created on the thread (the fast path may also have declined on
             # its own, if the store thread was busy at that moment).
-            raise WouldBlock("the store thread holds the connection")
+            raise WouldBeSlow("the store thread holds the connection")
         answer = real_create(self, *args, **kwargs)
         if not _on_loop_thread():
             # Committed, but the submitting task has not been told yet.
@@ -166,7 +166,7 @@ async def test_a_full_disk_while_taking_the_lock_does_not_leave_it_held(
     store = Store.open(tmp_path / "jobs.db")
     try:
         # The pid note in the lock file cannot be written: the lock (the flock) still works.
-        monkeypatch.setattr(trio_batch._lock, "os", _DiskFullOs())
+        monkeypatch.setattr(trio_batch.store.sqlite._lock, "os", _DiskFullOs())
         async with open_runner(store, fetch, CONFIG, now=clock) as runner:
             job_id, _ = await runner.submit("alice", "user", urls("a"))
             assert (await runner.wait(job_id)) is not None
@@ -191,7 +191,7 @@ async def test_a_lock_file_that_cannot_be_created_is_a_store_error(
             raise OSError(errno.EACCES, os.strerror(errno.EACCES))
 
     try:
-        monkeypatch.setattr(trio_batch._lock, "os", NoCreateOs())
+        monkeypatch.setattr(trio_batch.store.sqlite._lock, "os", NoCreateOs())
         with pytest.raises(StoreError, match="runner lock file"):
             async with open_runner(store, fetch, CONFIG, now=clock):
                 pass  # pragma: no cover

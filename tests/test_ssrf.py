@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from trio_batch import Config
-from trio_batch._ssrf import DestinationPolicy, DestinationRefused, forbidden_reason
+from trio_batch.fetchers import DestinationPolicy, DestinationRefused, forbidden_reason
 from trio_batch.http import builtin_fetch
 
 from .conftest import FakeClock

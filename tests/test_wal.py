@@ -7,14 +7,15 @@ from pathlib import Path
 import pytest
 import trio
 
-from trio_batch import Config, Result, Store, Target, _access, open_runner
+from trio_batch import Config, Result, Store, Target, open_runner
+from trio_batch.store.sqlite import _job_store
 
 
 async def test_the_wal_is_checkpointed_and_stays_bounded_under_load(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The fast connection never checkpoints itself; the store thread must, often enough.
-    monkeypatch.setattr(_access, "CHECKPOINT_EVERY", 100)
+    monkeypatch.setattr(_job_store, "CHECKPOINT_EVERY", 100)
     path = tmp_path / "jobs.db"
     store = Store.open(path)
 

@@ -1,35 +1,43 @@
-"""trio_batch: a persistent batch job runner for trio programs, backed by SQLite.
+"""trio_batch: a persistent batch job runner for trio programs.
 
 A caller submits a job, a list of distinct targets; the runner drains each job's targets one at
-a time through an async fetch function the host injects, stores every outcome in SQLite as soon
-as it completes, and answers status queries from the store.
+a time through an async fetch function the host injects, stores every outcome as soon as it
+completes (SQLite by default), and answers status queries from the store.
+
+The packages, in the one direction imports flow: the model (``_model``, ``_errors``,
+``_config``), the store (``store/``: the :class:`JobStore` interface and its backends), the
+runner (``_runner``, ``_open_runner``), and the front ends (``cli``, ``http/``, ``fetchers/``).
 """
 
-from ._model import (
+from ._config import ClassLimits, Config
+from ._errors import (
     BatchError,
     Busy,
     CallerBusy,
-    ClassLimits,
-    Config,
     InvalidRequest,
     InvalidTargets,
-    Job,
-    JobState,
-    Options,
-    Result,
+    OutcomeExists,
     RunnerClosed,
     SchemaVersionError,
     StoreError,
     StoreLocked,
     StoreUnavailable,
+    TooManyTargets,
+)
+from ._model import (
+    Job,
+    JobState,
+    Options,
+    OutcomeWrite,
+    Result,
     Target,
     TargetState,
     TargetStatus,
-    TooManyTargets,
     idem_key,
 )
-from ._runner import FetchFunc, Runner, open_runner
-from ._store import SCHEMA_VERSION, OutcomeExists, OutcomeWrite, Store
+from ._open_runner import open_runner
+from ._runner import FetchFunc, Runner
+from .store import SCHEMA_VERSION, JobStore, SQLiteJobStore, Store, StoreCounts, open_store
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -43,14 +51,17 @@ __all__ = [
     "InvalidTargets",
     "Job",
     "JobState",
+    "JobStore",
     "Options",
     "OutcomeExists",
     "OutcomeWrite",
     "Result",
     "Runner",
     "RunnerClosed",
+    "SQLiteJobStore",
     "SchemaVersionError",
     "Store",
+    "StoreCounts",
     "StoreError",
     "StoreLocked",
     "StoreUnavailable",
@@ -60,6 +71,7 @@ __all__ = [
     "TooManyTargets",
     "idem_key",
     "open_runner",
+    "open_store",
 ]
 
 __version__ = "0.1.0"

@@ -242,7 +242,7 @@ def results_table(targets: Sequence[TargetStatus]) -> Table:
 def summary_line(job: Job, targets: Sequence[TargetStatus]) -> str:
     """``job ID: partial - 10 done, 2 failed, 0 not fetched`` (rich markup)."""
     pending = sum(t.status in (TargetState.PENDING, TargetState.RUNNING) for t in targets)
-    ok = job.targets_done - job.targets_failed
+    ok = job.targets_succeeded
     text = (
         f"job [bold]{job.id}[/]: {_status(str(job.status))} - {ok} done, "
         f"{job.targets_failed} failed, {pending} not fetched"
@@ -263,8 +263,8 @@ def job_details(job: Job) -> Table:
     table.add_row("caller", f"{escape(job.caller)} (class {escape(job.caller_class)})")
     table.add_row(
         "targets",
-        f"{job.targets_total}: {job.targets_done - job.targets_failed} done, "
-        f"{job.targets_failed} failed, {job.targets_total - job.targets_done} not fetched",
+        f"{job.targets_total}: {job.targets_succeeded} done, "
+        f"{job.targets_failed} failed, {job.targets_unfinished} not fetched",
     )
     table.add_row("created", format_time(job.created_at))
     table.add_row("updated", format_time(job.updated_at))
@@ -283,7 +283,7 @@ def jobs_table(jobs: Sequence[Job]) -> Table:
             job.id,
             _status(str(job.status)),
             escape(job.caller),
-            str(job.targets_done - job.targets_failed),
+            str(job.targets_succeeded),
             str(job.targets_failed),
             str(job.targets_total),
             format_time(job.updated_at),

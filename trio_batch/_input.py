@@ -8,7 +8,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from ._model import InvalidTargets, Target
+from ._errors import InvalidTargets
+from ._model import Target
 
 __all__ = ["InputError", "parse_targets"]
 

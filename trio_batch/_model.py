@@ -1,7 +1,8 @@
-"""The value types shared by the store, the runner and the front ends.
+"""The value types and domain rules shared by every store backend, the runner and the front ends.
 
-Everything here is plain data: frozen dataclasses, string enums and exceptions. Nothing in this
-module touches SQLite or trio.
+Everything here is plain data and pure functions: frozen dataclasses, string enums, job ids, the
+terminal-status rule and the derived ``running`` state. Nothing in this module touches a
+database or trio. The exceptions live in :mod:`._errors`, the configuration in :mod:`._config`.
 """
 
 from __future__ import annotations
@@ -9,35 +10,29 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import math
+import re
+import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from types import MappingProxyType
-from typing import Any, ClassVar
+from typing import Any
+
+from ._errors import InvalidRequest, InvalidTargets
 
 __all__ = [
-    "BatchError",
-    "Busy",
-    "CallerBusy",
-    "ClassLimits",
-    "Config",
-    "InvalidRequest",
-    "InvalidTargets",
     "Job",
     "JobState",
     "Options",
+    "OutcomeWrite",
     "Result",
-    "RunnerClosed",
-    "SchemaVersionError",
-    "StoreError",
-    "StoreLocked",
-    "StoreUnavailable",
     "Target",
     "TargetState",
     "TargetStatus",
-    "TooManyTargets",
+    "final_status",
     "idem_key",
+    "is_job_id",
+    "new_job_id",
+    "with_running",
 ]
 
 #: Longest URL a target may carry; far past any real URL, short enough to keep rows small.
@@ -51,84 +46,29 @@ MAX_ERROR_LENGTH = 4096
 
 
 # --------------------------------------------------------------------------------------------
-# Errors
+# Job ids
+
+#: A job id: 22 URL-safe characters (``secrets.token_urlsafe(16)``, 128 random bits). Ids made
+#: before 0.2 may start with ``-``; they are still ids.
+_JOB_ID = re.compile(r"[A-Za-z0-9_-]{22}")
 
 
-class BatchError(Exception):
-    """Base of every error trio_batch raises on purpose.
+def new_job_id() -> str:
+    """A fresh job id: 22 URL-safe characters, never starting with ``-``.
 
-    ``http_status`` is the HTTP status code a front end should answer with.
+    An id starting with ``-`` would be read as an option on a command line
+    (``trio-batch status -hY...``), so such draws (one in 64) are drawn again; what is left has
+    about 127.9 random bits.
     """
-
-    http_status: ClassVar[int] = 500
-
-
-class InvalidRequest(BatchError):
-    """An argument is malformed (a caller name that is not a non-empty string, say). HTTP 422."""
-
-    http_status = 422
+    while True:
+        job_id = secrets.token_urlsafe(16)
+        if not job_id.startswith("-"):
+            return job_id
 
 
-class InvalidTargets(InvalidRequest):
-    """The target list is malformed: empty, a non-target, a repeated target or a bad JSON shape.
-
-    ``index`` is the position of the offending target in the submitted list, when there is one.
-    HTTP 422.
-    """
-
-    def __init__(self, message: str, *, index: int | None = None) -> None:
-        super().__init__(message)
-        self.index = index
-
-
-class TooManyTargets(BatchError):
-    """The job has more targets than the ``targets_per_job`` cap allows. HTTP 422."""
-
-    http_status = 422
-
-
-class CallerBusy(BatchError):
-    """The caller already has ``jobs_per_caller`` live jobs. HTTP 429: retry once one ends."""
-
-    http_status = 429
-
-
-class Busy(BatchError):
-    """All ``jobs_total`` job slots are taken by live jobs. HTTP 429: retry once one ends."""
-
-    http_status = 429
-
-
-class RunnerClosed(BatchError):
-    """The runner has shut down (or is shutting down): it takes no new jobs, and once it has
-    stopped it answers nothing more. HTTP 503."""
-
-    http_status = 503
-
-
-class StoreError(BatchError):
-    """The database cannot be used as asked. HTTP 503."""
-
-    http_status = 503
-
-
-class SchemaVersionError(StoreError):
-    """The database was written by a newer version of trio_batch (or is not ours at all)."""
-
-
-class StoreLocked(StoreError):
-    """Another runner (in this process or another) is already running on this database.
-
-    Only one runner may drain a database at a time: a second one would reap the first one's
-    live jobs as "restart". Read-only use of the store is unaffected.
-    """
-
-
-class StoreUnavailable(StoreError):
-    """The database refused a read or write: locked past the busy timeout, full, or an I/O error.
-
-    Nothing was changed by the call that raised it. It may succeed if retried later.
-    """
+def is_job_id(value: object) -> bool:
+    """True if ``value`` has the shape of a job id (it may still be unknown)."""
+    return isinstance(value, str) and _JOB_ID.fullmatch(value) is not None
 
 
 # --------------------------------------------------------------------------------------------
@@ -414,8 +354,9 @@ class Result:
 class Job:
     """A job as stored. Times are Unix epoch seconds (``time.time()`` values).
 
-    ``targets_done`` counts stored outcomes, failed ones included; ``targets_failed`` the failed
-    ones among them.
+    ``targets_done`` counts every stored outcome, **failed ones included**; ``targets_failed``
+    the failed ones among them. :attr:`targets_succeeded` and :attr:`targets_unfinished` give
+    the other two counts.
     """
 
     id: str
@@ -435,6 +376,16 @@ class Job:
     def is_terminal(self) -> bool:
         """True once the job is ``done``, ``failed``, ``partial`` or ``cancelled``."""
         return not self.status.is_live
+
+    @property
+    def targets_succeeded(self) -> int:
+        """Targets stored as ``done``: ``targets_done`` less the failed ones."""
+        return self.targets_done - self.targets_failed
+
+    @property
+    def targets_unfinished(self) -> int:
+        """Targets with no stored outcome (pending, or the one being fetched)."""
+        return self.targets_total - self.targets_done
 
     def to_json(self) -> dict[str, Any]:
         """The job as a JSON object (statuses as plain strings)."""
@@ -456,6 +407,11 @@ class TargetStatus:
     options: Options = Options()
     finished_at: float | None = None
 
+    @property
+    def is_finished(self) -> bool:
+        """True once the target has a stored outcome (``done`` or ``failed``)."""
+        return self.status in (TargetState.DONE, TargetState.FAILED)
+
     def to_json(self) -> dict[str, Any]:
         """The target's status as a JSON object."""
         return {
@@ -472,96 +428,52 @@ class TargetStatus:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class OutcomeWrite:
+    """One target's outcome, as the runner hands it to a store: a result or an error.
+
+    Exactly one of ``result`` and ``error`` is set; ``hint`` goes with an error.
+    """
+
+    job_id: str
+    idx: int
+    result: Result | None = None
+    error: str | None = None
+    hint: str | None = None
+
+
 # --------------------------------------------------------------------------------------------
-# Configuration
+# Rules every backend shares
 
 
-def _check_number(owner: str, name: str, value: object, *, integer: bool) -> None:
-    kind = int if integer else int | float
-    if isinstance(value, bool) or not isinstance(value, kind):
-        raise TypeError(
-            f"{owner}.{name} must be {'an integer' if integer else 'a number'}, "
-            f"not {type(value).__name__}"
-        )
-    assert isinstance(value, int | float)
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError(f"{owner}.{name} must be finite, not {value}")
-    if value < 0:
-        raise ValueError(f"{owner}.{name} must not be negative (got {value})")
+def final_status(targets_total: int, targets_failed: int) -> JobState:
+    """The terminal status of a job whose every target has an outcome.
 
-
-@dataclass(frozen=True, slots=True)
-class ClassLimits:
-    """Caps for one ``caller_class`` that override the :class:`Config`'s; None keeps the Config's.
-
-    For example ``ClassLimits(targets_per_job=4)`` for anonymous callers.
+    ``done`` if none failed, ``failed`` if all failed, ``partial`` otherwise.
     """
-
-    targets_per_job: int | None = None
-    jobs_per_caller: int | None = None
-
-    def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if value is not None:
-                _check_number("ClassLimits", f.name, value, integer=True)
-                if value == 0:
-                    raise ValueError(f"ClassLimits.{f.name} must be at least 1, or None")
+    if targets_failed == 0:
+        return JobState.DONE
+    if targets_failed >= targets_total:
+        return JobState.FAILED
+    return JobState.PARTIAL
 
 
-@dataclass(frozen=True, slots=True)
-class Config:
-    """Runner limits and timings, in seconds and counts.
+def with_running(
+    job: Job, targets: list[TargetStatus], in_flight: int | None = None
+) -> list[TargetStatus]:
+    """``targets`` with the one being fetched shown as ``running``; changes ``targets`` in place.
 
-    A number given as 0 takes its default; a negative one raises ValueError.
-
-    - ``ttl``: how long a job's lease lasts after its latest write (24 h).
-    - ``targets_per_job``: most targets one job may have (32); past it, :class:`TooManyTargets`.
-    - ``jobs_per_caller``: most live jobs one caller may have (1); past it, :class:`CallerBusy`.
-    - ``jobs_total``: most live jobs in all (8); past it, :class:`Busy`.
-    - ``target_timeout``: a fetch running longer fails its target with error ``"timeout"``;
-      None (the default) lets a fetch run as long as it likes.
-    - ``cancel_grace``: after a cancel, how long the in-flight fetch may still run before it is
-      cancelled and stored as failed with error ``"cancelled"``; None (the default) waits for it.
-    - ``class_limits``: per ``caller_class`` overrides of ``targets_per_job`` and
-      ``jobs_per_caller`` (see :class:`ClassLimits`).
-    - ``purge_interval``: how often lapsed jobs are deleted in the background (5 minutes).
-    - ``store_retry_for``: how long an outcome write that the database refuses is retried, with
-      backoff, before its job is failed (30 s).
+    Stores keep ``pending``, ``done`` and ``failed`` only: a write per target start would cost
+    a commit, and a restart could leave a target stuck as ``running``. A ``running`` job's
+    targets are drained strictly in order, so the one due next (``idx == targets_done``) is
+    the one in flight. ``in_flight`` names it where only the runner knows (the last fetch of a
+    job cancelled meanwhile). Returns ``targets``.
     """
-
-    ttl: float = 86400.0
-    targets_per_job: int = 32
-    jobs_per_caller: int = 1
-    jobs_total: int = 8
-    target_timeout: float | None = None
-    cancel_grace: float | None = None
-    class_limits: Mapping[str, ClassLimits] = field(default_factory=dict)
-    purge_interval: float = 300.0
-    store_retry_for: float = 30.0
-
-    def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if f.name == "class_limits":
-                if not isinstance(value, Mapping) or not all(
-                    isinstance(k, str) and isinstance(v, ClassLimits) for k, v in value.items()
-                ):
-                    raise TypeError("Config.class_limits must map class names to ClassLimits")
-                object.__setattr__(self, f.name, MappingProxyType(dict(value)))
-                continue
-            if value is None and "None" in str(f.type):
-                continue
-            _check_number("Config", f.name, value, integer=f.type == "int")
-            if value == 0:
-                object.__setattr__(self, f.name, f.default)
-
-    def limits_for(self, caller_class: str) -> tuple[int, int]:
-        """``(targets_per_job, jobs_per_caller)`` for a caller of ``caller_class``."""
-        limits = self.class_limits.get(caller_class)
-        if limits is None:
-            return self.targets_per_job, self.jobs_per_caller
-        return (
-            self.targets_per_job if limits.targets_per_job is None else limits.targets_per_job,
-            self.jobs_per_caller if limits.jobs_per_caller is None else limits.jobs_per_caller,
-        )
+    idx = in_flight
+    if idx is None and job.status is JobState.RUNNING:
+        idx = job.targets_done
+    if idx is not None and idx < len(targets):  # at most one target reads as running
+        target = targets[idx]
+        if target.status is TargetState.PENDING:
+            targets[idx] = dataclasses.replace(target, status=TargetState.RUNNING)
+    return targets

@@ -1,9 +1,9 @@
 """The runner: one drain task per job, each fetching its job's targets one at a time.
 
 A long-lived nursery owns the drain tasks; each runs under its own ``CancelScope``. Every
-outcome is written through :mod:`._access` (the loop-thread fast path or the store thread)
-while shielded, so no cancellation can leave it half-written. The runner knows nothing of HTTP
-or how a target is fetched: that is the injected fetch function.
+outcome is written through the :class:`~trio_batch.JobStore` with a call that cannot be
+cancelled, so no cancellation can leave it half-written. The runner knows nothing of SQL, HTTP
+or how a target is fetched: those are the store backend and the injected fetch function.
 """
 
 from __future__ import annotations
@@ -12,31 +12,33 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import trio
 
-from ._access import StoreAccess
-from ._lock import RunnerLock
+from ._config import Config
+from ._errors import RunnerClosed, StoreUnavailable
 from ._model import (
-    Config,
     Job,
     JobState,
+    OutcomeWrite,
     Result,
-    RunnerClosed,
-    StoreUnavailable,
     Target,
-    TargetState,
     TargetStatus,
     check_caller,
     check_targets,
+    is_job_id,
+    new_job_id,
     safe_text,
+    with_running,
 )
-from ._store import OutcomeWrite, Store, is_job_id, new_job_id
+from .store import JobStore
 
-__all__ = ["FetchFunc", "Runner", "RunnerClosed", "open_runner"]
+T = TypeVar("T")
+
+__all__ = ["FetchFunc", "Runner"]
 
 FetchFunc = Callable[[Target], Awaitable[Result]]
 """The injected per-target work: an async function from a :class:`Target` to a :class:`Result`.
@@ -101,13 +103,12 @@ class Runner:
     def __init__(
         self,
         *,
-        store: Store,
+        store: JobStore,
         fetch: FetchFunc,
         config: Config,
         now: Callable[[], float],
         logger: logging.Logger,
         nursery: trio.Nursery,
-        access: StoreAccess,
     ) -> None:
         self._store = store
         self._fetch = fetch
@@ -115,9 +116,9 @@ class Runner:
         self._now = now
         self._log = logger
         self._nursery = nursery
-        self._access = access
         self._drains: dict[str, _Drain] = {}
-        self._closed = False
+        self._closed = False  # shutting down: no new jobs
+        self._stopped = False  # shut down: no more calls
         # Set once shutdown has tried to mark the live jobs failed ("shutdown"); ok if it did.
         self._shutdown_marked = trio.Event()
         self._shutdown_marked_ok = False
@@ -128,7 +129,7 @@ class Runner:
         return self._config
 
     @property
-    def store(self) -> Store:
+    def store(self) -> JobStore:
         """The store the runner writes to."""
         return self._store
 
@@ -171,7 +172,7 @@ class Runner:
         started = False
         try:
             with trio.CancelScope(shield=True):  # a created job must get its drain task
-                job, reused = await self._access.create_job(
+                job, reused = await self._store.create_job(
                     caller,
                     caller_class,
                     checked,
@@ -212,6 +213,7 @@ class Runner:
         still stops before its next target and marks the job cancelled once the database
         accepts it.
         """
+        self._check_running()
         if not is_job_id(job_id):
             return False
         drain = self._drains.get(job_id)
@@ -227,9 +229,7 @@ class Runner:
                     )
             drain.cancel_writes += 1
         try:
-            job = await self._access.call(
-                Store.finish_job, job_id, JobState.CANCELLED, now=self._now()
-            )
+            job = await self._store.finish_job(job_id, JobState.CANCELLED, now=self._now())
         except BaseException:
             if drain is not None:
                 drain.cancel_failed = True  # the drain marks the job cancelled once it can
@@ -248,20 +248,19 @@ class Runner:
 
         The target being fetched reads as ``running``.
         """
+        self._check_running()
         if not is_job_id(job_id):
             return None
         # Read before the snapshot: a target in flight then is still pending, or done, in it.
         drain = self._drains.get(job_id)
         in_flight = None if drain is None else drain.in_flight
-        status = await self._access.get_status(job_id, now=self._now())
+        status = await self._store.get_status(job_id, now=self._now())
         if status is None or in_flight is None:
             return status
         # The store derives "running" for running jobs; a cancelled job's last fetch is known
         # only here.
         job, targets = status
-        if targets[in_flight].status is TargetState.PENDING:
-            targets[in_flight] = dataclasses.replace(targets[in_flight], status=TargetState.RUNNING)
-        return job, targets
+        return job, with_running(job, targets, in_flight)
 
     async def wait(self, job_id: str) -> Job | None:
         """Wait until the job is terminal and its drain task has stopped; return the job.
@@ -273,12 +272,13 @@ class Runner:
         once shutdown has marked it so (as stored, if the database refused that). After the
         runner has stopped, raises :class:`RunnerClosed`.
         """
+        self._check_running()
         if not is_job_id(job_id):
             return None
         drain = self._drains.get(job_id)
         if drain is not None:
             await drain.stopped.wait()
-        job = await self._access.call(Store.get_job, job_id, now=self._now())
+        job = await self._store.get_job(job_id, now=self._now())
         if job is not None and not job.is_terminal and self._closed:
             # Its drain was stopped by the shutdown, which marks it failed next: report that.
             await self._shutdown_marked.wait()
@@ -297,17 +297,18 @@ class Runner:
 
         Cancellation: safe at any point; the iterator simply stops.
         """
+        self._check_running()
         if not is_job_id(job_id):
             return
         seen = 0
         while True:
             drain = self._drains.get(job_id)
             changed = None if drain is None else drain.stored  # taken before the read: no race
-            status = await self._access.get_status(job_id, now=self._now())
+            status = await self._store.get_status(job_id, now=self._now())
             if status is None:
                 return
             job, targets = status
-            finished = [t for t in targets if t.status in (TargetState.DONE, TargetState.FAILED)]
+            finished = [t for t in targets if t.is_finished]
             for target in finished[seen:]:
                 yield target
             seen = len(finished)
@@ -327,12 +328,11 @@ class Runner:
         long as the batch took, so a big backlog takes at most half of the database's time.
         The runner also does this every ``Config.purge_interval`` seconds.
         """
+        self._check_running()
         purged = 0
         while True:
             started = time.perf_counter()
-            batch = await self._access.call_on_thread(
-                Store.purge_expired, self._now(), batch_size=PURGE_BATCH, max_batches=1
-            )
+            batch = await self._store.purge_expired(now=self._now(), batch_size=PURGE_BATCH)
             purged += batch
             if batch < PURGE_BATCH:
                 return purged
@@ -352,8 +352,40 @@ class Runner:
     # Draining
 
     def _check_open(self) -> None:
+        """New jobs are refused from the moment shutdown begins."""
+        self._check_running()
         if self._closed:
             raise RunnerClosed("the runner has shut down")
+
+    def _check_running(self) -> None:
+        """Every call is refused once the runner has stopped (its store may be closed)."""
+        if self._stopped:
+            raise RunnerClosed("the runner has stopped; its store answers no more calls")
+
+    async def _retry_store(
+        self,
+        what: str,
+        call: Callable[[], Awaitable[T]],
+        *,
+        give_up_at: float | None,
+        extra: Mapping[str, Any],
+    ) -> T:
+        """``await call()``, retried with backoff while the database refuses it.
+
+        Gives up, re-raising :class:`StoreUnavailable`, once the next attempt would start after
+        ``give_up_at`` (trio time; None: never). Cancellation: the waits between attempts can be
+        cancelled (at shutdown); an attempt itself cannot (store calls run to completion).
+        """
+        delay = RETRY_FIRST_DELAY
+        while True:
+            try:
+                return await call()
+            except StoreUnavailable:
+                if give_up_at is not None and trio.current_time() + delay > give_up_at:
+                    raise
+                self._log.warning(f"could not {what}; retrying", exc_info=True, extra=extra)
+            await trio.sleep(delay)
+            delay = min(delay * 2, RETRY_MAX_DELAY)
 
     async def _drain(self, drain: _Drain) -> None:
         """Fetch the job's targets in order, storing each outcome before the next starts."""
@@ -400,21 +432,12 @@ class Runner:
         Cancellation (shutdown) stops the retries; the job is then reaped at shutdown or at the
         next start.
         """
-        delay = RETRY_FIRST_DELAY
-        while True:
-            try:
-                await self._access.call(
-                    Store.finish_job, drain.job_id, status, error=error, now=self._now()
-                )
-                return
-            except StoreUnavailable:
-                self._log.warning(
-                    "could not set the job's status; retrying",
-                    exc_info=True,
-                    extra={"job_id": drain.job_id, "status": str(status)},
-                )
-            await trio.sleep(delay)
-            delay = min(delay * 2, RETRY_MAX_DELAY)
+        await self._retry_store(
+            "set the job's status",
+            lambda: self._store.finish_job(drain.job_id, status, error=error, now=self._now()),
+            give_up_at=None,
+            extra={"job_id": drain.job_id, "status": str(status)},
+        )
 
     async def _fetch_one(self, drain: _Drain, idx: int, target: Target) -> Result | _Failure:
         """Run the fetch function on one target; every way it can fail becomes a _Failure."""
@@ -478,26 +501,14 @@ class Runner:
             error=failure.error if failure else None,
             hint=failure.hint if failure else None,
         )
-        give_up_at = trio.current_time() + self._config.store_retry_for
-        delay = RETRY_FIRST_DELAY
-        while True:
-            try:
-                # Not cancellable (see StoreAccess.record_outcome): in effect shielded, and
-                # bounded by the busy timeout.
-                job = await self._access.record_outcome(
-                    write, ttl=self._config.ttl, now=self._now()
-                )
-                break
-            except StoreUnavailable:
-                if trio.current_time() + delay > give_up_at:
-                    raise
-                self._log.warning(
-                    "could not store an outcome; retrying",
-                    exc_info=True,
-                    extra={"job_id": drain.job_id, "idx": idx},
-                )
-            await trio.sleep(delay)
-            delay = min(delay * 2, RETRY_MAX_DELAY)
+        # Each attempt cannot be cancelled (see JobStore.record_outcome): in effect shielded,
+        # and bounded by the store's own timeouts.
+        job = await self._retry_store(
+            "store an outcome",
+            lambda: self._store.record_outcome(write, ttl=self._config.ttl, now=self._now()),
+            give_up_at=trio.current_time() + self._config.store_retry_for,
+            extra={"job_id": drain.job_id, "idx": idx},
+        )
         drain.notify_stored()
         self._log.debug(
             "target stored",
@@ -513,95 +524,3 @@ class Runner:
                 extra={"job_id": drain.job_id, "caller": drain.caller, "status": str(job.status)},
             )
         return job
-
-
-@asynccontextmanager
-async def open_runner(
-    store: Store,
-    fetch: FetchFunc,
-    config: Config | None = None,
-    *,
-    now: Callable[[], float] = time.time,
-    logger: logging.Logger | None = None,
-    on_store_write: Callable[[str, float], None] | None = None,
-) -> AsyncIterator[Runner]:
-    """Start a runner on ``store``; leaving the block shuts it down.
-
-    Only one runner may run on a database at a time: if another runner (in this process or
-    another) holds it, :class:`StoreLocked` is raised at once. The claim is released when the
-    block ends, and by the operating system if the process dies.
-
-    On entry, every job the store still holds as ``queued``/``running`` (left by a process that
-    died) is marked ``failed`` with error ``"restart"``; such jobs are never resumed, and their
-    completed targets stay readable until their lease lapses. Lapsed jobs are purged now and
-    every ``Config.purge_interval`` seconds.
-
-    ``now`` is the wall clock used for leases (tests inject a fake one); trio's clock is used
-    for everything that sleeps. ``logger`` defaults to ``logging.getLogger("trio_batch")``.
-    ``on_store_write``, if given, is called on the event loop with ``(operation, seconds)``
-    after each job creation (``"create_job"``) and each outcome commit (``"record_outcomes"``,
-    one call per group commit): a hook for metrics; it must be quick and not raise.
-
-    On exit (normal, by exception or by cancellation) in-flight fetches are cancelled, every
-    outcome already being stored is completed, and every job still live is marked ``failed``
-    with error ``"shutdown"``. An exception raised in the body comes out as itself, not wrapped
-    in an exception group.
-    """
-    config = Config() if config is None else config
-    log = logging.getLogger("trio_batch") if logger is None else logger
-    lock = RunnerLock(store)
-    lock.acquire()
-    access = StoreAccess(store, on_write=on_store_write)
-    try:
-        access.start()
-    except BaseException:
-        lock.release()
-        raise
-    runner: Runner | None = None
-    try:
-        reaped = await access.call_on_thread(Store.mark_in_flight_failed, "restart", now())
-        if reaped:
-            log.warning("jobs left live by a previous run marked failed", extra={"jobs": reaped})
-        body_error: BaseException | None = None
-        async with trio.open_nursery() as nursery:
-            runner = Runner(
-                store=store,
-                fetch=fetch,
-                config=config,
-                now=now,
-                logger=log,
-                nursery=nursery,
-                access=access,
-            )
-            nursery.start_soon(runner._purge_periodically, name="trio_batch purge")
-            try:
-                yield runner
-            except BaseException as exc:
-                body_error = exc  # re-raised below, outside the nursery, so it is not wrapped
-            finally:
-                runner._closed = True
-                nursery.cancel_scope.cancel()
-        if body_error is not None:
-            raise body_error
-    finally:
-        with trio.CancelScope(shield=True):
-            marked_ok = False
-            try:
-                stopped = await access.call_on_thread(
-                    Store.mark_in_flight_failed, "shutdown", now()
-                )
-                marked_ok = True
-                if stopped:
-                    log.info("live jobs marked failed at shutdown", extra={"jobs": stopped})
-            except StoreUnavailable:
-                # Leave them: the next start reaps them as "restart". Raising here would hide
-                # whatever ended the block.
-                log.error("could not mark live jobs failed at shutdown", exc_info=True)
-            finally:
-                if runner is not None:
-                    runner._shutdown_marked_ok = marked_ok
-                    runner._shutdown_marked.set()
-                try:
-                    access.close()
-                finally:
-                    lock.release()

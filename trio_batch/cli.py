@@ -27,39 +27,36 @@ import logging
 import math
 import os
 import signal
-import sqlite3
 import sys
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 import trio
 
 from . import __version__
+from ._config import Config
+from ._errors import BatchError, InvalidRequest, StoreError, StoreLocked
 from ._input import InputError, parse_targets
-from ._model import (
-    BatchError,
-    Config,
-    InvalidRequest,
-    Job,
-    JobState,
-    StoreError,
-    StoreLocked,
-    Target,
-    TargetStatus,
-)
-from ._store import Store
+from ._model import Job, JobState, Target, TargetStatus
+from .store import JobStore, open_store
 
 if TYPE_CHECKING:
     from rich.console import Console
 
 __all__ = ["EXIT_CANCELLED", "EXIT_DONE", "EXIT_FAILED", "EXIT_USAGE", "default_db", "main"]
 
+T = TypeVar("T")
+
 EXIT_DONE = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_CANCELLED = 130
+
+#: Lapsed jobs deleted per transaction by `trio-batch gc`.
+GC_BATCH = 100
 
 #: Environment variable that overrides the default database path.
 DB_ENV = "TRIO_BATCH_DB"
@@ -266,7 +263,7 @@ def _stderr() -> Console:
 
 
 @contextlib.contextmanager
-def _open_store(path: Path | None, *, create: bool) -> Iterator[Store | None]:
+def _open_store(path: Path | None, *, create: bool) -> Iterator[JobStore | None]:
     """Open the store at ``path`` (or the default); None if it does not exist and not create."""
     explicit = path is not None
     db = default_db() if path is None else path
@@ -277,15 +274,22 @@ def _open_store(path: Path | None, *, create: bool) -> Iterator[Store | None]:
         if not explicit:
             db.parent.mkdir(parents=True, exist_ok=True)
     try:
-        store = Store.open(db)
+        store = open_store(db)
     except StoreError as exc:
         raise _UsageError(f"{exc} (--db {db})") from None
-    except sqlite3.Error as exc:  # Store.open lets a failed connect through as it is
-        raise _UsageError(f"cannot open the database {db}: {exc}") from None
     try:
         yield store
     finally:
-        store.close()
+        trio.run(store.aclose)
+
+
+def _ask(store: JobStore, call: Callable[[JobStore], Awaitable[T]]) -> T:
+    """Run one store call from the synchronous command line."""
+
+    async def ask() -> T:
+        return await call(store)
+
+    return trio.run(ask)
 
 
 def _no_database(args: argparse.Namespace) -> int:
@@ -339,7 +343,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             # The runner allows one runner per database: a second one would reap the first
             # one's live jobs as "restart".
             _error(
-                f"another trio-batch run (or runner) is using {store.path}; wait for it to "
+                f"another trio-batch run (or runner) is using {store.location}; wait for it to "
                 "finish, or use another --db"
             )
             return EXIT_FAILED
@@ -348,8 +352,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         except BatchError as exc:
             _error(str(exc))
             return EXIT_FAILED
-        final = store.get_status(outcome.job_id)
-        store_path = store.path
+        final = _ask(store, lambda s: s.get_status(outcome.job_id, now=time.time()))
+        store_path = store.location
     if final is None:  # pragma: no cover - the lease is at least --ttl seconds
         _error(f"job {outcome.job_id} is gone (its lease lapsed)")
         return EXIT_FAILED
@@ -367,10 +371,10 @@ class _Outcome:
 
 
 async def _run_job(
-    store: Store, config: Config, caller: str, args: argparse.Namespace, targets: list[Target]
+    store: JobStore, config: Config, caller: str, args: argparse.Namespace, targets: list[Target]
 ) -> _Outcome:
     from . import _console
-    from ._runner import open_runner
+    from ._open_runner import open_runner
     from .fetchers import http_fetch
 
     # Installed before the job exists, so no Ctrl-C can slip by as a KeyboardInterrupt.
@@ -487,17 +491,17 @@ def _print_json(obj: object, file: IO[str] | None = None) -> None:
 # status, results, jobs, gc
 
 
-def _get(store: Store, job_id: str, db: str) -> tuple[Job, list[TargetStatus]] | None:
-    found = store.get_status(job_id)
+def _get(store: JobStore, job_id: str) -> tuple[Job, list[TargetStatus]] | None:
+    found = _ask(store, lambda s: s.get_status(job_id, now=time.time()))
     if found is None:
-        _error(f"no job {job_id} in {db} (unknown id, or its lease has lapsed)")
+        _error(f"no job {job_id} in {store.location} (unknown id, or its lease has lapsed)")
     return found
 
 
-def _cmd_status(store: Store, args: argparse.Namespace) -> int:
+def _cmd_status(store: JobStore, args: argparse.Namespace) -> int:
     from . import _console
 
-    found = _get(store, args.job, store.path)
+    found = _get(store, args.job)
     if found is None:
         return EXIT_FAILED
     job, targets = found
@@ -508,10 +512,10 @@ def _cmd_status(store: Store, args: argparse.Namespace) -> int:
     return EXIT_DONE
 
 
-def _cmd_results(store: Store, args: argparse.Namespace) -> int:
+def _cmd_results(store: JobStore, args: argparse.Namespace) -> int:
     from . import _console
 
-    found = _get(store, args.job, store.path)
+    found = _get(store, args.job)
     if found is None:
         return EXIT_FAILED
     job, targets = found
@@ -522,12 +526,12 @@ def _cmd_results(store: Store, args: argparse.Namespace) -> int:
     return EXIT_DONE
 
 
-def _cmd_jobs(store: Store, args: argparse.Namespace) -> int:
+def _cmd_jobs(store: JobStore, args: argparse.Namespace) -> int:
     from . import _console
 
     if args.limit < 1:
         raise _UsageError("--limit must be at least 1")
-    jobs = store.list_jobs(caller=args.caller, limit=args.limit)
+    jobs = _ask(store, lambda s: s.list_jobs(caller=args.caller, limit=args.limit, now=time.time()))
     if args.json:
         _print_json([job.to_json() for job in jobs])
     elif not jobs:
@@ -537,7 +541,15 @@ def _cmd_jobs(store: Store, args: argparse.Namespace) -> int:
     return EXIT_DONE
 
 
-def _cmd_gc(store: Store) -> int:
-    purged = store.purge_expired()
+def _cmd_gc(store: JobStore) -> int:
+    async def purge() -> int:
+        purged = 0
+        while True:
+            batch = await store.purge_expired(now=time.time(), batch_size=GC_BATCH)
+            purged += batch
+            if batch < GC_BATCH:
+                return purged
+
+    purged = trio.run(purge)
     print(f"purged {purged} expired job(s)")
     return EXIT_DONE

@@ -13,7 +13,7 @@ import contextlib
 import fcntl
 import os
 
-from ._model import StoreError, StoreLocked
+from ..._errors import StoreError, StoreLocked
 from ._store import Store
 
 __all__ = ["RunnerLock"]

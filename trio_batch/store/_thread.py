@@ -1,12 +1,14 @@
-"""A dedicated thread that runs the store calls that may block, for one runner.
+"""A dedicated thread that runs the blocking calls of one store, for any backend.
 
 A call is queued to the thread and the calling task sleeps until the thread hands back the
 outcome; answers that complete together wake the loop once. Compared with
-``trio.to_thread.run_sync`` per call this saves the thread-pool round trip.
+``trio.to_thread.run_sync`` per call this saves the thread-pool round trip, and it keeps the
+calls of one store in order on one connection.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
@@ -32,16 +34,17 @@ class _Call:
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
     task: trio.lowlevel.Task | None  # None: nobody waits for the answer
+    token: trio.lowlevel.TrioToken | None  # the run the waiting task belongs to
 
 
 class StoreThread:
     """Runs store calls one at a time, in the order they were made, on one thread.
 
-    Create it inside a trio run; :meth:`start` it, and :meth:`stop` it once no call is pending.
+    :meth:`start` it, and :meth:`stop` it once no call is pending. Calls may come from any trio
+    run (each answer goes back to the run its caller belongs to).
     """
 
     def __init__(self, *, name: str = "trio_batch store") -> None:
-        self._token = trio.lowlevel.current_trio_token()
         self._queue: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
         self.stopped = False
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
@@ -68,13 +71,16 @@ class StoreThread:
         is raised at the caller's next checkpoint instead. Every store call is bounded by the
         store's busy timeout, so the wait is bounded too.
         """
-        result: T = await self._call(_Call(fn, args, kwargs, trio.lowlevel.current_task()))
+        call = _Call(
+            fn, args, kwargs, trio.lowlevel.current_task(), trio.lowlevel.current_trio_token()
+        )
+        result: T = await self._call(call)
         return result
 
     def run_soon(self, fn: Callable[P, object], /, *args: P.args, **kwargs: P.kwargs) -> None:
         """Queue ``fn(*args, **kwargs)`` without waiting for it; an error it raises is logged."""
         if not self.stopped:
-            self._queue.put(_Call(fn, args, kwargs, None))
+            self._queue.put(_Call(fn, args, kwargs, None, None))
 
     async def _call(self, call: _Call) -> Any:
         if self.stopped:
@@ -104,18 +110,17 @@ class StoreThread:
                     break
             else:
                 stopping = True
-            done = []
+            done: dict[trio.lowlevel.TrioToken, list[tuple[trio.lowlevel.Task, Any]]] = {}
             for call in calls:
                 answer = outcome.capture(call.fn, *call.args, **call.kwargs)
-                if call.task is not None:
-                    done.append((call.task, answer))
+                if call.task is not None and call.token is not None:
+                    done.setdefault(call.token, []).append((call.task, answer))
                 elif isinstance(answer, outcome.Error):
                     _log.error("background store call failed", exc_info=answer.error)
-            if done:
-                try:
-                    self._token.run_sync_soon(_wake, done)
-                except trio.RunFinishedError:  # pragma: no cover - no task can be waiting then
-                    return
+            for token, answers in done.items():
+                # A run that has finished has no task left waiting.
+                with contextlib.suppress(trio.RunFinishedError):
+                    token.run_sync_soon(_wake, answers)
 
 
 def _wake(done: list[tuple[trio.lowlevel.Task, outcome.Outcome[Any]]]) -> None:

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._model import MAX_CALLER_LENGTH, MAX_OPTION_LENGTH, MAX_URL_LENGTH, JobState, TargetState
+from .._model import MAX_CALLER_LENGTH, MAX_OPTION_LENGTH, MAX_URL_LENGTH, JobState, TargetState
+from ._problems import PROBLEM_JSON
 
 __all__ = ["openapi_document"]
-
-PROBLEM = "application/problem+json"
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -18,7 +17,7 @@ def _ref(name: str) -> dict[str, str]:
 def _problem(description: str, **headers: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {
         "description": description,
-        "content": {PROBLEM: {"schema": _ref("Problem")}},
+        "content": {PROBLEM_JSON: {"schema": _ref("Problem")}},
     }
     if headers:
         out["headers"] = headers

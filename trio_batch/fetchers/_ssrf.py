@@ -5,7 +5,7 @@ services, the private network behind it or a cloud metadata endpoint. :class:`De
 is an async ``check_url`` hook: it resolves the URL's host with ``trio.socket.getaddrinfo`` and
 refuses it if *any* address it resolves to is loopback, private, link-local, a metadata address
 or otherwise not globally routable. A fetcher calls it before every request, redirect hops
-included (``HttpFetcher(check_url=...)`` in :mod:`trio_batch.fetchers`).
+included (``HttpFetcher(check_url=...)``).
 
 Checking the name is not the whole story: a DNS answer can change between the check and the
 connection (DNS rebinding). The check still stops every literal address, every numeric spelling
@@ -22,7 +22,9 @@ from urllib.parse import urlsplit
 
 import trio
 
-__all__ = ["DestinationPolicy", "DestinationRefused", "Resolver", "forbidden_reason"]
+from ._errors import DestinationRefused
+
+__all__ = ["DestinationPolicy", "Resolver", "forbidden_reason"]
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -41,14 +43,6 @@ _METADATA = frozenset(
     )
 )
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
-
-
-class DestinationRefused(Exception):
-    """A URL's destination is not one the service may fetch; ``hint`` says what to do."""
-
-    def __init__(self, message: str, *, hint: str = "") -> None:
-        super().__init__(message)
-        self.hint = hint
 
 
 def forbidden_reason(ip: IPAddress) -> str | None:

@@ -1,0 +1,322 @@
+"""Every store backend behaves the same: each JobStore operation, checked through the interface.
+
+The ``job_store`` fixture is parametrised over the backends; a new backend adds its id to
+``BACKENDS`` and a branch to ``_open_backend``, and every check here runs on it too. Only the
+:class:`~trio_batch.JobStore` methods are used, never a backend's own API.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from trio_batch import (
+    Busy,
+    CallerBusy,
+    InvalidTargets,
+    JobState,
+    JobStore,
+    OutcomeExists,
+    OutcomeWrite,
+    Result,
+    Target,
+    TargetState,
+    TooManyTargets,
+    open_store,
+)
+
+T0 = 1_000_000.0
+TTL = 100.0
+CAPS: dict[str, Any] = {"ttl": TTL, "targets_per_job": 4, "jobs_per_caller": 2, "jobs_total": 3}
+
+BACKENDS = ["sqlite-memory", "sqlite-file", "postgres"]
+
+
+def _targets(n: int, prefix: str = "https://example.com/") -> list[Target]:
+    return [Target(f"{prefix}{i}") for i in range(n)]
+
+
+async def _open_backend(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> JobStore:
+    if backend == "postgres":
+        # A fresh database of its own on the session's throw-away server (pg_server.py).
+        return open_store(request.getfixturevalue("pg_dsn"))
+    if backend == "sqlite-memory":
+        return open_store(":memory:")
+    if backend == "sqlite-file":
+        return open_store(f"sqlite:///{tmp_path / 'conformance.db'}")
+    raise AssertionError(f"unknown backend {backend}")
+
+
+@pytest.fixture(params=BACKENDS)
+async def job_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[JobStore]:
+    store = await _open_backend(request.param, request, tmp_path)
+    try:
+        yield store
+    finally:
+        await store.aclose()
+
+
+async def _create(
+    store: JobStore, caller: str = "alice", n: int = 2, prefix: str = "u:", **kwargs: Any
+) -> Any:
+    args = {**CAPS, "now": T0, "status": JobState.RUNNING, **kwargs}
+    return await store.create_job(caller, "default", _targets(n, prefix), **args)
+
+
+def _ok(job_id: str, idx: int, text: str = "x") -> OutcomeWrite:
+    return OutcomeWrite(job_id, idx, result=Result(text, {"n": idx}))
+
+
+def _err(job_id: str, idx: int) -> OutcomeWrite:
+    return OutcomeWrite(job_id, idx, error="Boom: no", hint="check the URL")
+
+
+# ---------------------------------------------------------------------------------------------
+# Creating jobs: reuse and caps
+
+
+async def test_create_job_stores_it_running_with_pending_targets(job_store: JobStore) -> None:
+    job, reused = await _create(job_store, n=3)
+    assert not reused
+    assert (job.status, job.targets_total, job.targets_done) == (JobState.RUNNING, 3, 0)
+    assert job.expires_at == T0 + TTL
+    status = await job_store.get_status(job.id, now=T0)
+    assert status is not None
+    stored, targets = status
+    assert stored == job
+    assert [t.url for t in targets] == ["u:0", "u:1", "u:2"]
+    # The first target is due, so it reads as running; the rest are pending.
+    assert [t.status for t in targets] == [
+        TargetState.RUNNING,
+        TargetState.PENDING,
+        TargetState.PENDING,
+    ]
+
+
+async def test_same_caller_same_targets_within_lease_reuses_the_job(job_store: JobStore) -> None:
+    first, _ = await _create(job_store)
+    again, reused = await _create(job_store, now=T0 + TTL - 1)
+    assert reused and again.id == first.id
+    other, reused_by_other = await _create(job_store, caller="bob")
+    assert not reused_by_other and other.id != first.id
+    # Once the lease has lapsed the same targets make a new job.
+    later, reused_later = await _create(job_store, now=T0 + TTL + 1)
+    assert not reused_later and later.id != first.id
+
+
+async def test_caps_refuse_with_typed_errors_and_write_nothing(job_store: JobStore) -> None:
+    with pytest.raises(TooManyTargets):
+        await _create(job_store, n=5)
+    await _create(job_store, prefix="a:")
+    await _create(job_store, prefix="b:")
+    with pytest.raises(CallerBusy):
+        await _create(job_store, prefix="c:")
+    await _create(job_store, caller="bob", prefix="d:")
+    with pytest.raises(Busy):
+        await _create(job_store, caller="carol", prefix="e:")
+    assert len(await job_store.list_jobs(now=T0)) == 3
+    with pytest.raises(InvalidTargets):
+        await job_store.create_job("alice", "default", [], **CAPS, now=T0)
+
+
+async def test_concurrent_creates_never_exceed_the_caps(job_store: JobStore) -> None:
+    outcomes: list[str] = []
+
+    async def submit(i: int) -> None:
+        try:
+            _, reused = await _create(job_store, caller=f"c{i % 4}", prefix=f"p{i % 6}:")
+            outcomes.append("reused" if reused else "created")
+        except (CallerBusy, Busy) as exc:
+            outcomes.append(type(exc).__name__)
+
+    async with trio.open_nursery() as nursery:
+        for i in range(24):
+            nursery.start_soon(submit, i)
+    jobs = await job_store.list_jobs(now=T0)
+    live = [job for job in jobs if job.status.is_live]
+    assert len(live) == outcomes.count("created") <= CAPS["jobs_total"]
+    for caller in {job.caller for job in live}:
+        assert sum(job.caller == caller for job in live) <= CAPS["jobs_per_caller"]
+    assert len({(job.caller, job.idem_key) for job in jobs}) == len(jobs)
+
+
+# ---------------------------------------------------------------------------------------------
+# Outcomes, leases and terminal statuses
+
+
+async def test_outcomes_bump_the_lease_and_the_last_sets_the_terminal_status(
+    job_store: JobStore,
+) -> None:
+    job, _ = await _create(job_store, n=2)
+    after_first = await job_store.record_outcome(_ok(job.id, 0), ttl=TTL, now=T0 + 10)
+    assert after_first is not None
+    assert (after_first.targets_done, after_first.status) == (1, JobState.RUNNING)
+    assert after_first.expires_at == T0 + 10 + TTL
+    last = await job_store.record_outcome(_err(job.id, 1), ttl=TTL, now=T0 + 20)
+    assert last is not None
+    assert (last.status, last.targets_done, last.targets_failed) == (JobState.PARTIAL, 2, 1)
+    assert (last.targets_succeeded, last.targets_unfinished) == (1, 0)
+    status = await job_store.get_status(job.id, now=T0 + 21)
+    assert status is not None
+    _, targets = status
+    assert targets[0].result == Result("x", {"n": 0})
+    assert (targets[1].error, targets[1].hint) == ("Boom: no", "check the URL")
+    assert targets[1].finished_at == T0 + 20
+
+
+@pytest.mark.parametrize(
+    ("failures", "final"),
+    [(0, JobState.DONE), (1, JobState.PARTIAL), (2, JobState.FAILED)],
+)
+async def test_terminal_status_follows_the_failures(
+    job_store: JobStore, failures: int, final: JobState
+) -> None:
+    job, _ = await _create(job_store, n=2)
+    for idx in range(2):
+        write = _err(job.id, idx) if idx < failures else _ok(job.id, idx)
+        stored = await job_store.record_outcome(write, ttl=TTL, now=T0)
+    assert stored is not None and stored.status is final
+
+
+async def test_an_outcome_is_never_overwritten(job_store: JobStore) -> None:
+    job, _ = await _create(job_store, n=2)
+    await job_store.record_outcome(_ok(job.id, 0, "first"), ttl=TTL, now=T0)
+    with pytest.raises(OutcomeExists):
+        await job_store.record_outcome(_ok(job.id, 0, "second"), ttl=TTL, now=T0)
+    with pytest.raises(OutcomeExists):
+        await job_store.record_outcome(_ok(job.id, 7), ttl=TTL, now=T0)
+    stored = await job_store.get_job(job.id, now=T0)
+    assert stored is not None and stored.targets_done == 1
+    status = await job_store.get_status(job.id, now=T0)
+    assert status is not None and status[1][0].result == Result("first", {"n": 0})
+
+
+async def test_outcomes_ready_together_each_get_their_own_answer(job_store: JobStore) -> None:
+    """Concurrent writes may share a commit (group commit); each is all-or-nothing on its own."""
+    a, _ = await _create(job_store, caller="a", n=2)
+    b, _ = await _create(job_store, caller="b", n=2)
+    await job_store.record_outcome(_ok(a.id, 0), ttl=TTL, now=T0)
+    answers: dict[str, Any] = {}
+
+    async def write(name: str, w: OutcomeWrite) -> None:
+        try:
+            answers[name] = await job_store.record_outcome(w, ttl=TTL, now=T0 + 1)
+        except OutcomeExists as exc:
+            answers[name] = exc
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(write, "a-again", _ok(a.id, 0))  # refused: it has an outcome
+        nursery.start_soon(write, "b0", _ok(b.id, 0))
+        nursery.start_soon(write, "a1", _err(a.id, 1))
+    assert isinstance(answers["a-again"], OutcomeExists)
+    assert answers["b0"].id == b.id and answers["b0"].targets_done == 1
+    assert answers["a1"].id == a.id and answers["a1"].status is JobState.PARTIAL
+    stored_a = await job_store.get_job(a.id, now=T0 + 1)
+    assert stored_a is not None and (stored_a.targets_done, stored_a.targets_failed) == (2, 1)
+
+
+async def test_a_lapsed_job_takes_no_outcome_and_reads_as_absent(job_store: JobStore) -> None:
+    job, _ = await _create(job_store)
+    assert await job_store.record_outcome(_ok(job.id, 0), ttl=TTL, now=T0 + TTL) is None
+    assert await job_store.get_job(job.id, now=T0 + TTL) is None
+    assert await job_store.get_status(job.id, now=T0 + TTL) is None
+    assert await job_store.get_job(job.id, now=T0 + TTL - 1) is not None
+
+
+async def test_finish_job_sets_a_terminal_status_once(job_store: JobStore) -> None:
+    job, _ = await _create(job_store)
+    cancelled = await job_store.finish_job(job.id, JobState.CANCELLED, now=T0 + 1)
+    assert cancelled is not None and cancelled.status is JobState.CANCELLED
+    assert await job_store.finish_job(job.id, JobState.FAILED, error="x", now=T0 + 2) is None
+    # The outcome in flight at the cancel is still stored, and the status stays cancelled.
+    stored = await job_store.record_outcome(_ok(job.id, 0), ttl=TTL, now=T0 + 3)
+    assert stored is not None and stored.status is JobState.CANCELLED
+    assert await job_store.finish_job("not-an-id", JobState.CANCELLED, now=T0) is None
+    assert await job_store.finish_job("A" * 22, JobState.CANCELLED, now=T0) is None
+
+
+# ---------------------------------------------------------------------------------------------
+# Restarts, shutdown, retention
+
+
+async def test_claim_reap_and_shutdown_fail_live_jobs_and_keep_outcomes(
+    job_store: JobStore,
+) -> None:
+    live, _ = await _create(job_store, caller="a", n=2)
+    done, _ = await _create(job_store, caller="b", n=1)
+    await job_store.record_outcome(_ok(live.id, 0), ttl=TTL, now=T0)
+    await job_store.record_outcome(_ok(done.id, 0), ttl=TTL, now=T0)
+    async with job_store.claim():
+        assert await job_store.reap_orphans(now=T0 + 1) == 1
+        reaped = await job_store.get_status(live.id, now=T0 + 1)
+        assert reaped is not None
+        assert (reaped[0].status, reaped[0].error) == (JobState.FAILED, "restart")
+        assert reaped[1][0].result == Result("x", {"n": 0})  # finished work stays readable
+        assert reaped[1][1].status is TargetState.PENDING  # never resumed
+        fresh, _ = await _create(job_store, caller="c", now=T0 + 2)
+        assert await job_store.fail_own_jobs("shutdown", now=T0 + 3) == 1
+    shut = await job_store.get_job(fresh.id, now=T0 + 3)
+    assert shut is not None and (shut.status, shut.error) == (JobState.FAILED, "shutdown")
+    finished = await job_store.get_job(done.id, now=T0 + 3)
+    assert finished is not None and finished.status is JobState.DONE
+
+
+async def test_purge_deletes_lapsed_jobs_in_bounded_batches(job_store: JobStore) -> None:
+    ids = []
+    for i in range(5):
+        job, _ = await _create(job_store, caller=f"c{i}", now=T0 + i, jobs_total=10)
+        ids.append(job.id)
+    # At T0 + TTL + 2.5 the leases of the first three jobs have lapsed.
+    now = T0 + TTL + 2.5
+    assert await job_store.purge_expired(now=now, batch_size=2) == 2
+    assert await job_store.purge_expired(now=now, batch_size=2) == 1
+    assert await job_store.purge_expired(now=now, batch_size=2) == 0
+    remaining = {job.id for job in await job_store.list_jobs(now=T0)}
+    assert remaining == set(ids[3:])
+
+
+# ---------------------------------------------------------------------------------------------
+# Reads
+
+
+async def test_list_jobs_newest_activity_first_and_by_caller(job_store: JobStore) -> None:
+    a, _ = await _create(job_store, caller="a", now=T0)
+    b, _ = await _create(job_store, caller="b", now=T0 + 1)
+    await job_store.record_outcome(_ok(a.id, 0), ttl=TTL, now=T0 + 2)  # a is now the newest
+    assert [job.id for job in await job_store.list_jobs(now=T0 + 3)] == [a.id, b.id]
+    assert [job.id for job in await job_store.list_jobs(now=T0 + 3, caller="b")] == [b.id]
+    assert len(await job_store.list_jobs(now=T0 + 3, limit=1)) == 1
+
+
+async def test_counts_cover_unexpired_jobs_by_status(job_store: JobStore) -> None:
+    a, _ = await _create(job_store, caller="a", n=2, now=T0)
+    b, _ = await _create(job_store, caller="b", n=3, now=T0)
+    await job_store.record_outcome(_ok(a.id, 0), ttl=TTL, now=T0)
+    await job_store.record_outcome(_err(a.id, 1), ttl=TTL, now=T0)
+    await job_store.finish_job(b.id, JobState.CANCELLED, now=T0)
+    counts = await job_store.counts(now=T0 + 1)
+    assert counts.jobs["partial"] == 1 and counts.jobs["cancelled"] == 1
+    assert counts.jobs["running"] == 0 and set(counts.jobs) == {str(s) for s in JobState}
+    assert (counts.targets_total, counts.targets_done, counts.targets_failed) == (5, 2, 1)
+    assert counts.targets_unfinished == 3
+    lapsed = await job_store.counts(now=T0 + TTL + 1)
+    assert sum(lapsed.jobs.values()) == 0 and lapsed.targets_total == 0
+
+
+async def test_malformed_and_unknown_ids_read_as_absent(job_store: JobStore) -> None:
+    for bad in ["", "x", "A" * 22, "../../etc", "A" * 1000, "é" * 22]:
+        assert await job_store.get_job(bad, now=T0) is None
+        assert await job_store.get_status(bad, now=T0) is None
+
+
+async def test_a_closed_store_refuses_calls_with_a_typed_error(tmp_path: Path) -> None:
+    from trio_batch import StoreError
+
+    store = open_store(tmp_path / "closed.db")
+    await store.aclose()
+    with pytest.raises(StoreError, match="closed"):
+        await store.get_job("A" * 22, now=T0)

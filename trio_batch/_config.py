@@ -1,0 +1,114 @@
+"""The runner's configuration: limits and timings, validated when built."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+__all__ = ["ClassLimits", "Config"]
+
+
+def _check_number(owner: str, name: str, value: object, *, integer: bool) -> None:
+    kind = int if integer else int | float
+    if isinstance(value, bool) or not isinstance(value, kind):
+        raise TypeError(
+            f"{owner}.{name} must be {'an integer' if integer else 'a number'}, "
+            f"not {type(value).__name__}"
+        )
+    assert isinstance(value, int | float)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{owner}.{name} must be finite, not {value}")
+    if value < 0:
+        raise ValueError(f"{owner}.{name} must not be negative (got {value})")
+
+
+@dataclass(frozen=True, slots=True)
+class ClassLimits:
+    """Caps for one ``caller_class`` that override the :class:`Config`'s; None keeps the Config's.
+
+    For example ``ClassLimits(targets_per_job=4)`` for anonymous callers.
+    """
+
+    targets_per_job: int | None = None
+    jobs_per_caller: int | None = None
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is not None:
+                _check_number("ClassLimits", f.name, value, integer=True)
+                if value == 0:
+                    raise ValueError(f"ClassLimits.{f.name} must be at least 1, or None")
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """Runner limits and timings, in seconds and counts.
+
+    A number given as 0 takes its default; a negative one raises ValueError.
+
+    - ``ttl``: how long a job's lease lasts after its latest write (24 h).
+    - ``targets_per_job``: most targets one job may have (32); past it, :class:`TooManyTargets`.
+    - ``jobs_per_caller``: most live jobs one caller may have (1); past it, :class:`CallerBusy`.
+    - ``jobs_total``: most live jobs in all (8); past it, :class:`Busy`.
+    - ``target_timeout``: a fetch running longer fails its target with error ``"timeout"``;
+      None (the default) lets a fetch run as long as it likes.
+    - ``cancel_grace``: after a cancel, how long the in-flight fetch may still run before it is
+      cancelled and stored as failed with error ``"cancelled"``; None (the default) waits for it.
+    - ``class_limits``: per ``caller_class`` overrides of ``targets_per_job`` and
+      ``jobs_per_caller`` (see :class:`ClassLimits`).
+    - ``purge_interval``: how often lapsed jobs are deleted in the background (5 minutes).
+    - ``store_retry_for``: how long an outcome write that the database refuses is retried, with
+      backoff, before its job is failed (30 s).
+    - ``heartbeat_interval``: where runners share a database (PostgreSQL), how often each
+      tells the others it is alive (5 s).
+    - ``runner_timeout``: where runners share a database, how long a runner may be silent
+      before another takes it for dead and fails its live jobs with error ``"restart"`` (30 s);
+      longer than ``heartbeat_interval``.
+    """
+
+    ttl: float = 86400.0
+    targets_per_job: int = 32
+    jobs_per_caller: int = 1
+    jobs_total: int = 8
+    target_timeout: float | None = None
+    cancel_grace: float | None = None
+    class_limits: Mapping[str, ClassLimits] = field(default_factory=dict)
+    purge_interval: float = 300.0
+    store_retry_for: float = 30.0
+    heartbeat_interval: float = 5.0
+    runner_timeout: float = 30.0
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name == "class_limits":
+                if not isinstance(value, Mapping) or not all(
+                    isinstance(k, str) and isinstance(v, ClassLimits) for k, v in value.items()
+                ):
+                    raise TypeError("Config.class_limits must map class names to ClassLimits")
+                object.__setattr__(self, f.name, MappingProxyType(dict(value)))
+                continue
+            if value is None and "None" in str(f.type):
+                continue
+            _check_number("Config", f.name, value, integer=f.type == "int")
+            if value == 0:
+                object.__setattr__(self, f.name, f.default)
+        if self.heartbeat_interval >= self.runner_timeout:
+            raise ValueError(
+                f"Config.heartbeat_interval ({self.heartbeat_interval:g} s) must be shorter "
+                f"than Config.runner_timeout ({self.runner_timeout:g} s)"
+            )
+
+    def limits_for(self, caller_class: str) -> tuple[int, int]:
+        """``(targets_per_job, jobs_per_caller)`` for a caller of ``caller_class``."""
+        limits = self.class_limits.get(caller_class)
+        if limits is None:
+            return self.targets_per_job, self.jobs_per_caller
+        return (
+            self.targets_per_job if limits.targets_per_job is None else limits.targets_per_job,
+            self.jobs_per_caller if limits.jobs_per_caller is None else limits.jobs_per_caller,
+        )

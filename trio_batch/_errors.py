@@ -1,0 +1,108 @@
+"""The exception tree: every error trio_batch raises on purpose, drawn in one place.
+
+::
+
+    BatchError
+    ├── InvalidRequest           a malformed argument
+    │   └── InvalidTargets       a malformed target list
+    ├── TooManyTargets           over targets_per_job
+    ├── CallerBusy               the caller holds jobs_per_caller live jobs
+    ├── Busy                     jobs_total live jobs in all
+    ├── RunnerClosed             the runner has shut down
+    └── StoreError               the database cannot be used as asked
+        ├── SchemaVersionError   written by a newer trio_batch, or not ours
+        ├── StoreLocked          another runner holds a one-runner database
+        ├── StoreUnavailable     refused a call; nothing was changed
+        └── OutcomeExists        the target already has an outcome
+
+Front ends map these to their own codes (the HTTP service to statuses and problem documents).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BatchError",
+    "Busy",
+    "CallerBusy",
+    "InvalidRequest",
+    "InvalidTargets",
+    "OutcomeExists",
+    "RunnerClosed",
+    "SchemaVersionError",
+    "StoreError",
+    "StoreLocked",
+    "StoreUnavailable",
+    "TooManyTargets",
+]
+
+
+class BatchError(Exception):
+    """Base of every error trio_batch raises on purpose.
+
+    The HTTP service answers each with the status, kind and title that its problem table
+    (``PROBLEMS`` in ``trio_batch/http/_problems.py``) gives the class or its nearest listed
+    base; the "HTTP nnn" in the docstrings here says which status that is.
+    """
+
+
+class InvalidRequest(BatchError):
+    """An argument is malformed (a caller name that is not a non-empty string, say). HTTP 422."""
+
+
+class InvalidTargets(InvalidRequest):
+    """The target list is malformed: empty, a non-target, a repeated target or a bad JSON shape.
+
+    ``index`` is the position of the offending target in the submitted list, when there is one.
+    HTTP 422.
+    """
+
+    def __init__(self, message: str, *, index: int | None = None) -> None:
+        super().__init__(message)
+        self.index = index
+
+
+class TooManyTargets(BatchError):
+    """The job has more targets than the ``targets_per_job`` cap allows. HTTP 422."""
+
+
+class CallerBusy(BatchError):
+    """The caller already has ``jobs_per_caller`` live jobs. HTTP 429: retry once one ends."""
+
+
+class Busy(BatchError):
+    """All ``jobs_total`` job slots are taken by live jobs. HTTP 429: retry once one ends."""
+
+
+class RunnerClosed(BatchError):
+    """The runner has shut down (or is shutting down): it takes no new jobs, and once it has
+    stopped it answers nothing more. HTTP 503."""
+
+
+class StoreError(BatchError):
+    """The database cannot be used as asked. HTTP 503."""
+
+
+class SchemaVersionError(StoreError):
+    """The database was written by a newer version of trio_batch (or is not ours at all)."""
+
+
+class StoreLocked(StoreError):
+    """Another runner (in this process or another) is already running on this database.
+
+    Only one runner may drain a database at a time: a second one would reap the first one's
+    live jobs as "restart". Read-only use of the store is unaffected.
+    """
+
+
+class StoreUnavailable(StoreError):
+    """The database refused a read or write: locked past the busy timeout, full, or an I/O error.
+
+    Nothing was changed by the call that raised it. It may succeed if retried later.
+    """
+
+
+class OutcomeExists(StoreError):
+    """The target already has an outcome (or does not exist); outcomes are never overwritten.
+
+    HTTP 409.
+    """

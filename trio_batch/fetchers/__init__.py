@@ -1,0 +1,89 @@
+"""Built-in fetch functions for the runner: :func:`http_fetch` and :class:`HttpFetcher`.
+
+``http_fetch`` fetches ``http://``, ``https://`` and ``file://`` URLs and turns the body into
+text according to the target's :class:`~trio_batch.Options`::
+
+    async with open_runner(store, http_fetch) as runner:
+        ...
+
+It needs the ``cli`` extra (``pip install 'trio-batch[cli]'``): httpx for HTTP, beautifulsoup4
+for ``mode: text``, jq for ``jq``, pypdf for PDF bodies. The heavier ones are imported only
+when a target uses them.
+
+Every failure raises a :class:`FetchError` subclass whose ``hint`` says what to do about it; the
+runner stores ``"ClassName: message"`` as the target's error and the hint beside it.
+
+A service that fetches URLs sent by others puts :class:`DestinationPolicy` (the SSRF policy) in
+front of the fetcher; :func:`builtin_fetch` is that combination, the fetch function of
+``trio-batch serve``.
+
+The package's modules: ``_errors`` (the exception tree), ``_http`` (:class:`HttpFetcher`),
+``_options`` (a target's options, checked before any I/O), ``_body`` (turning a body into text),
+``_ssrf`` (:class:`DestinationPolicy`) and ``_builtin`` (the service's fetch function).
+
+Options
+-------
+``mode``
+    ``raw`` (the default): the body decoded as text. ``text``: HTML turned into readable text
+    (other bodies are left as they are).
+``grep``
+    A Python regular expression; only the lines that match are kept. With ``context: true`` the
+    neighbouring lines are kept too, and groups that are not adjacent are separated by ``--``
+    (as ``grep -C`` does).
+``jq``
+    A jq program run on a JSON body. Each output is one line: strings as they are, other values
+    as compact JSON (``jq -r -c``).
+``pages``
+    For PDF bodies: which pages' text to keep, 1-based, e.g. ``1-3,5,8-``. A PDF body without
+    ``pages`` gives the text of every page.
+``question``, ``recover``
+    Not supported by this fetcher; a target that sets them fails with a hint.
+
+Processing order: body → PDF text or jq or HTML-to-text → grep.
+"""
+
+from ._body import grep_lines, html_to_text
+from ._builtin import builtin_fetch, load_fetch
+from ._errors import (
+    ContentError,
+    DestinationRefused,
+    FetchError,
+    FetchTimeout,
+    HTTPStatusError,
+    LocalFileError,
+    NetworkError,
+    OptionError,
+    RedirectError,
+    ResponseTooLarge,
+    UnsupportedOption,
+    URLError,
+    URLRefused,
+)
+from ._http import CheckURL, HttpFetcher, http_fetch
+from ._ssrf import DestinationPolicy, Resolver, forbidden_reason
+
+__all__ = [
+    "CheckURL",
+    "ContentError",
+    "DestinationPolicy",
+    "DestinationRefused",
+    "FetchError",
+    "FetchTimeout",
+    "HTTPStatusError",
+    "HttpFetcher",
+    "LocalFileError",
+    "NetworkError",
+    "OptionError",
+    "RedirectError",
+    "Resolver",
+    "ResponseTooLarge",
+    "URLError",
+    "URLRefused",
+    "UnsupportedOption",
+    "builtin_fetch",
+    "forbidden_reason",
+    "grep_lines",
+    "html_to_text",
+    "http_fetch",
+    "load_fetch",
+]

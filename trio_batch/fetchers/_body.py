@@ -1,0 +1,233 @@
+"""Processing a fetched body into text: decoding, PDF pages, jq, HTML to text, grep.
+
+Everything here is pure computation; :class:`~trio_batch.fetchers.HttpFetcher` runs
+:func:`process_body` in a worker thread, off the event loop.
+
+Processing order: body → PDF text or jq or HTML-to-text → grep.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from ._errors import ContentError, OptionError
+from ._options import Plan, compile_jq
+
+__all__ = ["Body", "grep_lines", "html_to_text", "process_body"]
+
+_HTML_TYPES = ("text/html", "application/xhtml+xml")
+
+
+@dataclass(frozen=True, slots=True)
+class Body:
+    """A fetched body and what the response said about it, before any processing."""
+
+    url: str
+    status_code: int | None
+    content_type: str | None  # media type only, lower case, no parameters
+    charset: str | None
+    data: bytes
+    redirects: int
+
+
+def process_body(plan: Plan, body: Body, context_lines: int) -> tuple[str, dict[str, Any]]:
+    """The text ``plan`` makes of ``body``, and the extra metadata it found (pages, matches)."""
+    extra: dict[str, Any] = {}
+    if body.content_type == "application/pdf" or body.data.startswith(b"%PDF-"):
+        if plan.jq:
+            raise ContentError(
+                f"jq needs a JSON body; {body.url} is a PDF",
+                hint="drop 'jq', or use 'pages' and 'grep' on PDFs",
+            )
+        text, total, chosen = _pdf_text(body.data, plan.pages)
+        extra["pdf_pages"] = total
+        if plan.pages:
+            extra["pages"] = chosen
+    else:
+        if plan.pages:
+            raise OptionError(
+                f"option 'pages' applies to PDF bodies; {body.url} is "
+                f"{body.content_type or 'not a PDF'}",
+                hint="drop 'pages' for this target",
+            )
+        text = _decode(body)
+        if plan.jq:
+            text = _run_jq(plan.jq, text, body.url)
+        elif plan.html_to_text and _is_html(body.content_type, text):
+            text = html_to_text(text)
+    if plan.grep is not None:
+        text, matches = grep_lines(plan.grep, text, context_lines if plan.context else 0)
+        extra["matches"] = matches
+    return text, extra
+
+
+def _decode(body: Body) -> str:
+    if body.charset:
+        try:
+            return body.data.decode(body.charset, errors="replace")
+        except LookupError:
+            pass  # an unknown charset name: fall back to UTF-8
+    if b"\x00" in body.data[:8192]:
+        raise ContentError(
+            f"{body.url} is binary ({body.content_type or 'unknown type'}, "
+            f"{len(body.data)} bytes), not text",
+            hint="this fetcher stores text: fetch HTML, text, JSON or PDF resources",
+        )
+    return body.data.decode("utf-8", errors="replace")
+
+
+def _is_html(content_type: str | None, text: str) -> bool:
+    if content_type is not None:
+        return content_type in _HTML_TYPES
+    start = text.lstrip()[:15].lower()
+    return start.startswith(("<!doctype html", "<html"))
+
+
+def html_to_text(html: str) -> str:
+    """Turn an HTML document into readable plain text: one line per block, no markup.
+
+    Uses beautifulsoup4 with Python's own ``html.parser``: a pure-Python, MIT-licensed library
+    maintained for two decades that copes with the broken HTML found in the wild, and needs no
+    compiled parser. (html2text gives Markdown but is GPL-licensed; selectolax is faster but a
+    compiled extension, and parsing speed is not what limits a fetcher.)
+
+    Scripts, styles, the ``<head>``, other invisible elements and ``<nav>`` menus are dropped;
+    each block element (paragraph, heading, list item, table row, ...) starts a new line, list
+    items get a ``- `` prefix, whitespace within a line is collapsed and blank lines are
+    removed, so the result reads well and greps line by line.
+    """
+    from bs4 import BeautifulSoup, Tag
+
+    soup = BeautifulSoup(html, "html.parser")
+    for tag in soup(_SKIPPED):
+        tag.decompose()
+    for tag in soup.find_all(True):
+        if not isinstance(tag, Tag):  # pragma: no cover - find_all(True) yields tags
+            continue
+        if tag.name == "br":
+            tag.replace_with("\n")
+        elif tag.name in _BLOCKS:
+            tag.insert_before("\n- " if tag.name == "li" else "\n")
+            tag.insert_after("\n")
+        elif tag.name in ("td", "th"):
+            tag.insert_after(" ")
+    lines = (" ".join(line.split()) for line in soup.get_text().splitlines())
+    return "\n".join(line for line in lines if line and line != "-")
+
+
+_SKIPPED = ["script", "style", "noscript", "template", "head", "svg", "iframe", "object", "nav"]
+_BLOCKS = frozenset(
+    [
+        "address",
+        "article",
+        "aside",
+        "blockquote",
+        "dd",
+        "details",
+        "div",
+        "dl",
+        "dt",
+        "fieldset",
+        "figcaption",
+        "figure",
+        "footer",
+        "form",
+        "h1",
+        "h2",
+        "h3",
+        "h4",
+        "h5",
+        "h6",
+        "header",
+        "hr",
+        "li",
+        "main",
+        "nav",
+        "ol",
+        "p",
+        "pre",
+        "section",
+        "summary",
+        "table",
+        "tr",
+        "ul",
+    ]
+)
+
+
+def grep_lines(pattern: re.Pattern[str], text: str, context: int = 0) -> tuple[str, int]:
+    """Keep the lines of ``text`` that ``pattern`` matches, and ``context`` lines either side.
+
+    Returns the kept text and the number of matching lines. With context, as with ``grep -C``,
+    groups of lines that are not adjacent are separated by a ``--`` line.
+    """
+    lines = text.splitlines()
+    hits = [i for i, line in enumerate(lines) if pattern.search(line)]
+    keep: list[int] = []
+    for i in hits:
+        for j in range(max(0, i - context), min(len(lines), i + context + 1)):
+            if not keep or j > keep[-1]:
+                keep.append(j)
+    out: list[str] = []
+    for n, j in enumerate(keep):
+        if context and n and j != keep[n - 1] + 1:
+            out.append("--")
+        out.append(lines[j])
+    return "\n".join(out), len(hits)
+
+
+def _run_jq(program: str, text: str, url: str) -> str:
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise ContentError(
+            f"jq needs a JSON body; {url} is not JSON ({exc})",
+            hint="drop 'jq' for this target, or check that the URL serves JSON",
+        ) from None
+    try:
+        outputs = compile_jq(program).input_value(value).all()
+    except ValueError as exc:
+        raise ContentError(
+            f"jq program {program!r} failed on {url}: {exc}",
+            hint="check the program against the document's shape (jq '.' shows it all)",
+        ) from None
+    return "\n".join(
+        out if isinstance(out, str) else json.dumps(out, ensure_ascii=False, separators=(",", ":"))
+        for out in outputs
+    )
+
+
+def _pdf_text(
+    data: bytes, ranges: tuple[tuple[int, int | None], ...]
+) -> tuple[str, int, list[int]]:
+    """The text of the chosen pages (all if ``ranges`` is empty), the page count, the pages.
+
+    Uses pypdf: pure Python, BSD-licensed, actively maintained and enough for text extraction.
+    """
+    import io
+
+    from pypdf import PdfReader
+    from pypdf.errors import PyPdfError
+
+    try:
+        reader = PdfReader(io.BytesIO(data))
+        total = len(reader.pages)
+        chosen: list[int] = []
+        for first, last in ranges or ((1, None),):
+            end = total if last is None else last
+            if first > total or end > total:
+                raise OptionError(
+                    f"pages {first}-{end} go past the end: the PDF has {total} page(s)",
+                    hint=f"choose pages between 1 and {total}",
+                )
+            chosen.extend(range(first, end + 1))
+        text = "\n\n".join(reader.pages[p - 1].extract_text() for p in chosen)
+    except (PyPdfError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ContentError(
+            f"cannot read the PDF: {type(exc).__name__}: {exc}",
+            hint="the file may be damaged or encrypted; open it in a PDF viewer to check",
+        ) from None
+    return text, total, chosen

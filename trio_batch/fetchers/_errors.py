@@ -1,0 +1,105 @@
+"""The errors the built-in fetchers raise, drawn in one place.
+
+Every failure of :class:`~trio_batch.fetchers.HttpFetcher` is a :class:`FetchError` whose
+``hint`` says what to do about it; the runner stores ``"ClassName: message"`` as the target's
+error and the hint beside it. :class:`DestinationRefused` is the SSRF policy's refusal (see
+:class:`~trio_batch.fetchers.DestinationPolicy`); it is not a :class:`FetchError`.
+
+::
+
+    FetchError
+    ├── URLError
+    ├── URLRefused
+    ├── OptionError
+    │   └── UnsupportedOption
+    ├── NetworkError
+    ├── FetchTimeout
+    ├── HTTPStatusError
+    ├── RedirectError
+    ├── ResponseTooLarge
+    ├── LocalFileError
+    └── ContentError
+    DestinationRefused
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ContentError",
+    "DestinationRefused",
+    "FetchError",
+    "FetchTimeout",
+    "HTTPStatusError",
+    "LocalFileError",
+    "NetworkError",
+    "OptionError",
+    "RedirectError",
+    "ResponseTooLarge",
+    "URLError",
+    "URLRefused",
+    "UnsupportedOption",
+]
+
+
+class FetchError(Exception):
+    """A target could not be fetched or processed; ``hint`` tells the user what to do."""
+
+    def __init__(self, message: str, *, hint: str = "") -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
+class URLError(FetchError):
+    """The URL cannot be fetched by this fetcher: an unsupported scheme or a malformed URL."""
+
+
+class URLRefused(FetchError):
+    """A ``check_url`` hook refused a URL (raise it from your own hook)."""
+
+
+class OptionError(FetchError):
+    """An option has a bad value: an unknown mode, a bad regex, jq program or page range."""
+
+
+class UnsupportedOption(OptionError):
+    """The target sets an option this fetcher does not support (``question``, ``recover``)."""
+
+
+class NetworkError(FetchError):
+    """The connection failed: refused, reset, a DNS or TLS error, a broken HTTP response."""
+
+
+class FetchTimeout(FetchError):
+    """The fetch took longer than the fetcher's timeout."""
+
+
+class HTTPStatusError(FetchError):
+    """The server answered with a 4xx or 5xx status; ``status_code`` holds it."""
+
+    def __init__(self, message: str, *, status_code: int, hint: str = "") -> None:
+        super().__init__(message, hint=hint)
+        self.status_code = status_code
+
+
+class RedirectError(FetchError):
+    """Too many redirects, or a redirect to a URL this fetcher will not follow."""
+
+
+class ResponseTooLarge(FetchError):
+    """The body is larger than the fetcher's ``max_bytes``."""
+
+
+class LocalFileError(FetchError):
+    """A ``file://`` URL names a file that cannot be read."""
+
+
+class ContentError(FetchError):
+    """The body cannot be processed as asked: not JSON for jq, not a readable PDF, binary."""
+
+
+class DestinationRefused(Exception):
+    """A URL's destination is not one the service may fetch; ``hint`` says what to do."""
+
+    def __init__(self, message: str, *, hint: str = "") -> None:
+        super().__init__(message)
+        self.hint = hint

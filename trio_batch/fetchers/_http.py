@@ -1,0 +1,366 @@
+"""Fetching ``http://``, ``https://`` and ``file://`` URLs: :class:`HttpFetcher`."""
+
+from __future__ import annotations
+
+import functools
+import mimetypes
+import ssl
+from collections.abc import Awaitable, Callable
+from typing import Any
+from urllib.parse import SplitResult, urlsplit
+from urllib.request import url2pathname
+
+import httpx
+import trio
+
+from .. import __version__
+from .._model import Result, Target
+from ._body import Body, process_body
+from ._errors import (
+    FetchError,
+    FetchTimeout,
+    HTTPStatusError,
+    LocalFileError,
+    NetworkError,
+    RedirectError,
+    ResponseTooLarge,
+    URLError,
+)
+from ._options import Plan
+
+__all__ = ["CheckURL", "HttpFetcher", "http_fetch"]
+
+#: A hook called with every URL before it is requested: the first one and each redirect hop.
+#: It returns to allow the request, or raises (ideally :class:`URLRefused`) to refuse it.
+CheckURL = Callable[[str], Awaitable[None]]
+
+_HTTP_SCHEMES = ("http", "https")
+_REDIRECT_CODES = (301, 302, 303, 307, 308)
+
+
+class HttpFetcher:
+    """A configurable fetch function for ``http://``, ``https://`` and ``file://`` URLs.
+
+    An instance is a runner ``FetchFunc``: ``await fetcher(target)`` returns a
+    :class:`~trio_batch.Result` or raises a :class:`FetchError`. :data:`http_fetch` is an
+    instance with the defaults.
+
+    - ``timeout``: seconds for the whole fetch of one target: every redirect hop and the
+      complete body (a server that trickles bytes cannot hold a target forever).
+    - ``connect_timeout``: seconds to open each connection.
+    - ``max_bytes``: largest body, after content decoding; the body is streamed and the fetch
+      stops as soon as it goes past (``ResponseTooLarge``).
+    - ``max_redirects``: redirects followed per target. Redirects are followed only to
+      ``http``/``https`` URLs, never to ``file:`` or any other scheme.
+    - ``allow_file``: whether ``file://`` URLs may be fetched. A service that fetches URLs sent
+      by others should pass False.
+    - ``check_url``: an async hook called with each URL before it is requested (the first URL
+      and every redirect hop, ``file://`` ones included); it raises (e.g. :class:`URLRefused`)
+      to refuse. This is where a service plugs in an SSRF policy. Note that a policy which
+      resolves host names itself should also pin the addresses it checked, for instance
+      through ``transport``, or a DNS answer that changes between check and connect slips by.
+    - ``transport``: an ``httpx.AsyncBaseTransport`` to send requests through (default: httpx's
+      own connection pool with TLS verified against certifi's CA bundle).
+    - ``context_lines``: how many lines either side of a match ``context: true`` keeps.
+    - ``user_agent``: the ``User-Agent`` header.
+    - ``trust_env``: honour ``HTTP(S)_PROXY``/``NO_PROXY`` and ``SSL_CERT_FILE`` as httpx does.
+
+    Each call opens its own short-lived ``httpx.AsyncClient`` (the TLS context is built once
+    per fetcher), so one fetcher may be used from any number of trio runs and tasks.
+    CPU-heavy processing (HTML, PDF, jq, regex) runs in a worker thread, off the event loop.
+    """
+
+    def __init__(
+        self,
+        *,
+        timeout: float = 30.0,
+        connect_timeout: float = 10.0,
+        max_bytes: int = 10 * 1024 * 1024,
+        max_redirects: int = 5,
+        allow_file: bool = True,
+        check_url: CheckURL | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        context_lines: int = 1,
+        user_agent: str = f"trio-batch/{__version__}",
+        trust_env: bool = True,
+    ) -> None:
+        if not timeout > 0 or not connect_timeout > 0:
+            raise ValueError("timeout and connect_timeout must be positive")
+        if max_bytes < 0 or max_redirects < 0 or context_lines < 0:
+            raise ValueError("max_bytes, max_redirects and context_lines must not be negative")
+        self.timeout = timeout
+        self.connect_timeout = connect_timeout
+        self.max_bytes = max_bytes
+        self.max_redirects = max_redirects
+        self.allow_file = allow_file
+        self.check_url = check_url
+        self.transport = transport
+        self.context_lines = context_lines
+        self.user_agent = user_agent
+        self.trust_env = trust_env
+
+    def __repr__(self) -> str:
+        return (
+            f"HttpFetcher(timeout={self.timeout!r}, max_bytes={self.max_bytes!r}, "
+            f"max_redirects={self.max_redirects!r}, allow_file={self.allow_file!r})"
+        )
+
+    async def __call__(self, target: Target) -> Result:
+        """Fetch ``target`` and process its body as its options say."""
+        plan = Plan.from_options(target.options)
+        body = await self._fetch_body(target.url)
+        content, extra = await trio.to_thread.run_sync(
+            functools.partial(process_body, plan, body, self.context_lines),
+            abandon_on_cancel=True,  # pure computation: nothing to clean up if we stop waiting
+        )
+        meta: dict[str, Any] = {
+            "url": body.url,
+            "status_code": body.status_code,
+            "content_type": body.content_type,
+            "bytes": len(body.data),
+        }
+        if body.redirects:
+            meta["redirects"] = body.redirects
+        meta.update(extra)
+        return Result(content, meta)
+
+    async def _fetch_body(self, url: str) -> Body:
+        """Fetch ``url`` within the fetcher's timeout; returns the raw body and its metadata."""
+        parts = _split(url)
+        scheme = parts.scheme.lower()
+        with trio.move_on_after(self.timeout) as scope:
+            if scheme in _HTTP_SCHEMES:
+                _check_http_url(url)
+                return await self._fetch_http(url)
+            if scheme == "file" and self.allow_file:
+                if self.check_url is not None:
+                    await self.check_url(url)
+                return await self._fetch_file(url)
+            raise _unsupported_scheme(url, scheme, allow_file=self.allow_file)
+        assert scope.cancelled_caught
+        raise FetchTimeout(
+            f"gave up on {url} after {self.timeout:g} s",
+            hint="the server is slow or stalled; try again later or raise the fetcher's timeout",
+        )
+
+    @functools.cached_property
+    def _ssl_context(self) -> ssl.SSLContext:
+        import certifi
+
+        return ssl.create_default_context(cafile=certifi.where())
+
+    async def _fetch_http(self, url: str) -> Body:
+        client = httpx.AsyncClient(
+            timeout=httpx.Timeout(self.timeout, connect=self.connect_timeout),
+            follow_redirects=False,
+            verify=self._ssl_context if self.transport is None else True,
+            transport=self.transport,
+            trust_env=self.trust_env,
+            headers={"User-Agent": self.user_agent},
+        )
+        current = url
+        try:
+            async with client:
+                for hop in range(self.max_redirects + 1):
+                    if self.check_url is not None:
+                        await self.check_url(current)
+                    request = client.build_request("GET", current)
+                    try:
+                        response = await client.send(request, stream=True)
+                    except httpx.InvalidURL as exc:
+                        # httpx parses the Location of a redirect even when not following it.
+                        raise RedirectError(
+                            f"{current} redirects to an invalid URL: {exc}",
+                            hint="the server sent a broken Location header; report it to the site",
+                        ) from None
+                    try:
+                        location = response.headers.get("location")
+                        if response.status_code in _REDIRECT_CODES and location is not None:
+                            if hop == self.max_redirects:
+                                raise RedirectError(
+                                    f"more than {self.max_redirects} redirects, starting at {url}",
+                                    hint="the URL may redirect in a loop; fetch the final URL "
+                                    "directly or raise the fetcher's max_redirects",
+                                )
+                            current = _redirect_target(response, location)
+                            continue
+                        if response.status_code >= 400:
+                            raise _status_error(response)
+                        data = await self._read_capped(response)
+                        content_type, charset = _split_content_type(
+                            response.headers.get("content-type")
+                        )
+                        return Body(
+                            str(response.url),
+                            response.status_code,
+                            content_type,
+                            charset,
+                            data,
+                            hop,
+                        )
+                    finally:
+                        await response.aclose()
+        except httpx.TimeoutException as exc:
+            raise FetchTimeout(
+                f"{type(exc).__name__} while fetching {current}",
+                hint="the server is slow or unreachable; try again later or raise the "
+                "fetcher's timeout",
+            ) from None
+        except httpx.InvalidURL as exc:
+            raise URLError(
+                f"{current!r} is not a valid URL: {exc}",
+                hint="check the URL for typos and unescaped characters",
+            ) from None
+        except httpx.TransportError as exc:
+            raise NetworkError(
+                f"{type(exc).__name__} while fetching {current}: {exc or 'no details'}",
+                hint="check the host name and that the server is up and reachable",
+            ) from None
+        except httpx.HTTPError as exc:  # pragma: no cover - httpx raises the ones above
+            raise FetchError(f"{type(exc).__name__} while fetching {current}: {exc}") from None
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+    async def _read_capped(self, response: httpx.Response) -> bytes:
+        length = response.headers.get("content-length", "")
+        if length.isdigit() and int(length) > self.max_bytes:
+            raise self._too_large(str(response.url), f"{int(length)} bytes")
+        data = bytearray()
+        async for chunk in response.aiter_bytes():
+            data += chunk
+            if len(data) > self.max_bytes:
+                raise self._too_large(str(response.url), f"more than {self.max_bytes} bytes")
+        return bytes(data)
+
+    def _too_large(self, url: str, size: str) -> ResponseTooLarge:
+        return ResponseTooLarge(
+            f"the body of {url} is {size}; the limit is {self.max_bytes} bytes",
+            hint="fetch a smaller resource, or raise the fetcher's max_bytes",
+        )
+
+    async def _fetch_file(self, url: str) -> Body:
+        parts = _split(url)
+        if parts.netloc not in ("", "localhost"):
+            raise URLError(
+                f"{url} names host {parts.netloc!r}; file URLs can only name local files",
+                hint="write file:///absolute/path (three slashes)",
+            )
+        path = url2pathname(parts.path)
+        try:
+            data = await trio.to_thread.run_sync(_read_file, path, self.max_bytes)
+        except FileNotFoundError:
+            raise LocalFileError(
+                f"no such file: {path}", hint="check the path; file URLs need an absolute path"
+            ) from None
+        except IsADirectoryError:
+            raise LocalFileError(
+                f"{path} is a directory", hint="name a file, not a directory"
+            ) from None
+        except OSError as exc:
+            raise LocalFileError(
+                f"cannot read {path}: {exc.strerror or exc}",
+                hint="check the file's permissions",
+            ) from None
+        if data is None:
+            raise self._too_large(url, f"more than {self.max_bytes} bytes")
+        content_type, encoding = mimetypes.guess_type(path)
+        if encoding is not None:  # x.json.gz is gzip data, not JSON
+            content_type = "application/octet-stream"
+        return Body(url, None, content_type, None, data, 0)
+
+
+def _read_file(path: str, max_bytes: int) -> bytes | None:
+    """Read at most ``max_bytes`` of ``path``; None if the file is larger."""
+    with open(path, "rb") as f:
+        data = f.read(max_bytes + 1)
+    return None if len(data) > max_bytes else data
+
+
+def _split(url: str) -> SplitResult:
+    try:
+        return urlsplit(url)
+    except ValueError as exc:
+        raise URLError(
+            f"{url!r} is not a valid URL: {exc}",
+            hint="check the URL for typos and unescaped characters",
+        ) from None
+
+
+def _check_http_url(url: str) -> None:
+    """Refuse an http(s) URL without a host or with a port out of range, before any I/O."""
+    parts = _split(url)
+    try:
+        parts.port  # noqa: B018 - raises ValueError when out of range
+    except ValueError as exc:
+        raise URLError(
+            f"{url!r} is not a valid URL: {exc}", hint="ports go from 1 to 65535"
+        ) from None
+    if not parts.hostname:
+        raise URLError(f"{url!r} has no host name", hint="write the URL as http://host/path")
+
+
+def _unsupported_scheme(url: str, scheme: str, *, allow_file: bool) -> URLError:
+    allowed = "http://, https:// and file://" if allow_file else "http:// and https://"
+    if not scheme:
+        return URLError(
+            f"{url!r} has no scheme",
+            hint=f"write the full URL, e.g. https://{url.lstrip('/')}",
+        )
+    if scheme == "file":
+        return URLError(
+            f"file URLs are not allowed here: {url}",
+            hint="this fetcher was built with allow_file=False; fetch the file over http",
+        )
+    return URLError(
+        f"scheme {scheme!r} is not supported: {url}",
+        hint=f"this fetcher handles {allowed} URLs; pass your own fetch function to the runner "
+        "for other schemes",
+    )
+
+
+def _redirect_target(response: httpx.Response, location: str) -> str:
+    try:
+        target = response.url.join(location)
+    except httpx.InvalidURL as exc:
+        raise RedirectError(
+            f"{response.url} redirects to an invalid URL {location!r}: {exc}",
+            hint="the server sent a broken Location header; report it to the site",
+        ) from None
+    if target.scheme not in _HTTP_SCHEMES:
+        raise RedirectError(
+            f"{response.url} redirects to {location!r}; only http and https redirects are followed",
+            hint="redirects to other schemes (file:, ftp:, ...) are refused on purpose; "
+            "fetch that URL directly if you trust it",
+        )
+    return str(target)
+
+
+def _status_error(response: httpx.Response) -> HTTPStatusError:
+    code = response.status_code
+    message = f"HTTP {code} {response.reason_phrase} from {response.url}".replace("  ", " ")
+    if code in (401, 403):
+        hint = "the server refused access; the page may need a login or block automated clients"
+    elif code in (404, 410):
+        hint = "the page does not exist (any more); check the URL"
+    elif code == 429:
+        hint = "the server is rate limiting; wait and submit the target again"
+    elif code >= 500:
+        hint = "the server failed; try again later"
+    else:
+        hint = "the server rejected the request; check the URL"
+    return HTTPStatusError(message, status_code=code, hint=hint)
+
+
+def _split_content_type(header: str | None) -> tuple[str | None, str | None]:
+    if not header:
+        return None, None
+    media, _, params = header.partition(";")
+    charset = None
+    for param in params.split(";"):
+        key, _, value = param.partition("=")
+        if key.strip().lower() == "charset":
+            charset = value.strip().strip("\"'") or None
+    return media.strip().lower() or None, charset
+
+
+#: The default fetcher: ``HttpFetcher()`` with its default limits (30 s, 10 MiB, 5 redirects).
+http_fetch = HttpFetcher()

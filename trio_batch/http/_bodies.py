@@ -1,0 +1,109 @@
+"""The JSON the service reads and writes: submissions in, jobs and their counts out."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from starlette.requests import Request
+
+from .._config import Config
+from .._errors import InvalidRequest, InvalidTargets, TooManyTargets
+from .._model import Job, Target, TargetState, TargetStatus, check_caller, unknown_keys
+from ._auth import DEFAULT_CALLER_CLASS, Caller
+from ._problems import Problem
+
+__all__ = ["job_json", "parse_json", "parse_submission", "read_body"]
+
+
+def _counts(job: Job, targets: Sequence[TargetStatus] | None) -> dict[str, int]:
+    counts = dict.fromkeys((str(s) for s in TargetState), 0)
+    if targets is not None:
+        for t in targets:
+            counts[str(t.status)] += 1
+        return counts
+    counts["done"] = job.targets_succeeded
+    counts["failed"] = job.targets_failed
+    left = job.targets_unfinished
+    if job.status.is_live and left > 0:
+        counts["running"], counts["pending"] = 1, left - 1
+    else:
+        counts["pending"] = left
+    return counts
+
+
+def job_json(job: Job, targets: Sequence[TargetStatus] | None = None) -> dict[str, Any]:
+    """The job as JSON with its counts per target status (from ``targets`` when given)."""
+    out = job.to_json()
+    out["counts"] = _counts(job, targets)
+    return out
+
+
+def parse_json(body: bytes) -> object:
+    """The JSON value of a request body; raises a 400 problem if it is not strict JSON."""
+
+    def refuse(name: str) -> object:
+        raise ValueError(f"{name} is not valid JSON")
+
+    try:
+        return json.loads(body, parse_constant=refuse)
+    except (ValueError, RecursionError) as exc:
+        raise Problem(
+            400, "malformed-json", "Malformed JSON", f"the body is not JSON: {exc}"
+        ) from None
+
+
+def parse_submission(obj: object, caller: Caller, config: Config) -> tuple[str, list[Target]]:
+    """The caller class and targets of a ``POST /v1/batches`` body; raises BatchError."""
+    if not isinstance(obj, dict):
+        raise InvalidRequest('the body must be a JSON object {"targets": [...]}')
+    unknown = unknown_keys(obj, ("targets", "caller_class"))
+    if unknown:
+        raise InvalidRequest(
+            f"unknown key(s) {unknown}; the body has 'targets' and optionally 'caller_class'"
+        )
+    if "targets" not in obj:
+        raise InvalidRequest("the body needs 'targets', a list of {\"url\": ...} objects")
+    caller_class = caller.caller_class
+    if "caller_class" in obj:
+        asked = check_caller(obj["caller_class"], "caller_class")
+        if not caller_class:
+            caller_class = asked
+        elif asked != caller_class:
+            raise Problem(
+                403,
+                "forbidden-caller-class",
+                "Forbidden",
+                f"these credentials submit as caller class {caller_class!r}, not {asked!r}",
+            )
+    raw = obj["targets"]
+    if not isinstance(raw, list):
+        raise InvalidTargets("'targets' must be a JSON array of targets")
+    caller_class = caller_class or DEFAULT_CALLER_CLASS
+    limit, _ = config.limits_for(caller_class)
+    if len(raw) > limit:  # before parsing every target of a huge list
+        raise TooManyTargets(f"the job has {len(raw)} targets; the limit is {limit} per job")
+    targets: list[Target] = []
+    for i, item in enumerate(raw):
+        try:
+            targets.append(Target.from_json(item))
+        except InvalidTargets as exc:
+            raise InvalidTargets(f"target {i}: {exc}", index=i) from None
+    return caller_class, targets
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request's body; raises a 413 problem as soon as it goes past ``limit`` bytes."""
+    too_large = Problem(
+        413, "body-too-large", "Content too large", f"the body is larger than {limit} bytes"
+    )
+    length = request.headers.get("content-length", "")
+    if length.isdigit() and int(length) > limit:
+        raise too_large
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise too_large
+    return bytes(body)

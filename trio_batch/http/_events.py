@@ -1,0 +1,97 @@
+"""``GET /v1/batches/{id}/events``: a job's outcomes as Server-Sent Events."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import trio
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from .._model import Job, TargetStatus
+from .._runner import Runner
+from ._bodies import job_json
+from ._service import Service
+
+__all__ = ["EventStream"]
+
+
+def _sse(event: str, data: Mapping[str, Any], event_id: str | None = None) -> bytes:
+    lines = [f"event: {event}"]
+    if event_id is not None:
+        lines.append(f"id: {event_id}")
+    lines.append("data: " + json.dumps(data, ensure_ascii=True, separators=(",", ":")))
+    return ("\n".join(lines) + "\n\n").encode()
+
+
+class EventStream(Response):
+    """A Server-Sent Events response following one job through :meth:`Runner.watch`."""
+
+    def __init__(self, service: Service, runner: Runner, job_id: str, after: int) -> None:
+        self.status_code = 200
+        self.media_type = "text/event-stream"
+        self.background = None
+        self.init_headers({"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+        self._service = service
+        self._runner = runner
+        self._job_id = job_id
+        self._after = after
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+
+        async def write(data: bytes) -> None:
+            await send({"type": "http.response.body", "body": data, "more_body": True})
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._until_disconnect, receive, nursery.cancel_scope)
+            await write(b": stream of job events\n\n")
+            await self._pump(write)
+            nursery.cancel_scope.cancel()
+        with contextlib.suppress(OSError):
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    @staticmethod
+    async def _until_disconnect(receive: Receive, scope: trio.CancelScope) -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        scope.cancel()
+
+    async def _pump(self, write: Callable[[bytes], Awaitable[None]]) -> None:
+        service = self._service
+        send_items, receive_items = trio.open_memory_channel[TargetStatus | Job](0)
+
+        async def watch() -> None:
+            async with send_items:
+                async for item in self._runner.watch(self._job_id):
+                    await send_items.send(item)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(watch)
+            nursery.start_soon(self._stop_on_shutdown, write, nursery.cancel_scope)
+            async with receive_items:
+                while True:
+                    with trio.move_on_after(service.heartbeat) as idle:
+                        try:
+                            item = await receive_items.receive()
+                        except trio.EndOfChannel:
+                            break
+                    if idle.cancelled_caught:
+                        await write(b": keep-alive\n\n")
+                        continue
+                    if isinstance(item, Job):
+                        await write(_sse("job", job_json(item)))
+                    elif item.idx > self._after:
+                        await write(_sse("target", item.to_json(), str(item.idx)))
+            nursery.cancel_scope.cancel()
+
+    async def _stop_on_shutdown(
+        self, write: Callable[[bytes], Awaitable[None]], scope: trio.CancelScope
+    ) -> None:
+        await self._service.stopping.wait()
+        with contextlib.suppress(OSError):
+            await write(_sse("shutdown", {"detail": "the service is shutting down"}))
+        scope.cancel()

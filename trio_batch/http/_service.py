@@ -1,0 +1,72 @@
+"""What the request handlers share: the runner, the metrics, and who the caller is."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import trio
+from starlette.requests import Request
+
+from .._config import Config
+from .._errors import RunnerClosed
+from .._model import Job, TargetStatus
+from .._runner import FetchFunc, Runner
+from ._auth import Auth, Caller
+from ._metrics import Metrics
+from ._problems import Problem, not_found
+
+__all__ = ["Service"]
+
+
+@dataclass(eq=False)
+class Service:
+    """Everything the handlers share; the runner exists while the lifespan runs."""
+
+    db: str
+    fetch: FetchFunc
+    config: Config
+    auth: Auth
+    max_body: int
+    retry_after: int
+    heartbeat: float
+    now: Callable[[], float]
+    logger: logging.Logger | None
+    metrics: Metrics = field(default_factory=Metrics)
+    runner_: Runner | None = None
+    stopping: trio.Event = field(default_factory=trio.Event)
+
+    @property
+    def runner(self) -> Runner:
+        """The running runner; raises :class:`RunnerClosed` (503) once shutdown has begun."""
+        if self.runner_ is None or self.stopping.is_set():
+            raise RunnerClosed("the service is shutting down")
+        return self.runner_
+
+    def begin_shutdown(self) -> None:
+        """Refuse new jobs and end event streams; the lifespan then shuts the runner down."""
+        self.stopping.set()
+
+    def caller(self, request: Request) -> Caller:
+        """Who ``request`` comes from; raises a 401 problem if its credentials name no one."""
+        caller = self.auth.authenticate(request.headers)
+        if caller is None:
+            raise Problem(
+                401,
+                "unauthorized",
+                "Unauthorized",
+                "missing or invalid credentials",
+                headers={"WWW-Authenticate": self.auth.challenge},
+            )
+        return caller
+
+    async def owned_status(
+        self, request: Request, caller: Caller
+    ) -> tuple[Job, list[TargetStatus]]:
+        """The job in the path if it exists, has not lapsed and belongs to ``caller``."""
+        job_id = request.path_params["id"]
+        status = await self.runner.status(job_id)
+        if status is None or status[0].caller != caller.name:
+            raise not_found()  # another caller's job reads exactly like an unknown one
+        return status

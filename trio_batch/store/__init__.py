@@ -1,0 +1,25 @@
+"""Where jobs live: the backend-neutral store interface and its backends.
+
+- :class:`JobStore` (``_protocol``): every operation the runner and the front ends use.
+- :func:`open_store` (``_open``): a store from a path or URL.
+- ``_thread`` and ``_group_commit``: the store thread and group commit any backend may use.
+- :mod:`.sqlite`: the SQLite backend, the embedded default.
+
+To add a backend: a folder here with a class that implements :class:`JobStore` (keep its SQL
+in one module of named statements), a URL scheme in :func:`open_store`, and a parameter in
+``tests/test_store_conformance.py`` so that every check runs on it too.
+"""
+
+from ._open import open_store
+from ._protocol import JobStore, StoreCounts, WriteObserver
+from .sqlite import SCHEMA_VERSION, SQLiteJobStore, Store
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "JobStore",
+    "SQLiteJobStore",
+    "Store",
+    "StoreCounts",
+    "WriteObserver",
+    "open_store",
+]

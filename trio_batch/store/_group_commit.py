@@ -1,0 +1,82 @@
+"""Group commit: outcome writes that are ready at the same moment share one commit.
+
+Backends use it to turn N concurrent drains' outcome writes into one transaction, each write
+atomic on its own (a savepoint), while every drain still waits for its own outcome to be
+committed before it fetches its next target.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Generic, TypeVar, cast
+
+import trio
+
+from .._errors import StoreUnavailable
+
+__all__ = ["GroupCommit"]
+
+W = TypeVar("W")
+A = TypeVar("A")
+
+
+@dataclass(eq=False, slots=True)
+class _Pending(Generic[W, A]):
+    write: W
+    task: trio.lowlevel.Task | None = None  # a follower waiting for the leader's commit
+    answer: object = None  # A or an Exception, set by the leader before it wakes anyone
+
+
+class GroupCommit(Generic[W, A]):
+    """Batches writes into shared commits made by ``commit``.
+
+    ``commit(writes)`` stores a batch in one transaction and returns one answer per write, in
+    order: the write's own result, or the exception that refused that write alone (such a write
+    changed nothing). If it raises, the whole batch failed and every writer gets that error.
+    It must run to completion once called (not be cancellable): a store thread call is.
+    """
+
+    def __init__(self, commit: Callable[[list[W]], Awaitable[list[A | Exception]]]) -> None:
+        self._commit = commit
+        self._batch: list[_Pending[W, A]] = []
+
+    async def write(self, write: W) -> A:
+        """Commit ``write`` with whatever else is ready now; return or raise its own answer.
+
+        The first write in becomes the leader: it yields once so that every drain with an
+        outcome ready joins, then commits them all; the others wait for it.
+
+        Cancellation: this call cannot be cancelled. It returns (or raises) once the write is
+        committed or has failed, and a pending ``Cancelled`` is raised at the caller's next
+        checkpoint.
+        """
+        pending: _Pending[W, A] = _Pending(write)
+        self._batch.append(pending)
+        if len(self._batch) == 1:
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            batch, self._batch = self._batch, []
+            answers: list[A | Exception] = [
+                StoreUnavailable("the write was interrupted before its commit was known")
+            ] * len(batch)
+            try:
+                answers = await self._commit([member.write for member in batch])
+            except Exception as exc:
+                answers = [exc] * len(batch)
+            finally:
+                # Followers cannot be cancelled, so they must be woken whatever happens here
+                # (a KeyboardInterrupt included).
+                for member, answer in zip(batch, answers, strict=True):
+                    member.answer = answer
+                    if member.task is not None:
+                        trio.lowlevel.reschedule(member.task)
+        else:
+            pending.task = trio.lowlevel.current_task()
+
+            def abort(_: object) -> trio.lowlevel.Abort:
+                return trio.lowlevel.Abort.FAILED  # the leader is committing it: wait for that
+
+            await trio.lowlevel.wait_task_rescheduled(abort)
+        if isinstance(pending.answer, Exception):
+            raise pending.answer
+        return cast(A, pending.answer)

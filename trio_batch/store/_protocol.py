@@ -1,0 +1,157 @@
+"""The store interface: every operation the runner and the front ends need from a backend.
+
+A backend is one class that implements :class:`JobStore` (SQLite in :mod:`.sqlite`). The
+runner, the command line and the HTTP service only ever call these methods, so a new backend
+plugs in by implementing them and teaching :func:`~trio_batch.open_store` its URL scheme; the
+conformance suite (``tests/test_store_conformance.py``) runs every backend through the same
+checks.
+
+Every method is a single, atomic step: it completes entirely or changes nothing. Times are Unix
+epoch seconds passed in as ``now`` (the runner's injected wall clock), never read inside.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from .._model import Job, JobState, OutcomeWrite, Target, TargetStatus
+
+__all__ = ["JobStore", "StoreCounts", "WriteObserver"]
+
+WriteObserver = Callable[[str, float], None]
+"""Called on the event loop with ``(operation, seconds)`` after each job creation
+(``"create_job"``) and each outcome commit (``"record_outcomes"``, once per group commit)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoreCounts:
+    """What ``/metrics`` shows of the store: unexpired jobs by status, and their targets."""
+
+    jobs: Mapping[str, int]
+    targets_total: int
+    targets_done: int
+    targets_failed: int
+
+    @property
+    def targets_succeeded(self) -> int:
+        """Targets of unexpired jobs stored as ``done`` (``targets_done`` counts failed ones)."""
+        return self.targets_done - self.targets_failed
+
+    @property
+    def targets_unfinished(self) -> int:
+        """Targets of unexpired jobs that have no stored outcome."""
+        return self.targets_total - self.targets_done
+
+
+@runtime_checkable
+class JobStore(Protocol):
+    """The operations a store backend provides, as async methods for one trio program.
+
+    Cancellation: a call that has started writing completes (it cannot be abandoned half-way;
+    the backend runs it to its end) and ``Cancelled`` is raised at the caller's next checkpoint.
+    Every call is bounded by the backend's own timeouts. A database that refuses a call raises
+    :class:`~trio_batch.StoreUnavailable`, having changed nothing.
+    """
+
+    #: Where the store is, for messages (a path, or a URL without its password).
+    location: str
+    #: See :data:`WriteObserver`; None for no observer.
+    on_write: WriteObserver | None
+
+    def claim(
+        self, *, heartbeat_interval: float = 5.0, runner_timeout: float = 30.0
+    ) -> AbstractAsyncContextManager[None]:
+        """Claim the database for one runner for the duration of the block.
+
+        Raises :class:`~trio_batch.StoreLocked` at once where the backend allows one runner only
+        and another holds it. The claim ends with the block, and with the process if it dies.
+        Where runners share the database, the runner heartbeats every ``heartbeat_interval``
+        seconds meanwhile, and one silent for ``runner_timeout`` is taken for dead.
+        """
+        ...
+
+    async def create_job(
+        self,
+        caller: str,
+        caller_class: str,
+        targets: Sequence[Target],
+        *,
+        ttl: float,
+        targets_per_job: int,
+        jobs_per_caller: int,
+        jobs_total: int,
+        now: float,
+        status: JobState = JobState.QUEUED,
+        job_id: str | None = None,
+    ) -> tuple[Job, bool]:
+        """Return the reusable job of ``(caller, targets)``, or check the caps and create one.
+
+        One atomic, serialised step (see :meth:`trio_batch.Store.create_job` for the rules):
+        returns ``(job, reused)``; raises :class:`~trio_batch.TooManyTargets`,
+        :class:`~trio_batch.CallerBusy` or :class:`~trio_batch.Busy`, writing nothing.
+        """
+        ...
+
+    async def record_outcome(self, write: OutcomeWrite, *, ttl: float, now: float) -> Job | None:
+        """Store one target's outcome and bump its job's lease, in one transaction.
+
+        Sets the job's terminal status in the same transaction when this is its last outcome.
+        Returns the updated job, or None if the job is unknown or lapsed (nothing is written).
+        Raises :class:`~trio_batch.OutcomeExists` if the target already has an outcome. The
+        backend may share one commit among outcomes that are ready together (group commit);
+        each write stays all-or-nothing on its own, and this returns once it is committed.
+        """
+        ...
+
+    async def finish_job(
+        self, job_id: str, status: JobState, *, now: float, error: str | None = None
+    ) -> Job | None:
+        """Move a live job to the terminal ``status`` once; None if unknown, lapsed or terminal."""
+        ...
+
+    async def reap_orphans(self, *, now: float) -> int:
+        """Fail (error ``"restart"``) the live jobs whose runner is gone; returns how many.
+
+        Called when a runner starts. Such jobs are never resumed; their stored outcomes stay
+        readable until their lease lapses.
+        """
+        ...
+
+    async def fail_own_jobs(self, reason: str, *, now: float) -> int:
+        """Fail (error ``reason``) the live jobs this runner is draining; returns how many.
+
+        Called at shutdown with ``"shutdown"``. Never touches another runner's jobs.
+        """
+        ...
+
+    async def purge_expired(self, *, now: float, batch_size: int) -> int:
+        """Delete at most ``batch_size`` lapsed jobs with their targets, in one short transaction.
+
+        Returns how many were deleted; fewer than ``batch_size`` means none are left.
+        """
+        ...
+
+    async def get_job(self, job_id: str, *, now: float) -> Job | None:
+        """The job, or None if the id is unknown, malformed or its lease has lapsed."""
+        ...
+
+    async def get_status(self, job_id: str, *, now: float) -> tuple[Job, list[TargetStatus]] | None:
+        """The job and its targets in order, from one snapshot; the one due reads ``running``."""
+        ...
+
+    async def list_jobs(
+        self, *, now: float, caller: str | None = None, limit: int = 100
+    ) -> list[Job]:
+        """Unexpired jobs, most recently active first; only ``caller``'s if given."""
+        ...
+
+    async def counts(self, *, now: float) -> StoreCounts:
+        """Unexpired jobs by status, and their targets' counts."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release the store's connections and threads; it answers no more calls."""
+        ...

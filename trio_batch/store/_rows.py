@@ -1,0 +1,204 @@
+"""What every SQL backend shares: checking a new job, building it, the caps, and row mapping.
+
+Backends keep their own SQL; these keep one rule in one place: what a new job looks like, which
+cap refuses it with which message, and how a stored row becomes a :class:`Job` or a
+:class:`TargetStatus`.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .._errors import Busy, CallerBusy, TooManyTargets
+from .._model import (
+    Job,
+    JobState,
+    Options,
+    OutcomeWrite,
+    Result,
+    Target,
+    TargetState,
+    TargetStatus,
+    check_caller,
+    check_targets,
+    idem_key,
+    is_job_id,
+    new_job_id,
+)
+
+__all__ = [
+    "NewJob",
+    "check_caps",
+    "dumps",
+    "job_from_row",
+    "new_job",
+    "options_from_text",
+    "outcome_values",
+    "target_from_row",
+    "write_values",
+]
+
+
+def job_from_row(row: Sequence[Any]) -> Job:
+    """A :class:`Job` from a row of the job columns, in the dataclass's order."""
+    return Job(row[0], JobState(row[1]), *row[2:])
+
+
+def target_from_row(row: Sequence[Any]) -> TargetStatus:
+    """A :class:`TargetStatus` from ``idx, url, status, result, error, hint, options,
+    finished_at``."""
+    idx, url, status, result, error, hint, options, finished_at = row
+    return TargetStatus(
+        idx=idx,
+        url=url,
+        status=TargetState(status),
+        result=None if result is None else Result.from_json_text(result),
+        error=error,
+        hint=hint,
+        options=options_from_text(options),
+        finished_at=finished_at,
+    )
+
+
+def dumps(obj: Any) -> str:
+    """Compact, key-sorted JSON: how options (and id lists) are stored."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+@functools.lru_cache(maxsize=1024)
+def options_from_text(text: str) -> Options:
+    """Stored options text as :class:`Options`.
+
+    Most targets share a handful of option sets; Options is immutable, so they can share one.
+    """
+    return Options.from_json(json.loads(text))
+
+
+class NewJob:
+    """A checked job request: the job a create would insert, and its targets' rows."""
+
+    __slots__ = ("job", "targets")
+
+    def __init__(self, job: Job, targets: tuple[Target, ...]) -> None:
+        self.job = job
+        self.targets = targets
+
+    def job_params(self) -> tuple[Any, ...]:
+        """The job's values in job-column order (the order of :class:`Job`'s fields)."""
+        j = self.job
+        return (
+            j.id,
+            j.status.value,
+            j.error,
+            j.targets_total,
+            j.targets_done,
+            j.targets_failed,
+            j.caller,
+            j.caller_class,
+            j.idem_key,
+            j.created_at,
+            j.updated_at,
+            j.expires_at,
+        )
+
+    def target_params(self) -> list[tuple[str, int, str, str, str]]:
+        """``(job_id, idx, url, options, status)`` per target, all ``pending``."""
+        return [
+            (self.job.id, i, t.url, dumps(t.options.to_json()), TargetState.PENDING.value)
+            for i, t in enumerate(self.targets)
+        ]
+
+
+def new_job(
+    caller: str,
+    caller_class: str,
+    targets: Sequence[Target],
+    *,
+    ttl: float,
+    status: JobState,
+    job_id: str | None,
+    now: float,
+) -> NewJob:
+    """Check a create request and build the job it would insert, before any I/O.
+
+    Invalid targets or caller names raise :class:`InvalidTargets` / :class:`InvalidRequest`;
+    a terminal ``status`` or a malformed ``job_id`` raises ValueError.
+    """
+    caller = check_caller(caller)
+    caller_class = check_caller(caller_class, "caller_class")
+    checked = check_targets(targets)
+    if not JobState(status).is_live:
+        raise ValueError(f"a new job is queued or running, not {status}")
+    if job_id is not None and not is_job_id(job_id):
+        raise ValueError(f"{job_id!r} is not a job id; make one with new_job_id()")
+    job = Job(
+        id=new_job_id() if job_id is None else job_id,
+        status=JobState(status),
+        error=None,
+        targets_total=len(checked),
+        targets_done=0,
+        targets_failed=0,
+        caller=caller,
+        caller_class=caller_class,
+        idem_key=idem_key(caller, checked),
+        created_at=now,
+        updated_at=now,
+        expires_at=now + ttl,
+    )
+    return NewJob(job, checked)
+
+
+def check_caps(
+    job: Job,
+    *,
+    targets_per_job: int,
+    jobs_per_caller: int,
+    jobs_total: int,
+    caller_live: Callable[[], int],
+    total_live: Callable[[], int],
+) -> None:
+    """Raise the cap ``job`` would break, checked in this order: :class:`TooManyTargets`,
+    :class:`CallerBusy` (the caller holds ``caller_live()`` live jobs), :class:`Busy`
+    (``total_live()`` in all). The counts are only asked for when needed."""
+    if job.targets_total > targets_per_job:
+        raise TooManyTargets(
+            f"the job has {job.targets_total} targets; the limit is {targets_per_job} per job"
+        )
+    if caller_live() >= jobs_per_caller:
+        raise CallerBusy(
+            f"caller {job.caller!r} already has {jobs_per_caller} live job(s); "
+            "wait for one to finish or cancel it"
+        )
+    if total_live() >= jobs_total:
+        raise Busy(f"all {jobs_total} job slots are taken; retry when a job finishes")
+
+
+def outcome_values(
+    result: Result | None, error: str | None, hint: str | None
+) -> tuple[TargetState, str | None, str | None, str | None]:
+    """A target's stored outcome: ``(status, result_text, error, hint)``.
+
+    Pass ``result`` for a success, or ``error`` (and optionally ``hint``) for a failure;
+    ValueError for both or neither. A result that cannot be stored as JSON becomes a failure
+    saying why.
+    """
+    if (result is None) == (error is None):
+        raise ValueError("pass exactly one of result= and error=")
+    result_text: str | None = None
+    if result is not None:
+        try:
+            result_text = result.to_json_text()
+        except ValueError as exc:
+            error = f"the fetch returned a Result that cannot be stored as JSON: {exc}"
+            hint = "make Result.content a str and Result.meta a JSON-serialisable dict"
+    return (TargetState.DONE if error is None else TargetState.FAILED), result_text, error, hint
+
+
+def write_values(
+    write: OutcomeWrite,
+) -> tuple[TargetState, str | None, str | None, str | None]:
+    """:func:`outcome_values` of an :class:`OutcomeWrite`."""
+    return outcome_values(write.result, write.error, write.hint)

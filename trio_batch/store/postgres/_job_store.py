@@ -1,0 +1,322 @@
+"""The PostgreSQL backend's :class:`~trio_batch.store.JobStore`: several runners, one database.
+
+Calls run on a store thread (:class:`~trio_batch.store._thread.StoreThread`) over one
+connection, in order; outcome writes share commits (:class:`~trio_batch.store._group_commit.
+GroupCommit`), each atomic in its own savepoint. psycopg's sync API is used: its async API (and
+asyncpg) need asyncio's loop.
+
+A runner's :meth:`~PostgresJobStore.claim` registers it under a fresh id and, while the block
+runs, heartbeats every ``heartbeat_interval`` on a second connection and thread of its own (so
+a busy store thread cannot starve it) and reaps runners silent past ``runner_timeout``. If this
+runner was itself reaped (paused, or cut off, for too long), it registers again under a new id
+and carries on as a fresh runner: its old jobs were failed and are fenced off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Concatenate, ParamSpec, TypeVar
+
+import trio
+
+from ..._errors import StoreError, StoreUnavailable
+from ..._model import Job, JobState, OutcomeWrite, Target, TargetStatus
+from .._group_commit import GroupCommit
+from .._protocol import StoreCounts, WriteObserver
+from .._thread import StoreThread
+from ._errors import translate_errors
+from ._store import PostgresStore
+
+__all__ = ["PostgresJobStore"]
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+#: An outcome write with the lease length and the time it was made at.
+_TimedWrite = tuple[OutcomeWrite, float, float]
+
+_log = logging.getLogger("trio_batch")
+
+
+class PostgresJobStore:
+    """A PostgreSQL database as a :class:`~trio_batch.JobStore` that many runners share.
+
+    Get one from :func:`~trio_batch.open_store` with a ``postgresql://`` URL, or
+    :meth:`open` it. The store thread starts at the first call, from inside a trio run;
+    :meth:`aclose` it.
+    """
+
+    def __init__(self, store: PostgresStore) -> None:
+        self.store = store
+        self.location = store.location
+        self.on_write: WriteObserver | None = None
+        self._thread = StoreThread(name="trio_batch postgres store")
+        self._started = False
+        self._closed = False
+        self._group: GroupCommit[_TimedWrite, Job | None] = GroupCommit(self._commit)
+        self._runner_timeout = 30.0
+
+    @classmethod
+    def open(
+        cls,
+        conninfo: str,
+        *,
+        lock_timeout: float = 5.0,
+        statement_timeout: float = 30.0,
+        connect_timeout: float = 10.0,
+    ) -> PostgresJobStore:
+        """Connect to ``conninfo`` (a ``postgresql://`` URL or libpq keywords), creating or
+        migrating the schema; see :meth:`PostgresStore.open` for the errors."""
+        return cls(
+            PostgresStore.open(
+                conninfo,
+                lock_timeout=lock_timeout,
+                statement_timeout=statement_timeout,
+                connect_timeout=connect_timeout,
+            )
+        )
+
+    async def __aenter__(self) -> PostgresJobStore:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    @property
+    def runner_id(self) -> str | None:
+        """The id this store's runner is registered under; None outside :meth:`claim`."""
+        return self.store.runner_id
+
+    # ----------------------------------------------------------------------------------------
+    # Life cycle
+
+    def _start(self) -> None:
+        if self._closed:
+            raise StoreError(f"the store {self.location} is closed; it answers no more calls")
+        if not self._started:
+            self._thread.start()
+            self._started = True
+
+    async def aclose(self) -> None:
+        """End the store thread after its queued calls and close the connection. Later calls
+        raise :class:`StoreError`.
+
+        Cancellation: the closing completes; nothing is left half-closed.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        if self._started:
+            with trio.CancelScope(shield=True):
+                await self._thread.run(self.store.close)  # after every queued call
+            self._thread.stop()
+        else:
+            self.store.close()
+
+    async def _call(
+        self, fn: Callable[Concatenate[PostgresStore, P], T], /, *args: P.args, **kwargs: P.kwargs
+    ) -> T:
+        """``fn(store, ...)`` on the store thread.
+
+        Cancellation: as :meth:`StoreThread.run`: once queued, the call completes (bounded by
+        the statement and lock timeouts), and ``Cancelled`` is raised at the next checkpoint.
+        """
+        self._start()
+        with translate_errors(self.store.lock_timeout, self.store.statement_timeout):
+            return await self._thread.run(fn, self.store, *args, **kwargs)
+
+    def _observe(self, operation: str, start: float) -> None:
+        if self.on_write is not None:
+            with contextlib.suppress(Exception):  # an observer's bug must not fail a write
+                self.on_write(operation, time.perf_counter() - start)
+
+    # ----------------------------------------------------------------------------------------
+    # The runner's claim: registration, heartbeats, reaping
+
+    @contextlib.asynccontextmanager
+    async def claim(
+        self, *, heartbeat_interval: float = 5.0, runner_timeout: float = 30.0
+    ) -> AsyncIterator[None]:
+        """Register a runner (a fresh id) for the block, heartbeating and reaping meanwhile.
+
+        Never :class:`StoreLocked`: any number of runners share the database. Jobs created
+        through this store during the block are this runner's. Leaving the block (however it
+        is left) stops the heartbeats and removes the registration; if the process dies
+        instead, the other runners reap it once it has been silent for ``runner_timeout``.
+        Raises :class:`StoreUnavailable` if the registration cannot be written.
+        """
+        if self.store.runner_id is not None:
+            raise StoreError(f"a runner is already registered through this store ({self.location})")
+        if not 0 < heartbeat_interval < runner_timeout:
+            raise ValueError(
+                f"heartbeat_interval ({heartbeat_interval:g} s) must be positive and shorter "
+                f"than runner_timeout ({runner_timeout:g} s)"
+            )
+        self._runner_timeout = runner_timeout
+        beat_store = PostgresStore(
+            self.store.conninfo,
+            lock_timeout=min(self.store.lock_timeout, heartbeat_interval),
+            statement_timeout=min(self.store.statement_timeout, heartbeat_interval),
+            connect_timeout=min(self.store.connect_timeout, heartbeat_interval),
+        )
+        beat_thread = StoreThread(name="trio_batch postgres heartbeat")
+        beat_thread.start()
+        self.store.runner_id = await self._call(PostgresStore.register_runner)
+        body_error: BaseException | None = None
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(
+                    self._heartbeat, beat_store, beat_thread, heartbeat_interval, runner_timeout
+                )
+                try:
+                    yield
+                except BaseException as exc:
+                    body_error = exc  # re-raised outside the nursery, so it is not wrapped
+                finally:
+                    nursery.cancel_scope.cancel()
+            if body_error is not None:
+                raise body_error
+        finally:
+            with trio.CancelScope(shield=True):
+                runner_id, self.store.runner_id = self.store.runner_id, None
+                try:
+                    await self._call(PostgresStore.unregister_runner, runner_id)
+                except StoreUnavailable:
+                    _log.warning(
+                        "could not remove the runner's registration; it will be reaped",
+                        exc_info=True,
+                        extra={"runner_id": runner_id},
+                    )
+                await beat_thread.run(beat_store.close)
+                beat_thread.stop()
+
+    async def _heartbeat(
+        self,
+        beat_store: PostgresStore,
+        beat_thread: StoreThread,
+        interval: float,
+        runner_timeout: float,
+    ) -> None:
+        """Every ``interval``: heartbeat, re-register if reaped, and reap silent runners."""
+        limits = (beat_store.lock_timeout, beat_store.statement_timeout)
+        while True:
+            await trio.sleep(interval)
+            runner_id = self.store.runner_id
+            if runner_id is None:
+                return
+            try:
+                with translate_errors(*limits):
+                    alive = await beat_thread.run(beat_store.heartbeat, runner_id)
+                    if not alive:
+                        # Reaped while paused or cut off: its jobs were failed and lost their
+                        # owner, so its drains' writes are refused. Carry on as a new runner.
+                        new_id = await beat_thread.run(beat_store.register_runner)
+                        self.store.runner_id = new_id
+                        _log.warning(
+                            "this runner was reaped by another; registered again",
+                            extra={"runner_id": runner_id, "new_runner_id": new_id},
+                        )
+                    reaped = await beat_thread.run(beat_store.reap, runner_timeout, now=None)
+                if reaped:
+                    _log.warning(
+                        "live jobs of silent runners marked failed", extra={"jobs": reaped}
+                    )
+            except StoreUnavailable:
+                _log.warning("heartbeat failed", exc_info=True, extra={"runner_id": runner_id})
+
+    # ----------------------------------------------------------------------------------------
+    # JobStore
+
+    async def create_job(
+        self,
+        caller: str,
+        caller_class: str,
+        targets: Sequence[Target],
+        *,
+        ttl: float,
+        targets_per_job: int,
+        jobs_per_caller: int,
+        jobs_total: int,
+        now: float,
+        status: JobState = JobState.QUEUED,
+        job_id: str | None = None,
+    ) -> tuple[Job, bool]:
+        """:meth:`PostgresStore.create_job`: reuse, caps and insert serialised cluster-wide."""
+        start = time.perf_counter()
+        answer = await self._call(
+            PostgresStore.create_job,
+            caller,
+            caller_class,
+            targets,
+            ttl=ttl,
+            targets_per_job=targets_per_job,
+            jobs_per_caller=jobs_per_caller,
+            jobs_total=jobs_total,
+            now=now,
+            status=status,
+            job_id=job_id,
+        )
+        self._observe("create_job", start)
+        return answer
+
+    async def record_outcome(self, write: OutcomeWrite, *, ttl: float, now: float) -> Job | None:
+        """Store one outcome, sharing a commit with the other outcomes ready now.
+
+        None (nothing written) also when the job is no longer this runner's (reaped).
+
+        Cancellation: this call cannot be cancelled; it returns (or raises) once the outcome is
+        committed or has failed, and a pending ``Cancelled`` is raised at the caller's next
+        checkpoint.
+        """
+        self._start()
+        return await self._group.write((write, ttl, now))
+
+    async def _commit(self, batch: list[_TimedWrite]) -> list[Job | Exception | None]:
+        # One commit, one moment: the first write's (the leader's) ttl and time serve for all.
+        _, ttl, now = batch[0]
+        start = time.perf_counter()
+        answers = await self._call(
+            PostgresStore.record_outcomes, [w for w, _, _ in batch], ttl=ttl, now=now
+        )
+        self._observe("record_outcomes", start)
+        return answers
+
+    async def finish_job(
+        self, job_id: str, status: JobState, *, now: float, error: str | None = None
+    ) -> Job | None:
+        """:meth:`PostgresStore.finish_job` (any runner may cancel any job)."""
+        return await self._call(PostgresStore.finish_job, job_id, status, now=now, error=error)
+
+    async def reap_orphans(self, *, now: float) -> int:
+        """Fail (``"restart"``) the live jobs of runners silent past ``runner_timeout``, and of
+        no runner; never those of a live runner. 0 if another runner is reaping right now."""
+        return await self._call(PostgresStore.reap, self._runner_timeout, now=now)
+
+    async def fail_own_jobs(self, reason: str, *, now: float) -> int:
+        """Fail this runner's live jobs only."""
+        return await self._call(PostgresStore.fail_own_jobs, reason, now=now)
+
+    async def purge_expired(self, *, now: float, batch_size: int) -> int:
+        """One batch of lapsed jobs deleted; rows another runner is deleting are skipped."""
+        return await self._call(PostgresStore.purge_expired, now=now, batch_size=batch_size)
+
+    async def get_job(self, job_id: str, *, now: float) -> Job | None:
+        """:meth:`PostgresStore.get_job`."""
+        return await self._call(PostgresStore.get_job, job_id, now=now)
+
+    async def get_status(self, job_id: str, *, now: float) -> tuple[Job, list[TargetStatus]] | None:
+        """:meth:`PostgresStore.get_status`, from one snapshot."""
+        return await self._call(PostgresStore.get_status, job_id, now=now)
+
+    async def list_jobs(
+        self, *, now: float, caller: str | None = None, limit: int = 100
+    ) -> list[Job]:
+        """:meth:`PostgresStore.list_jobs`."""
+        return await self._call(PostgresStore.list_jobs, now=now, caller=caller, limit=limit)
+
+    async def counts(self, *, now: float) -> StoreCounts:
+        """:meth:`PostgresStore.counts`, from one snapshot."""
+        return await self._call(PostgresStore.counts, now=now)

@@ -1,0 +1,229 @@
+"""Every SQL statement the PostgreSQL store runs, named, in one place.
+
+All values are bound parameters (``%s`` / ``%(name)s``); no statement is built from values.
+Lease times (``created_at``, ``updated_at``, ``expires_at``, ``finished_at``) are Unix epoch
+seconds from the runner's clock, as with SQLite; runner liveness (``runners.heartbeat_at``) is
+on the database's clock, the one clock every host shares.
+"""
+
+from __future__ import annotations
+
+__all__: list[str] = []  # imported as a module: ``from . import _queries as q``
+
+# Column order matches the Job dataclass, so a row maps to Job(*row).
+JOB_COLUMNS = (
+    "id, status, error, targets_total, targets_done, targets_failed, caller, caller_class, "
+    "idem_key, created_at, updated_at, expires_at"
+)
+TARGET_COLUMNS = "idx, url, status, result, error, hint, options, finished_at"
+
+#: The live statuses, as SQL.
+LIVE = "('queued', 'running')"
+
+# ---------------------------------------------------------------------------------------------
+# Advisory locks: (trio_batch's class id, which lock). The class id is "tb" in ASCII.
+
+LOCK_CLASS = 0x7462
+LOCK_MIGRATE = 1
+LOCK_CREATE = 2
+LOCK_REAP = 3
+
+#: Wait for a lock held until the transaction ends (bounded by lock_timeout): LOCK_CREATE, for
+#: one caps check and insert at a time.
+XACT_LOCK = "SELECT pg_advisory_xact_lock(%s, %s)"
+#: Wait for a lock held by the session until unlocked (bounded by lock_timeout): LOCK_MIGRATE,
+#: for one schema migration at a time. Taken before the migration's transaction begins, so that
+#: transaction sees the catalog as the previous holder left it.
+SESSION_LOCK = "SELECT pg_advisory_lock(%s, %s)"
+SESSION_UNLOCK = "SELECT pg_advisory_unlock(%s, %s)"
+#: True if this transaction now holds the reaper's lock; False at once if another has it.
+TRY_LOCK_REAPER = "SELECT pg_try_advisory_xact_lock(%s, %s)"
+
+# ---------------------------------------------------------------------------------------------
+# Connection settings (set_config: the values are parameters too)
+
+SET_SETTING = "SELECT set_config(%s, %s, false)"
+
+# ---------------------------------------------------------------------------------------------
+# Schema
+
+#: The schema version row's table; None from to_regclass if there is none.
+FIND_TABLE = "SELECT to_regclass(%s) IS NOT NULL"
+GET_VERSION = "SELECT version FROM trio_batch_schema"
+SET_VERSION = (
+    "INSERT INTO trio_batch_schema (singleton, version) VALUES (true, %s) "
+    "ON CONFLICT (singleton) DO UPDATE SET version = excluded.version"
+)
+
+#: Version 1, in order. Times are double precision epoch seconds, as the Job dataclass holds.
+CREATE_SCHEMA_V1 = (
+    """CREATE TABLE trio_batch_schema (
+        singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+        version integer NOT NULL
+    )""",
+    """CREATE TABLE runners (
+        id text PRIMARY KEY,
+        host text NOT NULL,
+        pid integer NOT NULL,
+        started_at timestamptz NOT NULL DEFAULT now(),
+        heartbeat_at timestamptz NOT NULL DEFAULT now()
+    )""",
+    """CREATE TABLE jobs (
+        id text PRIMARY KEY,
+        status text NOT NULL CHECK (status IN
+            ('queued', 'running', 'done', 'failed', 'partial', 'cancelled')),
+        error text,
+        targets_total integer NOT NULL,
+        targets_done integer NOT NULL DEFAULT 0,
+        targets_failed integer NOT NULL DEFAULT 0,
+        caller text NOT NULL,
+        caller_class text NOT NULL,
+        idem_key text NOT NULL,
+        results_size bigint NOT NULL DEFAULT 0,
+        created_at double precision NOT NULL,
+        updated_at double precision NOT NULL,
+        expires_at double precision NOT NULL,
+        -- The runner draining the job; NULL for none (reaped, or made without a runner).
+        owner text,
+        -- The (caller, idem_key)'s current job: false once a newer job of the same key has
+        -- replaced it after its lease lapsed (it stays, readable as lapsed, until purged).
+        current boolean NOT NULL DEFAULT true
+    )""",
+    """CREATE TABLE targets (
+        job_id text NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+        idx integer NOT NULL,
+        url text NOT NULL,
+        options text NOT NULL,
+        status text NOT NULL CHECK (status IN ('pending', 'done', 'failed')),
+        result text,
+        error text,
+        hint text,
+        finished_at double precision,
+        PRIMARY KEY (job_id, idx)
+    )""",
+    # Idempotency: one current job per (caller, idem_key), the second line of defence behind
+    # the creation lock, and the index of the reuse lookup. Not unique over all rows: lapsed
+    # jobs (live ones included) stay until purged, and once a job's lease lapses a new job of
+    # the same key replaces it as current.
+    "CREATE UNIQUE INDEX jobs_idempotency ON jobs (caller, idem_key) WHERE current",
+    # Live counts, per caller and in total.
+    f"CREATE INDEX jobs_live ON jobs (caller) WHERE status IN {LIVE}",
+    # Reaping and shutdown: a runner's live jobs.
+    f"CREATE INDEX jobs_live_owner ON jobs (owner) WHERE status IN {LIVE}",
+    # Retention: purge by lease, and list recent jobs.
+    "CREATE INDEX jobs_expiry ON jobs (expires_at)",
+)
+
+# ---------------------------------------------------------------------------------------------
+# Runners
+
+REGISTER_RUNNER = "INSERT INTO runners (id, host, pid) VALUES (%s, %s, %s)"
+#: Returns the row if the runner is still registered (not reaped).
+HEARTBEAT = "UPDATE runners SET heartbeat_at = now() WHERE id = %s RETURNING id"
+UNREGISTER_RUNNER = "DELETE FROM runners WHERE id = %s"
+#: Runners silent for longer than the timeout (seconds), removed.
+DELETE_SILENT_RUNNERS = (
+    "DELETE FROM runners WHERE heartbeat_at < now() - make_interval(secs => %s) RETURNING id"
+)
+#: Fail the live jobs that no registered runner drains (their runner was reaped, shut down
+#: without marking them, or there never was one); they lose their owner, which fences them.
+#: ``updated_at``: the caller's time, or the database's clock when None.
+REAP_ORPHANED_JOBS = (
+    "UPDATE jobs SET status = 'failed', error = %s, owner = NULL, "
+    "updated_at = coalesce(%s, extract(epoch FROM now())) "
+    f"WHERE status IN {LIVE} AND (owner IS NULL OR NOT EXISTS "
+    "(SELECT 1 FROM runners WHERE runners.id = jobs.owner))"
+)
+#: Fail one runner's own live jobs (shutdown). NULL matches NULL: a store with no runner
+#: fails the jobs that have none.
+FAIL_OWN_JOBS = (
+    "UPDATE jobs SET status = 'failed', error = %s, updated_at = %s "
+    f"WHERE status IN {LIVE} AND owner IS NOT DISTINCT FROM %s"
+)
+
+# ---------------------------------------------------------------------------------------------
+# Creating jobs
+
+#: The unexpired current job of (caller, idem_key): the idempotency lookup.
+FIND_REUSABLE = (
+    f"SELECT {JOB_COLUMNS} FROM jobs "
+    "WHERE caller = %s AND idem_key = %s AND current AND expires_at > %s"
+)
+#: Before a new job of (caller, idem_key) is inserted: the lapsed one it replaces.
+RETIRE_LAPSED = (
+    "UPDATE jobs SET current = false "
+    "WHERE caller = %s AND idem_key = %s AND current AND expires_at <= %s"
+)
+#: Live jobs in all; live is by status, not lease.
+COUNT_LIVE = f"SELECT count(*) FROM jobs WHERE status IN {LIVE}"
+#: Live jobs of one caller.
+COUNT_LIVE_OF_CALLER = f"SELECT count(*) FROM jobs WHERE status IN {LIVE} AND caller = %s"
+INSERT_JOB = (
+    f"INSERT INTO jobs ({JOB_COLUMNS}, owner) "
+    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+)
+INSERT_TARGET = (
+    "INSERT INTO targets (job_id, idx, url, options, status) VALUES (%s, %s, %s, %s, %s)"
+)
+
+# ---------------------------------------------------------------------------------------------
+# Writing outcomes and statuses
+
+#: Count one outcome into its unexpired job and bump the lease, if the job is still this
+#: runner's (fencing: a reaped job has lost its owner); returns the job. The row lock it takes
+#: orders it against a concurrent reap, which re-checks the owner after waiting.
+BUMP_JOB = (
+    "UPDATE jobs SET targets_done = targets_done + 1, "
+    "targets_failed = targets_failed + %s, results_size = results_size + %s, "
+    "updated_at = %s, expires_at = %s "
+    "WHERE id = %s AND expires_at > %s AND owner IS NOT DISTINCT FROM %s "
+    f"RETURNING {JOB_COLUMNS}"
+)
+#: The terminal status set with a job's last outcome (same transaction).
+SET_STATUS = "UPDATE jobs SET status = %s WHERE id = %s"
+#: Store one outcome; never overwrites one (only a pending target matches).
+STORE_OUTCOME = (
+    "UPDATE targets SET status = %s, result = %s, error = %s, hint = %s, finished_at = %s "
+    "WHERE job_id = %s AND idx = %s AND status = 'pending'"
+)
+#: A target's stored outcome, to recognise a retried write whose first attempt committed.
+GET_OUTCOME = "SELECT status, result, error, hint FROM targets WHERE job_id = %s AND idx = %s"
+#: Move a live, unexpired job to a terminal status, once (any runner: a cancel comes from
+#: wherever the user is; a reaped job is terminal already, so this cannot touch it).
+FINISH_JOB = (
+    "UPDATE jobs SET status = %s, error = %s, updated_at = %s "
+    f"WHERE id = %s AND status IN {LIVE} AND expires_at > %s "
+    f"RETURNING {JOB_COLUMNS}"
+)
+
+# ---------------------------------------------------------------------------------------------
+# Retention
+
+#: Delete one batch of lapsed jobs (their targets go by the cascade), oldest lease first.
+#: SKIP LOCKED: runners purging at once take different rows instead of waiting on each other.
+PURGE_LAPSED = (
+    "DELETE FROM jobs WHERE id IN (SELECT id FROM jobs WHERE expires_at <= %s "
+    "ORDER BY expires_at LIMIT %s FOR UPDATE SKIP LOCKED)"
+)
+
+# ---------------------------------------------------------------------------------------------
+# Reading
+
+#: The first statement of a read that must see one snapshot.
+SNAPSHOT = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
+GET_JOB = f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = %s AND expires_at > %s"
+GET_TARGETS = f"SELECT {TARGET_COLUMNS} FROM targets WHERE job_id = %s ORDER BY idx"
+LIST_JOBS = (
+    f"SELECT {JOB_COLUMNS} FROM jobs WHERE expires_at > %s ORDER BY expires_at DESC LIMIT %s"
+)
+LIST_JOBS_OF_CALLER = (
+    f"SELECT {JOB_COLUMNS} FROM jobs WHERE caller = %s AND expires_at > %s "
+    "ORDER BY expires_at DESC LIMIT %s"
+)
+#: Unexpired jobs by status, for metrics.
+COUNT_BY_STATUS = "SELECT status, count(*) FROM jobs WHERE expires_at > %s GROUP BY status"
+#: Unexpired jobs' target totals, for metrics.
+SUM_TARGETS = (
+    "SELECT coalesce(sum(targets_total), 0), coalesce(sum(targets_done), 0), "
+    "coalesce(sum(targets_failed), 0) FROM jobs WHERE expires_at > %s"
+)

@@ -1,0 +1,80 @@
+"""The PostgreSQL schema: creating it, checking its version, and migrating it.
+
+The version is one row in ``trio_batch_schema``. Creation and migration run in one transaction
+under an advisory lock, so runners on several hosts starting at once do not race: the first
+creates, the others wait for it and then find the schema current. PostgreSQL's DDL is
+transactional, so a migration that fails leaves nothing half-made.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+from ..._errors import SchemaVersionError
+from . import _queries as q
+
+__all__ = ["SCHEMA_VERSION", "migrate"]
+
+#: The schema version this code writes.
+SCHEMA_VERSION = 1
+
+
+def migrate(conn: psycopg.Connection[Any], location: str) -> None:
+    """Create or upgrade the schema to :data:`SCHEMA_VERSION`, idempotently.
+
+    A database written by a newer version, or with our table names but no version, raises
+    :class:`~trio_batch.SchemaVersionError` and is left untouched. ``conn`` is in autocommit
+    mode; ``location`` names the database in messages.
+    """
+    version = _version(conn)
+    if version == SCHEMA_VERSION:
+        return  # the common case takes no lock
+    _check_version(version, location)
+    conn.execute(q.SESSION_LOCK, (q.LOCK_CLASS, q.LOCK_MIGRATE))
+    try:
+        _migrate_locked(conn, location)
+    finally:
+        if not conn.closed:
+            conn.execute(q.SESSION_UNLOCK, (q.LOCK_CLASS, q.LOCK_MIGRATE))
+
+
+def _migrate_locked(conn: psycopg.Connection[Any], location: str) -> None:
+    """The migration itself, in one transaction, holding the migration lock."""
+    with conn.transaction():
+        version = _version(conn)  # another host may have migrated while we waited
+        _check_version(version, location)
+        if version == 0:
+            for table in ("jobs", "targets", "runners"):
+                if _table_exists(conn, table):
+                    raise SchemaVersionError(
+                        f"{location} has a {table!r} table but no trio_batch schema version; "
+                        "it is not a trio_batch database (use another database, or a schema "
+                        "of its own through the search_path)"
+                    )
+            for statement in q.CREATE_SCHEMA_V1:
+                conn.execute(statement)
+        # Later versions add their steps here: `if version < 2: ...`.
+        conn.execute(q.SET_VERSION, (SCHEMA_VERSION,))
+
+
+def _table_exists(conn: psycopg.Connection[Any], name: str) -> bool:
+    row = conn.execute(q.FIND_TABLE, (name,)).fetchone()
+    return bool(row and row[0])
+
+
+def _version(conn: psycopg.Connection[Any]) -> int:
+    """The stored schema version; 0 for a database with none."""
+    if not _table_exists(conn, "trio_batch_schema"):
+        return 0
+    row = conn.execute(q.GET_VERSION).fetchone()
+    return 0 if row is None else int(row[0])
+
+
+def _check_version(version: int, location: str) -> None:
+    if version > SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"{location} has schema version {version}, newer than the {SCHEMA_VERSION} "
+            "this trio_batch understands; upgrade trio_batch to open it"
+        )

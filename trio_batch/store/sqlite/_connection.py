@@ -1,0 +1,219 @@
+"""One SQLite connection, configured for the store: pragmas, transactions, checkpoints.
+
+Concurrency model
+-----------------
+A store owns **one** connection, opened with ``check_same_thread=False``, and a re-entrant
+lock. Every public method takes the lock for its whole duration, so a store may be called from
+any thread (one call at a time runs; the others wait for the lock). Several processes, or
+several store objects on the same file, coordinate through SQLite's own file locks: every
+read-then-write runs under ``BEGIN IMMEDIATE``, which waits up to the busy timeout for the
+write lock instead of failing half-way.
+
+Durability
+----------
+File databases use WAL. With ``synchronous="NORMAL"`` (the default) a committed transaction is
+never lost when the *process* crashes, but the last commits may be lost on power loss or an OS
+crash; ``synchronous="FULL"`` is the power-safe choice, at several times the cost per commit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator
+from typing import Self
+
+from sqlite_utils import Database
+
+from ..._errors import StoreError
+from ._schema import migrate
+
+__all__ = ["Connection"]
+
+#: Bytes the WAL file is cut back to whenever a checkpoint restarts it.
+WAL_SIZE_LIMIT = 16 * 1024 * 1024
+
+
+class Connection:
+    """The store's connection and its lock; :class:`~trio_batch.Store` adds the operations."""
+
+    def __init__(
+        self,
+        db: Database,
+        *,
+        path: str,
+        synchronous: str = "NORMAL",
+        busy_timeout: float = 5.0,
+    ) -> None:
+        """Wrap an already configured database; most code wants :meth:`Store.open` instead."""
+        self.db = db
+        self.path = path
+        self.synchronous = synchronous
+        self.busy_timeout = busy_timeout
+        #: True while a runner is using this Store object (see ``open_runner``).
+        self.runner_active = False
+        self._lock = threading.RLock()
+
+    # ----------------------------------------------------------------------------------------
+    # Opening and closing
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str] = ":memory:",
+        *,
+        synchronous: str = "NORMAL",
+        busy_timeout: float = 5.0,
+        wal_autocheckpoint: bool = True,
+    ) -> Self:
+        """Open or create the database at ``path`` (``":memory:"`` for a private in-memory one).
+
+        File databases are switched to WAL. ``synchronous`` is ``"NORMAL"`` (never loses a
+        commit on a process crash, may on power loss) or ``"FULL"`` (power-safe, slower).
+        ``busy_timeout`` is how many seconds a write waits for another connection's lock before
+        failing with "database is locked". Foreign keys are on. The schema is created, or
+        migrated, idempotently; a database written by a newer schema version, or one that is
+        not a trio_batch database, raises :class:`SchemaVersionError` and is left untouched.
+
+        ``wal_autocheckpoint=False`` turns off SQLite's automatic WAL checkpoints on this
+        connection, for a connection whose commits must never wait on a checkpoint's disk
+        flush; something else must then checkpoint (see :meth:`checkpoint`).
+        """
+        sync = synchronous.upper()
+        if sync not in ("NORMAL", "FULL", "EXTRA"):
+            raise ValueError(
+                f"synchronous must be 'NORMAL', 'FULL' or 'EXTRA', not {synchronous!r}"
+            )
+        if busy_timeout < 0:
+            raise ValueError("busy_timeout must not be negative")
+        path = os.fspath(path)
+        try:
+            # isolation_level=None: we issue BEGIN IMMEDIATE / COMMIT ourselves.
+            conn = sqlite3.connect(
+                path, timeout=busy_timeout, check_same_thread=False, isolation_level=None
+            )
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open the database {path!r}: {exc}") from exc
+        try:
+            db = Database(conn, execute_plugins=False)
+            if path != ":memory:" and not path.startswith("file::memory:"):
+                db.execute("PRAGMA journal_mode=WAL")  # see is_memory
+                # After a checkpoint restarts the WAL, cut the file back to this size.
+                db.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT:d}")
+            db.execute(f"PRAGMA synchronous={sync}")  # validated above: one of three words
+            db.execute("PRAGMA foreign_keys=ON")
+            if not wal_autocheckpoint:
+                db.execute("PRAGMA wal_autocheckpoint=0")
+            store = cls(db, path=path, synchronous=sync, busy_timeout=busy_timeout)
+            migrate(store)
+        except sqlite3.Error as exc:  # corrupt, not a database, read-only, locked past the timeout
+            conn.close()
+            raise StoreError(f"cannot open {path!r} as a trio_batch database: {exc}") from exc
+        except BaseException:
+            conn.close()
+            raise
+        return store
+
+    @property
+    def is_memory(self) -> bool:
+        """True for a private in-memory database (one connection only; nothing to reopen)."""
+        return self.path == ":memory:" or self.path.startswith("file::memory:")
+
+    def reopen(self, *, busy_timeout: float | None = None, wal_autocheckpoint: bool = True) -> Self:
+        """Open another connection to the same database file, with this store's settings.
+
+        Raises ValueError for an in-memory database, which has no file to reopen.
+        """
+        if self.is_memory:
+            raise ValueError("an in-memory database cannot be reopened")
+        return type(self).open(
+            self.path,
+            synchronous=self.synchronous,
+            busy_timeout=self.busy_timeout if busy_timeout is None else busy_timeout,
+            wal_autocheckpoint=wal_autocheckpoint,
+        )
+
+    def checkpoint(self, mode: str = "TRUNCATE") -> None:
+        """Copy the WAL's committed pages into the database file, and restart the WAL.
+
+        ``TRUNCATE`` (the default) takes the write lock, copies everything, and empties the
+        WAL file, so it cannot grow without end under a steady stream of commits; it waits up
+        to the busy timeout for other connections' readers and writers. ``PASSIVE`` never
+        waits, but under constant writes it may never get to restart the WAL.
+        """
+        if mode not in ("PASSIVE", "FULL", "RESTART", "TRUNCATE"):
+            raise ValueError(f"unknown checkpoint mode {mode!r}")
+        with self._lock:
+            if not self.is_memory:
+                self.db.execute(f"PRAGMA wal_checkpoint({mode})")  # one of four words
+
+    def close(self) -> None:
+        """Close the connection. The store cannot be used afterwards."""
+        with self._lock:
+            self.db.conn.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # ----------------------------------------------------------------------------------------
+    # Transactions
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Database]:
+        """Hold the store's lock and run the block in one ``BEGIN IMMEDIATE`` transaction.
+
+        Commits when the block ends, rolls back if it raises. ``BEGIN IMMEDIATE`` takes the
+        write lock up front, so a read-then-write block can never fail half-way on
+        "database is locked": it waits up to the busy timeout, or fails before doing anything.
+        Nested use runs the block in a savepoint of the outer transaction, so it stays atomic on
+        its own: if it raises, only its own changes are rolled back.
+        """
+        conn = self.db.conn  # straight to sqlite3: this wraps every write
+        with self._lock:
+            if conn.in_transaction:
+                conn.execute("SAVEPOINT nested")
+                try:
+                    yield self.db
+                except BaseException:
+                    # Some errors (a full disk, I/O) make SQLite roll back the whole
+                    # transaction, savepoint and all: then there is nothing left to undo here.
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK TO nested")
+                        conn.execute("RELEASE nested")
+                    raise
+                conn.execute("RELEASE nested")
+                return
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self.db
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            try:
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+
+    @contextlib.contextmanager
+    def _snapshot(self) -> Iterator[None]:
+        """Hold the store's lock and read inside one read transaction: one snapshot throughout.
+
+        Inside a transaction already, that transaction is the snapshot.
+        """
+        with self._lock:
+            own = not self.db.conn.in_transaction
+            if own:
+                self.db.execute("BEGIN")
+            try:
+                yield
+            finally:
+                if own:
+                    self.db.execute("COMMIT")

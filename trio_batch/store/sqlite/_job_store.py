@@ -1,0 +1,346 @@
+"""The SQLite backend's :class:`~trio_batch.store.JobStore`: the event loop never waits on SQLite.
+
+Two paths to the synchronous :class:`~trio_batch.Store`:
+
+- **The fast path**, on the loop thread, for a small call that cannot wait: a second connection
+  to the same file with a busy timeout of 0 and automatic WAL checkpoints off. Under
+  ``synchronous=NORMAL`` a WAL commit only appends to the WAL file (no fsync), so such a call
+  costs tens of microseconds. The moment it would wait, because another connection or process
+  holds the write lock (SQLite answers "database is locked" at once, at ``BEGIN IMMEDIATE``,
+  before anything is written) or the in-process connection is busy, it gives up and the call
+  goes to the store thread instead.
+- **The store thread** (:class:`~trio_batch.store._thread.StoreThread`) for everything else:
+  calls that may wait on a lock or a disk flush (``synchronous=FULL``), big results, purges and
+  checkpoints.
+
+Outcome writes are grouped (:class:`~trio_batch.store._group_commit.GroupCommit`): drains whose
+outcomes are ready at the same moment share one transaction, each write atomic in its own
+savepoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Concatenate, ParamSpec, TypeVar
+
+import trio
+
+from ..._errors import StoreError
+from ..._model import Job, JobState, OutcomeWrite, Result, Target, TargetStatus
+from .._group_commit import GroupCommit
+from .._protocol import StoreCounts, WriteObserver
+from .._thread import StoreThread
+from ._errors import is_lock_error, translate_errors
+from ._lock import RunnerLock
+from ._store import Store, WouldBeSlow
+
+__all__ = ["SQLiteJobStore"]
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+#: Largest result content (characters) written on the loop thread; bigger ones go to the thread.
+FAST_MAX_CONTENT = 64 * 1024
+#: A result's meta is written on the loop thread only if it has at most this many items, each
+#: a number, a boolean, None or a string of at most FAST_MAX_META_TEXT characters.
+FAST_MAX_META_ITEMS = 32
+FAST_MAX_META_TEXT = 4096
+#: Largest job (targets) created on the loop thread.
+FAST_MAX_TARGETS = 64
+#: Largest stored results (characters, whole job) read back on the loop thread.
+FAST_MAX_RESULTS = 256 * 1024
+#: Fast-path calls between two WAL checkpoints run on the store thread. The fast connection
+#: never checkpoints (that would wait on a disk flush on the loop thread), so this bounds the
+#: WAL: about 1000 commits of a few pages each, some MB.
+CHECKPOINT_EVERY = 1000
+
+
+#: An outcome write with the lease length and the time it was made at.
+_TimedWrite = tuple[OutcomeWrite, float, float]
+
+
+class _Miss:
+    """The fast path declined; nothing was done."""
+
+
+_MISS = _Miss()
+
+
+def _small(result: Result) -> bool:
+    """Cheap to encode and write on the loop: short content and a small, flat ``meta``."""
+    content, meta = result.content, result.meta
+    if isinstance(content, str) and len(content) > FAST_MAX_CONTENT:
+        return False
+    if not isinstance(meta, dict) or len(meta) > FAST_MAX_META_ITEMS:
+        return False  # the thread finds out what is wrong with it, off the loop
+    return all(
+        value is None
+        or isinstance(value, bool | int | float)
+        or (isinstance(value, str) and len(value) <= FAST_MAX_META_TEXT)
+        for value in meta.values()
+    )
+
+
+class SQLiteJobStore:
+    """A :class:`~trio_batch.Store` (one SQLite database) as a :class:`~trio_batch.JobStore`.
+
+    Get one from :func:`~trio_batch.open_store`, or wrap a store you opened yourself:
+    ``SQLiteJobStore(Store.open(path))`` (``open_runner`` does that for a plain ``Store``).
+    The store thread and the fast-path connection start at the first call, from inside a trio
+    run; :meth:`aclose` them. ``owns_store=True`` closes the ``Store`` too.
+
+    One runner per database: :meth:`claim` takes a file lock beside it (see
+    :class:`~trio_batch.store.sqlite._lock.RunnerLock`).
+    """
+
+    def __init__(self, store: Store, *, owns_store: bool = False) -> None:
+        self.store = store
+        self.location = store.path
+        self.on_write: WriteObserver | None = None
+        self._owns_store = owns_store
+        self._thread = StoreThread()
+        self._started = False
+        self._closed = False
+        self._fast: Store | None = None
+        self._owns_fast = False
+        self._group: GroupCommit[_TimedWrite, Job | None] = GroupCommit(self._commit)
+        self._commits_since_checkpoint = 0
+        self._checkpoint_pending = False
+
+    async def __aenter__(self) -> SQLiteJobStore:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    # ----------------------------------------------------------------------------------------
+    # Life cycle
+
+    def _start(self) -> None:
+        if self._closed:
+            raise StoreError(f"the store {self.location!r} is closed; it answers no more calls")
+        if self._started:
+            return
+        # Only NORMAL: under FULL every commit waits for a disk flush, which the loop must not.
+        if self.store.synchronous == "NORMAL":
+            if self.store.is_memory:
+                self._fast = self.store  # one connection; its lock says when the thread has it
+            else:
+                with translate_errors(self.store.busy_timeout):
+                    self._fast = self.store.reopen(busy_timeout=0, wal_autocheckpoint=False)
+                self._owns_fast = True
+        self._thread.start()
+        self._started = True
+
+    async def aclose(self) -> None:
+        """Close the fast-path connection, end the store thread after its queued calls, and
+        close the ``Store`` if this owns it. Later calls raise :class:`StoreError`.
+
+        Cancellation: the closing completes; nothing is left half-closed.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        if self._owns_fast and self._fast is not None:
+            self._fast.close()
+        self._fast = None
+        if self._started:
+            with trio.CancelScope(shield=True):
+                if self._owns_store:
+                    await self._thread.run(self.store.close)  # after every queued call
+            self._thread.stop()
+        elif self._owns_store:
+            self.store.close()
+
+    @contextlib.asynccontextmanager
+    async def claim(
+        self, *, heartbeat_interval: float = 5.0, runner_timeout: float = 30.0
+    ) -> AsyncIterator[None]:
+        """Hold the database's runner lock for the block; :class:`StoreLocked` if taken.
+
+        One runner per database, whose death the kernel reports by dropping the lock: the
+        heartbeat timings are not needed.
+        """
+        lock = RunnerLock(self.store)
+        lock.acquire()
+        try:
+            yield
+        finally:
+            lock.release()
+
+    # ----------------------------------------------------------------------------------------
+    # The two paths
+
+    async def _call(
+        self, fn: Callable[Concatenate[Store, P], T], /, *args: P.args, **kwargs: P.kwargs
+    ) -> T:
+        """``fn(store, ...)``: on the fast path if it can run there, else on the thread.
+
+        Cancellation: as :meth:`StoreThread.run`: once started, the call completes, and
+        ``Cancelled`` is raised at the caller's next checkpoint.
+        """
+        self._start()
+        with translate_errors(self.store.busy_timeout):
+            result = self._try_fast(fn, *args, **kwargs)
+            if isinstance(result, _Miss):
+                return await self._thread.run(fn, self.store, *args, **kwargs)
+        await trio.lowlevel.cancel_shielded_checkpoint()  # an async call always yields once
+        return result
+
+    async def _on_thread(
+        self, fn: Callable[Concatenate[Store, P], T], /, *args: P.args, **kwargs: P.kwargs
+    ) -> T:
+        """``fn(store, ...)`` on the store thread, whatever it is."""
+        self._start()
+        with translate_errors(self.store.busy_timeout):
+            return await self._thread.run(fn, self.store, *args, **kwargs)
+
+    def _try_fast(
+        self, fn: Callable[Concatenate[Store, P], T], /, *args: P.args, **kwargs: P.kwargs
+    ) -> T | _Miss:
+        fast = self._fast
+        if fast is None or self._checkpoint_pending or not fast._lock.acquire(blocking=False):
+            return _MISS
+        try:
+            result = fn(fast, *args, **kwargs)
+        except WouldBeSlow:
+            return _MISS
+        except sqlite3.OperationalError as exc:
+            if is_lock_error(exc):
+                # Refused at BEGIN IMMEDIATE, or rolled back: a store call is one transaction,
+                # so nothing was written and the thread can run it again.
+                return _MISS
+            raise
+        finally:
+            fast._lock.release()
+        self._commits_since_checkpoint += 1
+        if self._commits_since_checkpoint >= CHECKPOINT_EVERY and self._owns_fast:
+            self._commits_since_checkpoint = 0
+            # TRUNCATE: a passive checkpoint racing constant writes never restarts the WAL, so
+            # it would grow without end. Until it is done, calls go to the thread and queue
+            # behind it, so it gets the lock at once instead of racing the loop for it.
+            self._checkpoint_pending = True
+            self._thread.run_soon(self._checkpoint)
+        return result
+
+    def _checkpoint(self) -> None:
+        """On the store thread: empty the WAL, then let the fast path go on."""
+        try:
+            self.store.checkpoint("TRUNCATE")
+        finally:
+            self._checkpoint_pending = False  # one bool, read by the loop thread
+
+    def _observe(self, operation: str, start: float) -> None:
+        if self.on_write is not None:
+            # An observer's bug must not fail a write that succeeded.
+            with contextlib.suppress(Exception):
+                self.on_write(operation, time.perf_counter() - start)
+
+    # ----------------------------------------------------------------------------------------
+    # JobStore
+
+    async def create_job(
+        self,
+        caller: str,
+        caller_class: str,
+        targets: Sequence[Target],
+        *,
+        ttl: float,
+        targets_per_job: int,
+        jobs_per_caller: int,
+        jobs_total: int,
+        now: float,
+        status: JobState = JobState.QUEUED,
+        job_id: str | None = None,
+    ) -> tuple[Job, bool]:
+        """:meth:`Store.create_job`; on the fast path when the job is small."""
+        call = self._call if len(targets) <= FAST_MAX_TARGETS else self._on_thread
+        start = time.perf_counter()
+        answer = await call(
+            Store.create_job,
+            caller,
+            caller_class,
+            targets,
+            ttl=ttl,
+            targets_per_job=targets_per_job,
+            jobs_per_caller=jobs_per_caller,
+            jobs_total=jobs_total,
+            status=status,
+            job_id=job_id,
+            now=now,
+        )
+        self._observe("create_job", start)
+        return answer
+
+    async def record_outcome(self, write: OutcomeWrite, *, ttl: float, now: float) -> Job | None:
+        """:meth:`Store.record_outcome`, sharing a commit with the other outcomes ready now.
+
+        Cancellation: this call cannot be cancelled; it returns (or raises) once the outcome is
+        committed or has failed, and a pending ``Cancelled`` is raised at the caller's next
+        checkpoint.
+        """
+        self._start()
+        return await self._group.write((write, ttl, now))
+
+    async def _commit(self, batch: list[_TimedWrite]) -> list[Job | Exception | None]:
+        # One commit, one moment: the first write's (the leader's) ttl and time serve for all.
+        _, ttl, now = batch[0]
+        writes = [write for write, _, _ in batch]
+        start = time.perf_counter()
+        with translate_errors(self.store.busy_timeout):
+            answers: list[Job | Exception | None] | _Miss = _MISS
+            if all(w.result is None or _small(w.result) for w in writes):
+                answers = self._try_fast(Store.record_outcomes, writes, ttl=ttl, now=now)
+            if isinstance(answers, _Miss):
+                answers = await self._thread.run(
+                    Store.record_outcomes, self.store, writes, ttl=ttl, now=now
+                )
+        self._observe("record_outcomes", start)
+        return answers
+
+    async def finish_job(
+        self, job_id: str, status: JobState, *, now: float, error: str | None = None
+    ) -> Job | None:
+        """:meth:`Store.finish_job`."""
+        return await self._call(Store.finish_job, job_id, status, error=error, now=now)
+
+    async def reap_orphans(self, *, now: float) -> int:
+        """Fail every live job as ``"restart"``: with the claim held, no runner drains them."""
+        return await self._on_thread(Store.mark_in_flight_failed, "restart", now)
+
+    async def fail_own_jobs(self, reason: str, *, now: float) -> int:
+        """Fail every live job: with the claim held, they are all this runner's."""
+        return await self._on_thread(Store.mark_in_flight_failed, reason, now)
+
+    async def purge_expired(self, *, now: float, batch_size: int) -> int:
+        """One batch of :meth:`Store.purge_expired`, on the store thread."""
+        return await self._on_thread(Store.purge_expired, now, batch_size=batch_size, max_batches=1)
+
+    async def get_job(self, job_id: str, *, now: float) -> Job | None:
+        """:meth:`Store.get_job`."""
+        return await self._call(Store.get_job, job_id, now=now)
+
+    async def get_status(self, job_id: str, *, now: float) -> tuple[Job, list[TargetStatus]] | None:
+        """:meth:`Store.get_status`; on the fast path unless the job holds big results."""
+        self._start()
+        with translate_errors(self.store.busy_timeout):
+            result = self._try_fast(
+                Store.get_status, job_id, now=now, max_results_size=FAST_MAX_RESULTS
+            )
+        if isinstance(result, _Miss):
+            return await self._on_thread(Store.get_status, job_id, now=now)
+        await trio.lowlevel.cancel_shielded_checkpoint()
+        return result
+
+    async def list_jobs(
+        self, *, now: float, caller: str | None = None, limit: int = 100
+    ) -> list[Job]:
+        """:meth:`Store.list_jobs`, on the store thread."""
+        return await self._on_thread(Store.list_jobs, caller=caller, limit=limit, now=now)
+
+    async def counts(self, *, now: float) -> StoreCounts:
+        """:meth:`Store.counts`, on the store thread."""
+        return await self._on_thread(Store.counts, now=now)

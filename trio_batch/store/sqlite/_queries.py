@@ -1,0 +1,91 @@
+"""Every SQL statement the SQLite store runs, named, in one place.
+
+All values are bound parameters (``?``); the few statements built with a format string only
+take names and numbers validated where they are built.
+"""
+
+from __future__ import annotations
+
+__all__: list[str] = []  # imported as a module: ``from . import _queries as q``
+
+# Column order matches the Job dataclass, so a row maps to Job(*row).
+JOB_COLUMNS = (
+    "id, status, error, targets_total, targets_done, targets_failed, caller, caller_class, "
+    "idem_key, created_at, updated_at, expires_at"
+)
+TARGET_COLUMNS = "idx, url, status, result, error, hint, options, finished_at"
+
+# ---------------------------------------------------------------------------------------------
+# Creating jobs
+
+#: The newest unexpired job of (caller, idem_key): the idempotency lookup.
+FIND_REUSABLE = (
+    f"SELECT {JOB_COLUMNS} FROM jobs "
+    "WHERE caller = ? AND idem_key = ? AND expires_at > ? "
+    "ORDER BY expires_at DESC LIMIT 1"
+)
+#: Live jobs in all; live is by status, not lease.
+COUNT_LIVE = "SELECT count(*) FROM jobs WHERE status IN ('queued', 'running')"
+#: Live jobs of one caller.
+COUNT_LIVE_OF_CALLER = (
+    "SELECT count(*) FROM jobs WHERE status IN ('queued', 'running') AND caller = ?"
+)
+INSERT_JOB = f"INSERT INTO jobs ({JOB_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+INSERT_TARGET = "INSERT INTO targets (job_id, idx, url, options, status) VALUES (?, ?, ?, ?, ?)"
+
+# ---------------------------------------------------------------------------------------------
+# Writing outcomes and statuses
+
+#: Count one outcome into its unexpired job and bump the lease; returns the job.
+BUMP_JOB = (
+    "UPDATE jobs SET targets_done = targets_done + 1, "
+    "targets_failed = targets_failed + ?, results_size = results_size + ?, "
+    "updated_at = ?, expires_at = ? "
+    f"WHERE id = ? AND expires_at > ? RETURNING {JOB_COLUMNS}"
+)
+#: The terminal status set with a job's last outcome (same transaction).
+SET_STATUS = "UPDATE jobs SET status = ? WHERE id = ?"
+#: Store one outcome; never overwrites one (only a pending target matches).
+STORE_OUTCOME = (
+    "UPDATE targets SET status = ?, result = ?, error = ?, hint = ?, finished_at = ? "
+    "WHERE job_id = ? AND idx = ? AND status = 'pending'"
+)
+#: Move a live, unexpired job to a terminal status, once.
+FINISH_JOB = (
+    "UPDATE jobs SET status = ?, error = ?, updated_at = ? "
+    "WHERE id = ? AND status IN ('queued', 'running') AND expires_at > ? "
+    f"RETURNING {JOB_COLUMNS}"
+)
+#: Fail every live job (a restart or a shutdown).
+FAIL_LIVE = (
+    "UPDATE jobs SET status = 'failed', error = ?, updated_at = ? "
+    "WHERE status IN ('queued', 'running')"
+)
+
+# ---------------------------------------------------------------------------------------------
+# Retention
+
+#: One batch of lapsed jobs, oldest lease first.
+LAPSED_IDS = "SELECT id FROM jobs WHERE expires_at <= ? ORDER BY expires_at LIMIT ?"
+#: Delete the targets, then the jobs, of a JSON array of job ids.
+DELETE_TARGETS_OF = "DELETE FROM targets WHERE job_id IN (SELECT value FROM json_each(?))"
+DELETE_JOBS = "DELETE FROM jobs WHERE id IN (SELECT value FROM json_each(?))"
+
+# ---------------------------------------------------------------------------------------------
+# Reading
+
+GET_JOB = f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ? AND expires_at > ?"
+RESULTS_SIZE = "SELECT results_size FROM jobs WHERE id = ?"
+GET_TARGETS = f"SELECT {TARGET_COLUMNS} FROM targets WHERE job_id = ? ORDER BY idx"
+LIST_JOBS = f"SELECT {JOB_COLUMNS} FROM jobs WHERE expires_at > ? ORDER BY expires_at DESC LIMIT ?"
+LIST_JOBS_OF_CALLER = (
+    f"SELECT {JOB_COLUMNS} FROM jobs WHERE caller = ? AND expires_at > ? "
+    "ORDER BY expires_at DESC LIMIT ?"
+)
+#: Unexpired jobs by status, for metrics.
+COUNT_BY_STATUS = "SELECT status, count(*) FROM jobs WHERE expires_at > ? GROUP BY status"
+#: Unexpired jobs' target totals, for metrics.
+SUM_TARGETS = (
+    "SELECT coalesce(sum(targets_total), 0), coalesce(sum(targets_done), 0), "
+    "coalesce(sum(targets_failed), 0) FROM jobs WHERE expires_at > ?"
+)

@@ -1,0 +1,121 @@
+"""The SQLite schema: creating it, checking its version, and migrating it.
+
+The version is kept in ``PRAGMA user_version``. Tables are STRICT and built through
+sqlite-utils; any SQLite or Datasette user can read them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sqlite_utils import Database
+
+from ..._errors import SchemaVersionError
+
+if TYPE_CHECKING:
+    from ._connection import Connection
+
+__all__ = ["SCHEMA_VERSION", "migrate"]
+
+#: The schema version this code writes, kept in ``PRAGMA user_version``.
+SCHEMA_VERSION = 1
+
+
+def migrate(store: Connection) -> None:
+    """Create or upgrade ``store``'s schema to :data:`SCHEMA_VERSION`, idempotently.
+
+    A database written by a newer version, or with our table names but no version, raises
+    :class:`~trio_batch.SchemaVersionError` and is left untouched.
+    """
+    version = _user_version(store.db)
+    if version == SCHEMA_VERSION:
+        return  # the common case takes no write lock, so readers can open beside a runner
+    _check_version(version, store.path)
+    with store.transaction():
+        version = _user_version(store.db)  # another process may have migrated meanwhile
+        _check_version(version, store.path)
+        if version == 0:
+            if "jobs" in store.db.table_names() or "targets" in store.db.table_names():
+                raise SchemaVersionError(
+                    f"{store.path!r} has jobs/targets tables but no trio_batch schema "
+                    "version; it is not a trio_batch database"
+                )
+            _create_schema_v1(store.db)
+        # Later versions add their steps here: `if version < 2: ...`.
+        store.db.execute(f"PRAGMA user_version={SCHEMA_VERSION:d}")
+
+
+def _user_version(db: Database) -> int:
+    row = db.execute("PRAGMA user_version").fetchone()
+    return int(row[0])
+
+
+def _check_version(version: int, path: str) -> None:
+    if version > SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"{path!r} has schema version {version}, newer than the {SCHEMA_VERSION} "
+            "this trio_batch understands; upgrade trio_batch to open it"
+        )
+
+
+def _create_schema_v1(db: Database) -> None:
+    db.create_table(
+        "jobs",
+        {
+            "id": str,
+            "caller": str,
+            "caller_class": str,
+            "idem_key": str,
+            "status": str,
+            "error": str,
+            "targets_total": int,
+            "targets_done": int,
+            "targets_failed": int,
+            "results_size": int,
+            "created_at": float,
+            "updated_at": float,
+            "expires_at": float,
+        },
+        pk="id",
+        not_null={
+            "caller",
+            "caller_class",
+            "idem_key",
+            "status",
+            "targets_total",
+            "targets_done",
+            "targets_failed",
+            "results_size",
+            "created_at",
+            "updated_at",
+            "expires_at",
+        },
+        defaults={"targets_done": 0, "targets_failed": 0, "results_size": 0},
+        strict=True,
+    )
+    db.create_table(
+        "targets",
+        {
+            "job_id": str,
+            "idx": int,
+            "url": str,
+            "options": str,
+            "status": str,
+            "result": str,
+            "error": str,
+            "hint": str,
+            "finished_at": float,
+        },
+        pk=("job_id", "idx"),
+        foreign_keys=[("job_id", "jobs", "id")],
+        not_null={"url", "options", "status"},
+        strict=True,
+    )
+    jobs = db.table("jobs")
+    # Idempotency lookup: (caller, idem_key), then the lease is checked on the few rows found.
+    # expires_at stays out of this index: every target write changes it.
+    jobs.create_index(["caller", "idem_key"], "jobs_idempotency")
+    # Live counts, per caller and in total: status IN ('queued', 'running') [AND caller = ?].
+    jobs.create_index(["status", "caller"], "jobs_status")
+    # Retention: purge by lease, and list recent jobs.
+    jobs.create_index(["expires_at"], "jobs_expiry")

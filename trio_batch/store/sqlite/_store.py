@@ -1,0 +1,364 @@
+"""The SQLite store's operations: jobs, their targets, leases and caps.
+
+Plain and synchronous: nothing here knows about trio, HTTP or fetching. The runner reaches it
+through :class:`~trio_batch.store.sqlite.SQLiteJobStore`, which keeps the event loop from
+waiting on SQLite. The connection, its pragmas and transactions are in :mod:`._connection`.
+
+Time
+----
+Times are Unix epoch seconds stored as ``REAL`` (what ``time.time()`` returns): the runner's
+injected clock produces them directly, lease comparisons are plain numeric comparisons an index
+can serve, and anyone reading the tables can convert with ``datetime(expires_at, 'unixepoch')``.
+Every method that needs the time takes ``now=``; it defaults to ``time.time()``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+from collections.abc import Sequence
+
+from ..._errors import OutcomeExists
+from ..._model import (
+    Job,
+    JobState,
+    OutcomeWrite,
+    Result,
+    Target,
+    TargetStatus,
+    final_status,
+    is_job_id,
+    with_running,
+)
+from .._protocol import StoreCounts
+from .._rows import check_caps, dumps, new_job, outcome_values
+from .._rows import job_from_row as _job
+from .._rows import target_from_row as _target
+from . import _queries as q
+from ._connection import Connection
+
+__all__ = ["Store", "WouldBeSlow"]
+
+
+class WouldBeSlow(Exception):
+    """A call declined to run on the event loop's fast path because it would be slow.
+
+    Raised before anything is written; the caller runs the call again on the store thread.
+    """
+
+
+class Store(Connection):
+    """Jobs and targets in one SQLite database, through ``sqlite-utils``.
+
+    Open one with :meth:`Store.open`. The tables are ``jobs`` (one row per job) and ``targets``
+    (one row per target, keyed by ``job_id, idx``); any SQLite or Datasette user can read them.
+
+    The methods map to the job lifecycle:
+
+    - :meth:`create_job`: idempotency lookup, caps check and insert in one ``BEGIN IMMEDIATE``.
+    - :meth:`find_reusable_job` and :meth:`count_live_jobs`: the lookups ``create_job`` makes.
+    - :meth:`record_outcome`: store one target's outcome and bump the job's lease, together.
+    - :meth:`finish_job`: set a live job's terminal status, once.
+    - :meth:`mark_in_flight_failed`: after a restart or at shutdown, fail every live job.
+    - :meth:`purge_expired`: delete lapsed jobs in bounded batches.
+    - :meth:`get_job`, :meth:`get_status`, :meth:`list_jobs`: reads; lapsed jobs read as absent.
+
+    The ``targets`` table holds ``pending``, ``done`` and ``failed``. A target *reads* as
+    ``running`` when its job is ``running`` and it is the next one due (``idx ==
+    targets_done``): a job's targets are drained strictly in order, so that is the one being
+    fetched. Deriving it costs no write per target, and a restart can never leave a target
+    stuck as ``running``: reaping the job is enough.
+    """
+
+    # ----------------------------------------------------------------------------------------
+    # Creating jobs
+
+    def create_job(
+        self,
+        caller: str,
+        caller_class: str,
+        targets: Sequence[Target],
+        *,
+        ttl: float,
+        targets_per_job: int,
+        jobs_per_caller: int,
+        jobs_total: int,
+        status: JobState = JobState.QUEUED,
+        job_id: str | None = None,
+        now: float | None = None,
+    ) -> tuple[Job, bool]:
+        """Create a job atomically with its caps check; returns ``(job, reused)``.
+
+        In one ``BEGIN IMMEDIATE`` transaction: if a job with the same ``(caller, idem_key)``
+        has an unexpired lease (whatever its status), return it with ``reused=True`` and write
+        nothing. Otherwise check the caps, counting live (``queued``/``running``) jobs by status,
+        not lease: more than ``targets_per_job`` targets raises :class:`TooManyTargets`, the
+        caller already holding ``jobs_per_caller`` live jobs raises :class:`CallerBusy`,
+        ``jobs_total`` live jobs in all raises :class:`Busy`. Then insert the job and all its
+        targets as ``pending`` with a lease of ``ttl`` seconds, and return ``(job, False)``.
+
+        ``status`` is the new job's status: ``queued``, or ``running`` for a caller that starts
+        draining at once. ``job_id`` is the id a new job gets (made with :func:`new_job_id`);
+        by default a fresh one. Invalid targets or
+        caller names raise :class:`InvalidTargets` / :class:`InvalidRequest` before any I/O.
+        """
+        now = time.time() if now is None else now
+        new = new_job(caller, caller_class, targets, ttl=ttl, status=status, job_id=job_id, now=now)
+        job = new.job
+        # A reuse needs no write lock: look first with a plain read, then again under the lock
+        # (another connection may have created the job in between).
+        existing = self.find_reusable_job(job.caller, job.idem_key, now=now)
+        if existing is not None:
+            return existing, True
+        with self.transaction():
+            existing = self.find_reusable_job(job.caller, job.idem_key, now=now)
+            if existing is not None:
+                return existing, True
+            check_caps(
+                job,
+                targets_per_job=targets_per_job,
+                jobs_per_caller=jobs_per_caller,
+                jobs_total=jobs_total,
+                caller_live=lambda: self.count_live_jobs(job.caller),
+                total_live=self.count_live_jobs,
+            )
+            self.db.execute(q.INSERT_JOB, new.job_params())
+            self.db.conn.executemany(q.INSERT_TARGET, new.target_params())
+            return job, False
+
+    def find_reusable_job(self, caller: str, key: str, *, now: float | None = None) -> Job | None:
+        """The newest job of ``caller`` with idempotency key ``key`` whose lease has not lapsed."""
+        now = time.time() if now is None else now
+        with self._lock:
+            row = self.db.execute(q.FIND_REUSABLE, (caller, key, now)).fetchone()
+        return None if row is None else _job(row)
+
+    def count_live_jobs(self, caller: str | None = None) -> int:
+        """How many jobs are ``queued`` or ``running``: for ``caller``, or in total if None.
+
+        Live is by status, not lease: a live job counts until it reaches a terminal status.
+        """
+        with self._lock:
+            if caller is None:
+                row = self.db.execute(q.COUNT_LIVE).fetchone()
+            else:
+                row = self.db.execute(q.COUNT_LIVE_OF_CALLER, (caller,)).fetchone()
+        return int(row[0])
+
+    # ----------------------------------------------------------------------------------------
+    # Writing outcomes and statuses
+
+    def record_outcome(
+        self,
+        job_id: str,
+        idx: int,
+        *,
+        result: Result | None = None,
+        error: str | None = None,
+        hint: str | None = None,
+        ttl: float,
+        now: float | None = None,
+    ) -> Job | None:
+        """Store one target's outcome and bump its job, in one transaction.
+
+        Pass ``result`` for a success, or ``error`` (and optionally ``hint``) for a failure. A
+        result that cannot be stored as JSON is stored as a failure saying why. In the same
+        transaction the job's ``targets_done`` (and ``targets_failed``), ``updated_at`` and lease
+        (``expires_at = now + ttl``) are bumped; if this was the last outcome of a live job, the
+        job takes its terminal status: ``done`` (no failures), ``failed`` (all failed) or
+        ``partial``.
+
+        Returns the updated job, or None if the job is unknown or its lease has lapsed (nothing
+        is written then). Raises :class:`OutcomeExists` if the target already has an outcome or
+        does not exist.
+        """
+        status, result_text, error, hint = outcome_values(result, error, hint)
+        now = time.time() if now is None else now
+        failed = int(error is not None)
+        conn = self.db.conn  # the hot path: straight to sqlite3, no wrapper per statement
+        with self.transaction():
+            row = conn.execute(
+                q.BUMP_JOB,
+                (
+                    failed,
+                    0 if result_text is None else len(result_text),
+                    now,
+                    now + ttl,
+                    job_id,
+                    now,
+                ),
+            ).fetchone()
+            if row is None:
+                return None
+            job = _job(row)
+            if job.targets_done >= job.targets_total and job.status.is_live:
+                # The last outcome: the terminal status goes in the same transaction. (Kept
+                # out of the bump above, so the status index is only touched once per job.)
+                final = final_status(job.targets_total, job.targets_failed)
+                conn.execute(q.SET_STATUS, (final.value, job_id))
+                job = dataclasses.replace(job, status=final)
+            updated = conn.execute(
+                q.STORE_OUTCOME,
+                (status.value, result_text, error, hint, now, job_id, idx),
+            ).rowcount
+            if updated != 1:
+                raise OutcomeExists(
+                    f"target {idx} of job {job_id} already has an outcome or does not exist"
+                )
+        return job
+
+    def record_outcomes(
+        self, writes: Sequence[OutcomeWrite], *, ttl: float, now: float | None = None
+    ) -> list[Job | Exception | None]:
+        """Store several outcomes in one transaction (group commit); one answer per write.
+
+        Each write is atomic on its own, in a savepoint, and answers as
+        :meth:`record_outcome` would: the updated job, None, or the exception it raised (such as
+        :class:`OutcomeExists`) in place of a result. None of them is durable before the shared
+        commit; if that commit fails, the error is raised and nothing is stored.
+        """
+        now = time.time() if now is None else now
+        answers: list[Job | Exception | None] = []
+        # One write needs no savepoint: record_outcome is its own transaction.
+        with self.transaction() if len(writes) > 1 else contextlib.nullcontext():
+            for w in writes:
+                try:
+                    answers.append(
+                        self.record_outcome(
+                            w.job_id,
+                            w.idx,
+                            result=w.result,
+                            error=w.error,
+                            hint=w.hint,
+                            ttl=ttl,
+                            now=now,
+                        )
+                    )
+                except (OutcomeExists, ValueError) as exc:
+                    answers.append(exc)
+        return answers
+
+    def finish_job(
+        self,
+        job_id: str,
+        status: JobState,
+        *,
+        error: str | None = None,
+        now: float | None = None,
+    ) -> Job | None:
+        """Move a live job to a terminal ``status``, exactly once; returns the updated job.
+
+        A guarded update: only a ``queued``/``running`` job with an unexpired lease moves, so a
+        terminal status is never overwritten. Outcomes can still be stored afterwards (the target
+        in flight when a job is cancelled). Returns None, writing nothing, if the job is
+        unknown, lapsed or already terminal.
+        """
+        status = JobState(status)
+        if status.is_live:
+            raise ValueError(f"finish_job takes a terminal status, not {status}")
+        if not is_job_id(job_id):
+            return None
+        now = time.time() if now is None else now
+        with self.transaction():
+            row = self.db.execute(q.FINISH_JOB, (status.value, error, now, job_id, now)).fetchone()
+        return None if row is None else _job(row)
+
+    def mark_in_flight_failed(self, reason: str, now: float | None = None) -> int:
+        """Fail every ``queued``/``running`` job with ``error=reason``; returns how many.
+
+        For a restart (``"restart"``) or a shutdown (``"shutdown"``): such jobs are never
+        resumed. Completed targets and leases are left as they are, so finished work stays
+        readable until the lease lapses.
+        """
+        now = time.time() if now is None else now
+        with self.transaction():
+            return self.db.execute(q.FAIL_LIVE, (reason, now)).rowcount
+
+    def purge_expired(
+        self,
+        now: float | None = None,
+        *,
+        batch_size: int = 100,
+        max_batches: int | None = None,
+    ) -> int:
+        """Delete jobs whose lease has lapsed, with their targets; returns how many jobs.
+
+        Works in batches of ``batch_size`` jobs, each its own short transaction, so a huge
+        backlog never holds the write lock for long; ``max_batches`` stops early (the caller
+        can call again). A job whose lease lapsed while live is deleted too: it is gone.
+        """
+        if batch_size < 1:
+            raise ValueError("batch_size must be at least 1")
+        now = time.time() if now is None else now
+        deleted = 0
+        batches = 0
+        while max_batches is None or batches < max_batches:
+            batches += 1
+            with self.transaction():
+                ids = [row[0] for row in self.db.execute(q.LAPSED_IDS, (now, batch_size))]
+                if ids:
+                    id_list = dumps(ids)
+                    self.db.execute(q.DELETE_TARGETS_OF, (id_list,))
+                    self.db.execute(q.DELETE_JOBS, (id_list,))
+            deleted += len(ids)
+            if len(ids) < batch_size:
+                break
+        return deleted
+
+    # ----------------------------------------------------------------------------------------
+    # Reading
+
+    def get_job(self, job_id: str, *, now: float | None = None) -> Job | None:
+        """The job with this id, or None if it is unknown, malformed or its lease has lapsed."""
+        if not is_job_id(job_id):
+            return None
+        now = time.time() if now is None else now
+        with self._lock:
+            row = self.db.execute(q.GET_JOB, (job_id, now)).fetchone()
+        return None if row is None else _job(row)
+
+    def get_status(
+        self, job_id: str, *, now: float | None = None, max_results_size: int | None = None
+    ) -> tuple[Job, list[TargetStatus]] | None:
+        """The job and its targets in ``idx`` order, read from one snapshot.
+
+        Returns None if the job is unknown, malformed or its lease has lapsed. The target due
+        next in a ``running`` job reads as ``running`` (see the class docstring). With
+        ``max_results_size``, raises :class:`WouldBeSlow`, decoding nothing, if the job's stored
+        results add up to more characters than that.
+        """
+        if not is_job_id(job_id):
+            return None
+        with self._snapshot():
+            job = self.get_job(job_id, now=now)
+            if job is None:
+                return None
+            if max_results_size is not None:
+                size = self.db.execute(q.RESULTS_SIZE, (job_id,)).fetchone()[0]
+                if size > max_results_size:
+                    raise WouldBeSlow(f"job {job_id} holds {size} characters of results")
+            rows = self.db.execute(q.GET_TARGETS, (job_id,)).fetchall()
+        return job, with_running(job, [_target(row) for row in rows])
+
+    def list_jobs(
+        self, *, caller: str | None = None, limit: int = 100, now: float | None = None
+    ) -> list[Job]:
+        """Unexpired jobs, most recently active first; only ``caller``'s if given."""
+        now = time.time() if now is None else now
+        with self._lock:
+            if caller is None:
+                rows = self.db.execute(q.LIST_JOBS, (now, limit)).fetchall()
+            else:
+                rows = self.db.execute(q.LIST_JOBS_OF_CALLER, (caller, now, limit)).fetchall()
+        return [_job(row) for row in rows]
+
+    def counts(self, *, now: float | None = None) -> StoreCounts:
+        """Unexpired jobs by status (every status present, zeros included), and their targets."""
+        now = time.time() if now is None else now
+        with self._snapshot():
+            by_status = self.db.execute(q.COUNT_BY_STATUS, (now,)).fetchall()
+            total, done, failed = self.db.execute(q.SUM_TARGETS, (now,)).fetchone()
+        jobs = dict.fromkeys((str(s) for s in JobState), 0)
+        jobs.update((str(status), int(count)) for status, count in by_status)
+        return StoreCounts(jobs, int(total), int(done), int(failed))
