@@ -3,6 +3,9 @@
 A job turns ``done``, ``partial`` or ``failed`` in the same commit as its last outcome, and only
 then; ``cancelled`` may come at any point; a job reaped after its process died (error
 ``restart``) was necessarily still missing an outcome.
+
+The rule is written out again here, not imported (``trio_batch._model.final_status``): an oracle
+that called the code under test could not see a bug in it.
 """
 
 from __future__ import annotations
