@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 from pathlib import Path
 
@@ -436,6 +437,20 @@ async def test_file_url_errors(tmp_path: Path) -> None:
     assert isinstance(err, URLError)
 
 
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+async def test_a_file_url_to_a_pipe_or_device_fails_at_once(tmp_path: Path, kind: str) -> None:
+    """A FIFO nobody writes to used to hang a worker thread for good (issue 12, item 2)."""
+    if kind == "fifo":
+        path = tmp_path / "pipe"
+        os.mkfifo(path)
+    else:
+        path = Path("/dev/zero")
+    err = await fetch_error(http_fetch, target(path.as_uri()))
+    assert isinstance(err, LocalFileError)
+    assert "not a regular file" in str(err)
+    assert "pipe or device" in err.hint
+
+
 async def test_file_size_cap(tmp_path: Path) -> None:
     big = tmp_path / "big.txt"
     big.write_bytes(b"z" * 101)
@@ -454,5 +469,9 @@ async def test_file_urls_can_be_disallowed(tmp_path: Path) -> None:
 def test_fetcher_arguments_are_checked() -> None:
     with pytest.raises(ValueError):
         HttpFetcher(timeout=0)
+    with pytest.raises(ValueError):
+        HttpFetcher(process_timeout=0)
+    with pytest.raises(ValueError):
+        HttpFetcher(process_memory=1024)
     with pytest.raises(ValueError):
         HttpFetcher(max_bytes=-1)

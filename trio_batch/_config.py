@@ -8,7 +8,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-__all__ = ["ClassLimits", "Config"]
+__all__ = ["COMMAND_TARGET_TIMEOUT", "ClassLimits", "Config"]
+
+#: The target timeout of ``trio-batch run`` and ``trio-batch serve`` unless told otherwise
+#: (seconds): above the built-in fetcher's own limits (30 s to fetch, 10 s to process), so it
+#: only cuts a custom fetch function that hangs. The library's default stays None.
+COMMAND_TARGET_TIMEOUT = 60.0
 
 
 def _check_number(owner: str, name: str, value: object, *, integer: bool) -> None:

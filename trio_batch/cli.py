@@ -37,7 +37,7 @@ from typing import IO, TYPE_CHECKING, Any, TypeVar
 import trio
 
 from . import __version__
-from ._config import Config
+from ._config import COMMAND_TARGET_TIMEOUT, Config
 from ._errors import BatchError, InvalidRequest, StoreError, StoreLocked
 from ._input import InputError, parse_targets
 from ._model import Job, JobState, Target, TargetStatus
@@ -146,6 +146,13 @@ def _parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="how long the job and its results are kept after its last activity "
         "(default: %(default)g)",
+    )
+    run.add_argument(
+        "--target-timeout",
+        type=float,
+        default=COMMAND_TARGET_TIMEOUT,
+        metavar="SECONDS",
+        help="a target taking longer fails with error 'timeout' (default: %(default)g)",
     )
 
     status = sub.add_parser("status", parents=[db], help="show a job and its targets' statuses")
@@ -330,13 +337,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except InputError as exc:
         where = f"{label}:{exc.line}" if exc.line is not None else label
         raise _UsageError(f"{where}: {exc}") from None
-    if not (args.ttl > 0 and math.isfinite(args.ttl)):
-        raise _UsageError("--ttl must be a positive number of seconds")
+    for flag, value in (("--ttl", args.ttl), ("--target-timeout", args.target_timeout)):
+        if not (value > 0 and math.isfinite(value)):
+            raise _UsageError(f"{flag} must be a positive number of seconds")
     caller = args.caller if args.caller is not None else _default_caller()
     logging.basicConfig(level=logging.WARNING, format="trio-batch: %(message)s")
     with _open_store(args.db, create=True) as store:
         assert store is not None  # created if missing
-        config = Config(ttl=args.ttl, targets_per_job=max(Config().targets_per_job, len(targets)))
+        config = Config(
+            ttl=args.ttl,
+            targets_per_job=max(Config().targets_per_job, len(targets)),
+            target_timeout=args.target_timeout,
+        )
         try:
             outcome = trio.run(_run_job, store, config, caller, args, targets)
         except StoreLocked:

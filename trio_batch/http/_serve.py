@@ -14,7 +14,7 @@ from typing import cast
 import trio
 from starlette.applications import Starlette
 
-from .._config import Config
+from .._config import COMMAND_TARGET_TIMEOUT, Config
 from ..fetchers import builtin_fetch, load_fetch
 from ._app import DEFAULT_MAX_BODY, create_app
 from ._auth import Auth, HeaderAuth, TokenAuth
@@ -88,8 +88,29 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--allow-private",
         action="store_true",
-        help="let the built-in fetcher reach loopback, private and link-local addresses "
-        "(and file:// URLs); refused by default",
+        help="let the built-in fetcher reach loopback, private and link-local addresses; "
+        "refused by default",
+    )
+    parser.add_argument(
+        "--allow-file",
+        action="store_true",
+        help="let the built-in fetcher read file:// URLs: any file the server process can "
+        "read (its token file included), for every caller; refused by default",
+    )
+    parser.add_argument(
+        "--process-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="the built-in fetcher's limit on processing one body (grep, jq, HTML, PDF), in "
+        "a worker process that is killed past it (default: %(default)g)",
+    )
+    parser.add_argument(
+        "--target-timeout",
+        type=float,
+        default=COMMAND_TARGET_TIMEOUT,
+        metavar="SECONDS",
+        help="a fetch running longer fails its target (default: %(default)g)",
     )
     parser.add_argument(
         "--fetch",
@@ -140,13 +161,18 @@ def run_serve(args: argparse.Namespace) -> int:
         fetch = (
             load_fetch(args.fetch)
             if args.fetch is not None
-            else builtin_fetch(allow_private=args.allow_private)
+            else builtin_fetch(
+                allow_private=args.allow_private,
+                allow_file=args.allow_file,
+                process_timeout=args.process_timeout,
+            )
         )
         config = Config(
             ttl=args.ttl,
             targets_per_job=args.targets_per_job,
             jobs_per_caller=args.jobs_per_caller,
             jobs_total=args.jobs_total,
+            target_timeout=args.target_timeout,
         )
         app = create_app(db=args.db, fetch=fetch, auth=auth, config=config, max_body=args.max_body)
     except (OSError, ValueError, TypeError) as exc:

@@ -1,0 +1,123 @@
+"""Body processing runs where it can be bounded and killed: a costly regex or jq program fails
+its own target with a hint, and never holds the event loop (issue 12, item 1)."""
+
+from __future__ import annotations
+
+import pickle
+import signal
+from pathlib import Path
+
+import httpx
+import pytest
+
+from trio_batch import Target
+from trio_batch._model import Options
+from trio_batch.fetchers import ContentError, HttpFetcher, HTTPStatusError
+from trio_batch.fetchers._body import Body
+from trio_batch.fetchers._bounded import needs_worker
+from trio_batch.fetchers._options import Plan
+
+from .http_fixtures import ALICE, sse_events, start_server
+
+CATASTROPHIC_GREP = "(.+)+Z"  # exponential backtracking on a line without a Z
+
+
+def _line_file(tmp_path: Path) -> Path:
+    path = tmp_path / "line.txt"
+    path.write_text("a" * 27 + "\n")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("options", "body"),
+    [
+        ({"grep": CATASTROPHIC_GREP}, "a" * 27 + "\n"),
+        ({"jq": "last(range(20000000000))"}, "1"),
+    ],
+)
+async def test_a_costly_pattern_fails_its_target_with_a_hint(
+    tmp_path: Path, options: dict[str, str], body: str
+) -> None:
+    path = tmp_path / "body.json"
+    path.write_text(body)
+    fetcher = HttpFetcher(process_timeout=1)
+    with pytest.raises(ContentError) as info:
+        await fetcher(Target(path.as_uri(), Options(**options)))  # type: ignore[arg-type]
+    assert "took longer than 1 s and was stopped" in str(info.value)
+    assert "nested repeats" in info.value.hint
+
+
+async def test_processing_past_the_memory_limit_fails_its_target(tmp_path: Path) -> None:
+    path = tmp_path / "one.json"
+    path.write_text("1")
+    fetcher = HttpFetcher(process_timeout=60, process_memory=64 * 1024 * 1024)
+    with pytest.raises(ContentError) as info:
+        await fetcher(Target(path.as_uri(), Options(jq="[range(50000000)] | length")))
+    assert "memory" in str(info.value)
+    assert info.value.hint
+
+
+async def test_the_worker_serves_the_next_target_after_one_was_killed(tmp_path: Path) -> None:
+    path = _line_file(tmp_path)
+    fetcher = HttpFetcher(process_timeout=1)
+    with pytest.raises(ContentError):
+        await fetcher(Target(path.as_uri(), Options(grep=CATASTROPHIC_GREP)))
+    result = await fetcher(Target(path.as_uri(), Options(grep="a+")))
+    assert result.content == "a" * 27 and result.meta["matches"] == 1
+
+
+def test_only_bodies_with_processing_to_do_go_to_a_worker() -> None:
+    text = Body("file:///x", None, "text/plain", None, b"hello", 0)
+    pdf = Body("file:///x.pdf", None, "application/pdf", None, b"%PDF-1.4", 0)
+    assert not needs_worker(Plan.from_options(Options()), text)
+    assert needs_worker(Plan.from_options(Options(grep="h")), text)
+    assert needs_worker(Plan.from_options(Options(jq=".")), text)
+    assert needs_worker(Plan.from_options(Options(mode="text")), text)
+    assert needs_worker(Plan.from_options(Options()), pdf)
+
+
+def test_fetch_errors_cross_a_process_boundary_whole() -> None:
+    err = HTTPStatusError("HTTP 404 from x", status_code=404, hint="check the URL")
+    back = pickle.loads(pickle.dumps(err))
+    assert (type(back), str(back), back.status_code, back.hint) == (
+        HTTPStatusError,
+        "HTTP 404 from x",
+        404,
+        "check the URL",
+    )
+    content = pickle.loads(pickle.dumps(ContentError("bad", hint="do this")))
+    assert (str(content), content.hint) == ("bad", "do this")
+
+
+async def test_the_service_stays_responsive_while_a_regex_burns(tmp_path: Path) -> None:
+    path = _line_file(tmp_path)
+    proc, url = start_server(tmp_path, "--allow-file", "--process-timeout", "5", fetch=None)
+    headers = {"Authorization": f"Bearer {ALICE}"}
+    try:
+        async with httpx.AsyncClient(base_url=url, headers=headers, timeout=60) as client:
+            r = await client.post(
+                "/v1/batches",
+                json={"targets": [{"url": path.as_uri(), "options": {"grep": CATASTROPHIC_GREP}}]},
+            )
+            assert r.status_code == 201
+            job_id = r.json()["id"]
+            health = await client.get("/healthz")
+            assert health.status_code == 200
+            # /healthz answered while the regex was still burning: the job is not finished.
+            during = (await client.get(f"/v1/batches/{job_id}")).json()
+            assert during["status"] == "running"
+            async with client.stream("GET", f"/v1/batches/{job_id}/events") as stream:
+                events = [e async for e in sse_events(stream)]
+        target = next(e["data"] for e in events if e["event"] == "target")
+        assert target["status"] == "failed"
+        assert target["error"].startswith("ContentError: processing")
+        assert "took longer than 5 s" in target["error"]
+        assert "nested repeats" in target["hint"]
+        # SIGTERM is acted on at once, not after the regex: shutdown is clean.
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+        assert proc.returncode == 0, stderr
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
