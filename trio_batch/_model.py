@@ -32,6 +32,7 @@ __all__ = [
     "idem_key",
     "is_job_id",
     "new_job_id",
+    "parse_count",
     "with_running",
 ]
 
@@ -69,6 +70,17 @@ def new_job_id() -> str:
 def is_job_id(value: object) -> bool:
     """True if ``value`` has the shape of a job id (it may still be unknown)."""
     return isinstance(value, str) and _JOB_ID.fullmatch(value) is not None
+
+
+def parse_count(text: str, *, max_digits: int = 18) -> int | None:
+    """The number ``text`` spells in ASCII digits (``0-9`` only), or None if it is not one.
+
+    ``str.isdigit`` also accepts ``²`` or ``٣``, which ``int`` then rejects or reads; header,
+    path and option values are parsed with this instead. Longer than ``max_digits``: None.
+    """
+    if not 0 < len(text) <= max_digits or not text.isascii() or not text.isdigit():
+        return None
+    return int(text)
 
 
 # --------------------------------------------------------------------------------------------

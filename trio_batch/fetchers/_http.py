@@ -17,7 +17,7 @@ import httpx
 import trio
 
 from .. import __version__
-from .._model import Result, Target
+from .._model import Result, Target, parse_count
 from ._body import Body
 from ._bounded import process_bounded
 from ._errors import (
@@ -241,9 +241,9 @@ class HttpFetcher:
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
     async def _read_capped(self, response: httpx.Response) -> bytes:
-        length = response.headers.get("content-length", "")
-        if length.isdigit() and int(length) > self.max_bytes:
-            raise self._too_large(str(response.url), f"{int(length)} bytes")
+        length = parse_count(response.headers.get("content-length", ""), max_digits=30)
+        if length is not None and length > self.max_bytes:
+            raise self._too_large(str(response.url), f"{length} bytes")
         data = bytearray()
         async for chunk in response.aiter_bytes():
             data += chunk

@@ -20,6 +20,7 @@ from starlette.routing import Route
 
 from .._config import Config
 from .._errors import BatchError
+from .._model import parse_count
 from .._open_runner import open_runner
 from .._runner import FetchFunc
 from ..store import JobStore, open_store
@@ -139,8 +140,8 @@ def create_app(
     async def events(request: Request) -> Response:
         caller = service.caller(request)
         job, _ = await service.owned_status(request, caller)
-        last = request.headers.get("last-event-id", "").strip()
-        after = int(last) if last.isdigit() and len(last) < 10 else -1
+        last = parse_count(request.headers.get("last-event-id", "").strip(), max_digits=9)
+        after = -1 if last is None else last
         return EventStream(service, service.runner, job.id, after)
 
     async def healthz(request: Request) -> Response:

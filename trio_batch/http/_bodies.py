@@ -10,7 +10,15 @@ from starlette.requests import Request
 
 from .._config import Config
 from .._errors import InvalidRequest, InvalidTargets, TooManyTargets
-from .._model import Job, Target, TargetState, TargetStatus, check_caller, unknown_keys
+from .._model import (
+    Job,
+    Target,
+    TargetState,
+    TargetStatus,
+    check_caller,
+    parse_count,
+    unknown_keys,
+)
 from ._auth import DEFAULT_CALLER_CLASS, Caller
 from ._problems import Problem
 
@@ -98,8 +106,8 @@ async def read_body(request: Request, limit: int) -> bytes:
     too_large = Problem(
         413, "body-too-large", "Content too large", f"the body is larger than {limit} bytes"
     )
-    length = request.headers.get("content-length", "")
-    if length.isdigit() and int(length) > limit:
+    length = parse_count(request.headers.get("content-length", ""), max_digits=30)
+    if length is not None and length > limit:
         raise too_large
     body = bytearray()
     async for chunk in request.stream():

@@ -1,0 +1,124 @@
+"""The service under hostile use (issue 12): strict header parsing, every answer counted,
+start-up failures reported in one line, no redirects built from request headers, ..."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+import trio
+from starlette.datastructures import Headers
+
+from trio_batch.http import Caller, TokenAuth
+
+from .conftest import FakeClock, ScriptedFetch
+from .http_fixtures import ALICE, BOB, sse_events
+from .test_http import auth, problem, running
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    """The value of one sample in a Prometheus text exposition (0 if absent)."""
+    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    for line in text.splitlines():
+        if line.startswith(f"{name}{{{want}}} ") or (not labels and line.startswith(f"{name} ")):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+async def open_raw(url: str) -> trio.SocketStream:
+    """A plain TCP connection to the service, for requests httpx would refuse to send."""
+    host, port = url.removeprefix("http://").split(":")
+    return await trio.open_tcp_stream(host, int(port))
+
+
+async def raw_request(url: str, head: str, body: bytes = b"") -> bytes:
+    """Send ``head`` (request line and headers, without the blank line) and ``body``; returns
+    the first bytes of the answer."""
+    with trio.fail_after(30):
+        stream = await open_raw(url)
+        await stream.send_all(head.encode("latin-1") + b"\r\n\r\n" + body)
+        reply = await stream.receive_some(65536)
+        await stream.aclose()
+    return bytes(reply)
+
+
+def status_of(reply: bytes) -> int:
+    return int(reply.split(b" ", 2)[1])
+
+
+@pytest.mark.parametrize("value", ["²", "³", "¹", "٣", "1²", "-1", "+1", "0x1", "1 1"])
+async def test_a_last_event_id_that_is_not_ascii_digits_replays_everything(
+    tmp_path: Path, fetch: ScriptedFetch, clock: FakeClock, value: str
+) -> None:
+    async with running(tmp_path, fetch, clock) as svc:
+        job_id = (await svc.submit("a", "b"))["id"]
+        await svc.wait_done(job_id)
+        # Header bytes are read as Latin-1: b"\xb2" arrives as "²", which isdigit() accepted.
+        raw = value.encode("latin-1") if value.isascii() or value in "²³¹" else value.encode()
+        headers: dict[str, str | bytes] = {**auth(), "Last-Event-ID": raw}
+        async with svc.client.stream("GET", f"/v1/batches/{job_id}/events", headers=headers) as r:
+            assert r.status_code == 200
+            events = [e async for e in sse_events(r)]
+        assert [(e["event"], e.get("id")) for e in events] == [
+            ("target", "0"),
+            ("target", "1"),
+            ("job", None),
+        ]
+
+
+@pytest.mark.parametrize("value", ["²", "9" * 40, "1e3"])
+async def test_a_content_length_that_is_not_ascii_digits_is_not_a_500(
+    tmp_path: Path, fetch: ScriptedFetch, clock: FakeClock, value: str
+) -> None:
+    async with running(tmp_path, fetch, clock) as svc:
+        payload = b'{"targets": [{"url": "https://example.test/a"}]}'
+        head = (
+            f"POST /v1/batches HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {ALICE}\r\n"
+            f"Content-Length: {value}\r\nContent-Type: application/json"
+        )
+        assert status_of(await raw_request(svc.url, head, payload)) < 500
+
+
+class ExplodingAuth(TokenAuth):
+    """Token auth that fails unexpectedly when a request carries ``X-Boom``."""
+
+    def authenticate(self, headers: Headers) -> Caller | None:
+        if "x-boom" in headers:
+            raise RuntimeError("an unexpected bug")
+        return super().authenticate(headers)
+
+
+async def test_500_answers_are_counted_in_metrics(
+    tmp_path: Path, fetch: ScriptedFetch, clock: FakeClock
+) -> None:
+    exploding = ExplodingAuth({ALICE: Caller("alice", "user"), BOB: Caller("bob", "user")})
+    async with running(tmp_path, fetch, clock, auth=exploding) as svc:
+        r = await svc.client.get("/v1/batches/x", headers=auth() | {"X-Boom": "1"})
+        problem(r, 500, "internal-error")
+        text = (await svc.client.get("/metrics")).text
+    assert metric(text, "trio_batch_http_requests_total", route="/v1/batches/{id}", code="500") == 1
+
+
+async def test_a_client_leaving_mid_body_is_counted_and_logged_quietly(
+    tmp_path: Path, fetch: ScriptedFetch, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    async with running(tmp_path, fetch, clock) as svc:
+        stream = await open_raw(svc.url)
+        head = (
+            f"POST /v1/batches HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {ALICE}\r\n"
+            "Content-Length: 1000\r\nContent-Type: application/json\r\n\r\n"
+        )
+        await stream.send_all(head.encode() + b'{"targets": [')
+        await stream.aclose()
+        with trio.fail_after(30):
+            while True:  # until the server has seen the disconnect (real time, bounded)
+                text = (await svc.client.get("/metrics")).text
+                if metric(text, "trio_batch_http_disconnects_total", route="/v1/batches"):
+                    break
+                await trio.sleep(0.01)
+    assert metric(text, "trio_batch_http_disconnects_total", route="/v1/batches") == 1
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors == []
+    assert any("client went away" in r.getMessage() for r in caplog.records)
