@@ -4,6 +4,9 @@ start-up failures reported in one line, no redirects built from request headers,
 from __future__ import annotations
 
 import logging
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,7 +16,7 @@ from starlette.datastructures import Headers
 from trio_batch.http import Caller, TokenAuth
 
 from .conftest import FakeClock, ScriptedFetch
-from .http_fixtures import ALICE, BOB, sse_events
+from .http_fixtures import ALICE, BOB, REPO, sse_events, start_server
 from .test_http import auth, problem, running
 
 
@@ -122,3 +125,60 @@ async def test_a_client_leaving_mid_body_is_counted_and_logged_quietly(
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert errors == []
     assert any("client went away" in r.getMessage() for r in caplog.records)
+
+
+def _serve_once(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run ``trio-batch serve`` expecting it to fail at start-up (it would serve otherwise)."""
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"{ALICE} alice user\n")
+    return subprocess.run(
+        [
+            str(Path(sys.executable).with_name("trio-batch")),
+            "serve",
+            "--tokens",
+            str(tokens),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
+
+
+def test_serve_with_a_database_held_by_another_runner_fails_in_one_line(tmp_path: Path) -> None:
+    first, _ = start_server(tmp_path)
+    try:
+        second = _serve_once(tmp_path, "--db", str(tmp_path / "jobs.db"), "--bind", "127.0.0.1:0")
+    finally:
+        first.terminate()
+        first.communicate(timeout=60)
+    assert second.returncode == 1
+    assert "listening on" not in second.stdout
+    assert second.stderr.count("\n") == 1, second.stderr
+    assert second.stderr.startswith("trio-batch serve: another runner is already running")
+
+
+def test_serve_on_a_port_in_use_fails_in_one_line(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = _serve_once(
+            tmp_path, "--db", str(tmp_path / "jobs.db"), "--bind", f"127.0.0.1:{port}"
+        )
+    assert result.returncode == 1
+    assert "listening on" not in result.stdout
+    assert (
+        result.stderr == f"trio-batch serve: cannot listen on 127.0.0.1:{port}: "
+        "Address already in use\n"
+    )
+
+
+def test_serve_with_an_unusable_database_fails_in_one_line(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-dir" / "jobs.db"
+    result = _serve_once(tmp_path, "--db", str(missing), "--bind", "127.0.0.1:0")
+    assert result.returncode == 1
+    assert "listening on" not in result.stdout
+    assert result.stderr.startswith("trio-batch serve: cannot open the database")
+    assert result.stderr.count("\n") == 1, result.stderr
