@@ -343,6 +343,50 @@ def test_status_results_jobs_and_gc(server: LocalServer, tmp_path: Path, db: Pat
     assert gc.stdout.strip() == "purged 0 expired job(s)"
 
 
+def _job_renamed(db: Path, job_id: str, new_id: str) -> None:
+    """Give a stored job another id (one an older trio-batch could draw: starting with -)."""
+    import sqlite3
+
+    conn = sqlite3.connect(db)
+    with conn:
+        conn.execute("PRAGMA foreign_keys = OFF")
+        conn.execute("UPDATE jobs SET id = ? WHERE id = ?", (new_id, job_id))
+        conn.execute("UPDATE targets SET job_id = ? WHERE job_id = ?", (new_id, job_id))
+    conn.close()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("status", "{id}", "--db", "{db}"),
+        ("status", "--db", "{db}", "{id}"),
+        ("status", "--db", "{db}", "--", "{id}"),
+        ("status", "--db", "{db}", "--job", "{id}"),
+        ("status", "--job={id}", "--db", "{db}"),
+        ("results", "{id}", "--json", "--db", "{db}"),
+        ("results", "--json", "--db", "{db}", "--", "{id}"),
+    ],
+)
+def test_job_ids_starting_with_a_dash_are_accepted(
+    server: LocalServer, tmp_path: Path, db: Path, args: tuple[str, ...]
+) -> None:
+    """``trio-batch status -hY...`` read the id as options (issue 12, item 6)."""
+    batch = write_batch(tmp_path / "batch.txt", [server.url("/text.txt")])
+    run = json.loads(cli("run", str(batch), "--db", str(db), "--json").stdout)
+    dashed = "-hY" + run["job"]["id"][3:]
+    _job_renamed(db, run["job"]["id"], dashed)
+    proc = cli(*(a.format(id=dashed, db=db) for a in args))
+    assert proc.returncode == 0, proc.stderr
+    assert dashed in proc.stdout
+
+
+def test_a_job_id_given_twice_or_not_at_all_is_a_usage_error(db: Path) -> None:
+    for args in (("status", "--db", str(db)), ("status", "a", "--job", "b", "--db", str(db))):
+        proc = cli(*args)
+        assert proc.returncode == 2
+        assert "takes one job id" in proc.stderr
+
+
 @pytest.mark.parametrize("command", ["status", "results"])
 def test_missing_job(db: Path, command: str) -> None:
     proc = cli(command, "AAAAAAAAAAAAAAAAAAAAAA", "--db", str(db))

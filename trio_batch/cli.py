@@ -40,7 +40,7 @@ from . import __version__
 from ._config import COMMAND_TARGET_TIMEOUT, Config
 from ._errors import BatchError, InvalidRequest, StoreError, StoreLocked
 from ._input import InputError, parse_targets
-from ._model import Job, JobState, Target, TargetStatus
+from ._model import Job, JobState, Target, TargetStatus, is_job_id
 from .store import JobStore, open_store
 
 if TYPE_CHECKING:
@@ -156,10 +156,10 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     status = sub.add_parser("status", parents=[db], help="show a job and its targets' statuses")
-    status.add_argument("job", metavar="JOB", help="the job id")
+    _add_job_argument(status)
 
     results = sub.add_parser("results", parents=[db], help="print a job's stored results")
-    results.add_argument("job", metavar="JOB", help="the job id")
+    _add_job_argument(results)
     results.add_argument("--json", action="store_true", help="print JSON")
 
     jobs = sub.add_parser("jobs", parents=[db], help="list the jobs whose lease has not lapsed")
@@ -177,6 +177,47 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("serve_args", nargs=argparse.REMAINDER)  # main() hands them over
     return parser
+
+
+#: The commands that take a job id.
+_JOB_COMMANDS = ("status", "results")
+
+
+def _add_job_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "job", metavar="JOB", nargs="?", help="the job id (any id also works as --job=ID)"
+    )
+    parser.add_argument("--job", dest="job_option", metavar="ID", help=argparse.SUPPRESS)
+
+
+def _job_ids_as_options(argv: list[str]) -> list[str]:
+    """Rewrite a job id that starts with ``-`` (``status -hY...``) as ``--job=-hY...``.
+
+    argparse reads any word starting with ``-`` as an option, so ids of older databases (ids
+    are no longer drawn that way) could not be passed as the positional JOB. Only words of a
+    job id's exact shape are rewritten, never the value of ``--db`` nor anything after ``--``.
+    """
+    if not argv or argv[0] not in _JOB_COMMANDS:
+        return argv
+    out = argv[:1]
+    for i, word in enumerate(argv[1:], start=1):
+        if word == "--":
+            out.extend(argv[i:])
+            break
+        if word.startswith("-") and is_job_id(word) and argv[i - 1] != "--db":
+            if out[-1] == "--job":
+                out.pop()  # --job -hY...: argparse would refuse a value that looks like an option
+            out.append(f"--job={word}")
+        else:
+            out.append(word)
+    return out
+
+
+def _job_id(args: argparse.Namespace) -> str:
+    """The job id given as JOB or --job; exactly one is required."""
+    if (args.job is None) == (args.job_option is None):
+        raise _UsageError(f"{args.command} takes one job id: JOB, or --job ID")
+    return str(args.job if args.job is not None else args.job_option)
 
 
 # --------------------------------------------------------------------------------------------
@@ -202,7 +243,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["serve"]:
         return _serve(argv[1:])
     parser = _parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_job_ids_as_options(argv))
+    if args.command in _JOB_COMMANDS:
+        try:
+            args.job = _job_id(args)
+        except _UsageError as exc:
+            _error(str(exc))
+            return EXIT_USAGE
     try:
         import rich  # noqa: F401
 
