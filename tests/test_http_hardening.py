@@ -182,3 +182,14 @@ def test_serve_with_an_unusable_database_fails_in_one_line(tmp_path: Path) -> No
     assert "listening on" not in result.stdout
     assert result.stderr.startswith("trio-batch serve: cannot open the database")
     assert result.stderr.count("\n") == 1, result.stderr
+
+
+@pytest.mark.parametrize("path", ["/metrics/", "/healthz/", "/v1/batches/", "/openapi.json/"])
+async def test_no_redirect_is_built_from_the_host_header(
+    tmp_path: Path, fetch: ScriptedFetch, clock: FakeClock, path: str
+) -> None:
+    async with running(tmp_path, fetch, clock) as svc:
+        reply = await raw_request(svc.url, f"GET {path} HTTP/1.1\r\nHost: evil.test")
+    head = reply.split(b"\r\n\r\n", 1)[0].lower()
+    assert status_of(reply) == 404
+    assert b"location:" not in head and b"evil.test" not in reply

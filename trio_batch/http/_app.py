@@ -195,6 +195,10 @@ def create_app(
         middleware=[Middleware(RequestCounter, metrics=service.metrics)],
         lifespan=lifespan,
     )
+    # Starlette would answer /metrics/ with a redirect whose Location it builds from the Host
+    # header (Host: evil.test gives http://evil.test/metrics), unauthenticated: no redirects
+    # built from request headers, so a path with a trailing slash is simply not found.
+    app.router.redirect_slashes = False
     app.state.service = service
     return app
 
