@@ -196,11 +196,12 @@ async def test_bodies_that_are_not_json_are_400(
     tmp_path: Path, fetch: ScriptedFetch, clock: FakeClock
 ) -> None:
     async with running(tmp_path, fetch, clock) as svc:
+        as_json = auth() | {"Content-Type": "application/json"}
         for content in [b"", b"not json", b'{"targets": [', b"\xff\xfe\x00", b'{"a": NaN}']:
-            r = await svc.client.post("/v1/batches", content=content, headers=auth())
+            r = await svc.client.post("/v1/batches", content=content, headers=as_json)
             problem(r, 400, "malformed-json")
         deep = b"[" * 100_000 + b"]" * 100_000
-        r = await svc.client.post("/v1/batches", content=deep, headers=auth())
+        r = await svc.client.post("/v1/batches", content=deep, headers=as_json)
         assert r.status_code in (400, 413)  # nesting past the parser's limit, or the body cap
 
 
@@ -209,14 +210,18 @@ async def test_bodies_past_the_limit_are_413(
 ) -> None:
     async with running(tmp_path, fetch, clock, max_body=1000) as svc:
         big = json.dumps(body("x" * 2000)).encode()
-        r = await svc.client.post("/v1/batches", content=big, headers=auth())
+        r = await svc.client.post(
+            "/v1/batches", content=big, headers=auth() | {"Content-Type": "application/json"}
+        )
         problem(r, 413, "body-too-large")
 
         async def chunks() -> AsyncIterator[bytes]:  # no Content-Length: chunked
             for _ in range(20):
                 yield b" " * 100
 
-        r = await svc.client.post("/v1/batches", content=chunks(), headers=auth())
+        r = await svc.client.post(
+            "/v1/batches", content=chunks(), headers=auth() | {"Content-Type": "application/json"}
+        )
         problem(r, 413, "body-too-large")
         assert fetch.calls == []
 

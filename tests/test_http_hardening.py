@@ -193,3 +193,27 @@ async def test_no_redirect_is_built_from_the_host_header(
     head = reply.split(b"\r\n\r\n", 1)[0].lower()
     assert status_of(reply) == 404
     assert b"location:" not in head and b"evil.test" not in reply
+
+
+@pytest.mark.parametrize(
+    "content_type",
+    [None, "text/plain", "application/x-www-form-urlencoded", "multipart/form-data; b=x"],
+)
+async def test_a_submission_that_is_not_sent_as_json_is_415(
+    tmp_path: Path, fetch: ScriptedFetch, clock: FakeClock, content_type: str | None
+) -> None:
+    """A form or text/plain POST needs no CORS preflight: refusing it closes a CSRF path
+    behind a cookie-authenticated gateway (--caller-header)."""
+    async with running(tmp_path, fetch, clock) as svc:
+        headers = auth() | ({} if content_type is None else {"Content-Type": content_type})
+        payload = b'{"targets": [{"url": "https://example.test/a"}]}'
+        r = await svc.client.post("/v1/batches", content=payload, headers=headers)
+        problem(r, 415, "unsupported-media-type")
+        ok = auth() | {"Content-Type": "application/json; charset=utf-8"}
+        r = await svc.client.post("/v1/batches", content=payload, headers=ok)
+        assert r.status_code == 201
+        job_id = r.json()["id"]
+        if content_type is not None:
+            r = await svc.client.post(f"/v1/batches/{job_id}/cancel", headers=headers)
+            problem(r, 415, "unsupported-media-type")
+    assert fetch.calls == ["https://example.test/a"]  # only the JSON submission ran

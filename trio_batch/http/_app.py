@@ -25,7 +25,7 @@ from .._open_runner import open_runner
 from .._runner import FetchFunc
 from ..store import JobStore, open_store
 from ._auth import HeaderAuth, TokenAuth
-from ._bodies import job_json, parse_json, parse_submission, read_body
+from ._bodies import job_json, parse_json, parse_submission, read_body, require_json
 from ._events import EventStream
 from ._metrics import RequestCounter
 from ._openapi import openapi_document
@@ -99,6 +99,7 @@ def create_app(
 
     async def submit(request: Request) -> Response:
         caller = service.caller(request)
+        require_json(request)
         body = await read_body(request, service.max_body)
         obj = parse_json(body)
         try:
@@ -124,6 +125,7 @@ def create_app(
 
     async def cancel_batch(request: Request) -> Response:
         caller = service.caller(request)
+        require_json(request, body_expected=False)
         job, _ = await service.owned_status(request, caller)
         conflict = Problem(
             409, "already-finished", "Conflict", f"the job has already finished ({job.status})"

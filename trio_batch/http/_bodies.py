@@ -22,7 +22,7 @@ from .._model import (
 from ._auth import DEFAULT_CALLER_CLASS, Caller
 from ._problems import Problem
 
-__all__ = ["job_json", "parse_json", "parse_submission", "read_body"]
+__all__ = ["job_json", "parse_json", "parse_submission", "read_body", "require_json"]
 
 
 def _counts(job: Job, targets: Sequence[TargetStatus] | None) -> dict[str, int]:
@@ -60,6 +60,30 @@ def parse_json(body: bytes) -> object:
         raise Problem(
             400, "malformed-json", "Malformed JSON", f"the body is not JSON: {exc}"
         ) from None
+
+
+def require_json(request: Request, *, body_expected: bool = True) -> None:
+    """Refuse (415) a request whose ``Content-Type`` is not JSON.
+
+    A form or ``text/plain`` POST is what a browser may send cross-site without a preflight;
+    behind a cookie-authenticated gateway (``--caller-header``) accepting it would let any web
+    page submit or cancel jobs as the user. Without ``body_expected`` a missing type is allowed
+    (``POST .../cancel`` has no body), a non-JSON one is not.
+    """
+    header = request.headers.get("content-type")
+    if header is None and not body_expected:
+        return
+    media = (header or "").partition(";")[0].strip().lower()
+    if media == "application/json" or (
+        media.startswith("application/") and media.endswith("+json")
+    ):
+        return
+    raise Problem(
+        415,
+        "unsupported-media-type",
+        "Unsupported media type",
+        f"send the body as JSON with 'Content-Type: application/json', not {header or 'none'!r}",
+    )
 
 
 def parse_submission(obj: object, caller: Caller, config: Config) -> tuple[str, list[Target]]:

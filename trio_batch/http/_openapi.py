@@ -237,6 +237,7 @@ def openapi_document(*, auth_header: str | None = None) -> dict[str, Any]:
                         "401": _UNAUTHORIZED,
                         "403": _problem("caller_class differs from the one the credentials grant."),
                         "413": _problem("The body is larger than the service accepts."),
+                        "415": _problem("The Content-Type is not JSON."),
                         "422": _problem("Invalid or too many targets, or a malformed request."),
                         "429": _problem(
                             "The caller, or the service, has no free job slot.",
@@ -280,6 +281,7 @@ def openapi_document(*, auth_header: str | None = None) -> dict[str, Any]:
                         "401": _UNAUTHORIZED,
                         "404": _NOT_FOUND,
                         "409": _problem("The job has already finished."),
+                        "415": _problem("A Content-Type was sent and it is not JSON."),
                         "503": _UNAVAILABLE,
                     },
                 }
