@@ -216,4 +216,5 @@ async def test_a_submission_that_is_not_sent_as_json_is_415(
         if content_type is not None:
             r = await svc.client.post(f"/v1/batches/{job_id}/cancel", headers=headers)
             problem(r, 415, "unsupported-media-type")
+        assert (await svc.wait_done(job_id))["status"] == "done"  # the refused cancel did nothing
     assert fetch.calls == ["https://example.test/a"]  # only the JSON submission ran
