@@ -343,6 +343,21 @@ def test_status_results_jobs_and_gc(server: LocalServer, tmp_path: Path, db: Pat
     assert gc.stdout.strip() == "purged 0 expired job(s)"
 
 
+@pytest.mark.parametrize(
+    "text", ['[{"url": "http://x.test/", "n": 1%s}]', '{"url": "http://x.test/", "n": 1%s}']
+)
+def test_a_huge_number_in_a_batch_file_is_an_input_error(
+    tmp_path: Path, db: Path, text: str
+) -> None:
+    """Python's own message told the user to call sys.set_int_max_str_digits() (issue 12)."""
+    batch = tmp_path / "batch.json"
+    batch.write_text(text % ("0" * 5000) + "\n")
+    proc = cli("run", str(batch), "--db", str(db))
+    assert proc.returncode == 2
+    assert proc.stderr.startswith(f"trio-batch: {batch}:1: not valid JSON: a number of 5001 digits")
+    assert "Traceback" not in proc.stderr and "sys." not in proc.stderr
+
+
 def _job_renamed(db: Path, job_id: str, new_id: str) -> None:
     """Give a stored job another id (one an older trio-batch could draw: starting with -)."""
     import sqlite3

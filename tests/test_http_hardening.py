@@ -218,3 +218,24 @@ async def test_a_submission_that_is_not_sent_as_json_is_415(
             problem(r, 415, "unsupported-media-type")
         assert (await svc.wait_done(job_id))["status"] == "done"  # the refused cancel did nothing
     assert fetch.calls == ["https://example.test/a"]  # only the JSON submission ran
+
+
+@pytest.mark.parametrize("where", ["url", "options", "top"])
+async def test_a_huge_number_is_refused_without_leaking_internals(
+    tmp_path: Path, fetch: ScriptedFetch, clock: FakeClock, where: str
+) -> None:
+    huge = "1" * 5000
+    payload = {
+        "url": f'{{"targets": [{{"url": {huge}}}]}}',
+        "options": (f'{{"targets": [{{"url": "https://a.test/", "options": {{"n": {huge}}}}}]}}'),
+        "top": f'{{"targets": [], "n": -{huge}}}',
+    }[where]
+    async with running(tmp_path, fetch, clock) as svc:
+        r = await svc.client.post(
+            "/v1/batches",
+            content=payload.encode(),
+            headers=auth() | {"Content-Type": "application/json"},
+        )
+    detail = problem(r, 400, "malformed-json")["detail"]
+    assert "5000 digits" in detail
+    assert "sys." not in detail and "set_int_max_str_digits" not in detail

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -10,6 +9,7 @@ from starlette.requests import Request
 
 from .._config import Config
 from .._errors import InvalidRequest, InvalidTargets, TooManyTargets
+from .._json import STRICT_JSON
 from .._model import (
     Job,
     Target,
@@ -51,11 +51,12 @@ def job_json(job: Job, targets: Sequence[TargetStatus] | None = None) -> dict[st
 def parse_json(body: bytes) -> object:
     """The JSON value of a request body; raises a 400 problem if it is not strict JSON."""
 
-    def refuse(name: str) -> object:
-        raise ValueError(f"{name} is not valid JSON")
-
     try:
-        return json.loads(body, parse_constant=refuse)
+        return STRICT_JSON.decode(body.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise Problem(
+            400, "malformed-json", "Malformed JSON", "the body is not JSON: it is not UTF-8"
+        ) from None
     except (ValueError, RecursionError) as exc:
         raise Problem(
             400, "malformed-json", "Malformed JSON", f"the body is not JSON: {exc}"
