@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 from pathlib import Path
@@ -464,6 +465,21 @@ async def test_file_urls_can_be_disallowed(tmp_path: Path) -> None:
     err = await fetch_error(HttpFetcher(allow_file=False), target(f.as_uri()))
     assert isinstance(err, URLError)
     assert "allow_file" in err.hint
+
+
+async def test_target_urls_stay_out_of_the_log(
+    server: LocalServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """httpx logged every full URL at INFO; URLs can carry secrets (issue 12)."""
+    caplog.set_level(logging.DEBUG, logger="httpx")
+    url = server.url("/text.txt") + "?token=s3cr3t-in-the-query"
+    await http_fetch(target(url))
+    with pytest.raises(FetchError):
+        await http_fetch(target(server.url("/missing/s3cr3t-in-the-path")))
+    requests = [r for r in caplog.records if r.name == "httpx"]
+    assert requests  # httpx still says a request was made, and to which origin
+    assert all("s3cr3t" not in r.getMessage() for r in caplog.records)
+    assert f"{server.base}/…" in requests[0].getMessage()
 
 
 def test_fetcher_arguments_are_checked() -> None:

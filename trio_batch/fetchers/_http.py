@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import functools
+import logging
 import mimetypes
 import os
 import ssl
@@ -37,6 +38,31 @@ __all__ = ["CheckURL", "HttpFetcher", "http_fetch"]
 #: A hook called with every URL before it is requested: the first one and each redirect hop.
 #: It returns to allow the request, or raises (ideally :class:`URLRefused`) to refuse it.
 CheckURL = Callable[[str], Awaitable[None]]
+
+
+class _URLsToOrigins(logging.Filter):
+    """Logs httpx's request lines with the URL cut to its origin (``https://host:port/…``).
+
+    httpx logs every request's full URL at INFO; a target URL may carry a secret in its path
+    or query string (a token, a signed link), so none reaches the log by default.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(
+                _origin(arg) if isinstance(arg, httpx.URL) else arg for arg in record.args
+            )
+        return True
+
+
+def _origin(url: httpx.URL) -> str:
+    port = f":{url.port}" if url.port is not None else ""
+    return f"{url.scheme}://{url.host}{port}/…"
+
+
+_httpx_log = logging.getLogger("httpx")
+if not any(isinstance(f, _URLsToOrigins) for f in _httpx_log.filters):
+    _httpx_log.addFilter(_URLsToOrigins())
 
 _HTTP_SCHEMES = ("http", "https")
 _REDIRECT_CODES = (301, 302, 303, 307, 308)
