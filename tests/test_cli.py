@@ -250,6 +250,10 @@ def test_second_ctrl_c_stops_at_once(server: LocalServer, tmp_path: Path, db: Pa
         ('[\n  {"url": "https://a.test/"},\n  {"url": ""}\n]\n', 3, "url must not be empty"),
         ('[\n  {"url": "https://a.test/"},\n  {"url": "https://b.test/"\n]\n', 4, "JSON"),
         ('[{"url": "https://a.test/"}] extra\n', 1, "extra data"),
+        # Quoted URL lines used to fail at fetch time with a nonsense hint (issue 12).
+        ('https://a.test/\n"https://b.test/"\n', 2, "is quoted; write the URL bare"),
+        ("'https://b.test/'\n", 1, "is quoted"),
+        ('https://b.test/"\n', 1, "is quoted"),
     ],
 )
 def test_bad_target_exits_2_with_the_line(

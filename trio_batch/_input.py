@@ -86,6 +86,12 @@ def _lines(text: str) -> list[_Item]:
                     f"not valid JSON: {exc.msg} (column {exc.colno})", line=number
                 ) from None
             items.append(_Item(number, value, plain=False))
+        elif line[0] in "\"'" or line[-1] in "\"'":
+            raise InputError(
+                f"{line[:80]} is quoted; write the URL bare, one per line, without quotes "
+                '(or as a JSON object {"url": ...})',
+                line=number,
+            )
         elif any(ch.isspace() for ch in line):
             raise InputError(
                 f"{line[:80]!r} is not a URL (it contains a space); write one URL per line, "
