@@ -239,3 +239,22 @@ async def test_a_huge_number_is_refused_without_leaking_internals(
     detail = problem(r, 400, "malformed-json")["detail"]
     assert "5000 digits" in detail
     assert "sys." not in detail and "set_int_max_str_digits" not in detail
+
+
+async def test_targets_a_cancelled_job_never_runs_are_not_unfinished(
+    tmp_path: Path, fetch: ScriptedFetch, clock: FakeClock
+) -> None:
+    async with running(tmp_path, fetch, clock) as svc:
+        started, release = fetch.gate("https://example.test/gate")
+        job_id = (await svc.submit("gate", "b", "c"))["id"]
+        await started.wait()
+        text = (await svc.client.get("/metrics")).text
+        assert metric(text, "trio_batch_targets", status="unfinished") == 3
+        r = await svc.client.post(f"/v1/batches/{job_id}/cancel", headers=auth())
+        assert r.status_code == 200
+        release.set()
+        assert (await svc.wait_done(job_id))["status"] == "cancelled"
+        text = (await svc.client.get("/metrics")).text
+    assert metric(text, "trio_batch_targets", status="done") == 1  # the gated one finished
+    assert metric(text, "trio_batch_targets", status="unfinished") == 0
+    assert metric(text, "trio_batch_targets", status="abandoned") == 2

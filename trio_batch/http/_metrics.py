@@ -52,7 +52,8 @@ class Metrics:
         )
         self.targets = Gauge(
             "trio_batch_targets",
-            "Targets of unexpired jobs: done, failed, or not finished (pending or running).",
+            "Targets of unexpired jobs: done, failed, unfinished (pending or running in a live "
+            "job) or abandoned (left without an outcome by a cancelled or failed job).",
             ["status"],
             registry=self.registry,
         )
@@ -68,6 +69,7 @@ class Metrics:
         self.targets.labels("done").set(counts.targets_done - counts.targets_failed)
         self.targets.labels("failed").set(counts.targets_failed)
         self.targets.labels("unfinished").set(counts.targets_unfinished)
+        self.targets.labels("abandoned").set(counts.targets_abandoned)
 
 
 class RequestCounter:

@@ -34,11 +34,13 @@ class StoreCounts:
     targets_total: int
     targets_done: int
     targets_failed: int
+    #: Targets without an outcome whose job is terminal (cancelled, failed): they never run.
+    targets_abandoned: int = 0
 
     @property
     def targets_unfinished(self) -> int:
-        """Targets of unexpired jobs that have no stored outcome."""
-        return self.targets_total - self.targets_done
+        """Targets of unexpired live jobs that have no stored outcome yet (they may still run)."""
+        return self.targets_total - self.targets_done - self.targets_abandoned
 
 
 @runtime_checkable

@@ -84,8 +84,11 @@ LIST_JOBS_OF_CALLER = (
 )
 #: Unexpired jobs by status, for metrics.
 COUNT_BY_STATUS = "SELECT status, count(*) FROM jobs WHERE expires_at > ? GROUP BY status"
-#: Unexpired jobs' target totals, for metrics.
+#: Unexpired jobs' target totals, for metrics; the last column counts the targets that terminal
+#: jobs left without an outcome (they never run).
 SUM_TARGETS = (
     "SELECT coalesce(sum(targets_total), 0), coalesce(sum(targets_done), 0), "
-    "coalesce(sum(targets_failed), 0) FROM jobs WHERE expires_at > ?"
+    "coalesce(sum(targets_failed), 0), "
+    "coalesce(sum(CASE WHEN status IN ('queued', 'running') THEN 0 "
+    "ELSE targets_total - targets_done END), 0) FROM jobs WHERE expires_at > ?"
 )

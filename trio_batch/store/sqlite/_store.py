@@ -457,7 +457,7 @@ class Store(Connection):
         now = time.time() if now is None else now
         with self._snapshot():
             by_status = self.db.execute(q.COUNT_BY_STATUS, (now,)).fetchall()
-            total, done, failed = self.db.execute(q.SUM_TARGETS, (now,)).fetchone()
+            total, done, failed, abandoned = self.db.execute(q.SUM_TARGETS, (now,)).fetchone()
         jobs = dict.fromkeys((str(s) for s in JobState), 0)
         jobs.update((str(status), int(count)) for status, count in by_status)
-        return StoreCounts(jobs, int(total), int(done), int(failed))
+        return StoreCounts(jobs, int(total), int(done), int(failed), int(abandoned))
