@@ -362,6 +362,47 @@ def test_a_huge_number_in_a_batch_file_is_an_input_error(
     assert "Traceback" not in proc.stderr and "sys." not in proc.stderr
 
 
+def test_a_library_warning_does_not_print_as_trio_batch(
+    server: LocalServer, tmp_path: Path, db: Path
+) -> None:
+    """pypdf's warnings about a damaged PDF printed as 'trio-batch: ...' (issue 12)."""
+    import re
+
+    from .local_server import make_pdf
+
+    data = make_pdf(["Hello page"])
+    m = re.search(rb"startxref\s+(\d+)", data)
+    assert m is not None
+    damaged = tmp_path / "damaged.pdf"  # a wrong startxref: pypdf warns, then recovers
+    damaged.write_bytes(data[: m.start(1)] + str(int(m.group(1)) + 7).encode() + data[m.end(1) :])
+    proc = cli(
+        "run", write_batch(tmp_path / "b.txt", [damaged.as_uri()]).as_posix(), "--db", str(db)
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "startxref" not in proc.stderr
+
+
+def test_log_lines_are_named_for_their_source(capsys: pytest.CaptureFixture[str]) -> None:
+    import logging
+
+    from trio_batch import cli as cli_module
+
+    root, own = logging.getLogger(), logging.getLogger("trio_batch")
+    saved = (root.handlers[:], root.level, own.handlers[:], own.level, own.propagate)
+    try:
+        cli_module._configure_logging()
+        logging.getLogger("pypdf").warning("a library speaks")
+        logging.getLogger("trio_batch.runner").warning("the command speaks")
+        logging.getLogger("httpx").info("below the threshold")
+    finally:
+        root.handlers[:], root.level = saved[0], saved[1]
+        own.handlers[:], own.level, own.propagate = saved[2], saved[3], saved[4]
+    err = capsys.readouterr().err
+    assert "pypdf: WARNING: a library speaks\n" in err
+    assert "trio-batch: the command speaks\n" in err
+    assert "trio-batch: a library" not in err and "below the threshold" not in err
+
+
 def _job_renamed(db: Path, job_id: str, new_id: str) -> None:
     """Give a stored job another id (one an older trio-batch could draw: starting with -)."""
     import sqlite3

@@ -388,7 +388,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if not (value > 0 and math.isfinite(value)):
             raise _UsageError(f"{flag} must be a positive number of seconds")
     caller = args.caller if args.caller is not None else _default_caller()
-    logging.basicConfig(level=logging.WARNING, format="trio-batch: %(message)s")
+    _configure_logging()
     with _open_store(args.db, create=True) as store:
         assert store is not None  # created if missing
         config = Config(
@@ -419,6 +419,36 @@ def _cmd_run(args: argparse.Namespace) -> int:
     job, statuses = final
     _report(job, statuses, outcome, store_path=store_path, as_json=args.json)
     return _exit_code(job)
+
+
+class _StderrNow(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is at the time of the record: the live progress bar
+    swaps in a proxy that prints above the bar, so log lines do not break it."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stderr
+        super().emit(record)
+
+
+def _configure_logging() -> None:
+    """Warnings of trio_batch as ``trio-batch: ...``; other libraries' under their own name.
+
+    A library's warning (say pypdf's about a damaged file) printed as ``trio-batch: ...``
+    read as if the command itself had something to say.
+    """
+    own = logging.getLogger("trio_batch")
+    if any(isinstance(h, _StderrNow) for h in own.handlers):
+        return
+    mine = _StderrNow()
+    mine.setFormatter(logging.Formatter("trio-batch: %(message)s"))
+    own.addHandler(mine)
+    own.setLevel(logging.WARNING)
+    own.propagate = False
+    others = _StderrNow()
+    others.setFormatter(logging.Formatter("%(name)s: %(levelname)s: %(message)s"))
+    root = logging.getLogger()
+    root.addHandler(others)
+    root.setLevel(logging.WARNING)
 
 
 @dataclass

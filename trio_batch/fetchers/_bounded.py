@@ -13,6 +13,7 @@ common path), in a thread when large (linear work, bounded by the fetcher's ``ma
 from __future__ import annotations
 
 import functools
+import logging
 import math
 import resource
 from typing import Any
@@ -94,10 +95,23 @@ def _out_of_memory(url: str, memory: int) -> ContentError:
     )
 
 
+def _quiet_worker_logging() -> None:
+    """Keep libraries' log records in the worker off the terminal.
+
+    The worker has no logging set up, so Python's last-resort handler would print pypdf's
+    warnings about a damaged file, bare, straight into the command's progress lines; what
+    matters of them is the target's outcome, which is returned.
+    """
+    root = logging.getLogger()
+    if not root.handlers:
+        root.addHandler(logging.NullHandler())
+
+
 def _process_limited(
     plan: Plan, body: Body, context_lines: int, cpu_seconds: int, memory: int
 ) -> tuple[str, dict[str, Any]]:
     """In the worker: limit this process's CPU time and memory, then process the body."""
+    _quiet_worker_logging()
     used = resource.getrusage(resource.RUSAGE_SELF)
     soft_cpu = math.ceil(used.ru_utime + used.ru_stime) + cpu_seconds
     _, hard_cpu = resource.getrlimit(resource.RLIMIT_CPU)
