@@ -9,8 +9,9 @@
     trio-batch gc [--db PATH]
 
 Also ``python -m trio_batch``. Exit codes: 0 the job is done; 1 it ended partial or failed (or,
-for the other commands, the job does not exist); 2 a usage or input error; 130 the job was
-cancelled with Ctrl-C.
+for the other commands, the job does not exist); 2 a usage or input error; 3 another run holds
+the database (nothing was submitted; try again when it ends); 130 the job was cancelled with
+Ctrl-C.
 
 Argument parsing uses :mod:`argparse`: five subcommands with a handful of options each need
 nothing more, it keeps the command free of another dependency, and its usage errors already
@@ -46,13 +47,23 @@ from .store import JobStore, open_store
 if TYPE_CHECKING:
     from rich.console import Console
 
-__all__ = ["EXIT_CANCELLED", "EXIT_DONE", "EXIT_FAILED", "EXIT_USAGE", "default_db", "main"]
+__all__ = [
+    "EXIT_BUSY",
+    "EXIT_CANCELLED",
+    "EXIT_DONE",
+    "EXIT_FAILED",
+    "EXIT_USAGE",
+    "default_db",
+    "main",
+]
 
 T = TypeVar("T")
 
 EXIT_DONE = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
+#: Another run holds the database: nothing was submitted, unlike 1 (a job that ran and failed).
+EXIT_BUSY = 3
 EXIT_CANCELLED = 130
 
 #: Lapsed jobs deleted per transaction by `trio-batch gc`.
@@ -63,7 +74,7 @@ DB_ENV = "TRIO_BATCH_DB"
 
 _EPILOG = """\
 exit codes: 0 done, 1 partial or failed (or no such job), 2 usage or input error,
-130 cancelled with Ctrl-C.
+3 another run holds the database (nothing submitted), 130 cancelled with Ctrl-C.
 
 database: every command takes --db PATH. Without it, $TRIO_BATCH_DB is used, else
 trio-batch.db in your user data directory (on Linux ~/.local/share/trio-batch/). A per-user
@@ -405,7 +416,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 f"another trio-batch run (or runner) is using {store.location}; wait for it to "
                 "finish, or use another --db"
             )
-            return EXIT_FAILED
+            return EXIT_BUSY
         except InvalidRequest as exc:
             raise _UsageError(str(exc)) from None
         except BatchError as exc:
