@@ -258,3 +258,26 @@ async def test_targets_a_cancelled_job_never_runs_are_not_unfinished(
     assert metric(text, "trio_batch_targets", status="done") == 1  # the gated one finished
     assert metric(text, "trio_batch_targets", status="unfinished") == 0
     assert metric(text, "trio_batch_targets", status="abandoned") == 2
+
+
+async def test_a_trickled_body_is_cut_off_with_408(
+    tmp_path: Path, fetch: ScriptedFetch, clock: FakeClock
+) -> None:
+    """A client sending its body a byte at a time held the connection for 30 s (issue 12)."""
+    async with running(tmp_path, fetch, clock, body_timeout=0.5) as svc:
+        stream = await open_raw(svc.url)
+        head = (
+            f"POST /v1/batches HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {ALICE}\r\n"
+            "Content-Length: 1000\r\nContent-Type: application/json\r\n\r\n"
+        )
+        await stream.send_all(head.encode() + b'{"targets": [')  # and never the rest
+        reply = b""
+        with trio.fail_after(60):  # a guard against a hang, not a speed check
+            while chunk := await stream.receive_some(65536):  # to the server's close
+                reply += chunk
+        await stream.aclose()
+        assert status_of(reply) == 408
+        assert b"urn:trio-batch:problem:body-timeout" in reply
+        text = (await svc.client.get("/metrics")).text
+    assert metric(text, "trio_batch_http_requests_total", route="/v1/batches", code="408") == 1
+    assert fetch.calls == []

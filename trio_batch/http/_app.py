@@ -32,10 +32,12 @@ from ._openapi import openapi_document
 from ._problems import Problem, not_found, problem_for, problem_for_http
 from ._service import Service
 
-__all__ = ["DEFAULT_MAX_BODY", "create_app"]
+__all__ = ["DEFAULT_BODY_TIMEOUT", "DEFAULT_MAX_BODY", "create_app"]
 
 #: Largest request body accepted by default (bytes); past it, 413.
 DEFAULT_MAX_BODY = 1024 * 1024
+#: Seconds a request body may take to arrive by default; past it, 408.
+DEFAULT_BODY_TIMEOUT = 10.0
 _log = logging.getLogger("trio_batch.http")
 
 
@@ -46,6 +48,7 @@ def create_app(
     auth: TokenAuth | HeaderAuth,
     config: Config | None = None,
     max_body: int = DEFAULT_MAX_BODY,
+    body_timeout: float = DEFAULT_BODY_TIMEOUT,
     retry_after: int = 5,
     heartbeat: float = 15.0,
     now: Callable[[], float] = time.time,
@@ -55,21 +58,25 @@ def create_app(
 
     The application's lifespan opens the store at ``db`` and a runner with ``fetch`` and
     ``config`` (see :func:`trio_batch.open_runner`); it must run under trio. ``auth`` decides
-    who a request comes from. ``max_body`` caps a request body (bytes), ``retry_after`` is the
+    who a request comes from. ``max_body`` caps a request body (bytes) and ``body_timeout`` the
+    seconds it may take to arrive (408 past it), ``retry_after`` is the
     ``Retry-After`` sent with 429 and 503, ``heartbeat`` the seconds between keep-alive
     comments on an idle event stream. ``now`` and ``logger`` go to the runner.
 
     ``app.state.service.begin_shutdown()`` refuses new jobs and ends event streams; :func:`serve`
     calls it when its shutdown trigger fires.
     """
-    if max_body < 1 or retry_after < 0 or not heartbeat > 0:
-        raise ValueError("max_body and heartbeat must be positive, retry_after not negative")
+    if max_body < 1 or retry_after < 0 or not heartbeat > 0 or not body_timeout > 0:
+        raise ValueError(
+            "max_body, body_timeout and heartbeat must be positive, retry_after not negative"
+        )
     service = Service(
         db=os.fspath(db),
         fetch=fetch,
         config=Config() if config is None else config,
         auth=auth,
         max_body=max_body,
+        body_timeout=body_timeout,
         retry_after=retry_after,
         heartbeat=heartbeat,
         now=now,
@@ -100,7 +107,7 @@ def create_app(
     async def submit(request: Request) -> Response:
         caller = service.caller(request)
         require_json(request)
-        body = await read_body(request, service.max_body)
+        body = await read_body(request, service.max_body, seconds=service.body_timeout)
         obj = parse_json(body)
         try:
             caller_class, targets = parse_submission(obj, caller, service.config)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import trio
 from starlette.requests import Request
 
 from .._config import Config
@@ -126,8 +127,10 @@ def parse_submission(obj: object, caller: Caller, config: Config) -> tuple[str, 
     return caller_class, targets
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The request's body; raises a 413 problem as soon as it goes past ``limit`` bytes."""
+async def read_body(request: Request, limit: int, *, seconds: float) -> bytes:
+    """The request's body; raises a 413 problem as soon as it goes past ``limit`` bytes, and a
+    408 problem if it has not all arrived within ``seconds`` (a client trickling its body
+    would otherwise hold the connection as long as it likes)."""
     too_large = Problem(
         413, "body-too-large", "Content too large", f"the body is larger than {limit} bytes"
     )
@@ -135,8 +138,16 @@ async def read_body(request: Request, limit: int) -> bytes:
     if length is not None and length > limit:
         raise too_large
     body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise too_large
-    return bytes(body)
+    with trio.move_on_after(seconds):
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > limit:
+                raise too_large
+        return bytes(body)
+    raise Problem(
+        408,
+        "body-timeout",
+        "Request timeout",
+        f"the body did not arrive within {seconds:g} s; send it at once",
+        headers={"Connection": "close"},
+    )

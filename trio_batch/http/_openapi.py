@@ -236,6 +236,7 @@ def openapi_document(*, auth_header: str | None = None) -> dict[str, Any]:
                         "400": _problem("The body is not JSON."),
                         "401": _UNAUTHORIZED,
                         "403": _problem("caller_class differs from the one the credentials grant."),
+                        "408": _problem("The body did not arrive in time (--body-timeout)."),
                         "413": _problem("The body is larger than the service accepts."),
                         "415": _problem("The Content-Type is not JSON."),
                         "422": _problem("Invalid or too many targets, or a malformed request."),

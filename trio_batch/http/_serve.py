@@ -17,7 +17,7 @@ from starlette.applications import Starlette
 from .._config import COMMAND_TARGET_TIMEOUT, Config
 from .._errors import StoreError
 from ..fetchers import builtin_fetch, load_fetch
-from ._app import DEFAULT_MAX_BODY, create_app
+from ._app import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY, create_app
 from ._auth import Auth, HeaderAuth, TokenAuth
 from ._service import Service
 
@@ -132,6 +132,13 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="BYTES",
         help="largest request body (default: %(default)s)",
     )
+    parser.add_argument(
+        "--body-timeout",
+        type=float,
+        default=DEFAULT_BODY_TIMEOUT,
+        metavar="SECONDS",
+        help="how long a request body may take to arrive; past it, 408 (default: %(default)g)",
+    )
     for name, help_text in (
         ("ttl", "seconds a job and its results are kept after its latest write"),
         ("targets-per-job", "most targets in one job"),
@@ -189,7 +196,14 @@ def run_serve(args: argparse.Namespace) -> int:
             jobs_total=args.jobs_total,
             target_timeout=args.target_timeout,
         )
-        app = create_app(db=args.db, fetch=fetch, auth=auth, config=config, max_body=args.max_body)
+        app = create_app(
+            db=args.db,
+            fetch=fetch,
+            auth=auth,
+            config=config,
+            max_body=args.max_body,
+            body_timeout=args.body_timeout,
+        )
     except (OSError, ValueError, TypeError) as exc:
         print(f"trio-batch serve: {exc}", file=sys.stderr)
         return 2

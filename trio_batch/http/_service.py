@@ -29,6 +29,7 @@ class Service:
     config: Config
     auth: Auth
     max_body: int
+    body_timeout: float
     retry_after: int
     heartbeat: float
     now: Callable[[], float]
