@@ -403,6 +403,24 @@ def test_log_lines_are_named_for_their_source(capsys: pytest.CaptureFixture[str]
     assert "trio-batch: a library" not in err and "below the threshold" not in err
 
 
+def test_forget_lets_the_same_batch_run_again(
+    server: LocalServer, tmp_path: Path, db: Path
+) -> None:
+    batch = write_batch(tmp_path / "batch.txt", [server.url("/text.txt")])
+    first = json.loads(cli("run", str(batch), "--db", str(db), "--json").stdout)
+    job_id = first["job"]["id"]
+    again = cli("run", str(batch), "--db", str(db), "--json")
+    assert json.loads(again.stdout)["reused"] is True  # the stored job; nothing fetched
+    forget = cli("forget", job_id, "--db", str(db))
+    assert forget.returncode == 0, forget.stderr
+    assert forget.stdout.startswith(f"forgot job {job_id} (done, 1 target(s))")
+    fresh = json.loads(cli("run", str(batch), "--db", str(db), "--json").stdout)
+    assert fresh["reused"] is False and fresh["job"]["id"] != job_id
+    assert server.count("/text.txt") == 2
+    gone = cli("forget", job_id, "--db", str(db))
+    assert gone.returncode == 1 and f"no job {job_id}" in gone.stderr
+
+
 def _job_renamed(db: Path, job_id: str, new_id: str) -> None:
     """Give a stored job another id (one an older trio-batch could draw: starting with -)."""
     import sqlite3
@@ -425,6 +443,7 @@ def _job_renamed(db: Path, job_id: str, new_id: str) -> None:
         ("status", "--job={id}", "--db", "{db}"),
         ("results", "{id}", "--json", "--db", "{db}"),
         ("results", "--json", "--db", "{db}", "--", "{id}"),
+        ("forget", "{id}", "--db", "{db}"),
     ],
 )
 def test_job_ids_starting_with_a_dash_are_accepted(

@@ -65,6 +65,7 @@ def _labels() -> list[str]:
     return [
         "POST /v1/batches",
         "GET /v1/batches/{id}",
+        "DELETE /v1/batches/{id}",
         "POST /v1/batches/{id}/cancel",
         "GET /v1/batches/{id}/events",
         "GET /healthz",

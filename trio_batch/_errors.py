@@ -8,6 +8,7 @@
     ├── TooManyTargets           over targets_per_job
     ├── CallerBusy               the caller holds jobs_per_caller live jobs
     ├── Busy                     jobs_total live jobs in all
+    ├── JobLive                  a live job cannot be forgotten
     ├── RunnerClosed             the runner has shut down
     └── StoreError               the database cannot be used as asked
         ├── SchemaVersionError   written by a newer trio_batch, or not ours
@@ -26,6 +27,7 @@ __all__ = [
     "CallerBusy",
     "InvalidRequest",
     "InvalidTargets",
+    "JobLive",
     "OutcomeExists",
     "RunnerClosed",
     "SchemaVersionError",
@@ -71,6 +73,11 @@ class CallerBusy(BatchError):
 
 class Busy(BatchError):
     """All ``jobs_total`` job slots are taken by live jobs. HTTP 429: retry once one ends."""
+
+
+class JobLive(BatchError):
+    """The job is live (or still storing its in-flight target), so it cannot be forgotten.
+    HTTP 409: cancel it, wait for it to end, then forget it."""
 
 
 class RunnerClosed(BatchError):

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import trio
 
 from ._config import Config
-from ._errors import RunnerClosed, StoreUnavailable
+from ._errors import JobLive, RunnerClosed, StoreUnavailable
 from ._model import (
     Job,
     JobState,
@@ -242,6 +242,21 @@ class Runner:
         if job is not None:
             self._log.info("job cancelled", extra={"job_id": job_id, "caller": job.caller})
         return job is not None
+
+    async def forget(self, job_id: str, *, caller: str | None = None) -> Job | None:
+        """Delete a terminal job and its results, so the same targets can be submitted afresh.
+
+        Returns the job as it was, or None if it is unknown, lapsed or (with ``caller``)
+        another caller's. A live job, or a cancelled one whose in-flight target is still being
+        stored, raises :class:`JobLive`: cancel it and :meth:`wait` for it first. On
+        cancellation the delete has either happened whole or not at all.
+        """
+        self._check_open()
+        if job_id in self._drains:
+            raise JobLive(
+                f"job {job_id} is still running or storing its last target; wait for it to end"
+            )
+        return await self._store.forget_job(job_id, caller=caller, now=self._now())
 
     async def status(self, job_id: str) -> tuple[Job, list[TargetStatus]] | None:
         """The job and its targets as stored, or None for an unknown or lapsed id.

@@ -6,6 +6,7 @@
     trio-batch status JOB [--db PATH]
     trio-batch results JOB [--db PATH] [--json]
     trio-batch jobs [--db PATH] [--caller NAME] [--json]
+    trio-batch forget JOB [--db PATH]
     trio-batch gc [--db PATH]
 
 Also ``python -m trio_batch``. Exit codes: 0 the job is done; 1 it ended partial or failed (or,
@@ -39,7 +40,7 @@ import trio
 
 from . import __version__
 from ._config import COMMAND_TARGET_TIMEOUT, Config
-from ._errors import BatchError, InvalidRequest, StoreError, StoreLocked
+from ._errors import BatchError, InvalidRequest, JobLive, StoreError, StoreLocked
 from ._input import InputError, parse_targets
 from ._model import Job, JobState, Target, TargetStatus, is_job_id
 from .store import JobStore, open_store
@@ -178,6 +179,16 @@ def _parser() -> argparse.ArgumentParser:
     jobs.add_argument("--limit", type=int, default=100, help="at most this many (default 100)")
     jobs.add_argument("--json", action="store_true", help="print JSON")
 
+    forget = sub.add_parser(
+        "forget",
+        parents=[db],
+        help="delete a finished job and its results, so its targets can be run again",
+        description="Delete a finished (done, partial, failed or cancelled) job and its "
+        "results now, instead of when its lease lapses, so that `trio-batch run` of the same "
+        "targets by the same caller fetches them again. A live job is refused: wait for it.",
+    )
+    _add_job_argument(forget)
+
     sub.add_parser("gc", parents=[db], help="delete the jobs whose lease has lapsed")
 
     # The service's options live in trio_batch.http (the http extra); they are parsed there.
@@ -191,7 +202,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 #: The commands that take a job id.
-_JOB_COMMANDS = ("status", "results")
+_JOB_COMMANDS = ("status", "results", "forget")
 
 
 def _add_job_argument(parser: argparse.ArgumentParser) -> None:
@@ -284,6 +295,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return _cmd_results(store, args)
             if args.command == "jobs":
                 return _cmd_jobs(store, args)
+            if args.command == "forget":
+                return _cmd_forget(store, args)
             return _cmd_gc(store)
     except _UsageError as exc:
         _error(str(exc))
@@ -359,7 +372,7 @@ def _ask(store: JobStore, call: Callable[[JobStore], Awaitable[T]]) -> T:
 
 def _no_database(args: argparse.Namespace) -> int:
     db = args.db or default_db()
-    if args.command in ("status", "results"):
+    if args.command in _JOB_COMMANDS:
         _error(f"no job {args.job}: there is no database at {db}")
         return EXIT_FAILED
     if args.command == "jobs":
@@ -638,6 +651,19 @@ def _cmd_jobs(store: JobStore, args: argparse.Namespace) -> int:
         _stderr().print("no jobs", markup=False)
     else:
         _stdout().print(_console.jobs_table(jobs))
+    return EXIT_DONE
+
+
+def _cmd_forget(store: JobStore, args: argparse.Namespace) -> int:
+    try:
+        job = _ask(store, lambda s: s.forget_job(args.job, now=time.time()))
+    except JobLive as exc:
+        _error(f"{exc} (trio-batch run is still working on it)")
+        return EXIT_FAILED
+    if job is None:
+        _error(f"no job {args.job} in {store.location} (unknown id, or its lease has lapsed)")
+        return EXIT_FAILED
+    print(f"forgot job {job.id} ({job.status}, {job.targets_total} target(s))")
     return EXIT_DONE
 
 

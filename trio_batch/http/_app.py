@@ -146,6 +146,18 @@ def create_app(
             raise not_found()
         return JSONResponse(job_json(*status))
 
+    async def forget_batch(request: Request) -> Response:
+        caller = service.caller(request)
+        job = await service.runner.forget(request.path_params["id"], caller=caller.name)
+        if job is None:
+            raise not_found()  # another caller's job reads exactly like an unknown one
+        return Response(status_code=204)
+
+    async def batch_resource(request: Request) -> Response:
+        if request.method == "DELETE":
+            return await forget_batch(request)
+        return await get_batch(request)
+
     async def events(request: Request) -> Response:
         caller = service.caller(request)
         job, _ = await service.owned_status(request, caller)
@@ -188,7 +200,8 @@ def create_app(
     app = Starlette(
         routes=[
             Route("/v1/batches", submit, methods=["POST"]),
-            Route("/v1/batches/{id}", get_batch, methods=["GET"]),
+            # One route per path, so a 405 lists every allowed method.
+            Route("/v1/batches/{id}", batch_resource, methods=["GET", "DELETE"]),
             Route("/v1/batches/{id}/cancel", cancel_batch, methods=["POST"]),
             Route("/v1/batches/{id}/events", events, methods=["GET"]),
             Route("/healthz", healthz, methods=["GET"]),

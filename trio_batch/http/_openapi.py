@@ -266,7 +266,21 @@ def openapi_document(*, auth_header: str | None = None) -> dict[str, Any]:
                         "404": _NOT_FOUND,
                         "503": _UNAVAILABLE,
                     },
-                }
+                },
+                "delete": {
+                    "operationId": "forgetBatch",
+                    "summary": "Forget a finished job and its results, so its targets can be "
+                    "submitted afresh.",
+                    "security": secured,
+                    "parameters": [_JOB_ID],
+                    "responses": {
+                        "204": {"description": "The job and its results are deleted."},
+                        "401": _UNAUTHORIZED,
+                        "404": _NOT_FOUND,
+                        "409": _problem("The job is live: cancel it and wait for it to end."),
+                        "503": _UNAVAILABLE,
+                    },
+                },
             },
             "/v1/batches/{id}/cancel": {
                 "post": {

@@ -127,6 +127,14 @@ class JobStore(Protocol):
         """
         ...
 
+    async def forget_job(self, job_id: str, *, caller: str | None = None, now: float) -> Job | None:
+        """Delete a terminal job and its targets at once, in one transaction; returns the job.
+
+        None (and nothing deleted) if the job is unknown, lapsed, or, with ``caller``, another
+        caller's. A live job is not deleted: :class:`~trio_batch.JobLive` is raised.
+        """
+        ...
+
     async def get_job(self, job_id: str, *, now: float) -> Job | None:
         """The job, or None if the id is unknown, malformed or its lease has lapsed."""
         ...

@@ -313,6 +313,10 @@ class SQLiteJobStore:
         """One batch of :meth:`Store.purge_expired`, on the store thread."""
         return await self._on_thread(Store.purge_expired, now, batch_size=batch_size, max_batches=1)
 
+    async def forget_job(self, job_id: str, *, caller: str | None = None, now: float) -> Job | None:
+        """:meth:`Store.forget_job`, on the store thread (a delete may wait for the lock)."""
+        return await self._on_thread(Store.forget_job, job_id, caller=caller, now=now)
+
     async def get_job(self, job_id: str, *, now: float) -> Job | None:
         """:meth:`Store.get_job`."""
         return await self._call(Store.get_job, job_id, now=now)

@@ -71,6 +71,10 @@ LAPSED_IDS = "SELECT id FROM jobs WHERE expires_at <= ? ORDER BY expires_at LIMI
 DELETE_TARGETS_OF = "DELETE FROM targets WHERE job_id IN (SELECT value FROM json_each(?))"
 DELETE_JOBS = "DELETE FROM jobs WHERE id IN (SELECT value FROM json_each(?))"
 
+#: Forget one terminal job: its targets, then the job itself (live jobs never match).
+FORGET_TARGETS = "DELETE FROM targets WHERE job_id = ?"
+FORGET_JOB = "DELETE FROM jobs WHERE id = ? AND status NOT IN ('queued', 'running')"
+
 # ---------------------------------------------------------------------------------------------
 # Reading
 

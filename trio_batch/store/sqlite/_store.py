@@ -25,6 +25,7 @@ from typing import Any
 from ..._errors import (
     Busy,
     CallerBusy,
+    JobLive,
     OutcomeExists,
     TooManyTargets,
 )
@@ -407,6 +408,24 @@ class Store(Connection):
 
     # ----------------------------------------------------------------------------------------
     # Reading
+
+    def forget_job(
+        self, job_id: str, *, caller: str | None = None, now: float | None = None
+    ) -> Job | None:
+        """Delete a terminal job and its targets in one transaction; see ``JobStore``."""
+        if not is_job_id(job_id):
+            return None
+        now = time.time() if now is None else now
+        with self.transaction():
+            row = self.db.execute(q.GET_JOB, (job_id, now)).fetchone()
+            job = None if row is None else _job(row)
+            if job is None or (caller is not None and job.caller != caller):
+                return None
+            if job.status.is_live:
+                raise JobLive(f"job {job_id} is {job.status}; cancel it first, then forget it")
+            self.db.execute(q.FORGET_TARGETS, (job_id,))
+            self.db.execute(q.FORGET_JOB, (job_id,))
+        return job
 
     def get_job(self, job_id: str, *, now: float | None = None) -> Job | None:
         """The job with this id, or None if it is unknown, malformed or its lease has lapsed."""
