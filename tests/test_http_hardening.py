@@ -281,3 +281,37 @@ async def test_a_trickled_body_is_cut_off_with_408(
         text = (await svc.client.get("/metrics")).text
     assert metric(text, "trio_batch_http_requests_total", route="/v1/batches", code="408") == 1
     assert fetch.calls == []
+
+
+async def test_a_caller_lists_its_own_jobs_newest_first_by_page(
+    tmp_path: Path, fetch: ScriptedFetch, clock: FakeClock
+) -> None:
+    async with running(tmp_path, fetch, clock) as svc:
+        created = []
+        for i in range(5):
+            if i != 3:  # two jobs created at the same moment: the id orders them
+                clock.advance(1)
+            job_id = (await svc.submit(f"job{i}"))["id"]
+            await svc.wait_done(job_id)
+            created.append((clock(), job_id))
+        await svc.wait_done((await svc.submit("bobs", token=BOB))["id"], token=BOB)
+        seen: list[str] = []
+        link: str | None = "/v1/batches?limit=2"
+        pages = 0
+        while link is not None:
+            r = await svc.client.get(link, headers=auth())
+            assert r.status_code == 200, r.text
+            page = r.json()
+            seen += [job["id"] for job in page["jobs"]]
+            assert all("targets" not in job for job in page["jobs"])
+            link = page["next"]
+            pages += 1
+        bobs = (await svc.client.get("/v1/batches", headers=auth(BOB))).json()
+        for query in ("limit=0", "limit=101", "limit=²", "cursor=x", "cursor=1~short", "page=2"):
+            r = await svc.client.get(f"/v1/batches?{query}", headers=auth())
+            problem(r, 422, "invalid-request")
+        problem(await svc.client.get("/v1/batches"), 401, "unauthorized")
+    newest_first = [job_id for _, job_id in sorted(created, reverse=True)]
+    assert seen == newest_first
+    assert pages == 3
+    assert [job["caller"] for job in bobs["jobs"]] == ["bob"] and bobs["next"] is None

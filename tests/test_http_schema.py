@@ -64,6 +64,7 @@ def _labels() -> list[str]:
     # schemathesis leaves out the operation that serves the schema itself (/openapi.json).
     return [
         "POST /v1/batches",
+        "GET /v1/batches",
         "GET /v1/batches/{id}",
         "DELETE /v1/batches/{id}",
         "POST /v1/batches/{id}/cancel",

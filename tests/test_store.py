@@ -423,6 +423,9 @@ def _exercise_every_method(store: Store) -> None:
     store.get_status(job.id, now=T0)
     store.list_jobs(now=T0)
     store.list_jobs(caller="a", now=T0)
+    store.list_caller_jobs("a", now=T0, limit=10)
+    store.list_caller_jobs("a", now=T0, limit=10, before=(T0 + 1, job.id))
+    store.forget_job(other.id, now=T0)
     store.mark_in_flight_failed("restart", now=T0)
     store.purge_expired(T0 + TTL)
 

@@ -25,7 +25,15 @@ from .._open_runner import open_runner
 from .._runner import FetchFunc
 from ..store import JobStore, open_store
 from ._auth import HeaderAuth, TokenAuth
-from ._bodies import job_json, parse_json, parse_submission, read_body, require_json
+from ._bodies import (
+    job_json,
+    page_json,
+    parse_json,
+    parse_page,
+    parse_submission,
+    read_body,
+    require_json,
+)
 from ._events import EventStream
 from ._metrics import RequestCounter
 from ._openapi import openapi_document
@@ -125,6 +133,19 @@ def create_app(
             headers={"Location": f"/v1/batches/{job_id}"},
         )
 
+    async def list_batches(request: Request) -> Response:
+        caller = service.caller(request)
+        limit, before = parse_page(request.query_params)  # InvalidRequest: 422
+        jobs = await service.runner.store.list_caller_jobs(
+            caller.name, now=service.now(), limit=limit, before=before
+        )
+        return JSONResponse(page_json(jobs, limit))
+
+    async def batches(request: Request) -> Response:
+        if request.method == "POST":
+            return await submit(request)
+        return await list_batches(request)
+
     async def get_batch(request: Request) -> Response:
         caller = service.caller(request)
         job, targets = await service.owned_status(request, caller)
@@ -199,7 +220,7 @@ def create_app(
 
     app = Starlette(
         routes=[
-            Route("/v1/batches", submit, methods=["POST"]),
+            Route("/v1/batches", batches, methods=["GET", "POST"]),
             # One route per path, so a 405 lists every allowed method.
             Route("/v1/batches/{id}", batch_resource, methods=["GET", "DELETE"]),
             Route("/v1/batches/{id}/cancel", cancel_batch, methods=["POST"]),

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import trio
@@ -17,13 +18,29 @@ from .._model import (
     TargetState,
     TargetStatus,
     check_caller,
+    is_job_id,
     parse_count,
     unknown_keys,
 )
 from ._auth import DEFAULT_CALLER_CLASS, Caller
 from ._problems import Problem
 
-__all__ = ["job_json", "parse_json", "parse_submission", "read_body", "require_json"]
+__all__ = [
+    "DEFAULT_PAGE",
+    "MAX_PAGE",
+    "job_json",
+    "page_json",
+    "parse_json",
+    "parse_page",
+    "parse_submission",
+    "read_body",
+    "require_json",
+]
+
+#: Jobs per page of ``GET /v1/batches`` unless ``limit`` says otherwise, and the most allowed.
+DEFAULT_PAGE = 20
+MAX_PAGE = 100
+_CURSOR_TIME = re.compile(r"[0-9]+(?:\.[0-9]+)?(?:e[+-]?[0-9]+)?", re.ASCII)
 
 
 def _counts(job: Job, targets: Sequence[TargetStatus] | None) -> dict[str, int]:
@@ -47,6 +64,34 @@ def job_json(job: Job, targets: Sequence[TargetStatus] | None = None) -> dict[st
     out = job.to_json()
     out["counts"] = _counts(job, targets)
     return out
+
+
+def parse_page(query: Mapping[str, str]) -> tuple[int, tuple[float, str] | None]:
+    """``limit`` and ``cursor`` of a ``GET /v1/batches`` query; raises InvalidRequest (422)."""
+    unknown = unknown_keys(dict(query), ("limit", "cursor"))
+    if unknown:
+        raise InvalidRequest(f"unknown query parameter(s) {unknown}; use limit and cursor")
+    limit = DEFAULT_PAGE
+    if "limit" in query:
+        asked = parse_count(query["limit"], max_digits=3)
+        if asked is None or not 1 <= asked <= MAX_PAGE:
+            raise InvalidRequest(f"limit must be a whole number from 1 to {MAX_PAGE}")
+        limit = asked
+    if "cursor" not in query:
+        return limit, None
+    when, _, job_id = query["cursor"].partition("~")
+    if _CURSOR_TIME.fullmatch(when) is None or not is_job_id(job_id):
+        raise InvalidRequest("cursor is not one this service gave; pass the 'next' link as is")
+    return limit, (float(when), job_id)
+
+
+def page_json(jobs: Sequence[Job], limit: int) -> dict[str, Any]:
+    """A page of jobs, and the link to the next page (None after the last one)."""
+    next_link = None
+    if len(jobs) == limit:
+        last = jobs[-1]
+        next_link = f"/v1/batches?limit={limit}&cursor={last.created_at!r}~{last.id}"
+    return {"jobs": [job_json(job) for job in jobs], "next": next_link}
 
 
 def parse_json(body: bytes) -> object:

@@ -184,6 +184,17 @@ _SCHEMAS: dict[str, Any] = {
             "finished_at": _nullable({"type": "number"}),
         },
     },
+    "BatchPage": {
+        "type": "object",
+        "required": ["jobs", "next"],
+        "properties": {
+            "jobs": {"type": "array", "items": _ref("Job")},
+            "next": {
+                "type": ["string", "null"],
+                "description": "The next page's path and query; null on the last page.",
+            },
+        },
+    },
     "Batch": {
         "allOf": [
             _ref("Job"),
@@ -214,6 +225,35 @@ def openapi_document(*, auth_header: str | None = None) -> dict[str, Any]:
         "components": {"schemas": _SCHEMAS, "securitySchemes": {"caller": scheme}},
         "paths": {
             "/v1/batches": {
+                "get": {
+                    "operationId": "listBatches",
+                    "summary": "The caller's unexpired jobs, newest first, a page at a time.",
+                    "security": secured,
+                    "parameters": [
+                        {
+                            "name": "limit",
+                            "in": "query",
+                            "required": False,
+                            "schema": {"type": "integer", "minimum": 1, "maximum": 100},
+                        },
+                        {
+                            "name": "cursor",
+                            "in": "query",
+                            "required": False,
+                            "description": "From the previous page's `next` link.",
+                            "schema": {"type": "string"},
+                        },
+                    ],
+                    "responses": {
+                        "200": {
+                            "description": "A page of jobs (without their targets).",
+                            "content": {"application/json": {"schema": _ref("BatchPage")}},
+                        },
+                        "401": _UNAUTHORIZED,
+                        "422": _problem("A bad limit or cursor, or an unknown parameter."),
+                        "503": _UNAVAILABLE,
+                    },
+                },
                 "post": {
                     "operationId": "createBatch",
                     "summary": "Submit a batch (idempotent per caller and target list).",
@@ -249,7 +289,7 @@ def openapi_document(*, auth_header: str | None = None) -> dict[str, Any]:
                             **{"Retry-After": _RETRY_AFTER},
                         ),
                     },
-                }
+                },
             },
             "/v1/batches/{id}": {
                 "get": {

@@ -149,6 +149,21 @@ class JobStore(Protocol):
         """Unexpired jobs, most recently active first; only ``caller``'s if given."""
         ...
 
+    async def list_caller_jobs(
+        self,
+        caller: str,
+        *,
+        now: float,
+        limit: int,
+        before: tuple[float, str] | None = None,
+    ) -> list[Job]:
+        """One page of ``caller``'s unexpired jobs, newest first (by ``created_at``, then id).
+
+        ``before`` is the ``(created_at, id)`` of the last job of the previous page: the page
+        starts after it, so pages neither repeat nor skip jobs while others are created.
+        """
+        ...
+
     async def counts(self, *, now: float) -> StoreCounts:
         """Unexpired jobs by status, and their targets' counts."""
         ...

@@ -339,6 +339,19 @@ class SQLiteJobStore:
         """:meth:`Store.list_jobs`, on the store thread."""
         return await self._on_thread(Store.list_jobs, caller=caller, limit=limit, now=now)
 
+    async def list_caller_jobs(
+        self,
+        caller: str,
+        *,
+        now: float,
+        limit: int,
+        before: tuple[float, str] | None = None,
+    ) -> list[Job]:
+        """:meth:`Store.list_caller_jobs`, on the store thread."""
+        return await self._on_thread(
+            Store.list_caller_jobs, caller, now=now, limit=limit, before=before
+        )
+
     async def counts(self, *, now: float) -> StoreCounts:
         """:meth:`Store.counts`, on the store thread."""
         return await self._on_thread(Store.counts, now=now)

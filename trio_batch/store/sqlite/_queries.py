@@ -86,6 +86,15 @@ LIST_JOBS_OF_CALLER = (
     f"SELECT {JOB_COLUMNS} FROM jobs WHERE caller = ? AND expires_at > ? "
     "ORDER BY expires_at DESC LIMIT ?"
 )
+#: One page of a caller's unexpired jobs, newest first; the second starts after a cursor.
+LIST_CALLER_JOBS = (
+    f"SELECT {JOB_COLUMNS} FROM jobs WHERE caller = ? AND expires_at > ? "
+    "ORDER BY created_at DESC, id DESC LIMIT ?"
+)
+LIST_CALLER_JOBS_BEFORE = (
+    f"SELECT {JOB_COLUMNS} FROM jobs WHERE caller = ? AND expires_at > ? "
+    "AND (created_at, id) < (?, ?) ORDER BY created_at DESC, id DESC LIMIT ?"
+)
 #: Unexpired jobs by status, for metrics.
 COUNT_BY_STATUS = "SELECT status, count(*) FROM jobs WHERE expires_at > ? GROUP BY status"
 #: Unexpired jobs' target totals, for metrics; the last column counts the targets that terminal

@@ -471,6 +471,24 @@ class Store(Connection):
                 rows = self.db.execute(q.LIST_JOBS_OF_CALLER, (caller, now, limit)).fetchall()
         return [_job(row) for row in rows]
 
+    def list_caller_jobs(
+        self,
+        caller: str,
+        *,
+        now: float | None = None,
+        limit: int = 100,
+        before: tuple[float, str] | None = None,
+    ) -> list[Job]:
+        """One page of ``caller``'s unexpired jobs, newest first; see ``JobStore``."""
+        now = time.time() if now is None else now
+        with self._lock:
+            if before is None:
+                rows = self.db.execute(q.LIST_CALLER_JOBS, (caller, now, limit)).fetchall()
+            else:
+                params = (caller, now, before[0], before[1], limit)
+                rows = self.db.execute(q.LIST_CALLER_JOBS_BEFORE, params).fetchall()
+        return [_job(row) for row in rows]
+
     def counts(self, *, now: float | None = None) -> StoreCounts:
         """Unexpired jobs by status (every status present, zeros included), and their targets."""
         now = time.time() if now is None else now
