@@ -297,7 +297,10 @@ async def test_full_caps_are_429_with_retry_after(
         first = await svc.submit("gate", token=t0)
         await started.wait()
         r = await svc.client.post("/v1/batches", json=body("other"), headers=auth(t0))
-        problem(r, 429, "caller-busy")
+        busy = problem(r, 429, "caller-busy")
+        # It names the job in the way (issue 12), so the caller can follow or cancel it.
+        assert busy["job"] == f"/v1/batches/{first['id']}"
+        assert first["id"] in busy["detail"]
         assert r.headers["retry-after"] == "7"
         await svc.submit("hang", token=t1)  # the second of two slots
         r = await svc.client.post("/v1/batches", json=body("x"), headers=auth(t2))

@@ -416,6 +416,9 @@ PARTIAL_INDEXES: set[str] = set()
 def _exercise_every_method(store: Store) -> None:
     job, _ = create(store, "a", status=JobState.RUNNING)
     create(store, "a")  # reused
+    with pytest.raises(CallerBusy) as busy:
+        create(store, "a", n=2)  # a's one live job is in the way
+    assert busy.value.job_id == job.id
     other, _ = create(store, "b")
     store.record_outcome(job.id, 0, result=Result("x"), ttl=TTL, now=T0)
     store.record_outcomes([OutcomeWrite(job.id, 1, error="e")], ttl=TTL, now=T0)

@@ -68,7 +68,15 @@ class TooManyTargets(BatchError):
 
 
 class CallerBusy(BatchError):
-    """The caller already has ``jobs_per_caller`` live jobs. HTTP 429: retry once one ends."""
+    """The caller already has ``jobs_per_caller`` live jobs. HTTP 429: retry once one ends.
+
+    ``job_id`` names the caller's newest live job, the one to wait for or cancel (None if the
+    backend does not say).
+    """
+
+    def __init__(self, message: str, *, job_id: str | None = None) -> None:
+        super().__init__(message)
+        self.job_id = job_id
 
 
 class Busy(BatchError):

@@ -61,6 +61,10 @@ _SCHEMAS: dict[str, Any] = {
                 "type": "integer",
                 "description": "For invalid targets: the position of the offending target.",
             },
+            "job": {
+                "type": "string",
+                "description": "For caller-busy: the path of the live job that blocks the caller.",
+            },
         },
     },
     "Options": {

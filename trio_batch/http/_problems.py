@@ -122,6 +122,8 @@ def problem_for(exc: BatchError, *, retry_after: int) -> Problem:
     extra: dict[str, Any] = {}
     if isinstance(exc, InvalidTargets) and exc.index is not None:
         extra["index"] = exc.index
+    if isinstance(exc, CallerBusy) and exc.job_id is not None:
+        extra["job"] = f"/v1/batches/{exc.job_id}"  # the live job that blocks the caller
     detail = str(exc)
     if status >= 500 and not isinstance(exc, RunnerClosed):
         _log.error("store error: %s", exc)

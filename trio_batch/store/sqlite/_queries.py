@@ -30,6 +30,11 @@ COUNT_LIVE = "SELECT count(*) FROM jobs WHERE status IN ('queued', 'running')"
 COUNT_LIVE_OF_CALLER = (
     "SELECT count(*) FROM jobs WHERE status IN ('queued', 'running') AND caller = ?"
 )
+#: The caller's newest live job: the one a CallerBusy refusal names.
+NEWEST_LIVE_OF_CALLER = (
+    "SELECT id FROM jobs WHERE status IN ('queued', 'running') AND caller = ? "
+    "ORDER BY created_at DESC LIMIT 1"
+)
 INSERT_JOB = f"INSERT INTO jobs ({JOB_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 INSERT_TARGET = "INSERT INTO targets (job_id, idx, url, options, status) VALUES (?, ?, ?, ?, ?)"
 

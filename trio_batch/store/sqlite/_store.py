@@ -166,9 +166,12 @@ class Store(Connection):
                     f"the job has {len(targets)} targets; the limit is {targets_per_job} per job"
                 )
             if self.count_live_jobs(caller) >= jobs_per_caller:
+                row = self.db.execute(q.NEWEST_LIVE_OF_CALLER, (caller,)).fetchone()
+                blocking = None if row is None else str(row[0])
                 raise CallerBusy(
-                    f"caller {caller!r} already has {jobs_per_caller} live job(s); "
-                    "wait for one to finish or cancel it"
+                    f"caller {caller!r} already has {jobs_per_caller} live job(s), the newest "
+                    f"{blocking}; wait for it to finish or cancel it",
+                    job_id=blocking,
                 )
             if self.count_live_jobs() >= jobs_total:
                 raise Busy(f"all {jobs_total} job slots are taken; retry when a job finishes")
