@@ -13,6 +13,7 @@ import pytest
 import trio
 from starlette.datastructures import Headers
 
+from trio_batch import Result, Target
 from trio_batch.http import Caller, TokenAuth
 
 from .conftest import FakeClock, ScriptedFetch
@@ -315,3 +316,44 @@ async def test_a_caller_lists_its_own_jobs_newest_first_by_page(
     assert seen == newest_first
     assert pages == 3
     assert [job["caller"] for job in bobs["jobs"]] == ["bob"] and bobs["next"] is None
+
+
+async def test_the_job_view_stays_small_and_results_are_read_one_by_one(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """GET /v1/batches/{id} returned every result inline: 16 x 9 MB gave 154 MB (issue 12)."""
+    big = 1_000_000
+
+    async def fetch(target: Target) -> Result:
+        await trio.lowlevel.checkpoint()
+        return Result("x" * big + target.url[-1], {"n": big})
+
+    async with running(tmp_path, fetch, clock) as svc:
+        job_id = (await svc.submit("a", "b", "c"))["id"]
+        await svc.wait_done(job_id)
+        view = await svc.get(job_id)
+        assert view.status_code == 200
+        assert len(view.content) < 8192  # statuses and sizes only, however big the results
+        targets = view.json()["targets"]
+        assert [t["result_size"] for t in targets] == [targets[0]["result_size"]] * 3
+        assert targets[0]["result_size"] > big
+        contents = []
+        for t in targets:
+            r = await svc.client.get(t["result_url"], headers=auth())
+            assert r.status_code == 200
+            contents.append(r.json()["result"]["content"][-1])
+        assert contents == ["a", "b", "c"]
+        missing = problem(
+            await svc.client.get(f"/v1/batches/{job_id}/targets/3", headers=auth()),
+            404,
+            "not-found",
+        )
+        theirs = problem(
+            await svc.client.get(f"/v1/batches/{job_id}/targets/0", headers=auth(BOB)),
+            404,
+            "not-found",
+        )
+        assert missing["detail"] == theirs["detail"]  # another caller's reads as unknown
+        for idx in ("-1", "²", "x", "9" * 12):
+            r = await svc.client.get(f"/v1/batches/{job_id}/targets/{idx}", headers=auth())
+            problem(r, 404, "not-found")

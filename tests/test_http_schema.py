@@ -67,6 +67,7 @@ def _labels() -> list[str]:
         "GET /v1/batches",
         "GET /v1/batches/{id}",
         "DELETE /v1/batches/{id}",
+        "GET /v1/batches/{id}/targets/{idx}",
         "POST /v1/batches/{id}/cancel",
         "GET /v1/batches/{id}/events",
         "GET /healthz",

@@ -479,13 +479,16 @@ def with_running(
     a commit, and a restart could leave a target stuck as ``running``. A ``running`` job's
     targets are drained strictly in order, so the one due next (``idx == targets_done``) is
     the one in flight. ``in_flight`` names it where only the runner knows (the last fetch of a
-    job cancelled meanwhile). Returns ``targets``.
+    job cancelled meanwhile). ``targets`` may be a run of consecutive targets (one target
+    alone, say), not only all of them. Returns ``targets``.
     """
     idx = in_flight
     if idx is None and job.status is JobState.RUNNING:
         idx = job.targets_done
-    if idx is not None and idx < len(targets):  # at most one target reads as running
-        target = targets[idx]
-        if target.status is TargetState.PENDING:
-            targets[idx] = dataclasses.replace(target, status=TargetState.RUNNING)
+    if idx is not None and targets:
+        pos = idx - targets[0].idx
+        if 0 <= pos < len(targets):  # at most one target reads as running
+            target = targets[pos]
+            if target.status is TargetState.PENDING:
+                targets[pos] = dataclasses.replace(target, status=TargetState.RUNNING)
     return targets

@@ -277,6 +277,30 @@ class Runner:
         job, targets = status
         return job, with_running(job, targets, in_flight)
 
+    async def overview(self, job_id: str) -> tuple[Job, list[TargetStatus], list[int]] | None:
+        """Like :meth:`status` without the results: each target's ``result`` is None, and the
+        third item gives each result's size in characters. Costs the same however big the
+        results are; read one with :meth:`target`."""
+        self._check_running()
+        drain = self._drains.get(job_id)
+        in_flight = None if drain is None else drain.in_flight
+        found = await self._store.get_overview(job_id, now=self._now())
+        if found is None or in_flight is None:
+            return found
+        job, targets, sizes = found
+        return job, with_running(job, targets, in_flight), sizes
+
+    async def target(self, job_id: str, idx: int) -> tuple[Job, TargetStatus] | None:
+        """The job and one of its targets with its result; None for an unknown job or index."""
+        self._check_running()
+        drain = self._drains.get(job_id)
+        in_flight = None if drain is None else drain.in_flight
+        found = await self._store.get_target(job_id, idx, now=self._now())
+        if found is None or in_flight is None:
+            return found
+        job, target = found
+        return job, with_running(job, [target], in_flight)[0]
+
     async def wait(self, job_id: str) -> Job | None:
         """Wait until the job is terminal and its drain task has stopped; return the job.
 

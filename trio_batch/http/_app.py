@@ -33,6 +33,7 @@ from ._bodies import (
     parse_submission,
     read_body,
     require_json,
+    target_summary_json,
 )
 from ._events import EventStream
 from ._metrics import RequestCounter
@@ -148,13 +149,28 @@ def create_app(
 
     async def get_batch(request: Request) -> Response:
         caller = service.caller(request)
-        job, targets = await service.owned_status(request, caller)
-        return JSONResponse({**job_json(job, targets), "targets": [t.to_json() for t in targets]})
+        found = await service.runner.overview(request.path_params["id"])
+        if found is None:
+            raise not_found()
+        job, targets, sizes = found
+        service.owned(job, caller)
+        summaries = [target_summary_json(job.id, t, n) for t, n in zip(targets, sizes, strict=True)]
+        return JSONResponse({**job_json(job, targets), "targets": summaries})
+
+    async def get_target(request: Request) -> Response:
+        caller = service.caller(request)
+        idx = parse_count(request.path_params["idx"], max_digits=9)
+        found = None if idx is None else await service.runner.target(request.path_params["id"], idx)
+        missing = "no such job or target"
+        job, target = (None, None) if found is None else found
+        service.owned(job, caller, missing)
+        assert target is not None  # found, since owned() accepted its job
+        return JSONResponse(target.to_json())
 
     async def cancel_batch(request: Request) -> Response:
         caller = service.caller(request)
         require_json(request, body_expected=False)
-        job, _ = await service.owned_status(request, caller)
+        job = await service.owned_job(request, caller)
         conflict = Problem(
             409, "already-finished", "Conflict", f"the job has already finished ({job.status})"
         )
@@ -181,7 +197,7 @@ def create_app(
 
     async def events(request: Request) -> Response:
         caller = service.caller(request)
-        job, _ = await service.owned_status(request, caller)
+        job = await service.owned_job(request, caller)
         last = parse_count(request.headers.get("last-event-id", "").strip(), max_digits=9)
         after = -1 if last is None else last
         return EventStream(service, service.runner, job.id, after)
@@ -223,6 +239,7 @@ def create_app(
             Route("/v1/batches", batches, methods=["GET", "POST"]),
             # One route per path, so a 405 lists every allowed method.
             Route("/v1/batches/{id}", batch_resource, methods=["GET", "DELETE"]),
+            Route("/v1/batches/{id}/targets/{idx}", get_target, methods=["GET"]),
             Route("/v1/batches/{id}/cancel", cancel_batch, methods=["POST"]),
             Route("/v1/batches/{id}/events", events, methods=["GET"]),
             Route("/healthz", healthz, methods=["GET"]),

@@ -35,6 +35,7 @@ __all__ = [
     "parse_submission",
     "read_body",
     "require_json",
+    "target_summary_json",
 ]
 
 #: Jobs per page of ``GET /v1/batches`` unless ``limit`` says otherwise, and the most allowed.
@@ -63,6 +64,16 @@ def job_json(job: Job, targets: Sequence[TargetStatus] | None = None) -> dict[st
     """The job as JSON with its counts per target status (from ``targets`` when given)."""
     out = job.to_json()
     out["counts"] = _counts(job, targets)
+    return out
+
+
+def target_summary_json(job_id: str, target: TargetStatus, size: int) -> dict[str, Any]:
+    """A target in the job view: its status and outcome without the result's content, the
+    result's size in characters, and where to read the result (None without one)."""
+    out = target.to_json()
+    del out["result"]
+    out["result_size"] = size
+    out["result_url"] = f"/v1/batches/{job_id}/targets/{target.idx}" if size else None
     return out
 
 

@@ -188,6 +188,32 @@ _SCHEMAS: dict[str, Any] = {
             "finished_at": _nullable({"type": "number"}),
         },
     },
+    "TargetSummary": {
+        "type": "object",
+        "description": "A target in the job view: its outcome without the result's content.",
+        "required": [
+            "idx",
+            "url",
+            "options",
+            "status",
+            "error",
+            "hint",
+            "finished_at",
+            "result_size",
+            "result_url",
+        ],
+        "properties": {
+            "idx": {"type": "integer"},
+            "url": {"type": "string"},
+            "options": {"type": "object"},
+            "status": {"type": "string", "enum": [str(s) for s in TargetState]},
+            "error": _nullable({"type": "string"}),
+            "hint": _nullable({"type": "string"}),
+            "finished_at": _nullable({"type": "number"}),
+            "result_size": {"type": "integer", "description": "The result's characters."},
+            "result_url": _nullable({"type": "string"}),
+        },
+    },
     "BatchPage": {
         "type": "object",
         "required": ["jobs", "next"],
@@ -205,7 +231,7 @@ _SCHEMAS: dict[str, Any] = {
             {
                 "type": "object",
                 "required": ["targets"],
-                "properties": {"targets": {"type": "array", "items": _ref("TargetStatus")}},
+                "properties": {"targets": {"type": "array", "items": _ref("TargetSummary")}},
             },
         ]
     },
@@ -298,7 +324,7 @@ def openapi_document(*, auth_header: str | None = None) -> dict[str, Any]:
             "/v1/batches/{id}": {
                 "get": {
                     "operationId": "getBatch",
-                    "summary": "The job, its counts and its targets with their results.",
+                    "summary": "The job, its counts, and its targets' statuses and result sizes.",
                     "security": secured,
                     "parameters": [_JOB_ID],
                     "responses": {
@@ -325,6 +351,31 @@ def openapi_document(*, auth_header: str | None = None) -> dict[str, Any]:
                         "503": _UNAVAILABLE,
                     },
                 },
+            },
+            "/v1/batches/{id}/targets/{idx}": {
+                "get": {
+                    "operationId": "getBatchTarget",
+                    "summary": "One target of the job, with its result.",
+                    "security": secured,
+                    "parameters": [
+                        _JOB_ID,
+                        {
+                            "name": "idx",
+                            "in": "path",
+                            "required": True,
+                            "schema": {"type": "integer", "minimum": 0},
+                        },
+                    ],
+                    "responses": {
+                        "200": {
+                            "description": "The target and its result.",
+                            "content": {"application/json": {"schema": _ref("TargetStatus")}},
+                        },
+                        "401": _UNAUTHORIZED,
+                        "404": _problem("No such job for this caller, or no such target."),
+                        "503": _UNAVAILABLE,
+                    },
+                }
             },
             "/v1/batches/{id}/cancel": {
                 "post": {

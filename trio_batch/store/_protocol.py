@@ -143,6 +143,21 @@ class JobStore(Protocol):
         """The job and its targets in order, from one snapshot; the one due reads ``running``."""
         ...
 
+    async def get_overview(
+        self, job_id: str, *, now: float
+    ) -> tuple[Job, list[TargetStatus], list[int]] | None:
+        """The job and its targets without their results (``result`` None), with each
+        result's size in characters (0 without one), from one snapshot; None as ``get_job``.
+        Nothing of a result is read, so it costs the same however big the results are."""
+        ...
+
+    async def get_target(
+        self, job_id: str, idx: int, *, now: float
+    ) -> tuple[Job, TargetStatus] | None:
+        """The job and one target with its result (``running`` if due next); None if the job
+        is unknown, malformed or lapsed, or has no target ``idx``."""
+        ...
+
     async def list_jobs(
         self, *, now: float, caller: str | None = None, limit: int = 100
     ) -> list[Job]:

@@ -36,6 +36,7 @@ from .._thread import StoreThread
 from ._errors import is_lock_error, translate_errors
 from ._lock import RunnerLock
 from ._store import Store, WouldBeSlow
+from ._views import job_overview, one_target
 
 __all__ = ["SQLiteJobStore"]
 
@@ -338,6 +339,18 @@ class SQLiteJobStore:
     ) -> list[Job]:
         """:meth:`Store.list_jobs`, on the store thread."""
         return await self._on_thread(Store.list_jobs, caller=caller, limit=limit, now=now)
+
+    async def get_overview(
+        self, job_id: str, *, now: float
+    ) -> tuple[Job, list[TargetStatus], list[int]] | None:
+        """:func:`job_overview`, on the store thread."""
+        return await self._on_thread(job_overview, job_id, now=now)
+
+    async def get_target(
+        self, job_id: str, idx: int, *, now: float
+    ) -> tuple[Job, TargetStatus] | None:
+        """:func:`one_target`, on the store thread (a result may be large to decode)."""
+        return await self._on_thread(one_target, job_id, idx, now=now)
 
     async def list_caller_jobs(
         self,

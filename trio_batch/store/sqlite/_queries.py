@@ -86,6 +86,12 @@ FORGET_JOB = "DELETE FROM jobs WHERE id = ? AND status NOT IN ('queued', 'runnin
 GET_JOB = f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ? AND expires_at > ?"
 RESULTS_SIZE = "SELECT results_size FROM jobs WHERE id = ?"
 GET_TARGETS = f"SELECT {TARGET_COLUMNS} FROM targets WHERE job_id = ? ORDER BY idx"
+#: The targets with NULL for each result, and the result's size in characters last.
+GET_TARGETS_WITHOUT_RESULTS = (
+    "SELECT idx, url, status, NULL, error, hint, options, finished_at, "
+    "coalesce(length(result), 0) FROM targets WHERE job_id = ? ORDER BY idx"
+)
+GET_ONE_TARGET = f"SELECT {TARGET_COLUMNS} FROM targets WHERE job_id = ? AND idx = ?"
 LIST_JOBS = f"SELECT {JOB_COLUMNS} FROM jobs WHERE expires_at > ? ORDER BY expires_at DESC LIMIT ?"
 LIST_JOBS_OF_CALLER = (
     f"SELECT {JOB_COLUMNS} FROM jobs WHERE caller = ? AND expires_at > ? "
