@@ -121,3 +121,63 @@ async def test_the_service_stays_responsive_while_a_regex_burns(tmp_path: Path) 
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
+
+
+async def test_sigterm_during_a_burning_regex_stops_at_once(tmp_path: Path) -> None:
+    """SIGTERM was acted on 25 s late, after the regex (issue 12): now the worker is killed."""
+    from trio_batch import JobState, Store
+
+    path = tmp_path / "line.txt"
+    path.write_text("a" * 30 + "\n")  # about a minute of backtracking if left to run
+    proc, url = start_server(tmp_path, "--allow-file", "--process-timeout", "280", fetch=None)
+    headers = {"Authorization": f"Bearer {ALICE}"}
+    try:
+        async with httpx.AsyncClient(base_url=url, headers=headers, timeout=60) as client:
+            r = await client.post(
+                "/v1/batches",
+                json={"targets": [{"url": path.as_uri(), "options": {"grep": CATASTROPHIC_GREP}}]},
+            )
+            job_id = r.json()["id"]
+            assert (await client.get(f"/v1/batches/{job_id}")).json()["status"] == "running"
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=120)
+        assert proc.returncode == 0, stderr
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    with Store.open(tmp_path / "jobs.db") as store:
+        found = store.get_status(job_id)
+    assert found is not None
+    job, targets = found
+    # Stopped by the shutdown, not after the regex ran its course (it would be "done").
+    assert (job.status, job.error) == (JobState.FAILED, "shutdown")
+    assert str(targets[0].status) == "pending"
+
+
+async def test_a_cancel_cuts_a_burning_target_after_the_grace(tmp_path: Path) -> None:
+    """A cancel answered 200 while the regex kept burning (issue 12): serve's --cancel-grace
+    cuts the target in flight and kills its worker."""
+    path = tmp_path / "line.txt"
+    path.write_text("a" * 30 + "\n")
+    proc, url = start_server(
+        tmp_path, "--allow-file", "--process-timeout", "280", "--cancel-grace", "1", fetch=None
+    )
+    headers = {"Authorization": f"Bearer {ALICE}"}
+    try:
+        async with httpx.AsyncClient(base_url=url, headers=headers, timeout=120) as client:
+            r = await client.post(
+                "/v1/batches",
+                json={"targets": [{"url": path.as_uri(), "options": {"grep": CATASTROPHIC_GREP}}]},
+            )
+            job_id = r.json()["id"]
+            r = await client.post(f"/v1/batches/{job_id}/cancel")
+            assert r.status_code == 200 and r.json()["status"] == "cancelled"
+            async with client.stream("GET", f"/v1/batches/{job_id}/events") as stream:
+                events = [e async for e in sse_events(stream)]
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=120)
+    target = next(e["data"] for e in events if e["event"] == "target")
+    assert (target["status"], target["error"]) == ("failed", "cancelled")
+    assert events[-1]["event"] == "job" and events[-1]["data"]["status"] == "cancelled"

@@ -114,6 +114,14 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         "a worker process that is killed past it (default: %(default)g)",
     )
     parser.add_argument(
+        "--cancel-grace",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="after a cancel, how long the target being fetched may still run before it is "
+        "cut and stored as failed 'cancelled' (default: %(default)g)",
+    )
+    parser.add_argument(
         "--target-timeout",
         type=float,
         default=COMMAND_TARGET_TIMEOUT,
@@ -195,6 +203,7 @@ def run_serve(args: argparse.Namespace) -> int:
             jobs_per_caller=args.jobs_per_caller,
             jobs_total=args.jobs_total,
             target_timeout=args.target_timeout,
+            cancel_grace=args.cancel_grace,
         )
         app = create_app(
             db=args.db,
