@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import pickle
 import signal
+import subprocess
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -89,63 +93,60 @@ def test_fetch_errors_cross_a_process_boundary_whole() -> None:
     assert (str(content), content.hint) == ("bad", "do this")
 
 
-async def test_the_service_stays_responsive_while_a_regex_burns(tmp_path: Path) -> None:
-    path = _line_file(tmp_path)
-    proc, url = start_server(tmp_path, "--allow-file", "--process-timeout", "5", fetch=None)
+@asynccontextmanager
+async def burning_job(
+    tmp_path: Path, *serve_args: str
+) -> AsyncIterator[tuple[subprocess.Popen[str], httpx.AsyncClient, str]]:
+    """``trio-batch serve`` (built-in fetcher, file URLs allowed) running one job whose grep
+    backtracks for about a minute; yields the process, a client as alice, and the job id."""
+    path = tmp_path / "line.txt"
+    path.write_text("a" * 30 + "\n")
+    proc, url = start_server(tmp_path, "--allow-file", *serve_args, fetch=None)
     headers = {"Authorization": f"Bearer {ALICE}"}
     try:
-        async with httpx.AsyncClient(base_url=url, headers=headers, timeout=60) as client:
-            r = await client.post(
-                "/v1/batches",
-                json={"targets": [{"url": path.as_uri(), "options": {"grep": CATASTROPHIC_GREP}}]},
-            )
+        async with httpx.AsyncClient(base_url=url, headers=headers, timeout=120) as client:
+            target = {"url": path.as_uri(), "options": {"grep": CATASTROPHIC_GREP}}
+            r = await client.post("/v1/batches", json={"targets": [target]})
             assert r.status_code == 201
-            job_id = r.json()["id"]
-            health = await client.get("/healthz")
-            assert health.status_code == 200
-            # /healthz answered while the regex was still burning: the job is not finished.
-            during = (await client.get(f"/v1/batches/{job_id}")).json()
-            assert during["status"] == "running"
-            async with client.stream("GET", f"/v1/batches/{job_id}/events") as stream:
-                events = [e async for e in sse_events(stream)]
+            yield proc, client, r.json()["id"]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
+async def events_of(client: httpx.AsyncClient, job_id: str) -> list[dict[str, Any]]:
+    async with client.stream("GET", f"/v1/batches/{job_id}/events") as stream:
+        return [e async for e in sse_events(stream)]
+
+
+async def test_the_service_stays_responsive_while_a_regex_burns(tmp_path: Path) -> None:
+    async with burning_job(tmp_path, "--process-timeout", "5") as (proc, client, job_id):
+        health = await client.get("/healthz")
+        assert health.status_code == 200
+        # /healthz answered while the regex was still burning: the job is not finished.
+        during = (await client.get(f"/v1/batches/{job_id}")).json()
+        assert during["status"] == "running"
+        events = await events_of(client, job_id)
         target = next(e["data"] for e in events if e["event"] == "target")
         assert target["status"] == "failed"
         assert target["error"].startswith("ContentError: processing")
         assert "took longer than 5 s" in target["error"]
         assert "nested repeats" in target["hint"]
-        # SIGTERM is acted on at once, not after the regex: shutdown is clean.
         proc.send_signal(signal.SIGTERM)
         _, stderr = proc.communicate(timeout=60)
         assert proc.returncode == 0, stderr
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
 
 
 async def test_sigterm_during_a_burning_regex_stops_at_once(tmp_path: Path) -> None:
     """SIGTERM was acted on 25 s late, after the regex (issue 12): now the worker is killed."""
     from trio_batch import JobState, Store
 
-    path = tmp_path / "line.txt"
-    path.write_text("a" * 30 + "\n")  # about a minute of backtracking if left to run
-    proc, url = start_server(tmp_path, "--allow-file", "--process-timeout", "280", fetch=None)
-    headers = {"Authorization": f"Bearer {ALICE}"}
-    try:
-        async with httpx.AsyncClient(base_url=url, headers=headers, timeout=60) as client:
-            r = await client.post(
-                "/v1/batches",
-                json={"targets": [{"url": path.as_uri(), "options": {"grep": CATASTROPHIC_GREP}}]},
-            )
-            job_id = r.json()["id"]
-            assert (await client.get(f"/v1/batches/{job_id}")).json()["status"] == "running"
+    async with burning_job(tmp_path, "--process-timeout", "280") as (proc, client, job_id):
+        assert (await client.get(f"/v1/batches/{job_id}")).json()["status"] == "running"
         proc.send_signal(signal.SIGTERM)
         _, stderr = proc.communicate(timeout=120)
         assert proc.returncode == 0, stderr
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
     with Store.open(tmp_path / "jobs.db") as store:
         found = store.get_status(job_id)
     assert found is not None
@@ -158,26 +159,11 @@ async def test_sigterm_during_a_burning_regex_stops_at_once(tmp_path: Path) -> N
 async def test_a_cancel_cuts_a_burning_target_after_the_grace(tmp_path: Path) -> None:
     """A cancel answered 200 while the regex kept burning (issue 12): serve's --cancel-grace
     cuts the target in flight and kills its worker."""
-    path = tmp_path / "line.txt"
-    path.write_text("a" * 30 + "\n")
-    proc, url = start_server(
-        tmp_path, "--allow-file", "--process-timeout", "280", "--cancel-grace", "1", fetch=None
-    )
-    headers = {"Authorization": f"Bearer {ALICE}"}
-    try:
-        async with httpx.AsyncClient(base_url=url, headers=headers, timeout=120) as client:
-            r = await client.post(
-                "/v1/batches",
-                json={"targets": [{"url": path.as_uri(), "options": {"grep": CATASTROPHIC_GREP}}]},
-            )
-            job_id = r.json()["id"]
-            r = await client.post(f"/v1/batches/{job_id}/cancel")
-            assert r.status_code == 200 and r.json()["status"] == "cancelled"
-            async with client.stream("GET", f"/v1/batches/{job_id}/events") as stream:
-                events = [e async for e in sse_events(stream)]
-    finally:
-        proc.terminate()
-        proc.communicate(timeout=120)
+    serve_args = ("--process-timeout", "280", "--cancel-grace", "1")
+    async with burning_job(tmp_path, *serve_args) as (_, client, job_id):
+        r = await client.post(f"/v1/batches/{job_id}/cancel")
+        assert r.status_code == 200 and r.json()["status"] == "cancelled"
+        events = await events_of(client, job_id)
     target = next(e["data"] for e in events if e["event"] == "target")
     assert (target["status"], target["error"]) == ("failed", "cancelled")
     assert events[-1]["event"] == "job" and events[-1]["data"]["status"] == "cancelled"

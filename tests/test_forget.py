@@ -67,9 +67,7 @@ async def test_delete_forgets_the_callers_own_finished_job(
     from .http_fixtures import BOB
 
     async with running(tmp_path, fetch, clock) as svc:
-        started, release = fetch.gate("https://example.test/gate")
-        job_id = (await svc.submit("gate", "b"))["id"]
-        await started.wait()
+        job_id, release = await svc.submit_held("b")
         problem(await svc.client.delete(f"/v1/batches/{job_id}", headers=auth()), 409, "job-live")
         release.set()
         await svc.wait_done(job_id)

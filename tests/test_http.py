@@ -54,6 +54,14 @@ class Service:
         data: dict[str, Any] = r.json()
         return data
 
+    async def submit_held(self, *names: str) -> tuple[str, trio.Event]:
+        """Submit a job whose first target, ``gate``, is held in flight until the returned
+        event is set; returns once it is being fetched."""
+        started, release = self.fetch.gate("https://example.test/gate")
+        job_id: str = (await self.submit("gate", *names))["id"]
+        await started.wait()
+        return job_id, release
+
     async def get(self, job_id: str, token: str = ALICE) -> httpx.Response:
         return await self.client.get(f"/v1/batches/{job_id}", headers=auth(token))
 

@@ -246,9 +246,7 @@ async def test_targets_a_cancelled_job_never_runs_are_not_unfinished(
     tmp_path: Path, fetch: ScriptedFetch, clock: FakeClock
 ) -> None:
     async with running(tmp_path, fetch, clock) as svc:
-        started, release = fetch.gate("https://example.test/gate")
-        job_id = (await svc.submit("gate", "b", "c"))["id"]
-        await started.wait()
+        job_id, release = await svc.submit_held("b", "c")
         text = (await svc.client.get("/metrics")).text
         assert metric(text, "trio_batch_targets", status="unfinished") == 3
         r = await svc.client.post(f"/v1/batches/{job_id}/cancel", headers=auth())
