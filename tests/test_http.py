@@ -493,6 +493,7 @@ async def test_healthz_metrics_and_openapi(
         assert set(doc["paths"]) == {
             "/v1/batches",
             "/v1/batches/{id}",
+            "/v1/batches/{id}/targets/{idx}",
             "/v1/batches/{id}/cancel",
             "/v1/batches/{id}/events",
             "/healthz",
