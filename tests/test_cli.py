@@ -524,3 +524,51 @@ def test_live_progress_on_a_terminal(server: LocalServer, tmp_path: Path, db: Pa
     assert "1 failed" in text
     assert "/s" in text  # the rate
     assert json.loads(stdout)["job"]["status"] == "partial"
+
+
+# --------------------------------------------------------------------------------------------
+# Retries
+
+
+def test_a_transient_failure_is_retried_and_the_progress_says_so(
+    server: LocalServer, tmp_path: Path, db: Path
+) -> None:
+    flaky = server.url("/flaky?fail=1&status=503")
+    batch = write_batch(tmp_path / "urls.txt", [flaky, server.url("/missing")])
+    proc = cli("run", str(batch), "--db", str(db), "--retries", "1")
+    assert proc.returncode == 1, proc.stderr  # the 404 is final: partial
+    retries = [line for line in proc.stderr.splitlines() if line.startswith("retrying")]
+    # One retry for the 503 (after 1 s, the policy's first delay); none for the 404.
+    assert retries == [
+        "retrying target 0 in 1.0 s (attempt 2 of 2): HTTPStatusError: HTTP 503 Service "
+        f"Unavailable from {flaky}"
+    ], proc.stderr
+    assert server.count("/flaky?fail=1&status=503") == 2
+    assert server.count("/missing") == 1
+    job_id = json.loads(cli("jobs", "--db", str(db), "--json").stdout)[0]["id"]
+    results = json.loads(cli("results", job_id, "--db", str(db), "--json").stdout)
+    assert [(t["status"], t["attempts"]) for t in results["targets"]] == [
+        ("done", 2),
+        ("failed", 1),
+    ]
+    assert "2 attempts" in cli("status", job_id, "--db", str(db)).stdout
+
+
+def test_retries_0_fails_a_transient_error_at_once(
+    server: LocalServer, tmp_path: Path, db: Path
+) -> None:
+    batch = write_batch(tmp_path / "urls.txt", [server.url("/flaky?fail=1&status=503")])
+    proc = cli("run", str(batch), "--db", str(db), "--retries", "0", "--json")
+    assert proc.returncode == 1, proc.stderr
+    target = json.loads(proc.stdout)["targets"][0]
+    assert (target["status"], target["attempts"]) == ("failed", 1)
+    assert "retrying" not in proc.stderr
+    assert server.count("/flaky?fail=1&status=503") == 1
+
+
+@pytest.mark.parametrize("value", ["-1", "two", "101", "²"])
+def test_a_bad_retries_value_is_a_usage_error(tmp_path: Path, db: Path, value: str) -> None:
+    batch = write_batch(tmp_path / "urls.txt", ["https://example.test/"])
+    proc = cli("run", str(batch), "--db", str(db), "--retries", value)
+    assert proc.returncode == 2
+    assert "--retries" in proc.stderr and "whole number from 0 to 100" in proc.stderr

@@ -26,6 +26,9 @@ from trio_batch.http import Caller, HeaderAuth, TokenAuth, create_app, load_fetc
 
 from .conftest import T0, FakeClock, ScriptedFetch
 from .http_fixtures import ALICE, BOB, sse_events, start_server
+from .local_server import LocalServer, server
+
+__all__ = ["server"]  # the fixture, imported for pytest
 
 AUTH = TokenAuth({ALICE: Caller("alice", "user"), BOB: Caller("bob", "user")})
 CONFIG = Config(ttl=100, targets_per_job=4, jobs_per_caller=1, jobs_total=2)
@@ -653,6 +656,25 @@ def test_the_command_serves_and_shuts_down_cleanly_on_a_signal(
     assert done is not None and done.status == JobState.DONE
     assert live is not None and (live.status, live.error) == (JobState.FAILED, "shutdown")
     assert live.targets_done == 1
+
+
+def test_the_command_retries_a_transient_failure(tmp_path: Path, server: LocalServer) -> None:
+    flaky = server.url("/flaky?fail=1&status=503")
+    proc, url = start_server(tmp_path, "--allow-private", "--retries", "1", fetch=None)
+    try:
+        with httpx.Client(base_url=url) as client:
+            r = client.post("/v1/batches", json={"targets": [{"url": flaky}]}, headers=auth())
+            assert r.status_code == 201, r.text
+            job_id = r.json()["id"]
+            with client.stream("GET", f"/v1/batches/{job_id}/events", headers=auth()) as s:
+                kinds = [line for line in s.iter_lines() if line.startswith("event:")]
+            assert kinds == ["event: target", "event: job"]
+            target = client.get(f"/v1/batches/{job_id}/targets/0", headers=auth()).json()
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=60)
+    assert (target["status"], target["attempts"]) == ("done", 2)
+    assert server.count("/flaky?fail=1&status=503") == 2
 
 
 @pytest.mark.parametrize(

@@ -28,6 +28,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ._model import Job, Target, TargetState, TargetStatus
+from ._retry import RetryNotice
 
 __all__ = [
     "PlainProgress",
@@ -240,6 +241,14 @@ def results_table(targets: Sequence[TargetStatus]) -> Table:
             status += f"\n[dim]{t.attempts} attempts[/]"
         table.add_row(str(t.idx), status, url, outcome)
     return table
+
+
+def retry_line(notice: RetryNotice) -> str:
+    """``retrying target 3 in 2.0 s (attempt 2 of 3): HTTPStatusError: HTTP 503 ...``."""
+    return (
+        f"retrying target {notice.idx} in {notice.delay:.1f} s (attempt {notice.attempt + 1} of "
+        f"{notice.attempts}): {_first_line(notice.error, 100)}"
+    )
 
 
 def summary_line(job: Job, targets: Sequence[TargetStatus]) -> str:

@@ -39,10 +39,12 @@ from typing import IO, TYPE_CHECKING, Any, TypeVar
 import trio
 
 from . import __version__
-from ._config import COMMAND_TARGET_TIMEOUT, Config
+from ._command_options import add_fetch_limits, retry_policy
+from ._config import Config
 from ._errors import BatchError, InvalidRequest, JobLive, StoreError, StoreLocked
 from ._input import InputError, parse_targets
 from ._model import Job, JobState, Target, TargetStatus, is_job_id
+from ._retry import RetryNotice
 from .store import JobStore, open_store
 
 if TYPE_CHECKING:
@@ -159,13 +161,7 @@ def _parser() -> argparse.ArgumentParser:
         help="how long the job and its results are kept after its last activity "
         "(default: %(default)g)",
     )
-    run.add_argument(
-        "--target-timeout",
-        type=float,
-        default=COMMAND_TARGET_TIMEOUT,
-        metavar="SECONDS",
-        help="a target taking longer fails with error 'timeout' (default: %(default)g)",
-    )
+    add_fetch_limits(run)
 
     status = sub.add_parser("status", parents=[db], help="show a job and its targets' statuses")
     _add_job_argument(status)
@@ -419,6 +415,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             ttl=args.ttl,
             targets_per_job=max(Config().targets_per_job, len(targets)),
             target_timeout=args.target_timeout,
+            retry=retry_policy(args.retries),
         )
         try:
             outcome = trio.run(_run_job, store, config, caller, args, targets)
@@ -492,14 +489,19 @@ async def _run_job(
 
     # Installed before the job exists, so no Ctrl-C can slip by as a KeyboardInterrupt.
     outcome: _Outcome | None = None
+    err = _stderr()
+    view: _console.ProgressView | None = None
+
+    def on_retry(notice: RetryNotice) -> None:
+        if not args.quiet:
+            _note(view, err, _console.retry_line(notice))
+
     with trio.open_signal_receiver(signal.SIGINT) as signals, trio.CancelScope() as hard_stop:
-        async with open_runner(store, http_fetch, config) as runner:
+        async with open_runner(store, http_fetch, config, on_retry=on_retry) as runner:
             job_id, reused = await runner.submit(caller, args.caller_class, targets)
             outcome = _Outcome(job_id, reused, interrupted=False, forced=False)
             if reused:
                 return outcome
-            err = _stderr()
-            view: _console.ProgressView | None = None
             if not args.quiet:
                 cls = _console.RichProgress if err.is_terminal else _console.PlainProgress
                 view = cls(err, targets, job_id)

@@ -14,7 +14,8 @@ from typing import cast
 import trio
 from starlette.applications import Starlette
 
-from .._config import COMMAND_TARGET_TIMEOUT, Config
+from .._command_options import add_fetch_limits, retry_policy
+from .._config import Config
 from .._errors import StoreError
 from ..fetchers import builtin_fetch, load_fetch
 from ._app import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY, create_app
@@ -121,13 +122,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="after a cancel, how long the target being fetched may still run before it is "
         "cut and stored as failed 'cancelled' (default: %(default)g)",
     )
-    parser.add_argument(
-        "--target-timeout",
-        type=float,
-        default=COMMAND_TARGET_TIMEOUT,
-        metavar="SECONDS",
-        help="a fetch running longer fails its target (default: %(default)g)",
-    )
+    add_fetch_limits(parser)
     parser.add_argument(
         "--fetch",
         metavar="MODULE:FUNCTION",
@@ -204,6 +199,7 @@ def run_serve(args: argparse.Namespace) -> int:
             jobs_total=args.jobs_total,
             target_timeout=args.target_timeout,
             cancel_grace=args.cancel_grace,
+            retry=retry_policy(args.retries),
         )
         app = create_app(
             db=args.db,
