@@ -1,7 +1,6 @@
 """Defects found in the second review of main (store seam, retries, service hardening).
 
-Each test states what the code should do and is marked ``xfail(strict=True)`` until the defect
-is fixed: a fix turns it into an XPASS, which fails the run, so the marker must go with the fix.
+Each test failed on the code the review read, and passes since the fix that followed it.
 """
 
 from __future__ import annotations
@@ -43,11 +42,6 @@ def _targets(*names: str) -> list[Target]:
 #    escapes the JobStore; the runner then fails the whole job instead of the one target.
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="PostgresStore._record_one passes error/hint with NUL to a text column: the "
-    "psycopg.DataError is returned as the write's answer (untyped) and the drain fails the job",
-)
 async def test_postgres_target_error_with_nul_fails_only_that_target(pg_dsn: str) -> None:
     async def fetch(target: Target) -> Result:
         if target.url.endswith("/bad"):
@@ -69,11 +63,6 @@ async def test_postgres_target_error_with_nul_fails_only_that_target(pg_dsn: str
     assert job.status == JobState.PARTIAL, job.error
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a NUL in an outcome's error answers with psycopg.DataError, not a stored failure "
-    "or a trio_batch error",
-)
 async def test_postgres_record_outcome_with_nul_answers_like_sqlite(pg_dsn: str) -> None:
     store = open_store(pg_dsn)
     try:
@@ -98,11 +87,6 @@ def _heartbeat_threads() -> int:
     return sum(t.name == "trio_batch postgres heartbeat" for t in threading.enumerate())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="PostgresJobStore.claim starts the heartbeat StoreThread before register_runner and "
-    "only stops it in the try/finally that follows, so a failed registration leaks the thread",
-)
 async def test_postgres_failed_claim_leaves_no_heartbeat_thread(pg_dsn: str) -> None:
     store = open_store(pg_dsn)
     assert isinstance(store, PostgresJobStore)
@@ -136,11 +120,6 @@ class _HintlessError(Exception):
         raise RuntimeError("no hint here")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_failure_from_exception calls getattr(exc, 'hint', None) unguarded (is_retryable and "
-    "retry_after_of guard theirs): the error escapes _fetch_one and the drain fails the job",
-)
 async def test_exception_with_unreadable_hint_fails_only_its_target() -> None:
     async def fetch(target: Target) -> Result:
         if target.url.endswith("/odd"):
@@ -167,11 +146,6 @@ async def test_exception_with_unreadable_hint_fails_only_its_target() -> None:
 #    with a traceback instead of one line and a documented exit code.
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="cli.main catches BatchError only around run: a StoreUnavailable from gc, forget, "
-    "status, results or jobs escapes as a traceback",
-)
 def test_cli_gc_on_a_locked_database_reports_one_line(tmp_path: Path) -> None:
     db = tmp_path / "jobs.db"
     Store.open(db).close()

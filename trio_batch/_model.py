@@ -253,12 +253,13 @@ def unknown_keys(obj: Mapping[Any, Any], known: Sequence[str]) -> str:
 
 
 def safe_text(value: object, limit: int = MAX_ERROR_LENGTH) -> str:
-    """Render ``value`` as storable text: never raises, no lone surrogates, bounded length."""
+    """Render ``value`` as text every store keeps: never raises, bounded length, no lone
+    surrogates, and no NUL (PostgreSQL's text refuses it): a NUL reads ``\\x00``."""
     try:
         text = value if isinstance(value, str) else str(value)
     except Exception:  # a hostile __str__ must not take the runner down
         text = f"<unprintable {type(value).__name__}>"
-    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 

@@ -104,7 +104,10 @@ class _Drain:
 def _failure_from_exception(exc: Exception) -> _Failure:
     message = safe_text(exc)
     error = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
-    hint = getattr(exc, "hint", None)
+    try:
+        hint = getattr(exc, "hint", None)
+    except Exception:  # a hostile property, like a hostile __str__, must not fail the job
+        hint = None
     return _Failure(
         safe_text(error),
         None if hint is None else safe_text(hint),

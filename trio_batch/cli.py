@@ -297,6 +297,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _UsageError as exc:
         _error(str(exc))
         return EXIT_USAGE
+    except BatchError as exc:
+        # A database that refused a call (locked past the busy timeout, full, failing): one
+        # line, as every other error, never a traceback.
+        _error(str(exc))
+        return EXIT_FAILED
     except KeyboardInterrupt:
         _error("interrupted")
         return EXIT_CANCELLED

@@ -28,6 +28,7 @@ from .._model import (
     idem_key,
     is_job_id,
     new_job_id,
+    safe_text,
 )
 
 __all__ = [
@@ -215,7 +216,8 @@ def outcome_values(
 
     Pass ``result`` for a success, or ``error`` (and optionally ``hint``) for a failure;
     ValueError for both or neither. A result that cannot be stored as JSON becomes a failure
-    saying why.
+    saying why. Error and hint are stored as :func:`safe_text` makes them (bounded, no NUL),
+    so every backend keeps the same text.
     """
     if (result is None) == (error is None):
         raise ValueError("pass exactly one of result= and error=")
@@ -226,7 +228,14 @@ def outcome_values(
         except ValueError as exc:
             error = f"the fetch returned a Result that cannot be stored as JSON: {exc}"
             hint = "make Result.content a str and Result.meta a JSON-serialisable dict"
-    return (TargetState.DONE if error is None else TargetState.FAILED), result_text, error, hint
+    if error is None:
+        return TargetState.DONE, result_text, None, hint
+    return (
+        TargetState.FAILED,
+        result_text,
+        safe_text(error),
+        None if hint is None else safe_text(hint),
+    )
 
 
 def write_values(

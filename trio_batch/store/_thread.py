@@ -49,6 +49,11 @@ class StoreThread:
         self.stopped = False
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
 
+    @property
+    def started(self) -> bool:
+        """True once :meth:`start` has started the thread."""
+        return self._thread.ident is not None
+
     def start(self) -> None:
         """Start the thread."""
         self._thread.start()

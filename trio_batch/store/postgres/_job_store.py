@@ -156,6 +156,8 @@ class PostgresJobStore:
                 f"than runner_timeout ({runner_timeout:g} s)"
             )
         self._runner_timeout = runner_timeout
+        # Registered first: if that fails, there is no heartbeat thread or connection to undo.
+        self.store.runner_id = await self._call(PostgresStore.register_runner)
         beat_store = PostgresStore(
             self.store.conninfo,
             lock_timeout=min(self.store.lock_timeout, heartbeat_interval),
@@ -163,10 +165,9 @@ class PostgresJobStore:
             connect_timeout=min(self.store.connect_timeout, heartbeat_interval),
         )
         beat_thread = StoreThread(name="trio_batch postgres heartbeat")
-        beat_thread.start()
-        self.store.runner_id = await self._call(PostgresStore.register_runner)
         body_error: BaseException | None = None
         try:
+            beat_thread.start()
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(
                     self._heartbeat, beat_store, beat_thread, heartbeat_interval, runner_timeout
@@ -190,7 +191,8 @@ class PostgresJobStore:
                         exc_info=True,
                         extra={"runner_id": runner_id},
                     )
-                await beat_thread.run(beat_store.close)
+                if beat_thread.started:
+                    await beat_thread.run(beat_store.close)
                 beat_thread.stop()
 
     async def _heartbeat(

@@ -290,8 +290,12 @@ class PostgresStore:
                 for write in writes:
                     try:
                         answers.append(self._record_one(conn, write, ttl=ttl, now=now))
-                    except (OutcomeExists, ValueError, psycopg.DataError) as exc:
+                    except (OutcomeExists, ValueError) as exc:
                         answers.append(exc)
+                    except psycopg.DataError as exc:
+                        # The database refused this write's values alone (the savepoint
+                        # undid it): a typed answer for it, never the driver's own error.
+                        answers.append(StoreError(f"the database refused this outcome: {exc}"))
             return answers
 
         try:
