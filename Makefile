@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: test lint typecheck pytest soak demo bench bench-quick clean
+.PHONY: test lint typecheck pytest soak demo demo-cluster bench bench-quick clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,11 @@ bench-quick: $(BENCH_STAMP)
 # A real batch through `trio-batch run` against a local fixture server (demo/), offline.
 demo: $(STAMP)
 	$(BIN)/python demo/demo.py
+
+# Two `trio-batch serve` processes sharing a throw-away local PostgreSQL (demo/cluster.py): a
+# cross-server cancel, and a SIGKILLed server's jobs reaped by the other; offline.
+demo-cluster: $(STAMP)
+	$(BIN)/python demo/cluster.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
