@@ -241,6 +241,21 @@ def test_a_cancel_through_another_runner_stops_the_drain_after_the_target_in_fli
     assert job_id not in a.call("drains")
 
 
+def test_a_drain_that_learns_of_a_cancel_from_its_own_write_releases_the_job(
+    spawn: Callable[..., Child], pg_dsn: str, tmp_path: Path
+) -> None:
+    """A polls too rarely to learn of B's cancel: the write of its target in flight tells it."""
+    a, b = spawn(poll_interval=600), spawn()
+    job_id = a.call("submit", caller="alice", urls=_urls("x", "gate-g0", "gate-g1"))["job"]
+    _until(lambda: (tmp_path / "g0.started").exists(), "target 0 to start")
+    assert b.call("cancel", job=job_id) is True
+    waiting = b.send("wait", job=job_id)
+    (tmp_path / "g0").touch()
+    assert b.answer(waiting)["ok"]["status"] == "cancelled"
+    assert [o[1] for o in _outcomes(pg_dsn, job_id)] == ["done", "pending"]
+    assert not (tmp_path / "g1.started").exists()
+
+
 def test_a_cancel_through_another_runner_honours_cancel_grace(
     spawn: Callable[..., Child], pg_dsn: str, tmp_path: Path
 ) -> None:

@@ -417,7 +417,8 @@ class Runner:
                     await drain.cancel_settled.wait()
                     if drain.cancel_failed:
                         await self._finish_when_possible(drain, JobState.CANCELLED, None)
-                if drain.cancel_requested:
+                if job is None or job.targets_done < job.targets_total:
+                    # Stopped early (cancelled here or elsewhere): tell waiters on other runners.
                     await release(self._store, drain, self._log)
         except Exception as exc:
             # The database stayed unavailable past Config.store_retry_for (or a bug): fail the
