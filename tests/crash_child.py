@@ -6,9 +6,11 @@ stores outcomes of its own: ``"timeout"`` and ``"cancelled"``)
 and keeps several callers submitting, waiting for and sometimes cancelling jobs, forever. Its
 fetch function appends what it is about to return (or the error it is about to raise) to
 ``SIDE_LOG`` as one JSON line, flushed and fsynced before it returns, so the parent can check
-that every stored outcome is one the fetch really produced. Target URLs are unique per job
-(``RUN`` is part of them), so a URL names one target of one job. It prints ``up`` once the
-runner is open. Imports are kept to the minimum: the parent starts one child per kill.
+that every stored outcome is one the fetch really produced; after each ``wait`` the caller
+appends the status it was told, so the parent can check that the job stays that way. Target
+URLs are unique per job (``RUN`` is part of them), so a URL names one target of one job. It
+prints ``up`` once the runner is open. Imports are kept to the minimum: the parent starts one
+child per kill.
 """
 
 from __future__ import annotations
@@ -74,7 +76,9 @@ async def main(
             if rng.random() < 0.2:
                 await trio.sleep(rng.uniform(0, 0.01))
                 await runner.cancel(job_id)
-            await runner.wait(job_id)
+            job = await runner.wait(job_id)
+            # What the caller was told: once wait returns, nothing about the job may change.
+            record(log, {"job": job_id, "waited": None if job is None else str(job.status)})
 
     config = Config(target_timeout=0.003, cancel_grace=0.001) if timeouts else Config()
     store = Store.open(db, synchronous=synchronous)

@@ -67,8 +67,13 @@ async def sse_events(
         event[key] = value.removeprefix(" ")
 
 
-def start_server(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen[str], str]:
-    """Start ``trio-batch serve`` on a free port; returns the process and its URL."""
+def start_server(
+    tmp_path: Path, *extra: str, fetch: str | None = "tests.http_fixtures:fetch"
+) -> tuple[subprocess.Popen[str], str]:
+    """Start ``trio-batch serve`` on a free port; returns the process and its URL.
+
+    ``fetch`` is the ``--fetch`` function; None serves with the built-in fetcher.
+    """
     tokens = tmp_path / "tokens"
     tokens.write_text(f"{ALICE} alice user\n{BOB} bob user\n")
     proc = subprocess.Popen(
@@ -81,8 +86,7 @@ def start_server(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen[str], st
             "127.0.0.1:0",
             "--tokens",
             str(tokens),
-            "--fetch",
-            "tests.http_fixtures:fetch",
+            *(("--fetch", fetch) if fetch is not None else ()),
             *extra,
         ],
         cwd=REPO,

@@ -11,6 +11,13 @@ with SIGKILL after a random delay, and checks the database:
   and the fetch ran at most once per target;
 - the stored targets of a job form a prefix in ``idx`` order, and the job's ``targets_done`` /
   ``targets_failed`` equal its stored outcomes;
+- each terminal job's status is the one its outcomes imply (``done``, ``partial`` or ``failed``
+  once every outcome is stored), unless it was cancelled or reaped as ``restart`` with an
+  outcome missing;
+- a fetch result never reaches the store only when the kill cut its job short: at most one per
+  job (the target due next, of a job reaped or cancelled and never waited for), so at most one
+  per caller per kill;
+- a job stays as ``Runner.wait`` reported it to its caller (terminal), whatever follows;
 - nothing is stored twice, and nothing checked in an earlier round has changed since.
 
 ``TRIO_BATCH_SOAK=1`` runs 200 kills instead of 20.
@@ -33,9 +40,12 @@ from typing import Any
 import pytest
 import trio
 
-from trio_batch import Result, Store, Target, open_runner
+from trio_batch import Store, open_runner
 
+from .conftest import ScriptedFetch
+from .crash_child import CALLERS
 from .figures import SOAK, Figures, scaled
+from .invariants import status_mismatch
 
 CHILD = Path(__file__).with_name("crash_child.py")
 SEED = 20240604
@@ -62,6 +72,10 @@ class Campaign:
     violations: list[str] = field(default_factory=list)
     #: url -> what the fetch produced for it (one entry per fetch call).
     fetched: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    #: job id -> the status ``Runner.wait`` returned to its caller.
+    waited: dict[str, str | None] = field(default_factory=dict)
+    #: job id -> (the round that ran it, its fetch results that never reached the store).
+    unstored: dict[str, tuple[str, int]] = field(default_factory=dict)
     #: Every job seen terminal, as first seen: nothing about it may change afterwards.
     frozen: dict[str, tuple[Any, ...]] = field(default_factory=dict)
     #: Jobs left live at a round the parent did not reap: the next child's start must reap them.
@@ -87,21 +101,23 @@ class Campaign:
                 if number != len(lines) - 1:
                     raise
                 continue
-            self.fetched.setdefault(entry["url"], []).append(entry)
+            if "job" in entry:
+                self.waited[entry["job"]] = entry["waited"]
+            else:
+                self.fetched.setdefault(entry["url"], []).append(entry)
 
 
-def _reap_in_parent(db: Path) -> int:
-    """Open a runner on ``db`` (its fetch must never run); returns the jobs live inside it."""
-
-    async def never(target: Target) -> Result:
-        raise AssertionError(f"a reaped job was resumed: {target.url}")
+def _reap_in_parent(db: Path) -> tuple[int, list[str]]:
+    """Open a runner on ``db``; returns the jobs live inside it and the URLs it fetched (a
+    reaped job must never be resumed, so none)."""
+    never = ScriptedFetch()
 
     async def reopen() -> int:
         with Store.open(db) as store:
             async with open_runner(store, never):
                 return store.count_live_jobs()
 
-    return trio.run(reopen)
+    return trio.run(reopen), never.calls
 
 
 def _live_jobs(db: Path) -> set[str]:
@@ -152,6 +168,10 @@ def _check_database(
     stored_urls: set[str] = set()
     for job_id, status, error, total, done, failed in jobs:
         rows = targets.get(job_id, [])
+        if job_id in campaign.waited:
+            told = campaign.waited[job_id]  # what wait returned to the job's caller
+            if told != status or told in _LIVE:
+                campaign.violation(round_no, f"job {job_id} is {status}; wait said {told}")
         if status in _LIVE:
             if reaped or (child_came_up and job_id in campaign.left_live):
                 campaign.violation(round_no, f"job {job_id} still {status} after open_runner")
@@ -170,6 +190,10 @@ def _check_database(
                 round_no,
                 f"job {job_id} counts done={done} failed={failed}, stored {statuses}",
             )
+        mismatch = status_mismatch(status, error, total, done, failed)
+        if mismatch:
+            campaign.violation(round_no, f"job {job_id} {mismatch}")
+        _check_unstored(campaign, round_no, job_id, status, error, done, rows)
         for idx, url, target_status, result, target_error in rows:
             if target_status == "pending":
                 continue
@@ -206,6 +230,34 @@ def _check_database(
             changed = [n for n, a, b in zip(names, before, snapshot, strict=True) if a != b]
             campaign.violation(round_no, f"terminal job {job_id} changed its {changed}")
     campaign.left_live = {job[0] for job in jobs if job[1] in _LIVE}
+
+
+def _check_unstored(
+    campaign: Campaign,
+    round_no: int,
+    job_id: str,
+    status: str,
+    error: str | None,
+    done: int,
+    rows: list[tuple[Any, ...]],
+) -> None:
+    """Fetch results that never reached the store: only the one a kill cut short."""
+    lost = [
+        idx
+        for idx, url, target_status, *_ in rows
+        if target_status == "pending" and url in campaign.fetched
+    ]
+    campaign.unstored[job_id] = (rows[0][1].split("/")[3], len(lost))
+    if not lost:
+        return
+    cut_short = error == "restart" or (status == "cancelled" and job_id not in campaign.waited)
+    if not cut_short or lost != [done]:
+        waited = campaign.waited.get(job_id, "never")
+        campaign.violation(
+            round_no,
+            f"job {job_id} ({status}, error {error!r}, {done} done, wait said {waited}): "
+            f"the fetch results of targets {lost} never reached the store",
+        )
 
 
 def _kill_round(campaign: Campaign, round_no: int, rng: random.Random, db: Path) -> None:
@@ -266,9 +318,11 @@ def _kill_round(campaign: Campaign, round_no: int, rng: random.Random, db: Path)
     parent_reaps = round_no == KILLS - 1 or rng.random() >= CHILD_REAPS
     if parent_reaps:
         campaign.reaped += len(_live_jobs(db))
-        live = _reap_in_parent(db)
+        live, resumed = _reap_in_parent(db)
         if live:
             campaign.violation(round_no, f"{live} live jobs inside a fresh open_runner")
+        if resumed:
+            campaign.violation(round_no, f"reaped jobs were resumed: {resumed[:5]}")
     _check_database(campaign, round_no, db, reaped=parent_reaps, child_came_up=came_up)
 
 
@@ -296,12 +350,21 @@ def test_sigkill_at_random_moments_loses_and_invents_nothing(
     finally:
         conn.close()
     fetched = sum(len(entries) for entries in campaign.fetched.values())
+    lost_per_kill: dict[str, int] = {}
+    for run, lost in campaign.unstored.values():
+        lost_per_kill[run] = lost_per_kill.get(run, 0) + lost
+    for run, lost in sorted(lost_per_kill.items()):
+        if lost > CALLERS:  # each caller has at most one job draining
+            campaign.violation(int(run), f"{lost} fetch results never reached the store")
+    never_stored = sum(lost_per_kill.values())
     figures.add(f"crash campaign: {KILLS} kills, {len(campaign.violations)} violations")
     figures.add(
         f"crash campaign: {jobs} jobs, {outcomes} outcomes stored ({cut_short} of them "
         f"'timeout'/'cancelled' by the runner), the fetch returned {fetched} times, "
         f"{restarts} jobs reaped as 'restart' ({campaign.reaped} by the parent, "
-        f"{campaign.child_reaped} by a child's start), "
+        f"{campaign.child_reaped} by a child's start), {never_stored} fetch results cut "
+        f"short by a kill (at most one per job, {max(lost_per_kill.values(), default=0)} "
+        f"at the worst kill, bound {CALLERS}), {len(campaign.waited)} waits checked, "
         f"{campaign.early_kills} kills before the runner was up, {elapsed:.1f} s"
     )
     assert campaign.violations == [], "\n".join(campaign.violations[:30])

@@ -3,11 +3,12 @@
 Each case runs a job with the fault beside a healthy job of another caller, then checks that
 the faulty target holds a clear stored error (or that the call failed with a typed error), that
 the healthy job finished untouched, and that the runner still takes new work. The table of
-cases is printed at the end.
+cases is printed at the end; a case that failed shows as FAILED in it.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import sqlite3
 import subprocess
@@ -36,7 +37,37 @@ from trio_batch import (
 
 from .conftest import FakeClock
 
-ROWS: list[tuple[str, str, str]] = []
+
+@dataclass
+class Row:
+    """One case of the printed table: FAILED until the case records how it went."""
+
+    case: str
+    outcome: str = "FAILED (see the test's report)"
+    other: str = "-"
+    served: bool = False
+    passed: bool = False
+
+    def record(self, outcome: str, other: str, *, served: bool) -> None:
+        """The case passed: ``outcome`` was stored (or raised), the other job ended ``other``."""
+        self.outcome, self.other, self.served, self.passed = outcome, other, served, True
+
+
+ROWS: list[Row] = []
+
+
+def table_row(case: str) -> Row:
+    """Add ``case`` to the table; it shows as failed unless the case records its outcome."""
+    row = Row(case)
+    ROWS.append(row)
+    return row
+
+
+async def serves_new_work(runner: Runner) -> bool:
+    """True if a fresh job of a fresh caller runs to ``done`` after the fault."""
+    job_id, _ = await runner.submit("afterwards", "user", [Target("https://good.test/after")])
+    job = await runner.wait(job_id)
+    return job is not None and job.status == JobState.DONE
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -44,12 +75,18 @@ def print_table(request: pytest.FixtureRequest) -> Iterator[None]:
     yield
     capman = request.config.pluginmanager.getplugin("capturemanager")
     with capman.global_and_fixture_disabled() if capman else _nothing():
-        width = max((len(case) for case, _, _ in ROWS), default=10)
-        print(f"\n\nfault injection: {len(ROWS)} cases, runner up after each")
-        print(f"  {'case':<{width}}  {'stored outcome / error':<58}  other job")
-        for case, outcome, other in ROWS:
-            short = outcome.replace(SHORTEN, "not JSON")
-            print(f"  {case:<{width}}  {short[:58]:<58}  {other}")
+        width = max((len(row.case) for row in ROWS), default=10)
+        failed = sum(not row.passed for row in ROWS)
+        served = sum(row.served for row in ROWS)
+        print(
+            f"\n\nfault injection: {len(ROWS)} cases, {failed} failed; the runner ran a new "
+            f"job to done after {served} of them"
+        )
+        print(f"  {'case':<{width}}  {'stored outcome / error':<58}  {'other job':<9}  after")
+        for row in ROWS:
+            short = row.outcome.replace(SHORTEN, "not JSON")
+            after = "served" if row.served else "-"
+            print(f"  {row.case:<{width}}  {short[:58]:<58}  {row.other:<9}  {after}")
 
 
 SHORTEN = "the fetch returned a Result that cannot be stored as JSON"
@@ -61,6 +98,18 @@ class _nothing:
 
     def __exit__(self, *exc: object) -> None:
         return None
+
+
+class SetsOnMessage(logging.Handler):
+    """A log handler that sets a trio event when a record with ``message`` is logged."""
+
+    def __init__(self, message: str, event: trio.Event) -> None:
+        super().__init__()
+        self.message, self.event = message, event
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage() == self.message:
+            self.event.set()
 
 
 class HintedError(Exception):
@@ -149,6 +198,7 @@ async def run_with_neighbour(
 
 @pytest.mark.parametrize("case", FETCH_CASES, ids=[c.name for c in FETCH_CASES])
 async def test_a_misbehaving_fetch_fails_only_its_target(case: Case, clock: FakeClock) -> None:
+    row = table_row(case.name)
     store = Store.open()
 
     async def fetch(target: Target) -> Result:
@@ -160,23 +210,23 @@ async def test_a_misbehaving_fetch_fails_only_its_target(case: Case, clock: Fake
         (job, targets), other = await run_with_neighbour(
             runner, [Target("https://bad.test/x"), Target("https://good.test/y")]
         )
-        # Still serving: a new job for the faulty caller runs.
-        again, _ = await runner.submit("faulty", "user", [Target("https://good.test/z")])
-        assert (await runner.wait(again)).status == JobState.DONE  # type: ignore[union-attr]
+        served = await serves_new_work(runner)
+    assert served
     bad, good = targets
     assert other == JobState.DONE
     assert good.status == TargetState.DONE
     if case.error_part is None:
         assert bad.status == TargetState.DONE
         assert bad.result == await case.fetch()
-        ROWS.append((case.name, f"done ({len(bad.result.content):,} chars)", "done"))
+        outcome = f"done ({len(bad.result.content):,} chars)"
     else:
         assert bad.status == TargetState.FAILED
         assert bad.error is not None and case.error_part in bad.error
         assert len(bad.error) <= 4096
-        ROWS.append((case.name, bad.error, "done"))
+        outcome = bad.error
     assert job.status == (JobState.DONE if case.error_part is None else JobState.PARTIAL)
     assert store.db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    row.record(outcome, other, served=served)
 
 
 async def test_a_hint_on_the_exception_is_stored(clock: FakeClock) -> None:
@@ -193,6 +243,8 @@ async def test_a_hint_on_the_exception_is_stored(clock: FakeClock) -> None:
 async def test_a_hung_fetch_times_out(
     clock: FakeClock, autojump_clock: trio.testing.MockClock
 ) -> None:
+    row = table_row("hangs (target_timeout=30)")
+
     async def fetch(target: Target) -> Result:
         if "bad" in target.url:
             await trio.sleep_forever()
@@ -202,14 +254,17 @@ async def test_a_hung_fetch_times_out(
         (_, targets), other = await run_with_neighbour(
             runner, [Target("https://bad.test/"), Target("https://good.test/")]
         )
+        served = await serves_new_work(runner)
     assert (targets[0].status, targets[0].error) == (TargetState.FAILED, "timeout")
     assert other == JobState.DONE
-    ROWS.append(("hangs (target_timeout=30)", "timeout", "done"))
+    assert served
+    row.record("timeout", other, served=served)
 
 
 async def test_a_fetch_hung_through_a_cancel_is_cut_after_the_grace(
     clock: FakeClock, autojump_clock: trio.testing.MockClock
 ) -> None:
+    row = table_row("hangs through a cancel (grace=5)")
     hanging = trio.Event()
 
     async def fetch(target: Target) -> Result:
@@ -227,13 +282,15 @@ async def test_a_fetch_hung_through_a_cancel_is_cut_after_the_grace(
         assert await runner.cancel(job_id)
         job = await runner.wait(job_id)
         status = await runner.status(job_id)
+        served = await serves_new_work(runner)
     assert job is not None and job.status == JobState.CANCELLED
     assert status is not None
     assert [(t.status, t.error) for t in status[1]] == [
         (TargetState.FAILED, "cancelled"),
         (TargetState.PENDING, None),
     ]
-    ROWS.append(("hangs through a cancel (grace=5)", "cancelled", "-"))
+    assert served
+    row.record("cancelled", "-", served=served)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -251,16 +308,20 @@ conn.execute("ROLLBACK")
 
 async def test_a_database_locked_by_another_process(tmp_path: Path) -> None:
     """Submit fails clearly while the lock is held; an outcome write waits it out, then lands."""
+    row = table_row("database locked by another process")
     path = tmp_path / "jobs.db"
     store = Store.open(path, busy_timeout=0.1)
     release_fetch = trio.Event()
+    refused = trio.Event()  # set when the runner logs that the database refused the write
+    logger = logging.getLogger("trio_batch.test_fault_injection")
+    logger.addHandler(SetsOnMessage("could not store an outcome; retrying", refused))
 
     async def fetch(target: Target) -> Result:
         await release_fetch.wait()
         return Result("fine")
 
     config = Config(store_retry_for=60)
-    async with open_runner(store, fetch, config) as runner:
+    async with open_runner(store, fetch, config, logger=logger) as runner:
         job_id, _ = await runner.submit("alice", "user", [Target("https://a.test/")])
         locker = await trio.lowlevel.open_process(
             [sys.executable, "-c", LOCKER, str(path)],
@@ -273,8 +334,11 @@ async def test_a_database_locked_by_another_process(tmp_path: Path) -> None:
             with pytest.raises(StoreUnavailable, match="held the database lock") as info:
                 await runner.submit("bob", "user", [Target("https://b.test/")])
             release_fetch.set()  # the outcome write now meets the lock and retries
-            await trio.sleep(0.5)
-            assert job_id in runner._drains  # still retrying, not failed
+            await refused.wait()
+            retrying = await runner.status(job_id)  # reads are not held up by the lock
+            assert retrying is not None
+            assert retrying[0].status == JobState.RUNNING  # still retrying, not failed
+            assert retrying[1][0].status == TargetState.RUNNING
             await locker.stdin.send_all(b"\n")
         finally:
             with trio.CancelScope(shield=True):
@@ -283,13 +347,17 @@ async def test_a_database_locked_by_another_process(tmp_path: Path) -> None:
         assert job is not None and job.status == JobState.DONE
         # And the runner serves new work once the lock is gone.
         other, _ = await runner.submit("bob", "user", [Target("https://b.test/")])
-        assert (await runner.wait(other)).status == JobState.DONE  # type: ignore[union-attr]
-    ROWS.append(("database locked by another process", str(info.value)[:58], "done"))
+        other_job = await runner.wait(other)
+        assert other_job is not None and other_job.status == JobState.DONE
+        served = await serves_new_work(runner)
+    assert served
+    row.record(str(info.value), other_job.status, served=served)
 
 
 async def test_a_full_disk_fails_the_job_clearly_and_recovers(
     clock: FakeClock, autojump_clock: trio.testing.MockClock
 ) -> None:
+    row = table_row("disk full (max_page_count)")
     store = Store.open()
     big = "x" * 200_000
 
@@ -314,11 +382,15 @@ async def test_a_full_disk_fails_the_job_clearly_and_recovers(
         # Room again: the runner goes on.
         store.db.execute("PRAGMA max_page_count = 1000000")
         other, _ = await runner.submit("alice", "user", [Target("https://a.test/small")])
-        assert (await runner.wait(other)).status == JobState.DONE  # type: ignore[union-attr]
-    ROWS.append(("disk full (max_page_count)", job.error[:58], "done"))
+        other_job = await runner.wait(other)
+        assert other_job is not None and other_job.status == JobState.DONE
+        served = await serves_new_work(runner)
+    assert served
+    row.record(job.error, other_job.status, served=served)
 
 
 async def test_submit_on_a_full_disk_raises_a_clear_error(clock: FakeClock) -> None:
+    row = table_row("submit on a full disk")
     store = Store.open()
 
     async def fetch(target: Target) -> Result:
@@ -327,17 +399,21 @@ async def test_submit_on_a_full_disk_raises_a_clear_error(clock: FakeClock) -> N
     async with open_runner(store, fetch, now=clock) as runner:
         pages = store.db.execute("PRAGMA page_count").fetchone()[0]
         store.db.execute(f"PRAGMA max_page_count = {pages}")
-        with pytest.raises(StoreUnavailable, match="full") as info:
+        with pytest.raises(StoreUnavailable, match="the disk or the database is full") as info:
             await runner.submit(
                 "alice", "user", [Target(f"https://a.test/{'x' * 5000}{i}") for i in range(30)]
             )
         assert store.count_live_jobs() == 0  # nothing half-created
-    ROWS.append(("submit on a full disk", str(info.value), "-"))
+        store.db.execute("PRAGMA max_page_count = 1000000")
+        served = await serves_new_work(runner)
+    assert served
+    row.record(str(info.value), "-", served=served)
 
 
 async def test_transient_io_errors_are_retried(
     clock: FakeClock, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    row = table_row("3 transient I/O errors on a write")
     failures = iter([True, True, True])
     real = Store.record_outcomes
 
@@ -354,5 +430,8 @@ async def test_transient_io_errors_are_retried(
     async with open_runner(Store.open(), fetch, now=clock) as runner:
         job_id, _ = await runner.submit("alice", "user", [Target("https://a.test/")])
         job = await runner.wait(job_id)
+        served = await serves_new_work(runner)
     assert job is not None and job.status == JobState.DONE
-    ROWS.append(("3 transient I/O errors on a write", "done after retries", "-"))
+    assert next(failures, "used up") == "used up"  # all three errors were met
+    assert served
+    row.record("done after retries", "-", served=served)

@@ -3,9 +3,12 @@
 Hypothesis feeds ``Target.from_json``, ``Options.from_json``, ``Target(...)`` and a runner's
 ``submit``, ``status``, ``cancel`` and ``wait`` with arbitrary JSON values, strings with NUL
 bytes and lone surrogates, 1 MB strings, huge ints and None. Any exception other than a
-:class:`BatchError` fails the test (it is simply not caught). After every example the database
-is checked: ``PRAGMA integrity_check`` and ``foreign_key_check`` are clean, every job has exactly
-its targets, nothing is left live, and exactly one job exists per accepted, non-reused submit.
+:class:`BatchError` fails the test. Every input is also judged by the documented rules, written
+out again here (:func:`valid_url` and its neighbours): bad input must be refused, good input
+accepted (a submit may still meet a full cap), and an unknown job id answers None or False.
+After every example the database is checked: ``PRAGMA integrity_check`` and
+``foreign_key_check`` are clean, every job has exactly its targets, nothing is left live, and
+exactly one job exists per accepted, non-reused submit.
 
 Each example runs its own ``trio.run`` on a fresh file database (a sync ``@given`` test), so the
 fast path and the store thread are both in play. ``TRIO_BATCH_SOAK=1`` runs many more examples.
@@ -17,7 +20,7 @@ import contextlib
 import json
 import sqlite3
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,14 +32,18 @@ from hypothesis import strategies as st
 
 from trio_batch import (
     BatchError,
+    Busy,
+    CallerBusy,
     Config,
     InvalidRequest,
     Job,
     Options,
     Result,
+    Runner,
     Store,
     Target,
     TargetStatus,
+    TooManyTargets,
     open_runner,
 )
 
@@ -84,10 +91,87 @@ SETTINGS = settings(
 SEEN: dict[str, int] = {}
 #: Examples run per test.
 EXAMPLES: dict[str, int] = {}
+#: What came out of the calls under test, over every example: an accepted value, a None or
+#: False answer, a BatchError, or anything else (which also fails its test).
+CAME_OUT: dict[str, int] = {"a value": 0, "None/False": 0, "BatchError": 0, "anything else": 0}
 
 
 def seen(what: str) -> None:
     SEEN[what] = SEEN.get(what, 0) + 1
+
+
+def came_out(what: str) -> None:
+    CAME_OUT[what] += 1
+
+
+@contextlib.contextmanager
+def counting_what_comes_out() -> Iterator[None]:
+    """Count a BatchError, or any other exception, that leaves the block; re-raise it."""
+    try:
+        yield
+    except BatchError:
+        came_out("BatchError")
+        raise
+    except Exception:
+        came_out("anything else")
+        raise
+
+
+# --------------------------------------------------------------------------------------------
+# The documented rules, written out again as the oracle
+
+OPTION_KINDS = {"mode": str, "question": str, "pages": str, "grep": str, "jq": str}
+OPTION_KINDS |= {"context": bool, "recover": bool}
+
+
+def storable_text(value: object, limit: int) -> bool:
+    """A string of at most ``limit`` characters, without NUL or lone surrogates."""
+    return (
+        isinstance(value, str)
+        and len(value) <= limit
+        and "\x00" not in value
+        and not any(0xD800 <= ord(ch) <= 0xDFFF for ch in value)
+    )
+
+
+def valid_url(url: object) -> bool:
+    return isinstance(url, str) and storable_text(url, 8192) and url.strip() != ""
+
+
+def valid_options_json(obj: object) -> bool:
+    if not isinstance(obj, dict) or not set(obj) <= set(OPTION_KINDS):
+        return False
+    return all(
+        type(value) is bool if OPTION_KINDS[name] is bool else storable_text(value, 8192)
+        for name, value in obj.items()
+    )
+
+
+def valid_target_json(obj: object) -> bool:
+    return (
+        isinstance(obj, dict)
+        and "url" in obj
+        and set(obj) <= {"url", "options"}
+        and valid_url(obj["url"])
+        and valid_options_json(obj.get("options", {}))
+    )
+
+
+def valid_name(name: object) -> bool:
+    """A caller or caller-class name."""
+    return storable_text(name, 256) and name != ""
+
+
+def valid_submit(caller: object, caller_class: object, targets: object) -> bool:
+    """Whether a submit passes every check but the live-job caps (Config's defaults)."""
+    return (
+        valid_name(caller)
+        and valid_name(caller_class)
+        and isinstance(targets, list | tuple)
+        and 0 < len(targets) <= Config().targets_per_job
+        and all(isinstance(t, Target) for t in targets)
+        and len(set(targets)) == len(targets)
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -191,12 +275,16 @@ ops = st.one_of(
 
 @SETTINGS
 @given(obj=target_json)
-def test_target_from_json_raises_only_batch_errors(obj: object) -> None:
+def test_target_from_json_refuses_exactly_what_the_rules_refuse(obj: object) -> None:
     EXAMPLES["Target.from_json"] = EXAMPLES.get("Target.from_json", 0) + 1
     try:
-        target = Target.from_json(obj)
+        with counting_what_comes_out():
+            target = Target.from_json(obj)
     except BatchError:
+        assert not valid_target_json(obj), f"a valid target was refused: {obj!r:.300}"
         return
+    came_out("a value")
+    assert valid_target_json(obj), f"an invalid target was accepted: {obj!r:.300}"
     # What was accepted is storable and round-trips.
     text = json.dumps(target.to_json(), ensure_ascii=False)
     text.encode("utf-8")
@@ -205,17 +293,29 @@ def test_target_from_json_raises_only_batch_errors(obj: object) -> None:
 
 @SETTINGS
 @given(url=urls, options=options_json)
-def test_target_and_options_constructors_raise_only_batch_errors(
+def test_target_and_options_constructors_refuse_exactly_what_the_rules_refuse(
     url: object, options: object
 ) -> None:
     EXAMPLES["Target/Options"] = EXAMPLES.get("Target/Options", 0) + 1
     try:
-        parsed = Options.from_json(options)
+        with counting_what_comes_out():
+            parsed = Options.from_json(options)
     except BatchError:
+        assert not valid_options_json(options), f"valid options refused: {options!r:.300}"
         parsed = Options()
+    else:
+        came_out("a value")
+        assert valid_options_json(options), f"invalid options accepted: {options!r:.300}"
     for opts in (parsed, options):
-        with contextlib.suppress(BatchError):
-            Target(url, opts)  # type: ignore[arg-type]
+        valid = valid_url(url) and isinstance(opts, Options)
+        try:
+            with counting_what_comes_out():
+                Target(url, opts)  # type: ignore[arg-type]
+        except BatchError:
+            assert not valid, f"a valid target was refused: {url!r:.300}, {opts!r:.300}"
+        else:
+            came_out("a value")
+            assert valid, f"an invalid target was accepted: {url!r:.300}, {opts!r:.300}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -244,28 +344,51 @@ class Example:
         return value
 
 
+async def run_op(runner: Runner, example: Example, op: Op) -> None:
+    """Make one call; check its answer against the rules; count what came out."""
+    if op.kind == "submit":
+        job_id, reused = await runner.submit(*op.args)
+        assert valid_submit(*op.args), f"an invalid submit was accepted: {op.args!r:.300}"
+        example.created += not reused
+        example.known.append(job_id)
+        seen("submit accepted")
+        came_out("a value")
+        return
+    job_id = example.resolve(op.args[0])
+    known = isinstance(job_id, str) and job_id in example.known
+    answer: object
+    if op.kind == "status":
+        status = await runner.status(job_id)  # type: ignore[arg-type]
+        check_answer(status)
+        answer = status
+    elif op.kind == "cancel":
+        answer = await runner.cancel(job_id)  # type: ignore[arg-type]
+        assert answer is True or answer is False
+    else:
+        job = await runner.wait(job_id)  # type: ignore[arg-type]
+        assert job is None or job.is_terminal
+        answer = job
+    if known:
+        assert op.kind == "cancel" or answer is not None, f"{op.kind} lost a known job"
+    else:
+        assert answer is None or answer is False, f"{op.kind} of an unknown id gave {answer!r}"
+    seen(op.kind)
+    came_out("None/False" if answer is None or answer is False else "a value")
+
+
 async def run_ops(store: Store, operations: Sequence[Op]) -> Example:
     example = Example()
     async with open_runner(store, echo, Config()) as runner:
         for op in operations:
             try:
-                if op.kind == "submit":
-                    job_id, reused = await runner.submit(*op.args)
-                    example.created += not reused
-                    example.known.append(job_id)
-                    seen("submit accepted")
-                elif op.kind == "status":
-                    check_answer(await runner.status(example.resolve(op.args[0])))  # type: ignore[arg-type]
-                    seen("status")
-                elif op.kind == "cancel":
-                    cancelled = await runner.cancel(example.resolve(op.args[0]))  # type: ignore[arg-type]
-                    assert cancelled is True or cancelled is False
-                    seen("cancel")
-                else:
-                    job = await runner.wait(example.resolve(op.args[0]))  # type: ignore[arg-type]
-                    assert job is None or job.is_terminal
-                    seen("wait")
-            except BatchError as exc:
+                with counting_what_comes_out():
+                    await run_op(runner, example, op)
+            except (InvalidRequest, TooManyTargets) as exc:
+                # Refused as malformed: right only for input the rules call malformed.
+                assert op.kind == "submit" and not valid_submit(*op.args), repr(exc)
+                seen(f"{op.kind} refused ({type(exc).__name__})")
+            except (CallerBusy, Busy) as exc:
+                assert op.kind == "submit" and valid_submit(*op.args), repr(exc)
                 seen(f"{op.kind} refused ({type(exc).__name__})")
     return example
 
@@ -289,7 +412,7 @@ def check_database(path: Path, example: Example) -> None:
 
 @SETTINGS
 @given(operations=st.lists(ops, min_size=1, max_size=8))
-def test_runner_calls_raise_only_batch_errors(operations: list[Op]) -> None:
+def test_runner_calls_refuse_bad_input_with_batch_errors(operations: list[Op]) -> None:
     EXAMPLES["runner"] = EXAMPLES.get("runner", 0) + 1
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "hostile.db"
@@ -317,5 +440,6 @@ def test_hostile_input_figures(figures: Figures) -> None:
     """Print what the runner examples above exercised (they run first: file order)."""
     examples = ", ".join(f"{name} {n}" for name, n in EXAMPLES.items())
     detail = ", ".join(f"{name} {n}" for name, n in sorted(SEEN.items()))
-    figures.add(f"hostile input: examples {examples}; only BatchError or None/False came out")
+    outcomes = ", ".join(f"{what} {n}" for what, n in CAME_OUT.items())
+    figures.add(f"hostile input: examples {examples}; what came out of the calls: {outcomes}")
     figures.add(f"hostile input: runner calls: {detail}")

@@ -9,9 +9,11 @@ cancel other callers' jobs, or resubmit the same targets (an idempotent reuse). 
 - a heartbeat task sleeps 1 ms in a loop and records how late it wakes up (event-loop lag).
 
 Checked: no cap is ever exceeded, every accepted job reaches a terminal status with its stored
-outcomes matching its counts, nothing is left live, the database is intact, and the whole run
-ends (no deadlock; pytest-timeout guards a hang). Printed: jobs/s and the p50/p99/max lag.
-Nothing is asserted about speed. ``TRIO_BATCH_SOAK=1`` runs a bigger load.
+outcomes matching its counts and its status the one they imply (or ``cancelled``), every
+result the fetch returned (or error it raised) reached the store, nothing is left live, the
+database is intact, and the whole run ends (no deadlock; pytest-timeout guards a hang).
+Printed: jobs/s and the p50/p99/max lag. Nothing is asserted about speed.
+``TRIO_BATCH_SOAK=1`` runs a bigger load.
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ from trio_batch import (
     Busy,
     CallerBusy,
     Config,
-    JobState,
     Result,
     Runner,
     Store,
@@ -39,6 +40,7 @@ from trio_batch import (
 )
 
 from .figures import SOAK, Figures, scaled
+from .invariants import status_mismatch
 
 SEED = 4242
 SUBMITTERS = scaled(300, 1000)
@@ -69,6 +71,8 @@ class Load:
     peak_live: int = 0
     fetching: int = 0
     peak_fetching: int = 0
+    #: URLs whose fetch returned a result or raised: each outcome must reach the store.
+    fetched: set[str] = field(default_factory=set)
 
 
 def _percentile(values: list[float], fraction: float) -> float:
@@ -166,6 +170,7 @@ async def test_hundreds_of_submitters_under_the_default_caps(
         load.peak_fetching = max(load.peak_fetching, load.fetching)
         try:
             await trio.sleep(rng.uniform(0, 0.004))
+            load.fetched.add(target.url)  # nothing can cancel the fetch from here on
             if rng.random() < 0.05:
                 raise Flaky(f"flaky {target.url}")
             return Result(f"content of {target.url}", {"url": target.url})
@@ -185,7 +190,8 @@ async def test_hundreds_of_submitters_under_the_default_caps(
                 elapsed = trio.current_time() - started
                 monitors.cancel_scope.cancel()
 
-            # Every accepted job is terminal, and its counts match its stored outcomes.
+            # Every accepted job is terminal, and its counts and status match its outcomes.
+            stored: set[str] = set()
             for job_id in load.accepted:
                 status = await runner.status(job_id)
                 if status is None:
@@ -197,8 +203,18 @@ async def test_hundreds_of_submitters_under_the_default_caps(
                 ]
                 if job.status.is_live or job.targets_done != len(outcomes):
                     load.violations.append(f"job {job_id}: {job.status}, {job.targets_done} done")
-                if job.status is JobState.DONE and len(outcomes) != job.targets_total:
-                    load.violations.append(f"job {job_id} is done with targets pending")
+                failed = sum(t.status is TargetState.FAILED for t in outcomes)
+                if job.targets_failed != failed:
+                    load.violations.append(f"job {job_id}: {job.targets_failed} failed counted")
+                mismatch = status_mismatch(
+                    job.status, job.error, job.targets_total, len(outcomes), failed
+                )
+                if mismatch:
+                    load.violations.append(f"job {job_id} {mismatch}")
+                stored.update(t.url for t in outcomes)
+            unstored = load.fetched - stored
+            if unstored:
+                load.violations.append(f"{len(unstored)} fetch results never stored")
             live = store.count_live_jobs()
         assert store.db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
 

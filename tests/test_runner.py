@@ -264,6 +264,25 @@ async def test_cancel_lets_the_in_flight_target_finish_and_stops(
     assert final[1][1].result is not None
 
 
+async def test_cancel_while_the_last_target_is_in_flight_keeps_the_job_cancelled(
+    store: Store, fetch: ScriptedFetch, clock: FakeClock
+) -> None:
+    # The last outcome completes the job's count, but the cancel came first: it stays cancelled.
+    targets = urls("a", "gate")
+    started, release = fetch.gate(targets[1].url)
+    async with open_runner(store, fetch, CONFIG, now=clock) as runner:
+        job_id, _ = await runner.submit("alice", "user", targets)
+        await started.wait()
+        assert await runner.cancel(job_id) is True
+        release.set()
+        job = await runner.wait(job_id)
+        final = await runner.status(job_id)
+    assert job is not None and final is not None
+    assert (job.status, job.targets_done, job.targets_failed) == (JobState.CANCELLED, 2, 0)
+    assert final[0] == job
+    assert [t.status for t in final[1]] == [TargetState.DONE, TargetState.DONE]
+
+
 async def test_cancel_between_targets_leaves_no_running_target(
     store: Store, fetch: ScriptedFetch, clock: FakeClock
 ) -> None:

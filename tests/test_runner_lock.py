@@ -68,15 +68,15 @@ def test_a_runner_in_another_process_holds_the_lock_until_it_dies(tmp_path: Path
         assert child.stdout is not None
         assert child.stdout.readline().strip() == "running"
 
-        async def second_runner() -> None:
-            async def never(_: object) -> object:
-                raise AssertionError("not reached")
+        never = ScriptedFetch()  # records any fetch: the second runner must not start
 
-            async with open_runner(Store.open(path), never):  # type: ignore[arg-type]
+        async def second_runner() -> None:
+            async with open_runner(Store.open(path), never):
                 pass  # pragma: no cover
 
         with pytest.raises(StoreLocked):
             trio.run(second_runner)
+        assert never.calls == []
         # Read-only use beside the running runner works.
         with Store.open(path) as reader:
             [job] = reader.list_jobs()

@@ -30,6 +30,7 @@ from trio_batch import (
     TooManyTargets,
 )
 from trio_batch.store.sqlite import _queries as q
+from trio_batch.store.sqlite._views import job_overview, one_target
 
 T0 = 1_000_000.0
 TTL = 100.0
@@ -327,6 +328,20 @@ def test_an_outcome_can_follow_a_cancel(store: Store) -> None:
     assert [t.status for t in targets_of(store, job.id)] == ["done", "pending", "pending"]
 
 
+def test_the_last_outcome_after_a_cancel_keeps_the_job_cancelled(store: Store) -> None:
+    job, _ = create(store, n=2, status=JobState.RUNNING)
+    store.record_outcome(job.id, 0, result=Result("a"), ttl=TTL, now=T0)
+    store.finish_job(job.id, JobState.CANCELLED, now=T0)
+    updated = store.record_outcome(job.id, 1, error="late", ttl=TTL, now=T0)
+    assert updated is not None
+    assert (updated.status, updated.targets_done, updated.targets_failed) == (
+        JobState.CANCELLED,
+        2,
+        1,
+    )
+    assert store.get_job(job.id, now=T0) == updated
+
+
 def test_a_result_that_is_not_json_is_stored_as_a_failure(store: Store) -> None:
     job, _ = create(store)
     store.record_outcome(job.id, 0, result=Result("c", {"s": {1}}), ttl=TTL, now=T0)
@@ -401,6 +416,24 @@ def test_purge_expired_deletes_lapsed_jobs_in_batches(store: Store) -> None:
     assert store.db.execute("PRAGMA foreign_key_check").fetchall() == []
 
 
+def test_the_overview_reads_no_result_and_one_target_reads_one(store: Store) -> None:
+    job, _ = create(store, "a", status=JobState.RUNNING)
+    store.record_outcome(job.id, 0, result=Result("r" * 1000), ttl=TTL, now=T0)
+    found = job_overview(store, job.id, now=T0)
+    assert found is not None
+    _, targets, sizes = found
+    assert [t.result for t in targets] == [None, None, None]
+    assert [str(t.status) for t in targets] == ["done", "running", "pending"]
+    assert sizes[0] > 1000 and sizes[1:] == [0, 0]
+    one = one_target(store, job.id, 0, now=T0)
+    assert one is not None and one[1].result == Result("r" * 1000)
+    running = one_target(store, job.id, 1, now=T0)
+    assert running is not None and str(running[1].status) == "running"  # due next
+    assert one_target(store, job.id, 3, now=T0) is None
+    assert one_target(store, "nope", 0, now=T0) is None
+    assert job_overview(store, job.id, now=T0 + TTL) is None  # lapsed
+
+
 def test_list_jobs_filters_by_caller(store: Store) -> None:
     a, _ = create(store, "a")
     b, _ = create(store, "b", now=T0 + 1)
@@ -413,6 +446,7 @@ def test_list_jobs_filters_by_caller(store: Store) -> None:
 
 # A scan of a partial index only visits the rows it holds; there is none so far.
 PARTIAL_INDEXES: set[str] = set()
+QUERY_VERBS = ("SELECT", "UPDATE", "DELETE", "INSERT")
 
 
 # The metrics counts (Store.counts) read every unexpired job: a scan of jobs_status, by design
@@ -424,21 +458,34 @@ UNCHECKED_QUERIES = {"COUNT_BY_STATUS", "SUM_TARGETS", "MIGRATE_V2_ATTEMPTS"}
 def _exercise_every_method(store: Store) -> None:
     job, _ = create(store, "a", status=JobState.RUNNING)
     create(store, "a")  # reused
+    with pytest.raises(CallerBusy) as busy:
+        create(store, "a", n=2)  # a's one live job is in the way
+    assert busy.value.job_id == job.id
     other, _ = create(store, "b")
     store.record_outcome(job.id, 0, result=Result("x"), ttl=TTL, now=T0)
     store.record_outcomes([OutcomeWrite(job.id, 1, error="e")], ttl=TTL, now=T0)
-    store.record_outcomes([OutcomeWrite(job.id, 1, error="again")], ttl=TTL, now=T0)  # refused
+    # Two writes share a commit (savepoints); the last outcome sets the terminal status.
+    store.record_outcomes(
+        [OutcomeWrite(job.id, 2, result=Result("y")), OutcomeWrite(job.id, 2, error="again")],
+        ttl=TTL,
+        now=T0,
+    )
     store.finish_job(other.id, JobState.CANCELLED, now=T0)
     store.get_status(job.id, now=T0)
     store.get_job(job.id, now=T0)
+    job_overview(store, job.id, now=T0)
+    one_target(store, job.id, 1, now=T0)
     store.list_jobs(now=T0)
     store.list_jobs(caller="a", now=T0)
+    store.list_caller_jobs("a", now=T0, limit=10)
+    store.list_caller_jobs("a", now=T0, limit=10, before=(T0 + 1, job.id))
+    store.forget_job(other.id, now=T0)
     store.mark_in_flight_failed("restart", now=T0)
     store.purge_expired(T0 + TTL)
 
 
-def assert_uses_an_index(store: Store, sql: str, params: Any) -> None:
-    plan = [row[3] for row in store.db.execute(f"EXPLAIN QUERY PLAN {sql}", params or ())]
+def assert_uses_an_index(store: Store, sql: str) -> None:
+    plan = [row[3] for row in store.db.execute(f"EXPLAIN QUERY PLAN {sql}")]
     for step in plan:
         words = step.split()
         if words[0] != "SCAN" or words[1] == "json_each":
@@ -449,25 +496,26 @@ def assert_uses_an_index(store: Store, sql: str, params: Any) -> None:
 
 
 def test_every_store_query_uses_an_index(store: Store) -> None:
-    # Record the SQL the store really runs, with its parameters bound, then ask SQLite for
-    # each plan. Traced on the sqlite3 connection itself: the hot paths bypass sqlite-utils.
+    # Record every statement the connection itself runs, whether through sqlite-utils or
+    # straight on sqlite3 (the hot outcome updates and the bulk target insert), with its
+    # parameters bound into the text, then ask SQLite for each plan.
     statements: list[str] = []
     store.db.conn.set_trace_callback(statements.append)
     try:
         _exercise_every_method(store)
     finally:
         store.db.conn.set_trace_callback(None)
-    queries = {
-        sql for sql in statements if sql.split()[0].upper() in ("SELECT", "UPDATE", "DELETE")
-    }
-    # The exercise reached every named read, update and delete (outcome writes and status
-    # reads included): the text before a statement's first parameter starts what was traced.
+    queries = {sql for sql in statements if sql.split()[0].upper() in QUERY_VERBS}
+    for hot in ("INSERT INTO targets", "UPDATE targets SET", "UPDATE jobs SET targets_done"):
+        assert any(sql.startswith(hot) for sql in queries), f"{hot!r} was never traced"
+    # The exercise reached every named query (outcome writes and status reads included): the
+    # text before a statement's first parameter starts what was traced.
     named = {
         name: sql
         for name, sql in vars(q).items()
         if name.isupper()
         and isinstance(sql, str)
-        and sql.split()[0] in ("SELECT", "UPDATE", "DELETE")
+        and sql.split()[0] in QUERY_VERBS
         and name not in UNCHECKED_QUERIES
     }
     missed = [
@@ -478,7 +526,7 @@ def test_every_store_query_uses_an_index(store: Store) -> None:
     assert len(named) >= 12
     assert not missed
     for sql in queries:
-        assert_uses_an_index(store, sql, None)
+        assert_uses_an_index(store, sql)
 
 
 @pytest.mark.parametrize(
@@ -486,7 +534,7 @@ def test_every_store_query_uses_an_index(store: Store) -> None:
 )
 def test_the_index_check_catches_scans(store: Store, sql: str) -> None:
     with pytest.raises(AssertionError, match=r"full (table|index) scan"):
-        assert_uses_an_index(store, sql, ())
+        assert_uses_an_index(store, sql)
 
 
 def test_a_refused_write_in_a_group_commit_writes_nothing_and_the_others_are_stored(

@@ -189,7 +189,9 @@ class Connection:
             try:
                 yield
             finally:
-                if own:
+                # As in transaction(): an I/O error may have rolled the transaction back
+                # already, and a COMMIT then would hide that error behind its own.
+                if own and conn.in_transaction:
                     conn.execute("COMMIT")
 
 
@@ -223,9 +225,13 @@ class _Transaction:
         conn = store.db.conn
         try:
             if self._nested:
-                if exc_type is not None:
+                if exc_type is None:
+                    conn.execute("RELEASE nested")
+                elif conn.in_transaction:
                     conn.execute("ROLLBACK TO nested")
-                conn.execute("RELEASE nested")
+                    conn.execute("RELEASE nested")
+                # Else some error (a full disk, I/O) made SQLite roll back the whole
+                # transaction, savepoint and all: there is nothing left to undo here.
             elif exc_type is not None:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
