@@ -26,6 +26,7 @@ import psycopg
 import pytest
 
 from .figures import Figures
+from .pg_server import PgServer
 
 CHILD = str(Path(__file__).with_name("cluster_child.py"))
 HEARTBEAT, RUNNER_TIMEOUT, POLL = 0.2, 1.5, 0.2
@@ -406,3 +407,29 @@ def test_submits_from_three_runners_at_once_keep_the_total_cap(
         f"(jobs_total 8 enforced: {answers.get('accepted', 0)} accepted, "
         f"{answers.get('Busy', 0)} Busy; peak live jobs seen {peak})"
     )
+
+
+def test_a_database_restart_mid_drain_loses_nothing_and_counts_nothing_twice(
+    spawn: Callable[..., Child], pg_dsn: str, pg_server: PgServer
+) -> None:
+    # A runner_timeout longer than the restart: this is about reconnecting, not reaping.
+    a = spawn(runner_timeout=30)
+    urls = _urls("r", *["sleep-0.05"] * 30)
+    job_id = a.call("submit", caller="alice", urls=urls)["job"]
+    _until(lambda: _job(pg_dsn, job_id)[2] >= 3, "three of A's targets to be stored")
+    # A clean ("fast") stop: the clients are cut off as by a crash, but the test server's
+    # relaxed durability (synchronous_commit=off) loses no acknowledged commit.
+    pg_server.stop("fast")
+    pg_server.start()
+    finished = a.call("wait", job=job_id)
+    assert (finished["status"], finished["done"]) == ("done", 30)
+    # The restart did cut the drain off: a write failed and was retried.
+    assert any(m["log"] == "could not store an outcome; retrying" for m in a.logs)
+    outcomes = _outcomes(pg_dsn, job_id)
+    assert [(o[1], o[2]) for o in outcomes] == [
+        ("done", json.dumps({"content": f"content of {url}", "meta": {}}, separators=(",", ":")))
+        for url in urls
+    ]
+    assert _sql(
+        pg_dsn, "SELECT targets_done, targets_failed FROM jobs WHERE id = %s", (job_id,)
+    ) == [(30, 0)]
