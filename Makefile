@@ -27,7 +27,8 @@ pytest: $(STAMP)
 
 # The hardening suites at full size (200 SIGKILLs, thousands of Hypothesis examples, a bigger
 # load); each prints its figures at the end. About 10 minutes on a 2-core machine.
-SOAK_SUITES := tests/test_crash_campaign.py tests/test_fault_injection.py \
+SOAK_SUITES := tests/test_crash_campaign.py tests/test_crash_campaign_postgres.py \
+	tests/test_fault_injection.py \
 	tests/test_hostile_input.py tests/test_store_model.py tests/test_load.py
 
 soak: $(STAMP)

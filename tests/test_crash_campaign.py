@@ -161,7 +161,21 @@ def _check_database(
             targets.setdefault(row[0], []).append(row[1:])
     finally:
         conn.close()
+    check_rows(campaign, round_no, jobs, targets, reaped=reaped, child_came_up=child_came_up)
 
+
+def check_rows(
+    campaign: Campaign,
+    round_no: int,
+    jobs: list[tuple[Any, ...]],
+    targets: dict[str, list[tuple[Any, ...]]],
+    *,
+    reaped: bool,
+    child_came_up: bool,
+) -> None:
+    """Check the invariants on the jobs ``(id, status, error, total, done, failed)`` and their
+    targets ``job id -> [(idx, url, status, result, error)]`` in ``idx`` order, read from any
+    backend; see :func:`_check_database` for ``reaped`` and ``child_came_up``."""
     seen_ids = {job[0] for job in jobs}
     for job_id in campaign.frozen.keys() - seen_ids:
         campaign.violation(round_no, f"job {job_id} vanished")
