@@ -41,11 +41,13 @@ $(BENCH_STAMP): pyproject.toml $(STAMP)
 
 bench: $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks.run
+	$(BIN)/python -m benchmarks.postgres
 
 # First the peers' smoke tests (left out of `make test`, which does not install the peers).
 bench-quick: $(BENCH_STAMP)
 	$(BIN)/pytest -m peers tests/test_benchmarks_smoke.py
 	$(BIN)/python -m benchmarks.run --quick
+	$(BIN)/python -m benchmarks.postgres --quick
 
 # A real batch through `trio-batch run` against a local fixture server (demo/), offline.
 demo: $(STAMP)
