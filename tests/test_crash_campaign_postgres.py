@@ -31,7 +31,7 @@ from trio_batch import Config, open_runner, open_store
 from .conftest import ScriptedFetch
 from .crash_child import CALLERS, CLUSTER_TIMINGS
 from .figures import SOAK, Figures, scaled
-from .test_crash_campaign import CHILD, RUNNER_ERRORS, UP_TIMEOUT, Campaign, check_rows
+from .test_crash_campaign import CHILD, RUNNER_ERRORS, UP_TIMEOUT, Campaign, check_rows, read_rows
 
 SEED = 20261130
 ROUNDS = scaled(8, 50)
@@ -74,15 +74,7 @@ def _reap_in_parent(url: str) -> tuple[int, list[str]]:
 
 def _read(url: str) -> tuple[list[tuple[Any, ...]], dict[str, list[tuple[Any, ...]]]]:
     with psycopg.connect(url, autocommit=True) as conn:
-        jobs = conn.execute(
-            "SELECT id, status, error, targets_total, targets_done, targets_failed FROM jobs"
-        ).fetchall()
-        targets: dict[str, list[tuple[Any, ...]]] = {}
-        for row in conn.execute(
-            "SELECT job_id, idx, url, status, result, error FROM targets ORDER BY job_id, idx"
-        ):
-            targets.setdefault(row[0], []).append(row[1:])
-    return jobs, targets
+        return read_rows(conn)
 
 
 def _round(campaign: Campaign, round_no: int, rng: random.Random, url: str) -> None:
