@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: test lint typecheck pytest soak demo bench bench-quick clean
+.PHONY: test lint typecheck pytest soak demo demo-cluster bench bench-quick clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,7 +27,8 @@ pytest: $(STAMP)
 
 # The hardening suites at full size (200 SIGKILLs, thousands of Hypothesis examples, a bigger
 # load); each prints its figures at the end. About 10 minutes on a 2-core machine.
-SOAK_SUITES := tests/test_crash_campaign.py tests/test_fault_injection.py \
+SOAK_SUITES := tests/test_crash_campaign.py tests/test_crash_campaign_postgres.py \
+	tests/test_fault_injection.py \
 	tests/test_hostile_input.py tests/test_store_model.py tests/test_load.py
 
 soak: $(STAMP)
@@ -40,15 +41,22 @@ $(BENCH_STAMP): pyproject.toml $(STAMP)
 
 bench: $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks.run
+	$(BIN)/python -m benchmarks.postgres
 
 # First the peers' smoke tests (left out of `make test`, which does not install the peers).
 bench-quick: $(BENCH_STAMP)
 	$(BIN)/pytest -m peers tests/test_benchmarks_smoke.py
 	$(BIN)/python -m benchmarks.run --quick
+	$(BIN)/python -m benchmarks.postgres --quick
 
 # A real batch through `trio-batch run` against a local fixture server (demo/), offline.
 demo: $(STAMP)
 	$(BIN)/python demo/demo.py
+
+# Two `trio-batch serve` processes sharing a throw-away local PostgreSQL (demo/cluster.py): a
+# cross-server cancel, and a SIGKILLed server's jobs reaped by the other; offline.
+demo-cluster: $(STAMP)
+	$(BIN)/python demo/cluster.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

@@ -1,6 +1,7 @@
 """trio_batch under load: serial and concurrent drains, latencies, and event-loop health.
 
-Every function here opens its own :class:`trio_batch.Store` on a file database, runs one
+Every function here opens its own :class:`trio_batch.Store` on a file database (the serial
+and concurrent ones also a PostgreSQL store, given a URL: :mod:`benchmarks.postgres`), runs one
 ``trio.run`` with :func:`trio_batch.open_runner` and a no-op fetch, and returns raw samples;
 :mod:`benchmarks.run` turns them into medians and ratios.
 """
@@ -14,7 +15,17 @@ from dataclasses import dataclass, field
 
 import trio
 
-from trio_batch import Config, JobState, Result, Runner, Store, Target, open_runner
+from trio_batch import (
+    Config,
+    JobState,
+    JobStore,
+    Result,
+    Runner,
+    Store,
+    Target,
+    open_runner,
+    open_store,
+)
 
 #: The lock holder: a second process that takes SQLite's write lock and keeps it for a while.
 LOCK_HOLDER = """
@@ -26,6 +37,19 @@ time.sleep(float(sys.argv[2]))
 conn.execute("ROLLBACK")
 print("released", flush=True)
 """
+
+
+def open_db(path: str) -> Store | JobStore:
+    """The store at ``path``: a file database, or a shared one at a ``postgresql://`` URL."""
+    return open_store(path) if path.startswith("postgresql://") else Store.open(path)
+
+
+def close_db(store: Store | JobStore) -> None:
+    """Close what :func:`open_db` opened, outside any trio run."""
+    if isinstance(store, Store):
+        store.close()
+    else:
+        trio.run(store.aclose)  # its store thread answers calls from any trio run
 
 
 async def noop_fetch(target: Target) -> Result:
@@ -58,7 +82,7 @@ class Heartbeat:
         return [late for when, late in self.samples if start <= when <= end]
 
 
-async def _run_job(runner: Runner, caller: str, targets: list[Target]) -> JobState:
+async def run_job(runner: Runner, caller: str, targets: list[Target]) -> JobState:
     job_id, reused = await runner.submit(caller, "bench", targets)
     assert not reused, "a benchmark job must be new"
     job = await runner.wait(job_id)
@@ -66,7 +90,7 @@ async def _run_job(runner: Runner, caller: str, targets: list[Target]) -> JobSta
     return job.status
 
 
-def _check_done(statuses: list[JobState]) -> None:
+def check_done(statuses: list[JobState]) -> None:
     bad = [s for s in statuses if s is not JobState.DONE]
     if bad:
         raise RuntimeError(f"{len(bad)} of {len(statuses)} benchmark jobs did not finish: {bad[0]}")
@@ -91,7 +115,7 @@ def measure_serial(
     that purge is finished (untimed) before the clock starts.
     """
     batches = [job_targets(f"{tag}/{j}", targets_per_job) for j in range(jobs)]
-    store = Store.open(path)
+    store = open_db(path)
 
     async def main() -> float:
         async with open_runner(store, noop_fetch) as runner:
@@ -99,15 +123,15 @@ def measure_serial(
             statuses = []
             start = time.perf_counter()
             for targets in batches:
-                statuses.append(await _run_job(runner, "serial", targets))
+                statuses.append(await run_job(runner, "serial", targets))
             elapsed = time.perf_counter() - start
-        _check_done(statuses)
+        check_done(statuses)
         return elapsed
 
     try:
         elapsed = trio.run(main)
     finally:
-        store.close()
+        close_db(store)
     return jobs * targets_per_job / elapsed
 
 
@@ -137,7 +161,7 @@ def measure_concurrent(
         [job_targets(f"{tag}/{c}/{j}", targets_per_job) for j in range(jobs_per_caller)]
         for c in range(n_callers)
     ]
-    store = Store.open(path)
+    store = open_db(path)
     beat = Heartbeat()
 
     async def main() -> float:
@@ -145,7 +169,7 @@ def measure_concurrent(
 
         async def caller(c: int) -> None:
             for targets in batches[c]:
-                statuses.append(await _run_job(runner, f"caller{c}", targets))
+                statuses.append(await run_job(runner, f"caller{c}", targets))
 
         async with open_runner(store, noop_fetch) as runner, trio.open_nursery() as outer:
             if heartbeat:
@@ -156,13 +180,13 @@ def measure_concurrent(
                     nursery.start_soon(caller, c)
             elapsed = time.perf_counter() - start
             outer.cancel_scope.cancel()
-        _check_done(statuses)
+        check_done(statuses)
         return elapsed
 
     try:
         elapsed = trio.run(main)
     finally:
-        store.close()
+        close_db(store)
     total = n_callers * jobs_per_caller * targets_per_job
     return Concurrent(total / elapsed, beat.lateness())
 
@@ -285,7 +309,7 @@ def measure_under_lock(
         async def caller(c: int) -> None:
             j = 0
             while not stop.is_set():
-                status = await _run_job(
+                status = await run_job(
                     runner, f"caller{c}", job_targets(f"{tag}/{c}/{j}", targets_per_job)
                 )
                 statuses.append(status)
@@ -314,7 +338,7 @@ def measure_under_lock(
                 await trio.sleep(settle_seconds)
                 stop.set()
             outer.cancel_scope.cancel()
-        _check_done(statuses)
+        check_done(statuses)
         return UnderLock(
             lateness=beat.lateness(),
             lateness_held=beat.lateness(locked_at, released_at),

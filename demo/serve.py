@@ -4,12 +4,13 @@ Listens on 127.0.0.1 only, on a free port chosen by the OS. Run it on its own to
 
     python demo/serve.py        # prints its base URL; Ctrl-C stops it
 
-Routes besides the files: ``/slow`` answers after 1.5 seconds, ``/old-news`` redirects to
-``/index.html``, and anything unknown is a 404.
+Routes besides the files: ``/slow`` (and ``/slow/ANYTHING``) answers after 1.5 seconds,
+``/old-news`` redirects to ``/index.html``, and anything unknown is a 404.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import threading
@@ -27,14 +28,15 @@ class _Handler(SimpleHTTPRequestHandler):
         pass  # keep the demo's output to what trio-batch shows
 
     def do_GET(self) -> None:
-        if self.path == "/slow":
+        if self.path == "/slow" or self.path.startswith("/slow/"):
             time.sleep(SLOW_SECONDS)
             body = b"The tide table, computed slowly.\n"
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; charset=utf-8")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            self.wfile.write(body)
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                self.wfile.write(body)  # the client may have gone (make demo-cluster kills one)
         elif self.path == "/old-news":
             self.send_response(301)
             self.send_header("Location", "/index.html")

@@ -1,7 +1,8 @@
-"""The crash campaign's child: a runner on a file database, busy until it is killed.
+"""The crash campaigns' child: a runner on a database, busy until it is killed.
 
 Run as ``python crash_child.py DB SIDE_LOG RUN SEED SYNCHRONOUS TIMEOUTS``. It opens a runner on
-``DB`` (with ``TIMEOUTS=1``, a short ``target_timeout`` and ``cancel_grace``, so the runner also
+``DB``, a file or a ``postgresql://`` URL (then with ``CLUSTER_TIMINGS``; SYNCHRONOUS is unused)
+(with ``TIMEOUTS=1``, a short ``target_timeout`` and ``cancel_grace``, so the runner also
 stores outcomes of its own: ``"timeout"`` and ``"cancelled"``)
 and keeps several callers submitting, waiting for and sometimes cancelling jobs, forever. Its
 fetch function appends what it is about to return (or the error it is about to raise) to
@@ -15,6 +16,7 @@ child per kill.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -23,13 +25,26 @@ from typing import Any, TextIO
 
 import trio
 
-from trio_batch import BatchError, Config, Result, Runner, Store, Target, open_runner
+from trio_batch import (
+    BatchError,
+    Config,
+    JobStore,
+    Result,
+    Runner,
+    Store,
+    Target,
+    open_runner,
+    open_store,
+)
 
 #: How many callers submit at once (the default caps allow one live job per caller, 8 in all).
 CALLERS = 5
 #: Chance that a result is big enough to be written on the store thread, not the fast path.
 BIG_RESULTS = 0.03
 BIG_CONTENT = 70_000
+#: On a PostgreSQL URL (the PostgreSQL campaign): short heartbeats, so dead runners are reaped
+#: soon.
+CLUSTER_TIMINGS = {"heartbeat_interval": 0.2, "runner_timeout": 1.0}
 
 
 class Boom(Exception):
@@ -81,7 +96,12 @@ async def main(
             record(log, {"job": job_id, "waited": None if job is None else str(job.status)})
 
     config = Config(target_timeout=0.003, cancel_grace=0.001) if timeouts else Config()
-    store = Store.open(db, synchronous=synchronous)
+    store: Store | JobStore
+    if db.startswith("postgresql://"):  # one of several runners sharing the database
+        config = dataclasses.replace(config, **CLUSTER_TIMINGS)
+        store = open_store(db)
+    else:
+        store = Store.open(db, synchronous=synchronous)
     async with open_runner(store, fetch, config) as runner, trio.open_nursery() as nursery:
         for i in range(CALLERS):
             nursery.start_soon(caller, runner, f"caller{i}")

@@ -151,17 +151,38 @@ def _check_database(
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
         if "jobs" not in tables:
             return  # killed before the schema was ever committed
-        jobs = conn.execute(
-            "SELECT id, status, error, targets_total, targets_done, targets_failed FROM jobs"
-        ).fetchall()
-        targets: dict[str, list[tuple[Any, ...]]] = {}
-        for row in conn.execute(
-            "SELECT job_id, idx, url, status, result, error FROM targets ORDER BY job_id, idx"
-        ):
-            targets.setdefault(row[0], []).append(row[1:])
+        jobs, targets = read_rows(conn)
     finally:
         conn.close()
+    check_rows(campaign, round_no, jobs, targets, reaped=reaped, child_came_up=child_came_up)
 
+
+def read_rows(conn: Any) -> tuple[list[tuple[Any, ...]], dict[str, list[tuple[Any, ...]]]]:
+    """The jobs and their targets as :func:`check_rows` takes them, from an sqlite3 or a psycopg
+    connection (the same SQL reads both)."""
+    jobs = conn.execute(
+        "SELECT id, status, error, targets_total, targets_done, targets_failed FROM jobs"
+    ).fetchall()
+    targets: dict[str, list[tuple[Any, ...]]] = {}
+    for row in conn.execute(
+        "SELECT job_id, idx, url, status, result, error FROM targets ORDER BY job_id, idx"
+    ):
+        targets.setdefault(row[0], []).append(row[1:])
+    return jobs, targets
+
+
+def check_rows(
+    campaign: Campaign,
+    round_no: int,
+    jobs: list[tuple[Any, ...]],
+    targets: dict[str, list[tuple[Any, ...]]],
+    *,
+    reaped: bool,
+    child_came_up: bool,
+) -> None:
+    """Check the invariants on the jobs ``(id, status, error, total, done, failed)`` and their
+    targets ``job id -> [(idx, url, status, result, error)]`` in ``idx`` order, read from any
+    backend; see :func:`_check_database` for ``reaped`` and ``child_came_up``."""
     seen_ids = {job[0] for job in jobs}
     for job_id in campaign.frozen.keys() - seen_ids:
         campaign.violation(round_no, f"job {job_id} vanished")

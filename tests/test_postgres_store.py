@@ -25,6 +25,7 @@ from trio_batch import (
     StoreUnavailable,
     open_store,
 )
+from trio_batch.store import DrainChanges
 from trio_batch.store.postgres import SCHEMA_VERSION, PostgresJobStore, PostgresStore
 
 from .conftest import T0, urls
@@ -307,3 +308,32 @@ async def test_the_unique_index_refuses_a_second_current_job_of_a_key(
     )
     assert not reused
     assert _sql(pg_dsn, "SELECT id FROM jobs WHERE current") == [(later.id,)]
+
+
+async def test_a_runner_learns_of_cancels_and_reaps_by_others_and_waiters_of_its_drains(
+    stores: list[PostgresJobStore], pg_dsn: str
+) -> None:
+    a, b = stores[0], stores[1]
+    async with (
+        a.claim(heartbeat_interval=60, runner_timeout=120),
+        b.claim(heartbeat_interval=60, runner_timeout=120),
+    ):
+        assert a.can_start_target()  # its registration counts as a heartbeat
+        one, _ = await a.create_job("alice", "user", urls("a", "b"), ttl=TTL, now=T0, **_caps())
+        two, _ = await a.create_job("carol", "user", urls("c"), ttl=TTL, now=T0, **_caps())
+        assert await a.drain_changes([one.id, two.id]) == DrainChanges()
+        assert not await b.drain_over(one.id)  # A drains it
+        assert await b.finish_job(one.id, JobState.CANCELLED, now=T0 + 1) is not None
+        assert await a.drain_changes([one.id, two.id]) == DrainChanges(
+            cancelled=frozenset({one.id})
+        )
+        assert not await b.drain_over(one.id)  # cancelled, but A's drain has not stopped yet
+        assert await a.drain_over(one.id)  # A's own drains are A's to know about
+        await a.release_job(one.id)
+        assert await b.drain_over(one.id)
+        # A is taken for dead: its live job is reaped, and A learns it lost it.
+        a_id = a.runner_id
+        _age_runner(pg_dsn, a_id)
+        assert await b.reap_orphans(now=T0 + 2) == 1
+        assert await a.drain_changes([two.id]) == DrainChanges(lost=frozenset({two.id}))
+        assert await b.drain_over(two.id)

@@ -75,6 +75,9 @@ class Config:
     - ``runner_timeout``: where runners share a database, how long a runner may be silent
       before another takes it for dead and fails its live jobs with error ``"restart"`` (30 s);
       longer than ``heartbeat_interval``.
+    - ``poll_interval``: where runners share a database, how often a runner asks it whether
+      another runner cancelled (or reaped) a job it drains, and how often ``wait``/``watch``
+      re-read a job that another runner drains (2 s).
     - ``retry``: how a target whose attempt failed with a retryable error is tried again, before
       the next target starts (see :class:`~trio_batch.RetryPolicy`); None (the default) makes
       one attempt only.
@@ -92,6 +95,7 @@ class Config:
     heartbeat_interval: float = 5.0
     runner_timeout: float = 30.0
     retry: RetryPolicy | None = None
+    poll_interval: float = 2.0
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):

@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 
 import trio
 
+from ._cluster import poll_drain_changes
 from ._config import Config
 from ._errors import StoreUnavailable
 from ._retry import RetryNotice
@@ -104,6 +105,9 @@ async def _running(
                 on_retry=on_retry,
             )
             nursery.start_soon(runner._purge_periodically, name="trio_batch purge")
+            nursery.start_soon(
+                poll_drain_changes, store, runner._drains, config, log, name="trio_batch poll"
+            )
             try:
                 yield runner
             except BaseException as exc:

@@ -14,12 +14,14 @@ import logging
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import trio
 
+from ._cluster import release, wait_elsewhere, wait_for_heartbeat
 from ._config import Config
+from ._drain import _Drain
 from ._errors import JobLive, RunnerClosed, StoreUnavailable
 from ._model import (
     Job,
@@ -62,43 +64,6 @@ class _Failure:
     hint: str | None = None
     retryable: bool = False  # another attempt may succeed
     retry_after: float | None = None  # the least the next attempt should wait, in seconds
-
-
-@dataclass(eq=False, slots=True)
-class _Drain:
-    """What the runner knows about one job it is draining."""
-
-    job_id: str
-    caller: str
-    targets: tuple[Target, ...]
-    scope: trio.CancelScope = field(default_factory=trio.CancelScope)
-    stopped: trio.Event = field(default_factory=trio.Event)
-    in_flight: int | None = None
-    # The CancelScope around the fetch in flight: its deadline is the target timeout, moved
-    # earlier by a cancel when Config.cancel_grace is set.
-    fetch_scope: trio.CancelScope | None = None
-    # The CancelScope around a wait between two attempts at a target: a cancel cuts it short.
-    backoff_scope: trio.CancelScope | None = None
-    cancel_requested: bool = False
-    cancel_deadline: float | None = None  # trio time at which the cancel grace runs out
-    # Set once every cancel() call has finished writing; cancel_failed if one could not.
-    cancel_writes: int = 0
-    cancel_settled: trio.Event = field(default_factory=trio.Event)
-    cancel_failed: bool = False
-    # Set, and dropped, each time an outcome is stored: wakes watchers. Made only when a
-    # watcher asks (most jobs have none), so a drain with no watcher makes no event per target.
-    _stored: trio.Event | None = None
-
-    def next_stored(self) -> trio.Event:
-        """The event set when the next outcome is stored (or the drain stops)."""
-        if self._stored is None:
-            self._stored = trio.Event()
-        return self._stored
-
-    def notify_stored(self) -> None:
-        stored, self._stored = self._stored, None
-        if stored is not None:
-            stored.set()
 
 
 def _failure_from_exception(exc: Exception) -> _Failure:
@@ -150,6 +115,8 @@ class Runner:
         self._rng = random.Random()  # retry jitter
         self._drains: dict[str, _Drain] = {}
         self._closed = False  # shutting down: no new jobs
+        # Jobs whose drains the shutdown stopped: wait() reports them as the shutdown marks them.
+        self._stopped_by_shutdown: set[str] = set()
         self._stopped = False  # shut down: no more calls
         # Set once shutdown has tried to mark the live jobs failed ("shutdown"); ok if it did.
         self._shutdown_marked = trio.Event()
@@ -250,17 +217,7 @@ class Runner:
             return False
         drain = self._drains.get(job_id)
         if drain is not None:
-            # Flag first: the drain checks it before each target, so none starts after this.
-            drain.cancel_requested = True
-            grace = self._config.cancel_grace
-            if grace is not None and drain.cancel_deadline is None:
-                drain.cancel_deadline = trio.current_time() + grace
-                if drain.fetch_scope is not None:
-                    drain.fetch_scope.deadline = min(
-                        drain.fetch_scope.deadline, drain.cancel_deadline
-                    )
-            if drain.backoff_scope is not None:
-                drain.backoff_scope.cancel()  # no further attempt: store the last failure now
+            drain.request_cancel(self._config.cancel_grace)
             drain.cancel_writes += 1
         try:
             job = await self._store.finish_job(job_id, JobState.CANCELLED, now=self._now())
@@ -340,8 +297,10 @@ class Runner:
 
         After it returns no further write for the job can follow (after a cancel, that is once
         the in-flight outcome is stored). Returns None for an unknown or lapsed id. This waits
-        on an event, never by polling. A job this runner is not draining is returned as stored.
-        A job stopped by the runner's shutdown comes back ``failed`` with error ``"shutdown"``
+        on an event, never by polling, for a job this runner drains. A job that another runner
+        sharing the database drains is re-read every ``Config.poll_interval`` until it is
+        terminal and that drain has stopped (during this runner's shutdown: as stored). A job
+        stopped by the runner's shutdown comes back ``failed`` with error ``"shutdown"``
         once shutdown has marked it so (as stored, if the database refused that). After the
         runner has stopped, raises :class:`RunnerClosed`.
         """
@@ -351,6 +310,14 @@ class Runner:
         drain = self._drains.get(job_id)
         if drain is not None:
             await drain.stopped.wait()
+        elif job_id not in self._stopped_by_shutdown:
+            return await wait_elsewhere(
+                self._store,
+                job_id,
+                now=self._now,
+                interval=self._config.poll_interval,
+                closing=lambda: self._closed,
+            )
         job = await self._store.get_job(job_id, now=self._now())
         if job is not None and not job.is_terminal and self._closed:
             # Its drain was stopped by the shutdown, which marks it failed next: report that.
@@ -365,7 +332,9 @@ class Runner:
         Outcomes stored before the call come first, then each new one as soon as it is stored;
         the last item is the :class:`Job` once it is terminal and its drain task has stopped
         (as :meth:`wait` returns it). Yields nothing for an unknown or lapsed id; stops early if
-        the job lapses. Waits on events, never by polling. Targets left ``pending`` (after a
+        the job lapses. Waits on events for a job this runner drains; one that another runner
+        drains is re-read every ``Config.poll_interval`` (during this runner's shutdown, the
+        iterator stops with what is stored). Targets left ``pending`` (after a
         cancel, a restart or a shutdown) are not yielded.
 
         Cancellation: safe at any point; the iterator simply stops.
@@ -388,11 +357,16 @@ class Runner:
                 yield target
             seen = len(finished)
             if changed is None:
-                if job.is_terminal:
+                if job.is_terminal and await self._store.drain_over(job_id):
                     yield job
                     return
-                # Not drained by this runner (shutting down): nothing more will be stored here.
-                return
+                if self._closed:
+                    # Shutting down: nothing more is stored by this runner, nor read from others.
+                    if job.is_terminal:
+                        yield job
+                    return
+                await trio.sleep(self._config.poll_interval)  # drained by another runner
+                continue
             await changed.wait()
 
     async def purge_expired(self) -> int:
@@ -468,6 +442,10 @@ class Runner:
             with drain.scope:
                 job: Job | None = None
                 for idx, target in enumerate(drain.targets):
+                    if not self._store.can_start_target():
+                        # Other runners may be about to take this one for dead: wait for a
+                        # heartbeat to get through (a reap stops the drain meanwhile).
+                        await wait_for_heartbeat(self._store, drain, self._config.poll_interval)
                     if drain.cancel_requested:
                         break
                     drain.in_flight = idx
@@ -481,6 +459,9 @@ class Runner:
                     await drain.cancel_settled.wait()
                     if drain.cancel_failed:
                         await self._finish_when_possible(drain, JobState.CANCELLED, None)
+                if job is None or job.targets_done < job.targets_total:
+                    # Stopped early (cancelled here or elsewhere): tell waiters on other runners.
+                    await release(self._store, drain, self._log)
         except Exception as exc:
             # The database stayed unavailable past Config.store_retry_for (or a bug): fail the
             # job rather than the host's nursery, and keep the runner serving other calls.
@@ -493,7 +474,10 @@ class Runner:
             if drain.in_flight is not None:
                 reason = f"could not store the outcome of target {drain.in_flight}: {reason}"
             await self._finish_when_possible(drain, JobState.FAILED, safe_text(reason))
+            await release(self._store, drain, self._log)
         finally:
+            if self._closed:
+                self._stopped_by_shutdown.add(drain.job_id)
             drain.in_flight = None
             del self._drains[drain.job_id]
             drain.stopped.set()

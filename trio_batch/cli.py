@@ -87,14 +87,19 @@ committed with) your project folders. Pass --db ./trio-batch.db to keep one per 
 """
 
 
-def default_db() -> Path:
+def default_db() -> Path | str:
     """The database used without ``--db``: ``$TRIO_BATCH_DB``, else the user data directory's."""
     env = os.environ.get(DB_ENV)
     if env:
-        return Path(env)
+        return _db_target(env)
     import platformdirs
 
     return platformdirs.user_data_path("trio-batch", appauthor=False) / "trio-batch.db"
+
+
+def _db_target(text: str) -> Path | str:
+    """A ``--db`` value: a URL (``postgresql://...``, ``sqlite:...``) as given, else a path."""
+    return text if "://" in text or text.startswith("sqlite:") else Path(text)
 
 
 def _default_caller() -> str:
@@ -112,10 +117,10 @@ def _parser() -> argparse.ArgumentParser:
     db = argparse.ArgumentParser(add_help=False)
     db.add_argument(
         "--db",
-        metavar="PATH",
-        type=Path,
-        help="SQLite database (default: $TRIO_BATCH_DB, else trio-batch.db in your user data "
-        "directory; see `trio-batch --help`)",
+        metavar="PATH|URL",
+        type=_db_target,
+        help="SQLite database, or a postgresql:// URL (default: $TRIO_BATCH_DB, else "
+        "trio-batch.db in your user data directory; see `trio-batch --help`)",
     )
     parser = argparse.ArgumentParser(
         prog="trio-batch",
@@ -342,11 +347,11 @@ def _stderr() -> Console:
 
 
 @contextlib.contextmanager
-def _open_store(path: Path | None, *, create: bool) -> Iterator[JobStore | None]:
+def _open_store(path: Path | str | None, *, create: bool) -> Iterator[JobStore | None]:
     """Open the store at ``path`` (or the default); None if it does not exist and not create."""
     explicit = path is not None
     db = default_db() if path is None else path
-    if str(db) != ":memory:" and not db.exists():
+    if isinstance(db, Path) and str(db) != ":memory:" and not db.exists():
         if not create:
             yield None
             return

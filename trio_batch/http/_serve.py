@@ -76,7 +76,12 @@ async def serve(
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     """Add ``trio-batch serve``'s options to ``parser`` (for the command line to dispatch)."""
-    parser.add_argument("--db", required=True, metavar="PATH", help="the SQLite job database")
+    parser.add_argument(
+        "--db",
+        required=True,
+        metavar="PATH|URL",
+        help="the SQLite job database, or a postgresql:// URL that several servers may share",
+    )
     parser.add_argument(
         "--bind",
         default="127.0.0.1:8000",
@@ -147,6 +152,9 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         ("targets-per-job", "most targets in one job"),
         ("jobs-per-caller", "most live jobs per caller"),
         ("jobs-total", "most live jobs in all"),
+        ("heartbeat-interval", "seconds between heartbeats (runners sharing a PostgreSQL db)"),
+        ("runner-timeout", "seconds of silence after which a runner is taken for dead"),
+        ("poll-interval", "seconds between polls for other runners' cancels"),
     ):
         default = getattr(Config(), name.replace("-", "_"))
         parser.add_argument(
@@ -197,6 +205,9 @@ def run_serve(args: argparse.Namespace) -> int:
             targets_per_job=args.targets_per_job,
             jobs_per_caller=args.jobs_per_caller,
             jobs_total=args.jobs_total,
+            heartbeat_interval=args.heartbeat_interval,
+            runner_timeout=args.runner_timeout,
+            poll_interval=args.poll_interval,
             target_timeout=args.target_timeout,
             cancel_grace=args.cancel_grace,
             retry=retry_policy(args.retries),

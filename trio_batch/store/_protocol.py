@@ -12,14 +12,14 @@ epoch seconds passed in as ``now`` (the runner's injected wall clock), never rea
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from .._model import Job, JobState, OutcomeWrite, Target, TargetStatus
 
-__all__ = ["JobStore", "StoreCounts", "WriteObserver"]
+__all__ = ["DrainChanges", "JobStore", "StoreCounts", "WriteObserver"]
 
 WriteObserver = Callable[[str, float], None]
 """Called on the event loop with ``(operation, seconds)`` after each job creation
@@ -46,6 +46,17 @@ class StoreCounts:
     def targets_unfinished(self) -> int:
         """Targets of unexpired live jobs that have no stored outcome yet (they may still run)."""
         return self.targets_total - self.targets_done - self.targets_abandoned
+
+
+@dataclass(frozen=True, slots=True)
+class DrainChanges:
+    """What other runners did to jobs this runner drains (see :meth:`JobStore.drain_changes`)."""
+
+    #: Jobs marked ``cancelled`` (by any runner): start no further target, honour the grace.
+    cancelled: frozenset[str] = frozenset()
+    #: Jobs no longer this runner's (reaped while it was paused or cut off): stop at once; the
+    #: store refuses their writes anyway.
+    lost: frozenset[str] = frozenset()
 
 
 @runtime_checkable
@@ -126,6 +137,41 @@ class JobStore(Protocol):
         """Fail (error ``reason``) the live jobs this runner is draining; returns how many.
 
         Called at shutdown with ``"shutdown"``. Never touches another runner's jobs.
+        """
+        ...
+
+    def can_start_target(self) -> bool:
+        """False while this runner may be about to be taken for dead by the others.
+
+        Where runners share the database: the runner's heartbeat has not succeeded for most of
+        ``runner_timeout``, so its jobs may be reaped at any moment; a drain starts no new
+        target until this is True again (or its job is reaped). Always True with one runner
+        per database.
+        """
+        ...
+
+    async def drain_changes(self, job_ids: Collection[str]) -> DrainChanges:
+        """Which of ``job_ids`` (jobs this runner drains) other runners cancelled or reaped.
+
+        The runner polls this every ``Config.poll_interval``. With one runner per database no
+        other runner exists: empty, without a query.
+        """
+        ...
+
+    async def release_job(self, job_id: str) -> None:
+        """Record that this runner's drain of the terminal job ``job_id`` has stopped.
+
+        Called when a drain stops before its last target (a cancel, a failure), so that a
+        runner waiting on the job elsewhere knows no outcome of it can follow (see
+        :meth:`drain_over`). A no-op with one runner per database.
+        """
+        ...
+
+    async def drain_over(self, job_id: str) -> bool:
+        """True if no runner other than this one may still write an outcome of ``job_id``.
+
+        That is: no other runner drains it (its drain stopped, or its runner is gone). A job
+        whose last outcome is stored counts as over. Always True with one runner per database.
         """
         ...
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from typing import Concatenate, ParamSpec, TypeVar
 
 import trio
@@ -25,7 +25,7 @@ import trio
 from ..._errors import StoreError, StoreUnavailable
 from ..._model import Job, JobState, OutcomeWrite, Target, TargetStatus
 from .._group_commit import GroupCommit
-from .._protocol import StoreCounts, WriteObserver
+from .._protocol import DrainChanges, StoreCounts, WriteObserver
 from .._thread import StoreThread
 from ._errors import translate_errors
 from ._store import PostgresStore
@@ -39,6 +39,10 @@ T = TypeVar("T")
 _TimedWrite = tuple[OutcomeWrite, float, float]
 
 _log = logging.getLogger("trio_batch")
+
+#: Share of ``runner_timeout`` after the last successful heartbeat past which this runner
+#: starts no new target: the others may reap it soon.
+FENCE_SHARE = 0.75
 
 
 class PostgresJobStore:
@@ -58,6 +62,8 @@ class PostgresJobStore:
         self._closed = False
         self._group: GroupCommit[_TimedWrite, Job | None] = GroupCommit(self._commit)
         self._runner_timeout = 30.0
+        # Trio time at which the last successful heartbeat (or the registration) was sent.
+        self._beat_ok_at: float | None = None
 
     @classmethod
     def open(
@@ -157,7 +163,9 @@ class PostgresJobStore:
             )
         self._runner_timeout = runner_timeout
         # Registered first: if that fails, there is no heartbeat thread or connection to undo.
+        registering = trio.current_time()
         self.store.runner_id = await self._call(PostgresStore.register_runner)
+        self._beat_ok_at = registering
         beat_store = PostgresStore(
             self.store.conninfo,
             lock_timeout=min(self.store.lock_timeout, heartbeat_interval),
@@ -209,6 +217,7 @@ class PostgresJobStore:
             runner_id = self.store.runner_id
             if runner_id is None:
                 return
+            sent = trio.current_time()
             try:
                 with translate_errors(*limits):
                     alive = await beat_thread.run(beat_store.heartbeat, runner_id)
@@ -221,6 +230,7 @@ class PostgresJobStore:
                             "this runner was reaped by another; registered again",
                             extra={"runner_id": runner_id, "new_runner_id": new_id},
                         )
+                    self._beat_ok_at = sent
                     reaped = await beat_thread.run(beat_store.reap, runner_timeout, now=None)
                 if reaped:
                     _log.warning(
@@ -300,6 +310,28 @@ class PostgresJobStore:
     async def fail_own_jobs(self, reason: str, *, now: float) -> int:
         """Fail this runner's live jobs only."""
         return await self._call(PostgresStore.fail_own_jobs, reason, now=now)
+
+    def can_start_target(self) -> bool:
+        """False once no heartbeat has succeeded for ``FENCE_SHARE`` of ``runner_timeout``
+        (the others may be about to reap this runner); True outside :meth:`claim`."""
+        if self.store.runner_id is None or self._beat_ok_at is None:
+            return True
+        return trio.current_time() - self._beat_ok_at < FENCE_SHARE * self._runner_timeout
+
+    async def drain_changes(self, job_ids: Collection[str]) -> DrainChanges:
+        """Which of this runner's drains were cancelled elsewhere, or reaped (one query)."""
+        if not job_ids:
+            return DrainChanges()
+        cancelled, lost = await self._call(PostgresStore.drain_changes, list(job_ids))
+        return DrainChanges(frozenset(cancelled), frozenset(lost))
+
+    async def release_job(self, job_id: str) -> None:
+        """:meth:`PostgresStore.release_job`: waiters on other runners see the drain over."""
+        await self._call(PostgresStore.release_job, job_id)
+
+    async def drain_over(self, job_id: str) -> bool:
+        """:meth:`PostgresStore.drain_over`."""
+        return await self._call(PostgresStore.drain_over, job_id)
 
     async def purge_expired(self, *, now: float, batch_size: int) -> int:
         """One batch of lapsed jobs deleted; rows another runner is deleting are skipped."""

@@ -142,6 +142,23 @@ FAIL_OWN_JOBS = (
     f"WHERE status IN {LIVE} AND owner IS NOT DISTINCT FROM %s"
 )
 
+#: Of the jobs a runner drains (``id = ANY``): the cancelled ones, and those it no longer owns
+#: (reaped). Columns: id, cancelled, still owned.
+DRAIN_CHANGES = (
+    "SELECT id, status = 'cancelled', owner IS NOT DISTINCT FROM %(runner)s FROM jobs "
+    "WHERE id = ANY(%(ids)s) AND (status = 'cancelled' OR owner IS DISTINCT FROM %(runner)s)"
+)
+#: A runner's drain of a terminal job stopped: it drops the job, so waiters elsewhere know no
+#: outcome can follow.
+RELEASE_JOB = f"UPDATE jobs SET owner = NULL WHERE id = %s AND owner = %s AND status NOT IN {LIVE}"
+#: No runner but the asking one may still write an outcome of the job: it has none, or the
+#: asking one, or its runner is gone, or every target is stored. No row: unknown job.
+DRAIN_OVER = (
+    "SELECT owner IS NULL OR owner = %s OR targets_done >= targets_total "
+    "OR NOT EXISTS (SELECT 1 FROM runners WHERE runners.id = jobs.owner) "
+    "FROM jobs WHERE id = %s"
+)
+
 # ---------------------------------------------------------------------------------------------
 # Creating jobs
 

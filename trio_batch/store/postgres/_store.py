@@ -208,6 +208,26 @@ class PostgresStore:
             lambda c: c.execute(q.FAIL_OWN_JOBS, (reason, now, self.runner_id)).rowcount
         )
 
+    def drain_changes(self, job_ids: Sequence[str]) -> tuple[set[str], set[str]]:
+        """Of ``job_ids`` (this runner's drains): ``(cancelled, no longer this runner's)``."""
+        rows = self._run(
+            lambda c: c.execute(
+                q.DRAIN_CHANGES, {"runner": self.runner_id, "ids": list(job_ids)}
+            ).fetchall()
+        )
+        cancelled = {job_id for job_id, is_cancelled, owned in rows if is_cancelled and owned}
+        lost = {job_id for job_id, _, owned in rows if not owned}
+        return cancelled, lost
+
+    def release_job(self, job_id: str) -> None:
+        """This runner's drain of the terminal job ``job_id`` stopped: drop the ownership."""
+        self._run(lambda c: c.execute(q.RELEASE_JOB, (job_id, self.runner_id)))
+
+    def drain_over(self, job_id: str) -> bool:
+        """True unless a runner other than this one may still store an outcome of the job."""
+        row = self._run(lambda c: c.execute(q.DRAIN_OVER, (self.runner_id, job_id)).fetchone())
+        return row is None or bool(row[0])
+
     # ----------------------------------------------------------------------------------------
     # Creating jobs
 

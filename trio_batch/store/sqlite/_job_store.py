@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from typing import Concatenate, ParamSpec, TypeVar
 
 import trio
@@ -31,7 +31,7 @@ import trio
 from ..._errors import StoreError
 from ..._model import Job, JobState, OutcomeWrite, Result, Target, TargetStatus
 from .._group_commit import GroupCommit
-from .._protocol import StoreCounts, WriteObserver
+from .._protocol import DrainChanges, StoreCounts, WriteObserver
 from .._thread import StoreThread
 from ._errors import is_lock_error, translate_errors
 from ._lock import RunnerLock
@@ -58,6 +58,8 @@ FAST_MAX_RESULTS = 256 * 1024
 #: WAL: about 1000 commits of a few pages each, some MB.
 CHECKPOINT_EVERY = 1000
 
+
+_NO_CHANGES = DrainChanges()
 
 #: An outcome write with the lease length and the time it was made at.
 _TimedWrite = tuple[OutcomeWrite, float, float]
@@ -319,6 +321,21 @@ class SQLiteJobStore:
     async def fail_own_jobs(self, reason: str, *, now: float) -> int:
         """Fail every live job: with the claim held, they are all this runner's."""
         return await self._on_thread(Store.mark_in_flight_failed, reason, now)
+
+    def can_start_target(self) -> bool:
+        """Always True: one runner per database, so nobody else can reap its jobs."""
+        return True
+
+    async def drain_changes(self, job_ids: Collection[str]) -> DrainChanges:
+        """Empty, without a query: no other runner can cancel or reap this runner's jobs."""
+        return _NO_CHANGES
+
+    async def release_job(self, job_id: str) -> None:
+        """Nothing to record: no other runner waits on this runner's drains."""
+
+    async def drain_over(self, job_id: str) -> bool:
+        """True: no other runner drains jobs in this database."""
+        return True
 
     async def purge_expired(self, *, now: float, batch_size: int) -> int:
         """One batch of :meth:`Store.purge_expired`, on the store thread."""

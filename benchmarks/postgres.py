@@ -1,0 +1,202 @@
+"""PostgreSQL rows of ``make bench``: ``python -m benchmarks.postgres [--quick] [--rounds N]``.
+
+On a throw-away local server (demo/local_postgres.py: Unix socket, ``fsync=off``,
+``synchronous_commit=off``, so a commit costs CPU and a socket round trip, not a disk flush),
+per round, each on a fresh database:
+
+- **floor**: the writes storing one outcome takes (the target row, the job's counters and
+  lease), one transaction per target, on a raw psycopg connection (autocommit, explicit
+  ``BEGIN``/``COMMIT``); the jobs are created through the store so the schema is its own;
+- **serial**: one runner, jobs of 32 no-op targets run one after another;
+- **8 jobs**: one runner, 8 callers each running jobs back to back (8 live at once);
+- **8 jobs, 2 runners**: two runner processes on the same database, 4 callers each, started
+  together; targets of both over the time the slower one took.
+
+Figures are medians over interleaved rounds; ratios to the floor are taken within a round.
+Read the ratios, not the absolute figures: the machine is shared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+import trio
+
+from demo.local_postgres import PgServer, start_postgres
+from trio_batch import JobState, Target
+from trio_batch.store.postgres import PostgresStore
+
+from . import workloads
+from .floor import EMPTY_RESULT
+
+_databases = itertools.count(1)
+
+
+def fresh_database(server: PgServer) -> str:
+    """The URL of a new, empty database on ``server``."""
+    return server.create_database(f"bench{next(_databases)}")
+
+
+def floor_throughput(url: str, *, targets: int, targets_per_job: int = 32) -> float:
+    """Targets/s of one committed transaction per target on a raw psycopg connection."""
+    store = PostgresStore.open(url)
+    jobs = []
+    try:
+        for n in range(targets // targets_per_job + 1):
+            job, _ = store.create_job(
+                f"floor{n}",
+                "bench",
+                [Target(f"https://floor.test/{n}/{i}") for i in range(targets_per_job)],
+                ttl=86400,
+                targets_per_job=targets_per_job,
+                jobs_per_caller=1,
+                jobs_total=targets,
+                now=time.time(),
+                status=JobState.RUNNING,
+            )
+            jobs.append(job.id)
+    finally:
+        store.close()
+    with psycopg.connect(url, autocommit=True) as conn:
+        start = time.perf_counter()
+        for n in range(targets):
+            job_id, idx = jobs[n // targets_per_job], n % targets_per_job
+            now = time.time()
+            with conn.transaction():
+                conn.execute(
+                    "UPDATE targets SET status = 'done', result = %s, finished_at = %s, "
+                    "attempts = 1 WHERE job_id = %s AND idx = %s AND status = 'pending'",
+                    (EMPTY_RESULT, now, job_id, idx),
+                )
+                conn.execute(
+                    "UPDATE jobs SET targets_done = targets_done + 1, updated_at = %s, "
+                    "expires_at = %s WHERE id = %s",
+                    (now, now + 86400, job_id),
+                )
+        elapsed = time.perf_counter() - start
+    return targets / elapsed
+
+
+def two_runners_throughput(url: str, *, jobs_per_caller: int, targets_per_job: int = 32) -> float:
+    """Targets/s of 8 callers split over two runner processes on one database."""
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-m", "benchmarks.postgres", "--child", url, str(k)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for k in range(2)
+    ]
+    try:
+        for child in children:
+            assert child.stdout is not None and child.stdout.readline().strip() == "up"
+        for child in children:
+            assert child.stdin is not None
+            child.stdin.write(f"{jobs_per_caller} {targets_per_job}\n")
+            child.stdin.flush()
+        answers = [json.loads(child.stdout.readline()) for child in children if child.stdout]
+    finally:
+        for child in children:
+            if child.stdin is not None:
+                child.stdin.close()
+            child.wait(timeout=60)
+    return sum(a["targets"] for a in answers) / max(a["seconds"] for a in answers)
+
+
+def _child(url: str, k: int) -> None:
+    """One of :func:`two_runners_throughput`'s processes: 4 callers, started on a line of stdin."""
+    from trio_batch import open_runner
+
+    async def main() -> None:
+        store = workloads.open_db(url)
+        async with open_runner(store, workloads.noop_fetch) as runner:
+            print("up", flush=True)
+            line = await trio.to_thread.run_sync(sys.stdin.readline)
+            jobs_per_caller, per_job = map(int, line.split())
+            statuses: list[JobState] = []
+
+            async def caller(c: int) -> None:
+                for j in range(jobs_per_caller):
+                    targets = workloads.job_targets(f"two/{k}/{c}/{j}", per_job)
+                    statuses.append(await workloads.run_job(runner, f"r{k}c{c}", targets))
+
+            start = time.perf_counter()
+            async with trio.open_nursery() as nursery:
+                for c in range(4):
+                    nursery.start_soon(caller, c)
+            elapsed = time.perf_counter() - start
+        await store.aclose()
+        workloads.check_done(statuses)
+        print(json.dumps({"targets": 4 * jobs_per_caller * per_job, "seconds": elapsed}))
+
+    trio.run(main)
+
+
+def run(
+    server: PgServer, *, rounds: int, floor_targets: int, serial_jobs: int, per_caller: int
+) -> dict[str, list[float]]:
+    """Every measurement once per round, in turn; figures per round."""
+    rows: dict[str, list[float]] = {}
+    steps: list[tuple[str, Callable[[str], float]]] = [
+        ("floor", lambda url: floor_throughput(url, targets=floor_targets)),
+        ("serial", lambda url: workloads.measure_serial(url, jobs=serial_jobs)),
+        (
+            "8 jobs",
+            lambda url: workloads.measure_concurrent(url, jobs_per_caller=per_caller).targets_per_s,
+        ),
+        (
+            "8 jobs, 2 runners",
+            lambda url: two_runners_throughput(url, jobs_per_caller=per_caller),
+        ),
+    ]
+    for r in range(rounds):
+        for name, measure in steps if r % 2 == 0 else steps[::-1]:
+            rows.setdefault(name, []).append(measure(fresh_database(server)))
+        print(f"round {r + 1}/{rounds} done", file=sys.stderr)
+    return rows
+
+
+def render(rows: dict[str, list[float]]) -> str:
+    """The table: median targets/s and the median within-round ratio to the floor."""
+    lines = [f"PostgreSQL (local throw-away server), medians over {len(rows['floor'])} rounds"]
+    for name, values in rows.items():
+        ratio = statistics.median(v / f for v, f in zip(values, rows["floor"], strict=True))
+        lines.append(f"  {name:<34}{statistics.median(values):9.0f} targets/s   {ratio:.2f}x floor")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.postgres", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="reduced sizes")
+    parser.add_argument("--rounds", type=int)
+    parser.add_argument("--child", nargs=2, metavar=("URL", "K"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        _child(args.child[0], int(args.child[1]))
+        return
+    sizes: dict[str, Any] = (
+        {"rounds": 3, "floor_targets": 2000, "serial_jobs": 20, "per_caller": 4}
+        if args.quick
+        else {"rounds": 5, "floor_targets": 6000, "serial_jobs": 60, "per_caller": 12}
+    )
+    if args.rounds:
+        sizes["rounds"] = args.rounds
+    server = start_postgres()
+    try:
+        print(render(run(server, **sizes)))
+    finally:
+        server.destroy()
+
+
+if __name__ == "__main__":
+    main()
