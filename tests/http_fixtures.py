@@ -67,8 +67,13 @@ async def sse_events(
         event[key] = value.removeprefix(" ")
 
 
-def start_server(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen[str], str]:
-    """Start ``trio-batch serve`` on a free port; returns the process and its URL."""
+def start_server(
+    tmp_path: Path, *extra: str, fetch: str | None = "tests.http_fixtures:fetch"
+) -> tuple[subprocess.Popen[str], str]:
+    """Start ``trio-batch serve`` on a free port; returns the process and its URL.
+
+    ``fetch`` is the ``--fetch`` function; None serves with the built-in fetcher.
+    """
     tokens = tmp_path / "tokens"
     tokens.write_text(f"{ALICE} alice user\n{BOB} bob user\n")
     proc = subprocess.Popen(
@@ -81,8 +86,7 @@ def start_server(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen[str], st
             "127.0.0.1:0",
             "--tokens",
             str(tokens),
-            "--fetch",
-            "tests.http_fixtures:fetch",
+            *(() if fetch is None else ("--fetch", fetch)),
             *extra,
         ],
         cwd=REPO,
@@ -97,3 +101,15 @@ def start_server(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen[str], st
         proc.kill()
         raise AssertionError(f"no 'listening on' line: {line!r}; stderr: {proc.communicate()[1]}")
     return proc, line.removeprefix("listening on ").strip()
+
+
+def stop_server(proc: subprocess.Popen[str]) -> str:
+    """Stop a server from :func:`start_server` with SIGTERM; check it exits 0; returns stderr."""
+    proc.terminate()
+    try:
+        _, stderr = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:  # pragma: no cover - a hang is reported below
+        proc.kill()
+        _, stderr = proc.communicate()
+    assert proc.returncode == 0, stderr
+    return stderr

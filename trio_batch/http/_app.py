@@ -25,6 +25,7 @@ from .._runner import FetchFunc
 from ..store import JobStore, open_store
 from ._auth import HeaderAuth, TokenAuth
 from ._bodies import job_json, parse_json, parse_submission, read_body
+from ._dashboard import dashboard_routes
 from ._events import EventStream
 from ._metrics import RequestCounter
 from ._openapi import openapi_document
@@ -184,6 +185,7 @@ def create_app(
             Route("/healthz", healthz, methods=["GET"]),
             Route("/metrics", metrics, methods=["GET"]),
             Route("/openapi.json", openapi_json, methods=["GET"]),
+            *dashboard_routes(),
         ],
         exception_handlers={
             Problem: on_problem,

@@ -1,0 +1,534 @@
+// trio-batch dashboard: a page over the service's public JSON API, nothing more.
+//
+// Rules this file keeps:
+// - Results, URLs, errors and hints are untrusted: they reach the page only as textContent,
+//   never as HTML (the server's Content-Security-Policy enforces Trusted Types, so a string
+//   assigned to innerHTML would throw rather than render).
+// - The token lives in this tab's sessionStorage and travels only in the Authorization header
+//   (never in a URL or a cookie). The event stream is read with fetch() for that reason:
+//   EventSource cannot send headers.
+"use strict";
+
+const TOKEN_KEY = "trio-batch.token";
+const JOBS_KEY = "trio-batch.jobs"; // ids this tab submitted, newest first
+const PREVIEW_CHARS = 2000; // of each result's content shown on the job page
+const LIST_POLL_MS = 2000; // how often the jobs list refreshes while a job is live
+const STREAM_IDLE_MS = 45000; // no bytes for this long (3 missed keep-alives): reconnect
+const RECONNECT_MS = [500, 1000, 2000, 4000, 5000];
+
+const $ = (id) => document.getElementById(id);
+
+// ---------------------------------------------------------------------------------------------
+// Small helpers
+
+/** An element with text content (never HTML) and the given class and children. */
+function el(tag, { cls, text, label } = {}, ...children) {
+  const node = document.createElement(tag);
+  if (cls) node.className = cls;
+  if (text !== undefined && text !== null) node.textContent = String(text);
+  if (label) node.dataset.label = label;
+  for (const child of children) if (child) node.append(child);
+  return node;
+}
+
+function showOnly(viewId) {
+  for (const id of ["sign-in-view", "jobs-view", "job-view"]) $(id).hidden = id !== viewId;
+}
+
+function notice(text) {
+  $("notice").textContent = text || "";
+  $("notice").hidden = !text;
+}
+
+function age(seconds) {
+  const s = Math.max(0, Date.now() / 1000 - seconds);
+  if (s < 60) return `${Math.floor(s)} s ago`;
+  if (s < 3600) return `${Math.floor(s / 60)} min ago`;
+  if (s < 86400) return `${Math.floor(s / 3600)} h ago`;
+  return `${Math.floor(s / 86400)} d ago`;
+}
+
+const isLive = (status) => status === "pending" || status === "running";
+
+/** Fill a progress bar's done and failed segments from a job's counts. */
+function setBar(bar, job) {
+  const total = Math.max(1, job.targets_total);
+  const [done, failed] = bar.querySelectorAll(".seg");
+  done.style.width = `${(100 * job.counts.done) / total}%`; // CSSOM, allowed by the CSP
+  failed.style.width = `${(100 * job.counts.failed) / total}%`;
+}
+
+function countsText(job) {
+  const c = job.counts;
+  return `${c.done} done · ${c.failed} failed · ${c.pending + c.running} pending of ${job.targets_total}`;
+}
+
+function badge(node, status) {
+  node.textContent = status;
+  node.className = `badge st-${status}`;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The API
+
+class SignedOut extends Error {}
+
+const token = () => sessionStorage.getItem(TOKEN_KEY);
+
+/** fetch() with the bearer token; a 401 signs the tab out. */
+async function api(path, init = {}) {
+  const headers = new Headers(init.headers || {});
+  headers.set("Authorization", `Bearer ${token()}`);
+  const res = await fetch(path, { ...init, headers, cache: "no-store", credentials: "omit" });
+  if (res.status === 401) {
+    signOut("The service did not accept the token; sign in again.");
+    throw new SignedOut();
+  }
+  return res;
+}
+
+async function body(res) {
+  try {
+    return await res.json();
+  } catch {
+    return { title: `HTTP ${res.status}`, detail: "the answer was not JSON" };
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Signing in and out
+
+function signOut(message) {
+  sessionStorage.removeItem(TOKEN_KEY);
+  sessionStorage.removeItem(JOBS_KEY); // the list belongs to the caller who signed out
+  stopStream();
+  $("sign-in-error").textContent = message || "";
+  route();
+}
+
+async function signIn(event) {
+  event.preventDefault();
+  const value = $("token").value.trim();
+  $("sign-in-error").textContent = "";
+  if (!value) return;
+  // The API has no "who am I": asking for a job id that cannot exist answers 404 to a known
+  // token and 401 to an unknown one, without touching any job.
+  const res = await fetch("/v1/batches/sign-in-check", {
+    headers: { Authorization: `Bearer ${value}` },
+    cache: "no-store",
+    credentials: "omit",
+  });
+  if (res.status === 401) {
+    $("sign-in-error").textContent = "The service does not know that token.";
+    return;
+  }
+  if (res.status !== 404) {
+    const problem = await body(res);
+    $("sign-in-error").textContent = `${problem.title}: ${problem.detail}`;
+    return;
+  }
+  sessionStorage.setItem(TOKEN_KEY, value);
+  $("token").value = "";
+  location.hash = "#/";
+  route();
+}
+
+// ---------------------------------------------------------------------------------------------
+// The jobs list (this tab's submissions) and the submit form
+
+function storedJobs() {
+  try {
+    const ids = JSON.parse(sessionStorage.getItem(JOBS_KEY) || "[]");
+    return Array.isArray(ids) ? ids.filter((id) => typeof id === "string") : [];
+  } catch {
+    return [];
+  }
+}
+
+function rememberJob(id) {
+  const ids = storedJobs().filter((other) => other !== id);
+  ids.unshift(id);
+  sessionStorage.setItem(JOBS_KEY, JSON.stringify(ids.slice(0, 200)));
+}
+
+let listTimer = null;
+let pendingNotice = ""; // shown once the next view is up
+
+async function renderJobs() {
+  clearTimeout(listTimer);
+  const ids = storedJobs();
+  $("jobs-empty").hidden = ids.length > 0;
+  const items = await Promise.all(
+    ids.map(async (id) => {
+      const res = await api(`/v1/batches/${encodeURIComponent(id)}`);
+      return { id, job: res.ok ? await res.json() : null };
+    }),
+  );
+  if ($("jobs-view").hidden) return; // navigated away meanwhile
+  $("jobs").replaceChildren(...items.map(({ id, job }) => jobItem(id, job)));
+  if (items.some(({ job }) => job && isLive(job.status))) {
+    listTimer = setTimeout(() => renderJobs().catch(reportError), LIST_POLL_MS);
+  }
+}
+
+function jobItem(id, job) {
+  const link = el("a", { text: id });
+  link.href = `#/jobs/${encodeURIComponent(id)}`;
+  const li = el("li", {}, el("span", {}, link));
+  li.dataset.job = id;
+  if (job === null) {
+    li.append(el("span", { cls: "meta", text: "gone (lapsed)" }));
+    return li;
+  }
+  const status = el("span");
+  badge(status, job.status);
+  li.append(status);
+  li.append(el("span", { cls: "meta", text: `${countsText(job)} · ${age(job.created_at)}` }));
+  const bar = el("div", { cls: "bar-progress" }, el("span", { cls: "seg done" }), el("span", { cls: "seg failed" }));
+  setBar(bar, job);
+  li.append(bar);
+  return li;
+}
+
+/** The textarea's lines as targets, with the line number each came from. */
+function parseTargets(text) {
+  const targets = [];
+  const lines = [];
+  text.split("\n").forEach((raw, i) => {
+    const line = raw.trim();
+    if (!line) return;
+    if (line.startsWith("{")) {
+      try {
+        targets.push(JSON.parse(line));
+      } catch (err) {
+        throw { title: "Not JSON", detail: String(err.message || err), line: i };
+      }
+    } else {
+      targets.push({ url: line });
+    }
+    lines.push(i);
+  });
+  return { targets, lines };
+}
+
+function showProblem(problem, text) {
+  $("submit-problem").hidden = !problem;
+  if (!problem) return;
+  $("submit-problem-title").textContent = problem.title || "Error";
+  let detail = problem.detail || "";
+  if (problem.retryAfter) detail += ` (retry after ${problem.retryAfter} s)`;
+  $("submit-problem-detail").textContent = detail;
+  const hasLine = Number.isInteger(problem.line);
+  $("submit-problem-line").hidden = !hasLine;
+  if (hasLine) {
+    const all = text.split("\n");
+    $("submit-problem-lineno").textContent = String(problem.line + 1);
+    $("submit-problem-text").textContent = all[problem.line];
+    // Select the offending line so the keyboard lands on it.
+    const start = all.slice(0, problem.line).reduce((n, l) => n + l.length + 1, 0);
+    $("targets").focus();
+    $("targets").setSelectionRange(start, start + all[problem.line].length);
+  }
+}
+
+async function submit(event) {
+  event.preventDefault();
+  const text = $("targets").value;
+  let parsed;
+  try {
+    parsed = parseTargets(text);
+  } catch (problem) {
+    showProblem(problem, text);
+    return;
+  }
+  showProblem(null, text);
+  const button = event.submitter || $("submit-form").querySelector("button");
+  button.disabled = true;
+  try {
+    const res = await api("/v1/batches", {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ targets: parsed.targets }),
+    });
+    const data = await body(res);
+    if (res.status === 200 || res.status === 201) {
+      rememberJob(data.id);
+      $("targets").value = "";
+      pendingNotice = data.reused ? "The same batch was already live: this is that job." : "";
+      location.hash = `#/jobs/${encodeURIComponent(data.id)}`;
+      return;
+    }
+    if (Number.isInteger(data.index)) data.line = parsed.lines[data.index];
+    data.retryAfter = res.headers.get("Retry-After");
+    showProblem(data, text);
+  } finally {
+    button.disabled = false;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The job page and its event stream
+
+let current = null; // { id, job, targets: Map idx -> target, abort, timer, attempt }
+
+function stopStream() {
+  if (!current) return;
+  clearTimeout(current.timer);
+  if (current.abort) current.abort.abort();
+  current = null;
+}
+
+function targetRow(t) {
+  const row = el("tr");
+  row.dataset.idx = String(t.idx);
+  const status = el("span");
+  badge(status, t.status);
+  const error = el("td", { label: "Error" });
+  if (t.error) error.append(el("span", { cls: "error", text: t.error }));
+  if (t.hint) error.append(el("span", { cls: "hint", text: t.hint }));
+  const result = el("td", { label: "Result" });
+  if (t.result) {
+    const content = String(t.result.content);
+    const more = content.length > PREVIEW_CHARS ? ` (first ${PREVIEW_CHARS} of ${content.length} characters)` : "";
+    const details = el("details", {}, el("summary", { text: `${content.length} characters${more}` }));
+    details.append(el("pre", { cls: "content", text: content.slice(0, PREVIEW_CHARS) }));
+    const meta = JSON.stringify(t.result.meta, null, 1);
+    details.append(el("details", {}, el("summary", { text: "meta" }), el("pre", { cls: "meta", text: meta })));
+    details.open = content.length <= 200; // short results show at once
+    result.append(details);
+  }
+  row.append(
+    el("td", { label: "#", text: t.idx }),
+    el("td", { label: "URL" }, el("code", { cls: "url", text: t.url })),
+    el("td", { label: "Status" }, status),
+    el("td", { label: "Attempts", cls: "attempts", text: t.attempts }),
+    error,
+    result,
+  );
+  return row;
+}
+
+function renderJobHead(job) {
+  badge($("job-status"), job.status);
+  $("job-counts").textContent = countsText(job);
+  setBar($("job-bar"), job);
+  $("cancel").hidden = !isLive(job.status);
+  $("job-error").textContent = job.error || "";
+  $("job-error").hidden = !job.error;
+}
+
+/** Counts from the targets the page holds (the stream sends the job only at its end). */
+function countsFrom(targets) {
+  const counts = { pending: 0, running: 0, done: 0, failed: 0 };
+  for (const t of targets.values()) counts[t.status] = (counts[t.status] || 0) + 1;
+  return counts;
+}
+
+/** Show ``t`` in its row (replacing what was there). */
+function setRow(state, t) {
+  state.targets.set(t.idx, t);
+  const old = $("target-rows").querySelector(`tr[data-idx="${t.idx}"]`);
+  const row = targetRow(t);
+  if (old) old.replaceWith(row);
+  else $("target-rows").append(row);
+}
+
+function updateTarget(state, t) {
+  setRow(state, t);
+  // While the job is live its first pending target is the one being fetched: the runner works
+  // a job's targets in idx order, one at a time (as the service's own counts say).
+  const all = [...state.targets.values()];
+  if (isLive(state.job.status) && !all.some((other) => other.status === "running")) {
+    const next = all.find((other) => other.status === "pending");
+    if (next) setRow(state, { ...next, status: "running" });
+  }
+  state.job = { ...state.job, counts: countsFrom(state.targets) };
+  renderJobHead(state.job);
+}
+
+/** The last target index such that every target up to it is finished here: resume after it. */
+function resumePoint(state) {
+  let idx = -1;
+  while (state.targets.has(idx + 1) && !isLive(state.targets.get(idx + 1).status)) idx += 1;
+  return idx;
+}
+
+async function openJob(id) {
+  stopStream();
+  const state = { id, job: null, targets: new Map(), abort: null, timer: null, attempt: 0 };
+  current = state;
+  showOnly("job-view");
+  $("job-id").textContent = id;
+  $("job-missing").hidden = true;
+  $("job-body").hidden = true;
+  $("stream-state").textContent = "";
+  const res = await api(`/v1/batches/${encodeURIComponent(id)}`);
+  if (current !== state) return;
+  if (!res.ok) {
+    const problem = await body(res);
+    $("job-missing").textContent =
+      res.status === 404
+        ? "No such job: unknown, lapsed, or not yours."
+        : `${problem.title}: ${problem.detail}`;
+    $("job-missing").hidden = false;
+    return;
+  }
+  const job = await res.json();
+  state.job = job;
+  $("target-rows").replaceChildren(...job.targets.map(targetRow));
+  for (const t of job.targets) state.targets.set(t.idx, t);
+  renderJobHead(job);
+  $("job-body").hidden = false;
+  if (isLive(job.status)) follow(state);
+}
+
+function reconnect(state, why) {
+  if (current !== state || !isLive(state.job.status)) return;
+  const delay = RECONNECT_MS[Math.min(state.attempt, RECONNECT_MS.length - 1)];
+  state.attempt += 1;
+  $("stream-state").textContent = `${why}; reconnecting…`;
+  state.timer = setTimeout(() => follow(state), delay);
+}
+
+/** Follow the job's event stream until its terminal job event, reconnecting after a drop. */
+async function follow(state) {
+  if (current !== state) return;
+  const abort = new AbortController();
+  state.abort = abort;
+  let idle = null;
+  const touch = () => {
+    clearTimeout(idle);
+    idle = setTimeout(() => abort.abort(), STREAM_IDLE_MS);
+  };
+  const headers = { Accept: "text/event-stream" };
+  const after = resumePoint(state);
+  if (after >= 0) headers["Last-Event-ID"] = String(after);
+  let why = "stream ended";
+  try {
+    touch();
+    const res = await api(`/v1/batches/${encodeURIComponent(state.id)}/events`, {
+      headers,
+      signal: abort.signal,
+    });
+    if (res.status === 404) {
+      $("stream-state").textContent = "the job is gone";
+      return;
+    }
+    if (!res.ok) throw new Error(`HTTP ${res.status}`);
+    $("stream-state").textContent = "live";
+    const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+    let buffer = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      touch();
+      buffer += value.replace(/\r\n?/g, "\n");
+      let end;
+      while ((end = buffer.indexOf("\n\n")) >= 0) {
+        const block = buffer.slice(0, end);
+        buffer = buffer.slice(end + 2);
+        onEvent(state, parseEvent(block));
+      }
+      if (current !== state || !isLive(state.job.status)) return;
+    }
+  } catch (err) {
+    if (err instanceof SignedOut) return;
+    why = abort.signal.aborted ? "stream stalled" : "connection lost";
+  } finally {
+    clearTimeout(idle);
+  }
+  reconnect(state, why);
+}
+
+function parseEvent(block) {
+  const event = { event: "message", data: "" };
+  for (const line of block.split("\n")) {
+    if (!line || line.startsWith(":")) continue;
+    const colon = line.indexOf(":");
+    const key = colon < 0 ? line : line.slice(0, colon);
+    const value = colon < 0 ? "" : line.slice(colon + 1).replace(/^ /, "");
+    if (key === "data") event.data += (event.data ? "\n" : "") + value;
+    else event[key] = value;
+  }
+  return event;
+}
+
+function onEvent(state, event) {
+  if (current !== state || !event.data) return;
+  const data = JSON.parse(event.data);
+  state.attempt = 0;
+  if (event.event === "target") {
+    updateTarget(state, data);
+  } else if (event.event === "job") {
+    state.job = { ...state.job, ...data };
+    // Targets a cancel or shutdown left unfetched stay pending; none is running any more.
+    for (const t of state.targets.values()) {
+      if (t.status === "running") setRow(state, { ...t, status: "pending" });
+    }
+    renderJobHead(state.job);
+    $("stream-state").textContent = "finished";
+  } else if (event.event === "shutdown") {
+    $("stream-state").textContent = data.detail;
+  }
+}
+
+async function cancelJob() {
+  const state = current;
+  if (!state) return;
+  $("cancel").disabled = true;
+  try {
+    const res = await api(`/v1/batches/${encodeURIComponent(state.id)}/cancel`, { method: "POST" });
+    const data = await body(res);
+    if (res.ok) {
+      onEvent(state, { event: "job", data: JSON.stringify(data) });
+    } else {
+      notice(`${data.title}: ${data.detail}`);
+    }
+  } finally {
+    $("cancel").disabled = false;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Routing: #/ is the jobs list and submit form, #/jobs/<id> one job.
+
+function reportError(err) {
+  if (err instanceof SignedOut) return;
+  notice(`Something went wrong: ${err && err.message ? err.message : err}`);
+}
+
+function route() {
+  const signedIn = token() !== null;
+  $("sign-out").hidden = !signedIn;
+  $("who").textContent = signedIn ? "signed in" : "";
+  if (!signedIn) {
+    stopStream();
+    showOnly("sign-in-view");
+    $("token").focus();
+    return;
+  }
+  const match = /^#\/jobs\/([^/]+)$/.exec(location.hash);
+  if (match) {
+    openJob(decodeURIComponent(match[1])).catch(reportError);
+    return;
+  }
+  stopStream();
+  showOnly("jobs-view");
+  renderJobs().catch(reportError);
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  $("sign-in-form").addEventListener("submit", (e) => signIn(e).catch(reportError));
+  $("submit-form").addEventListener("submit", (e) => submit(e).catch(reportError));
+  $("sign-out").addEventListener("click", () => {
+    notice("");
+    signOut("Signed out.");
+  });
+  $("cancel").addEventListener("click", () => cancelJob().catch(reportError));
+  window.addEventListener("hashchange", () => {
+    notice(pendingNotice);
+    pendingNotice = "";
+    route();
+  });
+  route();
+});
