@@ -353,6 +353,17 @@ def test_problems_are_shown_inline_with_the_offending_line(
     expect(page.locator("#submit-problem-title")).to_have_text("Not JSON")
     expect(page.locator("#submit-problem-lineno")).to_have_text("2")
 
+    # The list follows the live job to its end without a reload; then the caller has room.
+    busy = page.locator("#jobs li")
+    expect(busy).to_have_count(1)
+    expect(busy.locator(".badge")).to_have_text("running")
+    expect(busy).to_contain_text("0 done · 0 failed · 1 pending of 1")
+    server.gate.set()
+    expect(busy.locator(".badge")).to_have_text("done")
+    expect(busy).to_contain_text("1 done · 0 failed · 0 pending of 1")
+    submit(page, server.url("/text.txt"))
+    status(page).to_have_text("done")
+
 
 def test_another_callers_job_is_not_visible(
     serve: ServeFactory, server: LocalServer, new_page: Pages
