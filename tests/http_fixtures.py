@@ -86,7 +86,7 @@ def start_server(
             "127.0.0.1:0",
             "--tokens",
             str(tokens),
-            *(() if fetch is None else ("--fetch", fetch)),
+            *(("--fetch", fetch) if fetch is not None else ()),
             *extra,
         ],
         cwd=REPO,

@@ -250,6 +250,10 @@ def test_second_ctrl_c_stops_at_once(server: LocalServer, tmp_path: Path, db: Pa
         ('[\n  {"url": "https://a.test/"},\n  {"url": ""}\n]\n', 3, "url must not be empty"),
         ('[\n  {"url": "https://a.test/"},\n  {"url": "https://b.test/"\n]\n', 4, "JSON"),
         ('[{"url": "https://a.test/"}] extra\n', 1, "extra data"),
+        # Quoted URL lines used to fail at fetch time with a nonsense hint (issue 12).
+        ('https://a.test/\n"https://b.test/"\n', 2, "is quoted; write the URL bare"),
+        ("'https://b.test/'\n", 1, "is quoted"),
+        ('https://b.test/"\n', 1, "is quoted"),
     ],
 )
 def test_bad_target_exits_2_with_the_line(
@@ -298,7 +302,7 @@ def test_a_second_run_on_the_same_database_is_refused(tmp_path: Path, db: Path) 
     with open(f"{db}-runner.lock", "a+") as lock:  # what a running runner holds
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         proc = cli("run", str(batch), "--db", str(db))
-    assert proc.returncode == 1
+    assert proc.returncode == 3  # its own code: not a job that ran and failed (1)
     assert "another trio-batch run (or runner) is using" in proc.stderr
     with Store.open(db) as store:
         assert store.list_jobs() == []  # nothing submitted
@@ -341,6 +345,125 @@ def test_status_results_jobs_and_gc(server: LocalServer, tmp_path: Path, db: Pat
     gc = cli("gc", "--db", str(db))
     assert gc.returncode == 0
     assert gc.stdout.strip() == "purged 0 expired job(s)"
+
+
+@pytest.mark.parametrize(
+    "text", ['[{"url": "http://x.test/", "n": 1%s}]', '{"url": "http://x.test/", "n": 1%s}']
+)
+def test_a_huge_number_in_a_batch_file_is_an_input_error(
+    tmp_path: Path, db: Path, text: str
+) -> None:
+    """Python's own message told the user to call sys.set_int_max_str_digits() (issue 12)."""
+    batch = tmp_path / "batch.json"
+    batch.write_text(text % ("0" * 5000) + "\n")
+    proc = cli("run", str(batch), "--db", str(db))
+    assert proc.returncode == 2
+    assert proc.stderr.startswith(f"trio-batch: {batch}:1: not valid JSON: a number of 5001 digits")
+    assert "Traceback" not in proc.stderr and "sys." not in proc.stderr
+
+
+def test_a_library_warning_does_not_print_as_trio_batch(
+    server: LocalServer, tmp_path: Path, db: Path
+) -> None:
+    """pypdf's warnings about a damaged PDF printed as 'trio-batch: ...' (issue 12)."""
+    import re
+
+    from .local_server import make_pdf
+
+    data = make_pdf(["Hello page"])
+    m = re.search(rb"startxref\s+(\d+)", data)
+    assert m is not None
+    damaged = tmp_path / "damaged.pdf"  # a wrong startxref: pypdf warns, then recovers
+    damaged.write_bytes(data[: m.start(1)] + str(int(m.group(1)) + 7).encode() + data[m.end(1) :])
+    proc = cli(
+        "run", write_batch(tmp_path / "b.txt", [damaged.as_uri()]).as_posix(), "--db", str(db)
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "startxref" not in proc.stderr
+
+
+def test_log_lines_are_named_for_their_source(capsys: pytest.CaptureFixture[str]) -> None:
+    import logging
+
+    from trio_batch import cli as cli_module
+
+    root, own = logging.getLogger(), logging.getLogger("trio_batch")
+    saved = (root.handlers[:], root.level, own.handlers[:], own.level, own.propagate)
+    try:
+        cli_module._configure_logging()
+        logging.getLogger("pypdf").warning("a library speaks")
+        logging.getLogger("trio_batch.runner").warning("the command speaks")
+        logging.getLogger("httpx").info("below the threshold")
+    finally:
+        root.handlers[:], root.level = saved[0], saved[1]
+        own.handlers[:], own.level, own.propagate = saved[2], saved[3], saved[4]
+    err = capsys.readouterr().err
+    assert "pypdf: WARNING: a library speaks\n" in err
+    assert "trio-batch: the command speaks\n" in err
+    assert "trio-batch: a library" not in err and "below the threshold" not in err
+
+
+def test_forget_lets_the_same_batch_run_again(
+    server: LocalServer, tmp_path: Path, db: Path
+) -> None:
+    batch = write_batch(tmp_path / "batch.txt", [server.url("/text.txt")])
+    first = json.loads(cli("run", str(batch), "--db", str(db), "--json").stdout)
+    job_id = first["job"]["id"]
+    again = cli("run", str(batch), "--db", str(db), "--json")
+    assert json.loads(again.stdout)["reused"] is True  # the stored job; nothing fetched
+    forget = cli("forget", job_id, "--db", str(db))
+    assert forget.returncode == 0, forget.stderr
+    assert forget.stdout.startswith(f"forgot job {job_id} (done, 1 target(s))")
+    fresh = json.loads(cli("run", str(batch), "--db", str(db), "--json").stdout)
+    assert fresh["reused"] is False and fresh["job"]["id"] != job_id
+    assert server.count("/text.txt") == 2
+    gone = cli("forget", job_id, "--db", str(db))
+    assert gone.returncode == 1 and f"no job {job_id}" in gone.stderr
+
+
+def _job_renamed(db: Path, job_id: str, new_id: str) -> None:
+    """Give a stored job another id (one an older trio-batch could draw: starting with -)."""
+    import sqlite3
+
+    conn = sqlite3.connect(db)
+    with conn:
+        conn.execute("PRAGMA foreign_keys = OFF")
+        conn.execute("UPDATE jobs SET id = ? WHERE id = ?", (new_id, job_id))
+        conn.execute("UPDATE targets SET job_id = ? WHERE job_id = ?", (new_id, job_id))
+    conn.close()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("status", "{id}", "--db", "{db}"),
+        ("status", "--db", "{db}", "{id}"),
+        ("status", "--db", "{db}", "--", "{id}"),
+        ("status", "--db", "{db}", "--job", "{id}"),
+        ("status", "--job={id}", "--db", "{db}"),
+        ("results", "{id}", "--json", "--db", "{db}"),
+        ("results", "--json", "--db", "{db}", "--", "{id}"),
+        ("forget", "{id}", "--db", "{db}"),
+    ],
+)
+def test_job_ids_starting_with_a_dash_are_accepted(
+    server: LocalServer, tmp_path: Path, db: Path, args: tuple[str, ...]
+) -> None:
+    """``trio-batch status -hY...`` read the id as options (issue 12, item 6)."""
+    batch = write_batch(tmp_path / "batch.txt", [server.url("/text.txt")])
+    run = json.loads(cli("run", str(batch), "--db", str(db), "--json").stdout)
+    dashed = "-hY" + run["job"]["id"][3:]
+    _job_renamed(db, run["job"]["id"], dashed)
+    proc = cli(*(a.format(id=dashed, db=db) for a in args))
+    assert proc.returncode == 0, proc.stderr
+    assert dashed in proc.stdout
+
+
+def test_a_job_id_given_twice_or_not_at_all_is_a_usage_error(db: Path) -> None:
+    for args in (("status", "--db", str(db)), ("status", "a", "--job", "b", "--db", str(db))):
+        proc = cli(*args)
+        assert proc.returncode == 2
+        assert "takes one job id" in proc.stderr
 
 
 @pytest.mark.parametrize("command", ["status", "results"])

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import logging
+import os
 import socket
 from pathlib import Path
 
@@ -436,6 +438,20 @@ async def test_file_url_errors(tmp_path: Path) -> None:
     assert isinstance(err, URLError)
 
 
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+async def test_a_file_url_to_a_pipe_or_device_fails_at_once(tmp_path: Path, kind: str) -> None:
+    """A FIFO nobody writes to used to hang a worker thread for good (issue 12, item 2)."""
+    if kind == "fifo":
+        path = tmp_path / "pipe"
+        os.mkfifo(path)
+    else:
+        path = Path("/dev/zero")
+    err = await fetch_error(http_fetch, target(path.as_uri()))
+    assert isinstance(err, LocalFileError)
+    assert "not a regular file" in str(err)
+    assert "pipe or device" in err.hint
+
+
 async def test_file_size_cap(tmp_path: Path) -> None:
     big = tmp_path / "big.txt"
     big.write_bytes(b"z" * 101)
@@ -451,8 +467,27 @@ async def test_file_urls_can_be_disallowed(tmp_path: Path) -> None:
     assert "allow_file" in err.hint
 
 
+async def test_target_urls_stay_out_of_the_log(
+    server: LocalServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """httpx logged every full URL at INFO; URLs can carry secrets (issue 12)."""
+    caplog.set_level(logging.DEBUG, logger="httpx")
+    url = server.url("/text.txt") + "?token=s3cr3t-in-the-query"
+    await http_fetch(target(url))
+    with pytest.raises(FetchError):
+        await http_fetch(target(server.url("/missing/s3cr3t-in-the-path")))
+    requests = [r for r in caplog.records if r.name == "httpx"]
+    assert requests  # httpx still says a request was made, and to which origin
+    assert all("s3cr3t" not in r.getMessage() for r in caplog.records)
+    assert f"{server.base}/…" in requests[0].getMessage()
+
+
 def test_fetcher_arguments_are_checked() -> None:
     with pytest.raises(ValueError):
         HttpFetcher(timeout=0)
+    with pytest.raises(ValueError):
+        HttpFetcher(process_timeout=0)
+    with pytest.raises(ValueError):
+        HttpFetcher(process_memory=1024)
     with pytest.raises(ValueError):
         HttpFetcher(max_bytes=-1)

@@ -57,7 +57,10 @@ def _labels() -> list[str]:
     # schemathesis leaves out the operation that serves the schema itself (/openapi.json).
     return [
         "POST /v1/batches",
+        "GET /v1/batches",
         "GET /v1/batches/{id}",
+        "DELETE /v1/batches/{id}",
+        "GET /v1/batches/{id}/targets/{idx}",
         "POST /v1/batches/{id}/cancel",
         "GET /v1/batches/{id}/events",
         "GET /healthz",

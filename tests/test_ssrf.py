@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from trio_batch import Config
+from trio_batch import Config, Target
 from trio_batch.fetchers import DestinationPolicy, DestinationRefused, forbidden_reason
 from trio_batch.http import builtin_fetch
 
@@ -186,7 +186,11 @@ async def test_the_service_refuses_private_destinations_on_every_hop(
         )
         assert r.status_code == 201
         final = await svc.wait_done(r.json()["id"])
-        targets = (await svc.get(r.json()["id"])).json()["targets"]
+        job_id = r.json()["id"]
+        targets = [
+            (await svc.client.get(f"/v1/batches/{job_id}/targets/{i}", headers=auth())).json()
+            for i in range(len(names))
+        ]
     assert final["status"] == "partial"
     errors = [t["error"] for t in targets]
     assert errors[0] == (
@@ -216,3 +220,35 @@ def test_the_service_default_fetcher_is_guarded() -> None:
     assert fetch.allow_file is False and fetch.trust_env is False
     fetch = builtin_fetch(allow_private=True)
     assert fetch.check_url.allow_private is True
+    assert fetch.allow_file is False and fetch.check_url.allow_file is False
+
+
+async def test_allow_private_does_not_open_file_urls(tmp_path: Path) -> None:
+    """--allow-private once also let every caller read the server's disk, its token file
+    included (issue 12, item 2): file access is its own choice."""
+    tokens = tmp_path / "tokens"
+    tokens.write_text("secret-token bob user\n")
+    for fetch in (builtin_fetch(allow_private=True), builtin_fetch()):
+        with pytest.raises(Exception) as info:
+            await fetch(Target(tokens.as_uri()))
+        assert "secret-token" not in str(info.value)
+        assert "--allow-file" in getattr(info.value, "hint", "")
+    with pytest.raises(DestinationRefused):
+        await DestinationPolicy(allow_private=True)(tokens.as_uri())
+    await DestinationPolicy(allow_file=True)(tokens.as_uri())  # allowed: returns
+    allowed = await builtin_fetch(allow_file=True)(Target(tokens.as_uri()))
+    assert allowed.content == "secret-token bob user\n"
+
+
+def test_serve_takes_file_access_as_its_own_option() -> None:
+    import argparse
+
+    from trio_batch.http import add_serve_arguments
+
+    parser = argparse.ArgumentParser()
+    add_serve_arguments(parser)
+    args = parser.parse_args(["--db", "x.db", "--tokens", "t", "--allow-private"])
+    assert (args.allow_private, args.allow_file) == (True, False)
+    assert args.target_timeout > 0  # serve bounds every target by default
+    args = parser.parse_args(["--db", "x.db", "--tokens", "t", "--allow-file"])
+    assert (args.allow_private, args.allow_file) == (False, True)

@@ -30,6 +30,7 @@ from trio_batch import (
     TooManyTargets,
 )
 from trio_batch.store.sqlite import _queries as q
+from trio_batch.store.sqlite._views import job_overview, one_target
 
 T0 = 1_000_000.0
 TTL = 100.0
@@ -415,6 +416,24 @@ def test_purge_expired_deletes_lapsed_jobs_in_batches(store: Store) -> None:
     assert store.db.execute("PRAGMA foreign_key_check").fetchall() == []
 
 
+def test_the_overview_reads_no_result_and_one_target_reads_one(store: Store) -> None:
+    job, _ = create(store, "a", status=JobState.RUNNING)
+    store.record_outcome(job.id, 0, result=Result("r" * 1000), ttl=TTL, now=T0)
+    found = job_overview(store, job.id, now=T0)
+    assert found is not None
+    _, targets, sizes = found
+    assert [t.result for t in targets] == [None, None, None]
+    assert [str(t.status) for t in targets] == ["done", "running", "pending"]
+    assert sizes[0] > 1000 and sizes[1:] == [0, 0]
+    one = one_target(store, job.id, 0, now=T0)
+    assert one is not None and one[1].result == Result("r" * 1000)
+    running = one_target(store, job.id, 1, now=T0)
+    assert running is not None and str(running[1].status) == "running"  # due next
+    assert one_target(store, job.id, 3, now=T0) is None
+    assert one_target(store, "nope", 0, now=T0) is None
+    assert job_overview(store, job.id, now=T0 + TTL) is None  # lapsed
+
+
 def test_list_jobs_filters_by_caller(store: Store) -> None:
     a, _ = create(store, "a")
     b, _ = create(store, "b", now=T0 + 1)
@@ -439,6 +458,9 @@ UNCHECKED_QUERIES = {"COUNT_BY_STATUS", "SUM_TARGETS", "MIGRATE_V2_ATTEMPTS"}
 def _exercise_every_method(store: Store) -> None:
     job, _ = create(store, "a", status=JobState.RUNNING)
     create(store, "a")  # reused
+    with pytest.raises(CallerBusy) as busy:
+        create(store, "a", n=2)  # a's one live job is in the way
+    assert busy.value.job_id == job.id
     other, _ = create(store, "b")
     store.record_outcome(job.id, 0, result=Result("x"), ttl=TTL, now=T0)
     store.record_outcomes([OutcomeWrite(job.id, 1, error="e")], ttl=TTL, now=T0)
@@ -451,8 +473,13 @@ def _exercise_every_method(store: Store) -> None:
     store.finish_job(other.id, JobState.CANCELLED, now=T0)
     store.get_status(job.id, now=T0)
     store.get_job(job.id, now=T0)
+    job_overview(store, job.id, now=T0)
+    one_target(store, job.id, 1, now=T0)
     store.list_jobs(now=T0)
     store.list_jobs(caller="a", now=T0)
+    store.list_caller_jobs("a", now=T0, limit=10)
+    store.list_caller_jobs("a", now=T0, limit=10, before=(T0 + 1, job.id))
+    store.forget_job(other.id, now=T0)
     store.mark_in_flight_failed("restart", now=T0)
     store.purge_expired(T0 + TTL)
 

@@ -312,7 +312,8 @@ async def test_counts_cover_unexpired_jobs_by_status(job_store: JobStore) -> Non
     assert counts.jobs["partial"] == 1 and counts.jobs["cancelled"] == 1
     assert counts.jobs["running"] == 0 and set(counts.jobs) == {str(s) for s in JobState}
     assert (counts.targets_total, counts.targets_done, counts.targets_failed) == (5, 2, 1)
-    assert counts.targets_unfinished == 3
+    # b was cancelled before any target ran: its 3 targets will never run.
+    assert (counts.targets_abandoned, counts.targets_unfinished) == (3, 0)
     lapsed = await job_store.counts(now=T0 + TTL + 1)
     assert sum(lapsed.jobs.values()) == 0 and lapsed.targets_total == 0
 
@@ -330,3 +331,62 @@ async def test_a_closed_store_refuses_calls_with_a_typed_error(tmp_path: Path) -
     await store.aclose()
     with pytest.raises(StoreError, match="closed"):
         await store.get_job("A" * 22, now=T0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Forgetting, the small job view, one target, a caller's pages
+
+
+async def test_forget_deletes_a_terminal_job_and_refuses_a_live_one(job_store: JobStore) -> None:
+    from trio_batch import JobLive
+
+    live, _ = await _create(job_store, caller="a", n=1)
+    with pytest.raises(JobLive):
+        await job_store.forget_job(live.id, now=T0)
+    await job_store.record_outcome(_ok(live.id, 0), ttl=TTL, now=T0)  # now done
+    assert await job_store.forget_job(live.id, caller="someone-else", now=T0) is None
+    forgotten = await job_store.forget_job(live.id, caller="a", now=T0)
+    assert forgotten is not None and forgotten.status is JobState.DONE
+    assert await job_store.get_status(live.id, now=T0) is None
+    assert await job_store.forget_job(live.id, now=T0) is None  # gone already
+    # The same targets can be submitted again at once: a new job, not a reuse.
+    again, reused = await _create(job_store, caller="a", n=1)
+    assert not reused and again.id != live.id
+
+
+async def test_the_overview_has_sizes_not_results_and_a_target_has_its_result(
+    job_store: JobStore,
+) -> None:
+    job, _ = await _create(job_store, n=3)
+    await job_store.record_outcome(_ok(job.id, 0, "x" * 1000), ttl=TTL, now=T0)
+    await job_store.record_outcome(_err(job.id, 1), ttl=TTL, now=T0)
+    overview = await job_store.get_overview(job.id, now=T0)
+    assert overview is not None
+    stored, targets, sizes = overview
+    assert stored.targets_done == 2
+    assert [t.result for t in targets] == [None, None, None]
+    assert [str(t.status) for t in targets] == ["done", "failed", "running"]
+    assert sizes[0] > 1000 and sizes[1:] == [0, 0]
+    one = await job_store.get_target(job.id, 0, now=T0)
+    assert one is not None and one[1].result == Result("x" * 1000, {"n": 0})
+    due = await job_store.get_target(job.id, 2, now=T0)
+    assert due is not None and str(due[1].status) == "running"
+    assert await job_store.get_target(job.id, 9, now=T0) is None
+    assert await job_store.get_overview("A" * 22, now=T0) is None
+
+
+async def test_a_callers_jobs_come_in_stable_pages_newest_first(job_store: JobStore) -> None:
+    ids = []
+    for i in range(5):
+        job, _ = await _create(
+            job_store, caller="pager", now=T0 + i, prefix=f"p{i}:", jobs_total=9, jobs_per_caller=9
+        )
+        ids.append(job.id)
+    await _create(job_store, caller="other", now=T0 + 10, jobs_total=9)
+    first = await job_store.list_caller_jobs("pager", now=T0 + 20, limit=2)
+    assert [j.id for j in first] == ids[::-1][:2]
+    last = first[-1]
+    second = await job_store.list_caller_jobs(
+        "pager", now=T0 + 20, limit=10, before=(last.created_at, last.id)
+    )
+    assert [j.id for j in second] == ids[::-1][2:]

@@ -10,7 +10,12 @@ from types import MappingProxyType
 
 from ._retry import RetryPolicy
 
-__all__ = ["ClassLimits", "Config"]
+__all__ = ["COMMAND_TARGET_TIMEOUT", "ClassLimits", "Config"]
+
+#: The target timeout of ``trio-batch run`` and ``trio-batch serve`` unless told otherwise
+#: (seconds): above the built-in fetcher's own limits (30 s to fetch, 10 s to process), so it
+#: only cuts a custom fetch function that hangs. The library's default stays None.
+COMMAND_TARGET_TIMEOUT = 60.0
 
 
 def _check_number(owner: str, name: str, value: object, *, integer: bool) -> None:

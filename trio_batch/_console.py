@@ -235,7 +235,10 @@ def results_table(targets: Sequence[TargetStatus]) -> Table:
         url = escape(t.url)
         if options := _options(t):
             url += f"\n[dim]{escape(options)}[/]"
-        table.add_row(str(t.idx), _status(str(t.status)), url, outcome)
+        status = _status(str(t.status))
+        if t.attempts > 1:  # retried: say how many attempts the outcome took
+            status += f"\n[dim]{t.attempts} attempts[/]"
+        table.add_row(str(t.idx), status, url, outcome)
     return table
 
 

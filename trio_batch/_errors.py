@@ -8,6 +8,7 @@
     ├── TooManyTargets           over targets_per_job
     ├── CallerBusy               the caller holds jobs_per_caller live jobs
     ├── Busy                     jobs_total live jobs in all
+    ├── JobLive                  a live job cannot be forgotten
     ├── RunnerClosed             the runner has shut down
     └── StoreError               the database cannot be used as asked
         ├── SchemaVersionError   written by a newer trio_batch, or not ours
@@ -26,6 +27,7 @@ __all__ = [
     "CallerBusy",
     "InvalidRequest",
     "InvalidTargets",
+    "JobLive",
     "OutcomeExists",
     "RunnerClosed",
     "SchemaVersionError",
@@ -66,11 +68,24 @@ class TooManyTargets(BatchError):
 
 
 class CallerBusy(BatchError):
-    """The caller already has ``jobs_per_caller`` live jobs. HTTP 429: retry once one ends."""
+    """The caller already has ``jobs_per_caller`` live jobs. HTTP 429: retry once one ends.
+
+    ``job_id`` names the caller's newest live job, the one to wait for or cancel (None if the
+    backend does not say).
+    """
+
+    def __init__(self, message: str, *, job_id: str | None = None) -> None:
+        super().__init__(message)
+        self.job_id = job_id
 
 
 class Busy(BatchError):
     """All ``jobs_total`` job slots are taken by live jobs. HTTP 429: retry once one ends."""
+
+
+class JobLive(BatchError):
+    """The job is live (or still storing its in-flight target), so it cannot be forgotten.
+    HTTP 409: cancel it, wait for it to end, then forget it."""
 
 
 class RunnerClosed(BatchError):

@@ -9,6 +9,7 @@ import json
 from dataclasses import dataclass
 
 from ._errors import InvalidTargets
+from ._json import STRICT_JSON
 from ._model import Target
 
 __all__ = ["InputError", "parse_targets"]
@@ -79,12 +80,18 @@ def _lines(text: str) -> list[_Item]:
             continue
         if line.startswith("{"):
             try:
-                value = json.loads(line)
+                value = STRICT_JSON.decode(line)
             except json.JSONDecodeError as exc:
                 raise InputError(
                     f"not valid JSON: {exc.msg} (column {exc.colno})", line=number
                 ) from None
             items.append(_Item(number, value, plain=False))
+        elif line[0] in "\"'" or line[-1] in "\"'":
+            raise InputError(
+                f"{line[:80]} is quoted; write the URL bare, one per line, without quotes "
+                '(or as a JSON object {"url": ...})',
+                line=number,
+            )
         elif any(ch.isspace() for ch in line):
             raise InputError(
                 f"{line[:80]!r} is not a URL (it contains a space); write one URL per line, "
@@ -98,7 +105,7 @@ def _lines(text: str) -> list[_Item]:
 
 def _json_array(text: str) -> list[_Item]:
     """Decode a JSON array element by element, remembering the line each element starts on."""
-    decoder = json.JSONDecoder()
+    decoder = STRICT_JSON
     pos = _skip_space(text, 0) + 1  # past "["
     items: list[_Item] = []
 

@@ -34,6 +34,7 @@ __all__ = [
     "idem_key",
     "is_job_id",
     "new_job_id",
+    "parse_count",
     "with_running",
 ]
 
@@ -71,6 +72,17 @@ def new_job_id() -> str:
 def is_job_id(value: object) -> bool:
     """True if ``value`` has the shape of a job id (it may still be unknown)."""
     return isinstance(value, str) and _JOB_ID.fullmatch(value) is not None
+
+
+def parse_count(text: str, *, max_digits: int = 18) -> int | None:
+    """The number ``text`` spells in ASCII digits (``0-9`` only), or None if it is not one.
+
+    ``str.isdigit`` also accepts ``²`` or ``٣``, which ``int`` then rejects or reads; header,
+    path and option values are parsed with this instead. Longer than ``max_digits``: None.
+    """
+    if not 0 < len(text) <= max_digits or not text.isascii() or not text.isdigit():
+        return None
+    return int(text)
 
 
 # --------------------------------------------------------------------------------------------
@@ -507,13 +519,16 @@ def with_running(
     a commit, and a restart could leave a target stuck as ``running``. A ``running`` job's
     targets are drained strictly in order, so the one due next (``idx == targets_done``) is
     the one in flight. ``in_flight`` names it where only the runner knows (the last fetch of a
-    job cancelled meanwhile). Returns ``targets``.
+    job cancelled meanwhile). ``targets`` may be a run of consecutive targets (one target
+    alone, say), not only all of them. Returns ``targets``.
     """
     idx = in_flight
     if idx is None and job.status is JobState.RUNNING:
         idx = job.targets_done
-    if idx is not None and idx < len(targets):  # at most one target reads as running
-        target = targets[idx]
-        if target.status is TargetState.PENDING:
-            targets[idx] = dataclasses.replace(target, status=TargetState.RUNNING)
+    if idx is not None and targets:
+        pos = idx - targets[0].idx
+        if 0 <= pos < len(targets):  # at most one target reads as running
+            target = targets[pos]
+            if target.status is TargetState.PENDING:
+                targets[pos] = dataclasses.replace(target, status=TargetState.RUNNING)
     return targets

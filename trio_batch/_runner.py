@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import trio
 
 from ._config import Config
-from ._errors import RunnerClosed, StoreUnavailable
+from ._errors import JobLive, RunnerClosed, StoreUnavailable
 from ._model import (
     Job,
     JobState,
@@ -274,6 +274,21 @@ class Runner:
             self._log.info("job cancelled", extra={"job_id": job_id, "caller": job.caller})
         return job is not None
 
+    async def forget(self, job_id: str, *, caller: str | None = None) -> Job | None:
+        """Delete a terminal job and its results, so the same targets can be submitted afresh.
+
+        Returns the job as it was, or None if it is unknown, lapsed or (with ``caller``)
+        another caller's. A live job, or a cancelled one whose in-flight target is still being
+        stored, raises :class:`JobLive`: cancel it and :meth:`wait` for it first. On
+        cancellation the delete has either happened whole or not at all.
+        """
+        self._check_open()
+        if job_id in self._drains:
+            raise JobLive(
+                f"job {job_id} is still running or storing its last target; wait for it to end"
+            )
+        return await self._store.forget_job(job_id, caller=caller, now=self._now())
+
     async def status(self, job_id: str) -> tuple[Job, list[TargetStatus]] | None:
         """The job and its targets as stored, or None for an unknown or lapsed id.
 
@@ -292,6 +307,30 @@ class Runner:
         # only here.
         job, targets = status
         return job, with_running(job, targets, in_flight)
+
+    async def overview(self, job_id: str) -> tuple[Job, list[TargetStatus], list[int]] | None:
+        """Like :meth:`status` without the results: each target's ``result`` is None, and the
+        third item gives each result's size in characters. Costs the same however big the
+        results are; read one with :meth:`target`."""
+        self._check_running()
+        drain = self._drains.get(job_id)
+        in_flight = None if drain is None else drain.in_flight
+        found = await self._store.get_overview(job_id, now=self._now())
+        if found is None or in_flight is None:
+            return found
+        job, targets, sizes = found
+        return job, with_running(job, targets, in_flight), sizes
+
+    async def target(self, job_id: str, idx: int) -> tuple[Job, TargetStatus] | None:
+        """The job and one of its targets with its result; None for an unknown job or index."""
+        self._check_running()
+        drain = self._drains.get(job_id)
+        in_flight = None if drain is None else drain.in_flight
+        found = await self._store.get_target(job_id, idx, now=self._now())
+        if found is None or in_flight is None:
+            return found
+        job, target = found
+        return job, with_running(job, [target], in_flight)[0]
 
     async def wait(self, job_id: str) -> Job | None:
         """Wait until the job is terminal and its drain task has stopped; return the job.

@@ -6,11 +6,13 @@
     trio-batch status JOB [--db PATH]
     trio-batch results JOB [--db PATH] [--json]
     trio-batch jobs [--db PATH] [--caller NAME] [--json]
+    trio-batch forget JOB [--db PATH]
     trio-batch gc [--db PATH]
 
 Also ``python -m trio_batch``. Exit codes: 0 the job is done; 1 it ended partial or failed (or,
-for the other commands, the job does not exist); 2 a usage or input error; 130 the job was
-cancelled with Ctrl-C.
+for the other commands, the job does not exist); 2 a usage or input error; 3 another run holds
+the database (nothing was submitted; try again when it ends); 130 the job was cancelled with
+Ctrl-C.
 
 Argument parsing uses :mod:`argparse`: five subcommands with a handful of options each need
 nothing more, it keeps the command free of another dependency, and its usage errors already
@@ -37,22 +39,32 @@ from typing import IO, TYPE_CHECKING, Any, TypeVar
 import trio
 
 from . import __version__
-from ._config import Config
-from ._errors import BatchError, InvalidRequest, StoreError, StoreLocked
+from ._config import COMMAND_TARGET_TIMEOUT, Config
+from ._errors import BatchError, InvalidRequest, JobLive, StoreError, StoreLocked
 from ._input import InputError, parse_targets
-from ._model import Job, JobState, Target, TargetStatus
+from ._model import Job, JobState, Target, TargetStatus, is_job_id
 from .store import JobStore, open_store
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-__all__ = ["EXIT_CANCELLED", "EXIT_DONE", "EXIT_FAILED", "EXIT_USAGE", "default_db", "main"]
+__all__ = [
+    "EXIT_BUSY",
+    "EXIT_CANCELLED",
+    "EXIT_DONE",
+    "EXIT_FAILED",
+    "EXIT_USAGE",
+    "default_db",
+    "main",
+]
 
 T = TypeVar("T")
 
 EXIT_DONE = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
+#: Another run holds the database: nothing was submitted, unlike 1 (a job that ran and failed).
+EXIT_BUSY = 3
 EXIT_CANCELLED = 130
 
 #: Lapsed jobs deleted per transaction by `trio-batch gc`.
@@ -63,7 +75,7 @@ DB_ENV = "TRIO_BATCH_DB"
 
 _EPILOG = """\
 exit codes: 0 done, 1 partial or failed (or no such job), 2 usage or input error,
-130 cancelled with Ctrl-C.
+3 another run holds the database (nothing submitted), 130 cancelled with Ctrl-C.
 
 database: every command takes --db PATH. Without it, $TRIO_BATCH_DB is used, else
 trio-batch.db in your user data directory (on Linux ~/.local/share/trio-batch/). A per-user
@@ -147,18 +159,35 @@ def _parser() -> argparse.ArgumentParser:
         help="how long the job and its results are kept after its last activity "
         "(default: %(default)g)",
     )
+    run.add_argument(
+        "--target-timeout",
+        type=float,
+        default=COMMAND_TARGET_TIMEOUT,
+        metavar="SECONDS",
+        help="a target taking longer fails with error 'timeout' (default: %(default)g)",
+    )
 
     status = sub.add_parser("status", parents=[db], help="show a job and its targets' statuses")
-    status.add_argument("job", metavar="JOB", help="the job id")
+    _add_job_argument(status)
 
     results = sub.add_parser("results", parents=[db], help="print a job's stored results")
-    results.add_argument("job", metavar="JOB", help="the job id")
+    _add_job_argument(results)
     results.add_argument("--json", action="store_true", help="print JSON")
 
     jobs = sub.add_parser("jobs", parents=[db], help="list the jobs whose lease has not lapsed")
     jobs.add_argument("--caller", default=None, help="only this caller's jobs")
     jobs.add_argument("--limit", type=int, default=100, help="at most this many (default 100)")
     jobs.add_argument("--json", action="store_true", help="print JSON")
+
+    forget = sub.add_parser(
+        "forget",
+        parents=[db],
+        help="delete a finished job and its results, so its targets can be run again",
+        description="Delete a finished (done, partial, failed or cancelled) job and its "
+        "results now, instead of when its lease lapses, so that `trio-batch run` of the same "
+        "targets by the same caller fetches them again. A live job is refused: wait for it.",
+    )
+    _add_job_argument(forget)
 
     sub.add_parser("gc", parents=[db], help="delete the jobs whose lease has lapsed")
 
@@ -170,6 +199,47 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("serve_args", nargs=argparse.REMAINDER)  # main() hands them over
     return parser
+
+
+#: The commands that take a job id.
+_JOB_COMMANDS = ("status", "results", "forget")
+
+
+def _add_job_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "job", metavar="JOB", nargs="?", help="the job id (any id also works as --job=ID)"
+    )
+    parser.add_argument("--job", dest="job_option", metavar="ID", help=argparse.SUPPRESS)
+
+
+def _job_ids_as_options(argv: list[str]) -> list[str]:
+    """Rewrite a job id that starts with ``-`` (``status -hY...``) as ``--job=-hY...``.
+
+    argparse reads any word starting with ``-`` as an option, so ids of older databases (ids
+    are no longer drawn that way) could not be passed as the positional JOB. Only words of a
+    job id's exact shape are rewritten, never the value of ``--db`` nor anything after ``--``.
+    """
+    if not argv or argv[0] not in _JOB_COMMANDS:
+        return argv
+    out = argv[:1]
+    for i, word in enumerate(argv[1:], start=1):
+        if word == "--":
+            out.extend(argv[i:])
+            break
+        if word.startswith("-") and is_job_id(word) and argv[i - 1] != "--db":
+            if out[-1] == "--job":
+                out.pop()  # --job -hY...: argparse would refuse a value that looks like an option
+            out.append(f"--job={word}")
+        else:
+            out.append(word)
+    return out
+
+
+def _job_id(args: argparse.Namespace) -> str:
+    """The job id given as JOB or --job; exactly one is required."""
+    if (args.job is None) == (args.job_option is None):
+        raise _UsageError(f"{args.command} takes one job id: JOB, or --job ID")
+    return str(args.job if args.job is not None else args.job_option)
 
 
 # --------------------------------------------------------------------------------------------
@@ -195,7 +265,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["serve"]:
         return _serve(argv[1:])
     parser = _parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_job_ids_as_options(argv))
+    if args.command in _JOB_COMMANDS:
+        try:
+            args.job = _job_id(args)
+        except _UsageError as exc:
+            _error(str(exc))
+            return EXIT_USAGE
     try:
         import rich  # noqa: F401
 
@@ -219,6 +295,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return _cmd_results(store, args)
             if args.command == "jobs":
                 return _cmd_jobs(store, args)
+            if args.command == "forget":
+                return _cmd_forget(store, args)
             return _cmd_gc(store)
     except _UsageError as exc:
         _error(str(exc))
@@ -294,7 +372,7 @@ def _ask(store: JobStore, call: Callable[[JobStore], Awaitable[T]]) -> T:
 
 def _no_database(args: argparse.Namespace) -> int:
     db = args.db or default_db()
-    if args.command in ("status", "results"):
+    if args.command in _JOB_COMMANDS:
         _error(f"no job {args.job}: there is no database at {db}")
         return EXIT_FAILED
     if args.command == "jobs":
@@ -330,13 +408,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except InputError as exc:
         where = f"{label}:{exc.line}" if exc.line is not None else label
         raise _UsageError(f"{where}: {exc}") from None
-    if not (args.ttl > 0 and math.isfinite(args.ttl)):
-        raise _UsageError("--ttl must be a positive number of seconds")
+    for flag, value in (("--ttl", args.ttl), ("--target-timeout", args.target_timeout)):
+        if not (value > 0 and math.isfinite(value)):
+            raise _UsageError(f"{flag} must be a positive number of seconds")
     caller = args.caller if args.caller is not None else _default_caller()
-    logging.basicConfig(level=logging.WARNING, format="trio-batch: %(message)s")
+    _configure_logging()
     with _open_store(args.db, create=True) as store:
         assert store is not None  # created if missing
-        config = Config(ttl=args.ttl, targets_per_job=max(Config().targets_per_job, len(targets)))
+        config = Config(
+            ttl=args.ttl,
+            targets_per_job=max(Config().targets_per_job, len(targets)),
+            target_timeout=args.target_timeout,
+        )
         try:
             outcome = trio.run(_run_job, store, config, caller, args, targets)
         except StoreLocked:
@@ -346,7 +429,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 f"another trio-batch run (or runner) is using {store.location}; wait for it to "
                 "finish, or use another --db"
             )
-            return EXIT_FAILED
+            return EXIT_BUSY
         except InvalidRequest as exc:
             raise _UsageError(str(exc)) from None
         except BatchError as exc:
@@ -360,6 +443,36 @@ def _cmd_run(args: argparse.Namespace) -> int:
     job, statuses = final
     _report(job, statuses, outcome, store_path=store_path, as_json=args.json)
     return _exit_code(job)
+
+
+class _StderrNow(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is at the time of the record: the live progress bar
+    swaps in a proxy that prints above the bar, so log lines do not break it."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stderr
+        super().emit(record)
+
+
+def _configure_logging() -> None:
+    """Warnings of trio_batch as ``trio-batch: ...``; other libraries' under their own name.
+
+    A library's warning (say pypdf's about a damaged file) printed as ``trio-batch: ...``
+    read as if the command itself had something to say.
+    """
+    own = logging.getLogger("trio_batch")
+    if any(isinstance(h, _StderrNow) for h in own.handlers):
+        return
+    mine = _StderrNow()
+    mine.setFormatter(logging.Formatter("trio-batch: %(message)s"))
+    own.addHandler(mine)
+    own.setLevel(logging.WARNING)
+    own.propagate = False
+    others = _StderrNow()
+    others.setFormatter(logging.Formatter("%(name)s: %(levelname)s: %(message)s"))
+    root = logging.getLogger()
+    root.addHandler(others)
+    root.setLevel(logging.WARNING)
 
 
 @dataclass
@@ -538,6 +651,19 @@ def _cmd_jobs(store: JobStore, args: argparse.Namespace) -> int:
         _stderr().print("no jobs", markup=False)
     else:
         _stdout().print(_console.jobs_table(jobs))
+    return EXIT_DONE
+
+
+def _cmd_forget(store: JobStore, args: argparse.Namespace) -> int:
+    try:
+        job = _ask(store, lambda s: s.forget_job(args.job, now=time.time()))
+    except JobLive as exc:
+        _error(f"{exc} (trio-batch run is still working on it)")
+        return EXIT_FAILED
+    if job is None:
+        _error(f"no job {args.job} in {store.location} (unknown id, or its lease has lapsed)")
+        return EXIT_FAILED
+    print(f"forgot job {job.id} ({job.status}, {job.targets_total} target(s))")
     return EXIT_DONE
 
 

@@ -31,16 +31,22 @@ def load_fetch(spec: str) -> FetchFunc:
     return cast(FetchFunc, obj)
 
 
-def builtin_fetch(*, allow_private: bool = False) -> FetchFunc:
+def builtin_fetch(
+    *, allow_private: bool = False, allow_file: bool = False, process_timeout: float = 10.0
+) -> FetchFunc:
     """The service's default fetch function: the built-in HTTP fetcher behind the SSRF policy.
 
     Every URL, the first and each redirect hop, goes through :class:`DestinationPolicy`;
-    ``file://`` URLs and proxies from the environment are refused. Needs the ``cli`` extra
+    proxies from the environment are refused. ``file://`` URLs are refused unless
+    ``allow_file``: they read the server's own disk (its token file included) for every
+    caller, so they are a separate choice from ``allow_private``. ``process_timeout`` bounds
+    the processing of one body (see :class:`HttpFetcher`). Needs the ``cli`` extra
     (the ``http`` extra brings it).
     """
     fetcher = HttpFetcher(
-        check_url=DestinationPolicy(allow_private=allow_private),
-        allow_file=allow_private,
+        check_url=DestinationPolicy(allow_private=allow_private, allow_file=allow_file),
+        allow_file=allow_file,
+        process_timeout=process_timeout,
         trust_env=False,
     )
     return cast(FetchFunc, fetcher)

@@ -24,6 +24,8 @@ error and the hint beside it. :class:`DestinationRefused` is the SSRF policy's r
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "RETRYABLE_STATUSES",
     "ContentError",
@@ -63,6 +65,18 @@ class FetchError(Exception):
         self.hint = hint
         self.retryable = retryable
         self.retry_after = retry_after
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Keyword-only arguments (hint, status_code) are lost by Exception's own pickling;
+        # body processing raises these in a worker process and they cross back pickled.
+        return (_rebuild, (type(self), self.args, self.__dict__))
+
+
+def _rebuild(cls: type[FetchError], args: tuple[Any, ...], state: dict[str, Any]) -> FetchError:
+    exc = cls.__new__(cls, *args)
+    exc.args = args
+    exc.__dict__.update(state)
+    return exc
 
 
 class URLError(FetchError):

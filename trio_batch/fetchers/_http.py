@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import datetime
 import email.utils
+import errno
 import functools
+import logging
 import mimetypes
+import os
 import ssl
+import stat
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -17,8 +21,9 @@ import httpx
 import trio
 
 from .. import __version__
-from .._model import Result, Target
-from ._body import Body, process_body
+from .._model import Result, Target, parse_count
+from ._body import Body
+from ._bounded import process_bounded
 from ._errors import (
     FetchError,
     FetchTimeout,
@@ -36,6 +41,31 @@ __all__ = ["CheckURL", "HttpFetcher", "http_fetch"]
 #: A hook called with every URL before it is requested: the first one and each redirect hop.
 #: It returns to allow the request, or raises (ideally :class:`URLRefused`) to refuse it.
 CheckURL = Callable[[str], Awaitable[None]]
+
+
+class _URLsToOrigins(logging.Filter):
+    """Logs httpx's request lines with the URL cut to its origin (``https://host:port/…``).
+
+    httpx logs every request's full URL at INFO; a target URL may carry a secret in its path
+    or query string (a token, a signed link), so none reaches the log by default.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(
+                _origin(arg) if isinstance(arg, httpx.URL) else arg for arg in record.args
+            )
+        return True
+
+
+def _origin(url: httpx.URL) -> str:
+    port = f":{url.port}" if url.port is not None else ""
+    return f"{url.scheme}://{url.host}{port}/…"
+
+
+_httpx_log = logging.getLogger("httpx")
+if not any(isinstance(f, _URLsToOrigins) for f in _httpx_log.filters):
+    _httpx_log.addFilter(_URLsToOrigins())
 
 _HTTP_SCHEMES = ("http", "https")
 _REDIRECT_CODES = (301, 302, 303, 307, 308)
@@ -64,13 +94,20 @@ class HttpFetcher:
       through ``transport``, or a DNS answer that changes between check and connect slips by.
     - ``transport``: an ``httpx.AsyncBaseTransport`` to send requests through (default: httpx's
       own connection pool with TLS verified against certifi's CA bundle).
+    - ``process_timeout``: seconds the processing of one body (grep, jq, HTML to text, PDF)
+      may take; past it the worker process doing it is killed and the target fails with
+      :class:`ContentError`. It is also the worker's CPU-time limit.
+    - ``process_memory``: bytes of address space the worker processing one body may use
+      (``RLIMIT_AS``); past it the target fails with :class:`ContentError`.
     - ``context_lines``: how many lines either side of a match ``context: true`` keeps.
     - ``user_agent``: the ``User-Agent`` header.
     - ``trust_env``: honour ``HTTP(S)_PROXY``/``NO_PROXY`` and ``SSL_CERT_FILE`` as httpx does.
 
     Each call opens its own short-lived ``httpx.AsyncClient`` (the TLS context is built once
     per fetcher), so one fetcher may be used from any number of trio runs and tasks.
-    CPU-heavy processing (HTML, PDF, jq, regex) runs in a worker thread, off the event loop.
+    CPU-heavy processing (HTML, PDF, jq, regex) runs in a worker process that is killed when
+    it goes past ``process_timeout`` or ``process_memory`` (see ``_bounded``), so a costly
+    pattern never holds the event loop; cancelling the fetch kills the worker too.
     """
 
     def __init__(
@@ -83,12 +120,16 @@ class HttpFetcher:
         allow_file: bool = True,
         check_url: CheckURL | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        process_timeout: float = 10.0,
+        process_memory: int = 2 * 1024 * 1024 * 1024,
         context_lines: int = 1,
         user_agent: str = f"trio-batch/{__version__}",
         trust_env: bool = True,
     ) -> None:
-        if not timeout > 0 or not connect_timeout > 0:
-            raise ValueError("timeout and connect_timeout must be positive")
+        if not timeout > 0 or not connect_timeout > 0 or not process_timeout > 0:
+            raise ValueError("timeout, connect_timeout and process_timeout must be positive")
+        if process_memory < 64 * 1024 * 1024:
+            raise ValueError("process_memory must be at least 64 MiB")
         if max_bytes < 0 or max_redirects < 0 or context_lines < 0:
             raise ValueError("max_bytes, max_redirects and context_lines must not be negative")
         self.timeout = timeout
@@ -98,6 +139,8 @@ class HttpFetcher:
         self.allow_file = allow_file
         self.check_url = check_url
         self.transport = transport
+        self.process_timeout = process_timeout
+        self.process_memory = process_memory
         self.context_lines = context_lines
         self.user_agent = user_agent
         self.trust_env = trust_env
@@ -112,9 +155,12 @@ class HttpFetcher:
         """Fetch ``target`` and process its body as its options say."""
         plan = Plan.from_options(target.options)
         body = await self._fetch_body(target.url)
-        content, extra = await trio.to_thread.run_sync(
-            functools.partial(process_body, plan, body, self.context_lines),
-            abandon_on_cancel=True,  # pure computation: nothing to clean up if we stop waiting
+        content, extra = await process_bounded(
+            plan,
+            body,
+            self.context_lines,
+            seconds=self.process_timeout,
+            memory=self.process_memory,
         )
         meta: dict[str, Any] = {
             "url": body.url,
@@ -229,9 +275,9 @@ class HttpFetcher:
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
     async def _read_capped(self, response: httpx.Response) -> bytes:
-        length = response.headers.get("content-length", "")
-        if length.isdigit() and int(length) > self.max_bytes:
-            raise self._too_large(str(response.url), f"{int(length)} bytes")
+        length = parse_count(response.headers.get("content-length", ""), max_digits=30)
+        if length is not None and length > self.max_bytes:
+            raise self._too_large(str(response.url), f"{length} bytes")
         data = bytearray()
         async for chunk in response.aiter_bytes():
             data += chunk
@@ -254,7 +300,11 @@ class HttpFetcher:
             )
         path = url2pathname(parts.path)
         try:
-            data = await trio.to_thread.run_sync(_read_file, path, self.max_bytes)
+            # Abandoned on cancel, so the fetcher's timeout bounds a slow disk (a thread cannot
+            # be interrupted); a FIFO or device never gets that far, see _read_file.
+            data = await trio.to_thread.run_sync(
+                _read_file, path, self.max_bytes, abandon_on_cancel=True
+            )
         except FileNotFoundError:
             raise LocalFileError(
                 f"no such file: {path}", hint="check the path; file URLs need an absolute path"
@@ -266,7 +316,8 @@ class HttpFetcher:
         except OSError as exc:
             raise LocalFileError(
                 f"cannot read {path}: {exc.strerror or exc}",
-                hint="check the file's permissions",
+                hint="name a regular file the process may read (not a pipe or device), and "
+                "check its permissions",
             ) from None
         if data is None:
             raise self._too_large(url, f"more than {self.max_bytes} bytes")
@@ -277,8 +328,18 @@ class HttpFetcher:
 
 
 def _read_file(path: str, max_bytes: int) -> bytes | None:
-    """Read at most ``max_bytes`` of ``path``; None if the file is larger."""
-    with open(path, "rb") as f:
+    """Read at most ``max_bytes`` of the regular file ``path``; None if the file is larger.
+
+    Opened non-blocking and checked before reading: a FIFO, socket or device (``/dev/zero``,
+    a named pipe nobody writes to) would block or never end, and is refused with OSError.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    with open(fd, "rb") as f:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, "is a directory")
+        if not stat.S_ISREG(mode):
+            raise OSError(errno.EINVAL, "not a regular file")
         data = f.read(max_bytes + 1)
     return None if len(data) > max_bytes else data
 
@@ -316,7 +377,8 @@ def _unsupported_scheme(url: str, scheme: str, *, allow_file: bool) -> URLError:
     if scheme == "file":
         return URLError(
             f"file URLs are not allowed here: {url}",
-            hint="this fetcher was built with allow_file=False; fetch the file over http",
+            hint="this fetcher was built with allow_file=False (trio-batch serve refuses file "
+            "URLs unless started with --allow-file); fetch the file over http",
         )
     return URLError(
         f"scheme {scheme!r} is not supported: {url}",

@@ -86,7 +86,8 @@ def compile_jq(program: str) -> Any:
         ) from None
 
 
-_PAGE_RANGE = re.compile(r"\s*(\d+)\s*(?:(-)\s*(\d+)?\s*)?")
+# ASCII digits only: \d alone also matches other scripts' digits, which int() reads.
+_PAGE_RANGE = re.compile(r"\s*(\d+)\s*(?:(-)\s*(\d+)?\s*)?", re.ASCII)
 
 
 def _parse_pages(spec: str) -> tuple[tuple[int, int | None], ...]:

@@ -100,21 +100,46 @@ class DestinationPolicy:
     resolve, or a host any of whose addresses is loopback, private, link-local, a metadata
     address, multicast, reserved or otherwise not globally routable (see
     :func:`forbidden_reason`). With ``allow_private=True`` every destination is allowed (for a
-    service that is meant to fetch from its own network). ``resolver`` replaces DNS (tests).
+    service that is meant to fetch from its own network). ``file://`` URLs are refused unless
+    ``allow_file=True``, whatever ``allow_private`` says: they read the server's own disk.
+    ``resolver`` replaces DNS (tests).
     """
 
-    def __init__(self, *, allow_private: bool = False, resolver: Resolver | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        allow_private: bool = False,
+        allow_file: bool = False,
+        resolver: Resolver | None = None,
+    ) -> None:
         self.allow_private = allow_private
+        self.allow_file = allow_file
         self._resolve: Resolver = resolve if resolver is None else resolver
 
     def __repr__(self) -> str:
-        return f"DestinationPolicy(allow_private={self.allow_private!r})"
+        return (
+            f"DestinationPolicy(allow_private={self.allow_private!r}, "
+            f"allow_file={self.allow_file!r})"
+        )
 
     async def __call__(self, url: str) -> None:
         """Return if ``url`` may be fetched; raise :class:`DestinationRefused` if not."""
+        try:
+            parts = urlsplit(url)
+        except ValueError as exc:  # a bad IPv6 literal
+            raise DestinationRefused(
+                f"cannot tell where {url!r} leads: {exc}", hint="check the URL for typos"
+            ) from None
+        if parts.scheme.lower() == "file":
+            if self.allow_file:
+                return
+            raise DestinationRefused(
+                f"file URLs are not fetched by this service: {url}",
+                hint="serve the file over http(s); the service's operator can allow file URLs "
+                "(trio-batch serve --allow-file), which reads the server's own disk",
+            )
         if self.allow_private:
             return
-        parts = urlsplit(url)
         try:
             host = parts.hostname
             port = parts.port
@@ -122,11 +147,6 @@ class DestinationPolicy:
             raise DestinationRefused(
                 f"cannot tell where {url!r} leads: {exc}", hint="check the URL for typos"
             ) from None
-        if parts.scheme.lower() == "file":
-            raise DestinationRefused(
-                f"file URLs are not fetched by this service: {url}",
-                hint="serve the file over http(s) from a public host",
-            )
         if not host:
             raise DestinationRefused(
                 f"{url!r} names no host", hint="write the full URL, e.g. https://example.org/"

@@ -20,11 +20,21 @@ from starlette.routing import Route
 
 from .._config import Config
 from .._errors import BatchError
+from .._model import parse_count
 from .._open_runner import open_runner
 from .._runner import FetchFunc
 from ..store import JobStore, open_store
 from ._auth import HeaderAuth, TokenAuth
-from ._bodies import job_json, parse_json, parse_submission, read_body
+from ._bodies import (
+    job_json,
+    page_json,
+    parse_json,
+    parse_page,
+    parse_submission,
+    read_body,
+    require_json,
+    target_summary_json,
+)
 from ._dashboard import dashboard_routes
 from ._events import EventStream
 from ._metrics import RequestCounter
@@ -32,10 +42,12 @@ from ._openapi import openapi_document
 from ._problems import Problem, not_found, problem_for, problem_for_http
 from ._service import Service
 
-__all__ = ["DEFAULT_MAX_BODY", "create_app"]
+__all__ = ["DEFAULT_BODY_TIMEOUT", "DEFAULT_MAX_BODY", "create_app"]
 
 #: Largest request body accepted by default (bytes); past it, 413.
 DEFAULT_MAX_BODY = 1024 * 1024
+#: Seconds a request body may take to arrive by default; past it, 408.
+DEFAULT_BODY_TIMEOUT = 10.0
 _log = logging.getLogger("trio_batch.http")
 
 
@@ -46,6 +58,7 @@ def create_app(
     auth: TokenAuth | HeaderAuth,
     config: Config | None = None,
     max_body: int = DEFAULT_MAX_BODY,
+    body_timeout: float = DEFAULT_BODY_TIMEOUT,
     retry_after: int = 5,
     heartbeat: float = 15.0,
     now: Callable[[], float] = time.time,
@@ -55,21 +68,25 @@ def create_app(
 
     The application's lifespan opens the store at ``db`` and a runner with ``fetch`` and
     ``config`` (see :func:`trio_batch.open_runner`); it must run under trio. ``auth`` decides
-    who a request comes from. ``max_body`` caps a request body (bytes), ``retry_after`` is the
+    who a request comes from. ``max_body`` caps a request body (bytes) and ``body_timeout`` the
+    seconds it may take to arrive (408 past it), ``retry_after`` is the
     ``Retry-After`` sent with 429 and 503, ``heartbeat`` the seconds between keep-alive
     comments on an idle event stream. ``now`` and ``logger`` go to the runner.
 
     ``app.state.service.begin_shutdown()`` refuses new jobs and ends event streams; :func:`serve`
     calls it when its shutdown trigger fires.
     """
-    if max_body < 1 or retry_after < 0 or not heartbeat > 0:
-        raise ValueError("max_body and heartbeat must be positive, retry_after not negative")
+    if max_body < 1 or retry_after < 0 or not heartbeat > 0 or not body_timeout > 0:
+        raise ValueError(
+            "max_body, body_timeout and heartbeat must be positive, retry_after not negative"
+        )
     service = Service(
         db=os.fspath(db),
         fetch=fetch,
         config=Config() if config is None else config,
         auth=auth,
         max_body=max_body,
+        body_timeout=body_timeout,
         retry_after=retry_after,
         heartbeat=heartbeat,
         now=now,
@@ -99,7 +116,8 @@ def create_app(
 
     async def submit(request: Request) -> Response:
         caller = service.caller(request)
-        body = await read_body(request, service.max_body)
+        require_json(request)
+        body = await read_body(request, service.max_body, seconds=service.body_timeout)
         obj = parse_json(body)
         try:
             caller_class, targets = parse_submission(obj, caller, service.config)
@@ -117,14 +135,43 @@ def create_app(
             headers={"Location": f"/v1/batches/{job_id}"},
         )
 
+    async def list_batches(request: Request) -> Response:
+        caller = service.caller(request)
+        limit, before = parse_page(request.query_params)  # InvalidRequest: 422
+        jobs = await service.runner.store.list_caller_jobs(
+            caller.name, now=service.now(), limit=limit, before=before
+        )
+        return JSONResponse(page_json(jobs, limit))
+
+    async def batches(request: Request) -> Response:
+        if request.method == "POST":
+            return await submit(request)
+        return await list_batches(request)
+
     async def get_batch(request: Request) -> Response:
         caller = service.caller(request)
-        job, targets = await service.owned_status(request, caller)
-        return JSONResponse({**job_json(job, targets), "targets": [t.to_json() for t in targets]})
+        found = await service.runner.overview(request.path_params["id"])
+        if found is None:
+            raise not_found()
+        job, targets, sizes = found
+        service.owned(job, caller)
+        summaries = [target_summary_json(job.id, t, n) for t, n in zip(targets, sizes, strict=True)]
+        return JSONResponse({**job_json(job, targets), "targets": summaries})
+
+    async def get_target(request: Request) -> Response:
+        caller = service.caller(request)
+        idx = parse_count(request.path_params["idx"], max_digits=9)
+        found = None if idx is None else await service.runner.target(request.path_params["id"], idx)
+        missing = "no such job or target"
+        job, target = (None, None) if found is None else found
+        service.owned(job, caller, missing)
+        assert target is not None  # found, since owned() accepted its job
+        return JSONResponse(target.to_json())
 
     async def cancel_batch(request: Request) -> Response:
         caller = service.caller(request)
-        job, _ = await service.owned_status(request, caller)
+        require_json(request, body_expected=False)
+        job = await service.owned_job(request, caller)
         conflict = Problem(
             409, "already-finished", "Conflict", f"the job has already finished ({job.status})"
         )
@@ -137,11 +184,23 @@ def create_app(
             raise not_found()
         return JSONResponse(job_json(*status))
 
+    async def forget_batch(request: Request) -> Response:
+        caller = service.caller(request)
+        job = await service.runner.forget(request.path_params["id"], caller=caller.name)
+        if job is None:
+            raise not_found()  # another caller's job reads exactly like an unknown one
+        return Response(status_code=204)
+
+    async def batch_resource(request: Request) -> Response:
+        if request.method == "DELETE":
+            return await forget_batch(request)
+        return await get_batch(request)
+
     async def events(request: Request) -> Response:
         caller = service.caller(request)
-        job, _ = await service.owned_status(request, caller)
-        last = request.headers.get("last-event-id", "").strip()
-        after = int(last) if last.isdigit() and len(last) < 10 else -1
+        job = await service.owned_job(request, caller)
+        last = parse_count(request.headers.get("last-event-id", "").strip(), max_digits=9)
+        after = -1 if last is None else last
         return EventStream(service, service.runner, job.id, after)
 
     async def healthz(request: Request) -> Response:
@@ -178,8 +237,10 @@ def create_app(
 
     app = Starlette(
         routes=[
-            Route("/v1/batches", submit, methods=["POST"]),
-            Route("/v1/batches/{id}", get_batch, methods=["GET"]),
+            Route("/v1/batches", batches, methods=["GET", "POST"]),
+            # One route per path, so a 405 lists every allowed method.
+            Route("/v1/batches/{id}", batch_resource, methods=["GET", "DELETE"]),
+            Route("/v1/batches/{id}/targets/{idx}", get_target, methods=["GET"]),
             Route("/v1/batches/{id}/cancel", cancel_batch, methods=["POST"]),
             Route("/v1/batches/{id}/events", events, methods=["GET"]),
             Route("/healthz", healthz, methods=["GET"]),
@@ -196,6 +257,10 @@ def create_app(
         middleware=[Middleware(RequestCounter, metrics=service.metrics)],
         lifespan=lifespan,
     )
+    # Starlette would answer /metrics/ with a redirect whose Location it builds from the Host
+    # header (Host: evil.test gives http://evil.test/metrics), unauthenticated: no redirects
+    # built from request headers, so a path with a trailing slash is simply not found.
+    app.router.redirect_slashes = False
     app.state.service = service
     return app
 

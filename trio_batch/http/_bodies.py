@@ -2,19 +2,46 @@
 
 from __future__ import annotations
 
-import json
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+import trio
 from starlette.requests import Request
 
 from .._config import Config
 from .._errors import InvalidRequest, InvalidTargets, TooManyTargets
-from .._model import Job, Target, TargetState, TargetStatus, check_caller, unknown_keys
+from .._json import STRICT_JSON
+from .._model import (
+    Job,
+    Target,
+    TargetState,
+    TargetStatus,
+    check_caller,
+    is_job_id,
+    parse_count,
+    unknown_keys,
+)
 from ._auth import DEFAULT_CALLER_CLASS, Caller
 from ._problems import Problem
 
-__all__ = ["job_json", "parse_json", "parse_submission", "read_body"]
+__all__ = [
+    "DEFAULT_PAGE",
+    "MAX_PAGE",
+    "job_json",
+    "page_json",
+    "parse_json",
+    "parse_page",
+    "parse_submission",
+    "read_body",
+    "require_json",
+    "target_summary_json",
+]
+
+#: Jobs per page of ``GET /v1/batches`` unless ``limit`` says otherwise, and the most allowed.
+DEFAULT_PAGE = 20
+MAX_PAGE = 100
+_CURSOR_TIME = re.compile(r"[0-9]+(?:\.[0-9]+)?(?:e[+-]?[0-9]+)?", re.ASCII)
 
 
 def _counts(job: Job, targets: Sequence[TargetStatus] | None) -> dict[str, int]:
@@ -40,18 +67,81 @@ def job_json(job: Job, targets: Sequence[TargetStatus] | None = None) -> dict[st
     return out
 
 
+def target_summary_json(job_id: str, target: TargetStatus, size: int) -> dict[str, Any]:
+    """A target in the job view: its status and outcome without the result's content, the
+    result's size in characters, and where to read the result (None without one)."""
+    out = target.to_json()
+    del out["result"]
+    out["result_size"] = size
+    out["result_url"] = f"/v1/batches/{job_id}/targets/{target.idx}" if size else None
+    return out
+
+
+def parse_page(query: Mapping[str, str]) -> tuple[int, tuple[float, str] | None]:
+    """``limit`` and ``cursor`` of a ``GET /v1/batches`` query; raises InvalidRequest (422)."""
+    unknown = unknown_keys(dict(query), ("limit", "cursor"))
+    if unknown:
+        raise InvalidRequest(f"unknown query parameter(s) {unknown}; use limit and cursor")
+    limit = DEFAULT_PAGE
+    if "limit" in query:
+        asked = parse_count(query["limit"], max_digits=3)
+        if asked is None or not 1 <= asked <= MAX_PAGE:
+            raise InvalidRequest(f"limit must be a whole number from 1 to {MAX_PAGE}")
+        limit = asked
+    if "cursor" not in query:
+        return limit, None
+    when, _, job_id = query["cursor"].partition("~")
+    if _CURSOR_TIME.fullmatch(when) is None or not is_job_id(job_id):
+        raise InvalidRequest("cursor is not one this service gave; pass the 'next' link as is")
+    return limit, (float(when), job_id)
+
+
+def page_json(jobs: Sequence[Job], limit: int) -> dict[str, Any]:
+    """A page of jobs, and the link to the next page (None after the last one)."""
+    next_link = None
+    if len(jobs) == limit:
+        last = jobs[-1]
+        next_link = f"/v1/batches?limit={limit}&cursor={last.created_at!r}~{last.id}"
+    return {"jobs": [job_json(job) for job in jobs], "next": next_link}
+
+
 def parse_json(body: bytes) -> object:
     """The JSON value of a request body; raises a 400 problem if it is not strict JSON."""
 
-    def refuse(name: str) -> object:
-        raise ValueError(f"{name} is not valid JSON")
-
     try:
-        return json.loads(body, parse_constant=refuse)
+        return STRICT_JSON.decode(body.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise Problem(
+            400, "malformed-json", "Malformed JSON", "the body is not JSON: it is not UTF-8"
+        ) from None
     except (ValueError, RecursionError) as exc:
         raise Problem(
             400, "malformed-json", "Malformed JSON", f"the body is not JSON: {exc}"
         ) from None
+
+
+def require_json(request: Request, *, body_expected: bool = True) -> None:
+    """Refuse (415) a request whose ``Content-Type`` is not JSON.
+
+    A form or ``text/plain`` POST is what a browser may send cross-site without a preflight;
+    behind a cookie-authenticated gateway (``--caller-header``) accepting it would let any web
+    page submit or cancel jobs as the user. Without ``body_expected`` a missing type is allowed
+    (``POST .../cancel`` has no body), a non-JSON one is not.
+    """
+    header = request.headers.get("content-type")
+    if header is None and not body_expected:
+        return
+    media = (header or "").partition(";")[0].strip().lower()
+    if media == "application/json" or (
+        media.startswith("application/") and media.endswith("+json")
+    ):
+        return
+    raise Problem(
+        415,
+        "unsupported-media-type",
+        "Unsupported media type",
+        f"send the body as JSON with 'Content-Type: application/json', not {header or 'none'!r}",
+    )
 
 
 def parse_submission(obj: object, caller: Caller, config: Config) -> tuple[str, list[Target]]:
@@ -93,17 +183,27 @@ def parse_submission(obj: object, caller: Caller, config: Config) -> tuple[str, 
     return caller_class, targets
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The request's body; raises a 413 problem as soon as it goes past ``limit`` bytes."""
+async def read_body(request: Request, limit: int, *, seconds: float) -> bytes:
+    """The request's body; raises a 413 problem as soon as it goes past ``limit`` bytes, and a
+    408 problem if it has not all arrived within ``seconds`` (a client trickling its body
+    would otherwise hold the connection as long as it likes)."""
     too_large = Problem(
         413, "body-too-large", "Content too large", f"the body is larger than {limit} bytes"
     )
-    length = request.headers.get("content-length", "")
-    if length.isdigit() and int(length) > limit:
+    length = parse_count(request.headers.get("content-length", ""), max_digits=30)
+    if length is not None and length > limit:
         raise too_large
     body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise too_large
-    return bytes(body)
+    with trio.move_on_after(seconds):
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > limit:
+                raise too_large
+        return bytes(body)
+    raise Problem(
+        408,
+        "body-timeout",
+        "Request timeout",
+        f"the body did not arrive within {seconds:g} s; send it at once",
+        headers={"Connection": "close"},
+    )

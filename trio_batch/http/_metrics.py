@@ -3,14 +3,18 @@ jobs and targets by status, read at scrape time (:meth:`Metrics.set_store_counts
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from starlette.requests import ClientDisconnect
 from starlette.types import Receive, Scope, Send
 
 from ..store import StoreCounts
 
 __all__ = ["Metrics", "RequestCounter"]
+
+_log = logging.getLogger("trio_batch.http")
 
 
 class Metrics:
@@ -30,8 +34,14 @@ class Metrics:
             self.write_seconds.labels(operation)
         self.requests = Counter(
             "trio_batch_http_requests",
-            "HTTP requests answered, by route and status code.",
+            "HTTP requests answered, by route and status code (500s included).",
             ["route", "code"],
+            registry=self.registry,
+        )
+        self.disconnects = Counter(
+            "trio_batch_http_disconnects",
+            "Requests whose client went away before the answer was sent, by route.",
+            ["route"],
             registry=self.registry,
         )
 
@@ -42,7 +52,8 @@ class Metrics:
         )
         self.targets = Gauge(
             "trio_batch_targets",
-            "Targets of unexpired jobs: done, failed, or not finished (pending or running).",
+            "Targets of unexpired jobs: done, failed, unfinished (pending or running in a live "
+            "job) or abandoned (left without an outcome by a cancelled or failed job).",
             ["status"],
             registry=self.registry,
         )
@@ -58,10 +69,16 @@ class Metrics:
         self.targets.labels("done").set(counts.targets_succeeded)
         self.targets.labels("failed").set(counts.targets_failed)
         self.targets.labels("unfinished").set(counts.targets_unfinished)
+        self.targets.labels("abandoned").set(counts.targets_abandoned)
 
 
 class RequestCounter:
-    """ASGI middleware counting answered requests by route template (never raw path) and code."""
+    """ASGI middleware counting answered requests by route template (never raw path) and code.
+
+    It sits inside Starlette's error middleware, so a handler that fails unexpectedly is
+    counted here as a 500 (the error middleware then answers and logs it). A client that goes
+    away mid-request is counted as a disconnect and logged quietly, not as a server error.
+    """
 
     def __init__(self, app: Any, metrics: Metrics) -> None:
         self.app = app
@@ -71,11 +88,36 @@ class RequestCounter:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        started = False
+        disconnected = False
+
+        def route() -> str:
+            return str(getattr(scope.get("route"), "path", "unmatched"))
+
+        async def watching_receive() -> Any:
+            nonlocal disconnected
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                disconnected = True
+            return message
 
         async def counting_send(message: Any) -> None:
+            nonlocal started
             if message["type"] == "http.response.start":
-                route = getattr(scope.get("route"), "path", "unmatched")
-                self.metrics.requests.labels(route, str(message["status"])).inc()
+                started = True
+                self.metrics.requests.labels(route(), str(message["status"])).inc()
             await send(message)
 
-        await self.app(scope, receive, counting_send)
+        try:
+            await self.app(scope, watching_receive, counting_send)
+        except ClientDisconnect:
+            self.metrics.disconnects.labels(route()).inc()
+            _log.info("client went away during %s %s", scope.get("method"), route())
+        except Exception:
+            if disconnected:
+                self.metrics.disconnects.labels(route()).inc()
+                _log.info("client went away during %s %s", scope.get("method"), route())
+                return
+            if not started:
+                self.metrics.requests.labels(route(), "500").inc()
+            raise

@@ -61,6 +61,10 @@ _SCHEMAS: dict[str, Any] = {
                 "type": "integer",
                 "description": "For invalid targets: the position of the offending target.",
             },
+            "job": {
+                "type": "string",
+                "description": "For caller-busy: the path of the live job that blocks the caller.",
+            },
         },
     },
     "Options": {
@@ -200,13 +204,50 @@ _SCHEMAS: dict[str, Any] = {
             },
         },
     },
+    "TargetSummary": {
+        "type": "object",
+        "description": "A target in the job view: its outcome without the result's content.",
+        "required": [
+            "idx",
+            "url",
+            "options",
+            "status",
+            "error",
+            "hint",
+            "finished_at",
+            "result_size",
+            "result_url",
+        ],
+        "properties": {
+            "idx": {"type": "integer"},
+            "url": {"type": "string"},
+            "options": {"type": "object"},
+            "status": {"type": "string", "enum": [str(s) for s in TargetState]},
+            "error": _nullable({"type": "string"}),
+            "hint": _nullable({"type": "string"}),
+            "finished_at": _nullable({"type": "number"}),
+            "result_size": {"type": "integer", "description": "The result's characters."},
+            "result_url": _nullable({"type": "string"}),
+        },
+    },
+    "BatchPage": {
+        "type": "object",
+        "required": ["jobs", "next"],
+        "properties": {
+            "jobs": {"type": "array", "items": _ref("Job")},
+            "next": {
+                "type": ["string", "null"],
+                "description": "The next page's path and query; null on the last page.",
+            },
+        },
+    },
     "Batch": {
         "allOf": [
             _ref("Job"),
             {
                 "type": "object",
                 "required": ["targets"],
-                "properties": {"targets": {"type": "array", "items": _ref("TargetStatus")}},
+                "properties": {"targets": {"type": "array", "items": _ref("TargetSummary")}},
             },
         ]
     },
@@ -230,6 +271,35 @@ def openapi_document(*, auth_header: str | None = None) -> dict[str, Any]:
         "components": {"schemas": _SCHEMAS, "securitySchemes": {"caller": scheme}},
         "paths": {
             "/v1/batches": {
+                "get": {
+                    "operationId": "listBatches",
+                    "summary": "The caller's unexpired jobs, newest first, a page at a time.",
+                    "security": secured,
+                    "parameters": [
+                        {
+                            "name": "limit",
+                            "in": "query",
+                            "required": False,
+                            "schema": {"type": "integer", "minimum": 1, "maximum": 100},
+                        },
+                        {
+                            "name": "cursor",
+                            "in": "query",
+                            "required": False,
+                            "description": "From the previous page's `next` link.",
+                            "schema": {"type": "string"},
+                        },
+                    ],
+                    "responses": {
+                        "200": {
+                            "description": "A page of jobs (without their targets).",
+                            "content": {"application/json": {"schema": _ref("BatchPage")}},
+                        },
+                        "401": _UNAUTHORIZED,
+                        "422": _problem("A bad limit or cursor, or an unknown parameter."),
+                        "503": _UNAVAILABLE,
+                    },
+                },
                 "post": {
                     "operationId": "createBatch",
                     "summary": "Submit a batch (idempotent per caller and target list).",
@@ -252,7 +322,9 @@ def openapi_document(*, auth_header: str | None = None) -> dict[str, Any]:
                         "400": _problem("The body is not JSON."),
                         "401": _UNAUTHORIZED,
                         "403": _problem("caller_class differs from the one the credentials grant."),
+                        "408": _problem("The body did not arrive in time (--body-timeout)."),
                         "413": _problem("The body is larger than the service accepts."),
+                        "415": _problem("The Content-Type is not JSON."),
                         "422": _problem("Invalid or too many targets, or a malformed request."),
                         "429": _problem(
                             "The caller, or the service, has no free job slot.",
@@ -263,12 +335,12 @@ def openapi_document(*, auth_header: str | None = None) -> dict[str, Any]:
                             **{"Retry-After": _RETRY_AFTER},
                         ),
                     },
-                }
+                },
             },
             "/v1/batches/{id}": {
                 "get": {
                     "operationId": "getBatch",
-                    "summary": "The job, its counts and its targets with their results.",
+                    "summary": "The job, its counts, and its targets' statuses and result sizes.",
                     "security": secured,
                     "parameters": [_JOB_ID],
                     "responses": {
@@ -278,6 +350,45 @@ def openapi_document(*, auth_header: str | None = None) -> dict[str, Any]:
                         },
                         "401": _UNAUTHORIZED,
                         "404": _NOT_FOUND,
+                        "503": _UNAVAILABLE,
+                    },
+                },
+                "delete": {
+                    "operationId": "forgetBatch",
+                    "summary": "Forget a finished job and its results, so its targets can be "
+                    "submitted afresh.",
+                    "security": secured,
+                    "parameters": [_JOB_ID],
+                    "responses": {
+                        "204": {"description": "The job and its results are deleted."},
+                        "401": _UNAUTHORIZED,
+                        "404": _NOT_FOUND,
+                        "409": _problem("The job is live: cancel it and wait for it to end."),
+                        "503": _UNAVAILABLE,
+                    },
+                },
+            },
+            "/v1/batches/{id}/targets/{idx}": {
+                "get": {
+                    "operationId": "getBatchTarget",
+                    "summary": "One target of the job, with its result.",
+                    "security": secured,
+                    "parameters": [
+                        _JOB_ID,
+                        {
+                            "name": "idx",
+                            "in": "path",
+                            "required": True,
+                            "schema": {"type": "integer", "minimum": 0},
+                        },
+                    ],
+                    "responses": {
+                        "200": {
+                            "description": "The target and its result.",
+                            "content": {"application/json": {"schema": _ref("TargetStatus")}},
+                        },
+                        "401": _UNAUTHORIZED,
+                        "404": _problem("No such job for this caller, or no such target."),
                         "503": _UNAVAILABLE,
                     },
                 }
@@ -296,6 +407,7 @@ def openapi_document(*, auth_header: str | None = None) -> dict[str, Any]:
                         "401": _UNAUTHORIZED,
                         "404": _NOT_FOUND,
                         "409": _problem("The job has already finished."),
+                        "415": _problem("A Content-Type was sent and it is not JSON."),
                         "503": _UNAVAILABLE,
                     },
                 }

@@ -15,6 +15,7 @@ from .._errors import (
     CallerBusy,
     InvalidRequest,
     InvalidTargets,
+    JobLive,
     OutcomeExists,
     RunnerClosed,
     StoreError,
@@ -88,6 +89,7 @@ PROBLEMS: Mapping[type[BatchError], ProblemType] = {
     TooManyTargets: ProblemType(422, "too-many-targets", "Too many targets"),
     CallerBusy: ProblemType(429, "caller-busy", "Caller busy"),
     Busy: ProblemType(429, "busy", "Service busy"),
+    JobLive: ProblemType(409, "job-live", "Conflict"),
     RunnerClosed: ProblemType(503, "shutting-down", "Shutting down"),
     StoreError: ProblemType(503, "store-unavailable", "Service error"),
     OutcomeExists: ProblemType(409, "error", "Service error"),
@@ -120,6 +122,8 @@ def problem_for(exc: BatchError, *, retry_after: int) -> Problem:
     extra: dict[str, Any] = {}
     if isinstance(exc, InvalidTargets) and exc.index is not None:
         extra["index"] = exc.index
+    if isinstance(exc, CallerBusy) and exc.job_id is not None:
+        extra["job"] = f"/v1/batches/{exc.job_id}"  # the live job that blocks the caller
     detail = str(exc)
     if status >= 500 and not isinstance(exc, RunnerClosed):
         _log.error("store error: %s", exc)

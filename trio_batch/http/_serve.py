@@ -7,16 +7,17 @@ import argparse
 import logging
 import signal
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from functools import partial
 from typing import cast
 
 import trio
 from starlette.applications import Starlette
 
-from .._config import Config
+from .._config import COMMAND_TARGET_TIMEOUT, Config
+from .._errors import StoreError
 from ..fetchers import builtin_fetch, load_fetch
-from ._app import DEFAULT_MAX_BODY, create_app
+from ._app import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY, create_app
 from ._auth import Auth, HeaderAuth, TokenAuth
 from ._service import Service
 
@@ -36,7 +37,9 @@ async def serve(
     """Serve ``app`` (from :func:`create_app`) with Hypercorn's trio worker until shut down.
 
     ``bind`` is ``HOST:PORT`` (port 0 picks a free one); ``task_status.started`` receives the
-    bound URLs, e.g. ``["http://127.0.0.1:50123"]``. When ``shutdown_trigger`` returns, new
+    bound URLs, e.g. ``["http://127.0.0.1:50123"]``, once the lifespan has started (the store
+    is open and the runner holds it): a start-up failure (the database held by another runner,
+    the port in use) raises and is never announced. When ``shutdown_trigger`` returns, new
     jobs are refused, event streams end, requests in progress get ``graceful_timeout`` seconds
     to finish, and the lifespan shuts the runner down (live jobs marked failed "shutdown").
     """
@@ -60,9 +63,14 @@ async def serve(
         _log.info("shutting down")
         service.begin_shutdown()
 
-    await hypercorn_serve(
-        cast(Framework, app), config, shutdown_trigger=trigger, task_status=task_status
-    )
+    async with trio.open_nursery() as nursery:
+        urls = await nursery.start(
+            partial(hypercorn_serve, cast(Framework, app), config, shutdown_trigger=trigger)
+        )
+        # Hypercorn binds and reports even when the lifespan failed (it raises just after):
+        # only a service whose runner is up is announced.
+        if service.runner_ is not None:
+            task_status.started(urls)
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
@@ -88,8 +96,37 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--allow-private",
         action="store_true",
-        help="let the built-in fetcher reach loopback, private and link-local addresses "
-        "(and file:// URLs); refused by default",
+        help="let the built-in fetcher reach loopback, private and link-local addresses; "
+        "refused by default",
+    )
+    parser.add_argument(
+        "--allow-file",
+        action="store_true",
+        help="let the built-in fetcher read file:// URLs: any file the server process can "
+        "read (its token file included), for every caller; refused by default",
+    )
+    parser.add_argument(
+        "--process-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="the built-in fetcher's limit on processing one body (grep, jq, HTML, PDF), in "
+        "a worker process that is killed past it (default: %(default)g)",
+    )
+    parser.add_argument(
+        "--cancel-grace",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="after a cancel, how long the target being fetched may still run before it is "
+        "cut and stored as failed 'cancelled' (default: %(default)g)",
+    )
+    parser.add_argument(
+        "--target-timeout",
+        type=float,
+        default=COMMAND_TARGET_TIMEOUT,
+        metavar="SECONDS",
+        help="a fetch running longer fails its target (default: %(default)g)",
     )
     parser.add_argument(
         "--fetch",
@@ -102,6 +139,13 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_MAX_BODY,
         metavar="BYTES",
         help="largest request body (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--body-timeout",
+        type=float,
+        default=DEFAULT_BODY_TIMEOUT,
+        metavar="SECONDS",
+        help="how long a request body may take to arrive; past it, 408 (default: %(default)g)",
     )
     for name, help_text in (
         ("ttl", "seconds a job and its results are kept after its latest write"),
@@ -125,11 +169,18 @@ def run_serve(args: argparse.Namespace) -> int:
     """Run ``trio-batch serve`` with parsed arguments; returns the exit code.
 
     Blocks until SIGINT or SIGTERM, then shuts down cleanly and returns 0. Prints
-    ``listening on URL`` to standard output once the socket is bound. Bad arguments print an
-    error to standard error and return 2.
+    ``listening on URL`` to standard output once the runner holds the store and the socket is
+    bound. Bad arguments print an error to standard error and return 2; a failure to start
+    (the database held by another runner or unusable, the port in use) prints one line to
+    standard error and returns 1.
     """
     logging.basicConfig(
         level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    # Hypercorn says "Running on URL" as soon as it binds, even when start-up then fails;
+    # this command prints "listening on URL" once the service is really up.
+    logging.getLogger("hypercorn.error").addFilter(
+        lambda record: not record.getMessage().startswith("Running on ")
     )
     try:
         auth: Auth = (
@@ -140,15 +191,28 @@ def run_serve(args: argparse.Namespace) -> int:
         fetch = (
             load_fetch(args.fetch)
             if args.fetch is not None
-            else builtin_fetch(allow_private=args.allow_private)
+            else builtin_fetch(
+                allow_private=args.allow_private,
+                allow_file=args.allow_file,
+                process_timeout=args.process_timeout,
+            )
         )
         config = Config(
             ttl=args.ttl,
             targets_per_job=args.targets_per_job,
             jobs_per_caller=args.jobs_per_caller,
             jobs_total=args.jobs_total,
+            target_timeout=args.target_timeout,
+            cancel_grace=args.cancel_grace,
         )
-        app = create_app(db=args.db, fetch=fetch, auth=auth, config=config, max_body=args.max_body)
+        app = create_app(
+            db=args.db,
+            fetch=fetch,
+            auth=auth,
+            config=config,
+            max_body=args.max_body,
+            body_timeout=args.body_timeout,
+        )
     except (OSError, ValueError, TypeError) as exc:
         print(f"trio-batch serve: {exc}", file=sys.stderr)
         return 2
@@ -167,8 +231,44 @@ def run_serve(args: argparse.Namespace) -> int:
             for url in urls:
                 print(f"listening on {url}", flush=True)
 
-    trio.run(main)
+    try:
+        trio.run(main)
+    except BaseException as exc:  # a group from the nurseries; KeyboardInterrupt re-raised
+        message = _startup_failure(exc, args.bind)
+        if message is None:
+            raise
+        print(f"trio-batch serve: {message}", file=sys.stderr)
+        return 1
     return 0
+
+
+def _startup_failure(exc: BaseException, bind: str) -> str | None:
+    """One line for a failure to start (the store, the socket), or None for anything else."""
+    leaves = list(_leaves(exc))
+    if any(not isinstance(leaf, Exception) for leaf in leaves):
+        return None  # KeyboardInterrupt, SystemExit, Cancelled: not ours to turn into a line
+    for leaf in leaves:
+        if isinstance(leaf, StoreError):
+            return str(leaf)
+    for leaf in leaves:
+        if isinstance(leaf, OSError):
+            return f"cannot listen on {bind}: {leaf.strerror or leaf}"
+    return None
+
+
+def _leaves(exc: BaseException) -> Iterator[BaseException]:
+    """The exceptions in ``exc``'s groups, each followed by the ones it was raised from
+    (Hypercorn reports a failed lifespan as a LifespanFailureError raised from the cause)."""
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            yield from _leaves(inner)
+        return
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
 
 
 def serve_main(argv: Sequence[str] | None = None) -> int:

@@ -11,7 +11,7 @@ from starlette.requests import Request
 
 from .._config import Config
 from .._errors import RunnerClosed
-from .._model import Job, TargetStatus
+from .._model import Job
 from .._runner import FetchFunc, Runner
 from ._auth import Auth, Caller
 from ._metrics import Metrics
@@ -29,6 +29,7 @@ class Service:
     config: Config
     auth: Auth
     max_body: int
+    body_timeout: float
     retry_after: int
     heartbeat: float
     now: Callable[[], float]
@@ -61,12 +62,15 @@ class Service:
             )
         return caller
 
-    async def owned_status(
-        self, request: Request, caller: Caller
-    ) -> tuple[Job, list[TargetStatus]]:
-        """The job in the path if it exists, has not lapsed and belongs to ``caller``."""
-        job_id = request.path_params["id"]
-        status = await self.runner.status(job_id)
-        if status is None or status[0].caller != caller.name:
-            raise not_found()  # another caller's job reads exactly like an unknown one
-        return status
+    def owned(self, job: Job | None, caller: Caller, what: str = "no such job") -> Job:
+        """``job`` if it exists, has not lapsed and belongs to ``caller``; 404 otherwise."""
+        if job is None or job.caller != caller.name:
+            raise not_found(what)  # another caller's job reads exactly like an unknown one
+        return job
+
+    async def owned_job(self, request: Request, caller: Caller) -> Job:
+        """The job in the path, without its targets (see :meth:`owned`)."""
+        runner = self.runner
+        return self.owned(
+            await runner.store.get_job(request.path_params["id"], now=self.now()), caller
+        )

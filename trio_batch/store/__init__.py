@@ -2,8 +2,12 @@
 
 - :class:`JobStore` (``_protocol``): every operation the runner and the front ends use.
 - :func:`open_store` (``_open``): a store from a path or URL.
-- ``_thread`` and ``_group_commit``: the store thread and group commit any backend may use.
-- :mod:`.sqlite`: the SQLite backend, the embedded default.
+- ``_thread``, ``_group_commit`` and ``_rows``: the store thread, group commit, and the new-job
+  checks, caps and row mapping that every backend shares.
+- :mod:`.sqlite`: the SQLite backend, the embedded default (one runner per database file).
+- :mod:`.postgres`: the PostgreSQL backend, for several runners on several hosts (the
+  ``postgres`` extra; imported only when a ``postgresql://`` URL is opened, so the core never
+  needs psycopg).
 
 To add a backend: a folder here with a class that implements :class:`JobStore` (keep its SQL
 in one module of named statements), a URL scheme in :func:`open_store`, and a parameter in

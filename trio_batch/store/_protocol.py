@@ -34,6 +34,8 @@ class StoreCounts:
     targets_total: int
     targets_done: int
     targets_failed: int
+    #: Targets without an outcome whose job is terminal (cancelled, failed): they never run.
+    targets_abandoned: int
 
     @property
     def targets_succeeded(self) -> int:
@@ -42,8 +44,8 @@ class StoreCounts:
 
     @property
     def targets_unfinished(self) -> int:
-        """Targets of unexpired jobs that have no stored outcome."""
-        return self.targets_total - self.targets_done
+        """Targets of unexpired live jobs that have no stored outcome yet (they may still run)."""
+        return self.targets_total - self.targets_done - self.targets_abandoned
 
 
 @runtime_checkable
@@ -134,6 +136,14 @@ class JobStore(Protocol):
         """
         ...
 
+    async def forget_job(self, job_id: str, *, caller: str | None = None, now: float) -> Job | None:
+        """Delete a terminal job and its targets at once, in one transaction; returns the job.
+
+        None (and nothing deleted) if the job is unknown, lapsed, or, with ``caller``, another
+        caller's. A live job is not deleted: :class:`~trio_batch.JobLive` is raised.
+        """
+        ...
+
     async def get_job(self, job_id: str, *, now: float) -> Job | None:
         """The job, or None if the id is unknown, malformed or its lease has lapsed."""
         ...
@@ -142,10 +152,40 @@ class JobStore(Protocol):
         """The job and its targets in order, from one snapshot; the one due reads ``running``."""
         ...
 
+    async def get_overview(
+        self, job_id: str, *, now: float
+    ) -> tuple[Job, list[TargetStatus], list[int]] | None:
+        """The job and its targets without their results (``result`` None), with each
+        result's size in characters (0 without one), from one snapshot; None as ``get_job``.
+        Nothing of a result is read, so it costs the same however big the results are."""
+        ...
+
+    async def get_target(
+        self, job_id: str, idx: int, *, now: float
+    ) -> tuple[Job, TargetStatus] | None:
+        """The job and one target with its result (``running`` if due next); None if the job
+        is unknown, malformed or lapsed, or has no target ``idx``."""
+        ...
+
     async def list_jobs(
         self, *, now: float, caller: str | None = None, limit: int = 100
     ) -> list[Job]:
         """Unexpired jobs, most recently active first; only ``caller``'s if given."""
+        ...
+
+    async def list_caller_jobs(
+        self,
+        caller: str,
+        *,
+        now: float,
+        limit: int,
+        before: tuple[float, str] | None = None,
+    ) -> list[Job]:
+        """One page of ``caller``'s unexpired jobs, newest first (by ``created_at``, then id).
+
+        ``before`` is the ``(created_at, id)`` of the last job of the previous page: the page
+        starts after it, so pages neither repeat nor skip jobs while others are created.
+        """
         ...
 
     async def counts(self, *, now: float) -> StoreCounts:

@@ -187,18 +187,22 @@ def check_caps(
     jobs_total: int,
     caller_live: Callable[[], int],
     total_live: Callable[[], int],
+    blocking_job: Callable[[], str | None],
 ) -> None:
     """Raise the cap ``job`` would break, checked in this order: :class:`TooManyTargets`,
-    :class:`CallerBusy` (the caller holds ``caller_live()`` live jobs), :class:`Busy`
-    (``total_live()`` in all). The counts are only asked for when needed."""
+    :class:`CallerBusy` (the caller holds ``caller_live()`` live jobs; it names
+    ``blocking_job()``, the caller's newest live job), :class:`Busy` (``total_live()`` in all).
+    The counts and the blocking job are only asked for when needed."""
     if job.targets_total > targets_per_job:
         raise TooManyTargets(
             f"the job has {job.targets_total} targets; the limit is {targets_per_job} per job"
         )
     if caller_live() >= jobs_per_caller:
+        blocking = blocking_job()
         raise CallerBusy(
-            f"caller {job.caller!r} already has {jobs_per_caller} live job(s); "
-            "wait for one to finish or cancel it"
+            f"caller {job.caller!r} already has {jobs_per_caller} live job(s), the newest "
+            f"{blocking}; wait for it to finish or cancel it",
+            job_id=blocking,
         )
     if total_live() >= jobs_total:
         raise Busy(f"all {jobs_total} job slots are taken; retry when a job finishes")

@@ -320,3 +320,32 @@ class PostgresJobStore:
     async def counts(self, *, now: float) -> StoreCounts:
         """:meth:`PostgresStore.counts`, from one snapshot."""
         return await self._call(PostgresStore.counts, now=now)
+
+    async def forget_job(self, job_id: str, *, caller: str | None = None, now: float) -> Job | None:
+        """:meth:`PostgresStore.forget_job`."""
+        return await self._call(PostgresStore.forget_job, job_id, caller=caller, now=now)
+
+    async def get_overview(
+        self, job_id: str, *, now: float
+    ) -> tuple[Job, list[TargetStatus], list[int]] | None:
+        """:meth:`PostgresStore.get_overview`, from one snapshot."""
+        return await self._call(PostgresStore.get_overview, job_id, now=now)
+
+    async def get_target(
+        self, job_id: str, idx: int, *, now: float
+    ) -> tuple[Job, TargetStatus] | None:
+        """:meth:`PostgresStore.get_target`, from one snapshot."""
+        return await self._call(PostgresStore.get_target, job_id, idx, now=now)
+
+    async def list_caller_jobs(
+        self,
+        caller: str,
+        *,
+        now: float,
+        limit: int,
+        before: tuple[float, str] | None = None,
+    ) -> list[Job]:
+        """:meth:`PostgresStore.list_caller_jobs`."""
+        return await self._call(
+            PostgresStore.list_caller_jobs, caller, now=now, limit=limit, before=before
+        )

@@ -159,6 +159,10 @@ RETIRE_LAPSED = (
 COUNT_LIVE = f"SELECT count(*) FROM jobs WHERE status IN {LIVE}"
 #: Live jobs of one caller.
 COUNT_LIVE_OF_CALLER = f"SELECT count(*) FROM jobs WHERE status IN {LIVE} AND caller = %s"
+#: The caller's newest live job: the one a CallerBusy refusal names.
+NEWEST_LIVE_OF_CALLER = (
+    f"SELECT id FROM jobs WHERE status IN {LIVE} AND caller = %s ORDER BY created_at DESC LIMIT 1"
+)
 INSERT_JOB = (
     f"INSERT INTO jobs ({JOB_COLUMNS}, owner) "
     "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
@@ -223,8 +227,30 @@ LIST_JOBS_OF_CALLER = (
 )
 #: Unexpired jobs by status, for metrics.
 COUNT_BY_STATUS = "SELECT status, count(*) FROM jobs WHERE expires_at > %s GROUP BY status"
-#: Unexpired jobs' target totals, for metrics.
+#: Unexpired jobs' target totals, for metrics; the last column counts the targets that
+#: terminal jobs will never run (abandoned).
 SUM_TARGETS = (
     "SELECT coalesce(sum(targets_total), 0), coalesce(sum(targets_done), 0), "
-    "coalesce(sum(targets_failed), 0) FROM jobs WHERE expires_at > %s"
+    "coalesce(sum(targets_failed), 0), "
+    f"coalesce(sum(CASE WHEN status IN {LIVE} THEN 0 ELSE targets_total - targets_done END), 0) "
+    "FROM jobs WHERE expires_at > %s"
 )
+#: A job's targets without their results, and each result's size (characters), last.
+GET_TARGETS_WITHOUT_RESULTS = (
+    "SELECT idx, url, status, NULL, error, hint, options, finished_at, attempts, "
+    "coalesce(length(result), 0) FROM targets WHERE job_id = %s ORDER BY idx"
+)
+GET_ONE_TARGET = f"SELECT {TARGET_COLUMNS} FROM targets WHERE job_id = %s AND idx = %s"
+#: One page of a caller's unexpired jobs, newest first; the _BEFORE form starts after a job.
+LIST_CALLER_JOBS = (
+    f"SELECT {JOB_COLUMNS} FROM jobs WHERE caller = %s AND expires_at > %s "
+    "ORDER BY created_at DESC, id DESC LIMIT %s"
+)
+LIST_CALLER_JOBS_BEFORE = (
+    f"SELECT {JOB_COLUMNS} FROM jobs WHERE caller = %s AND expires_at > %s "
+    "AND (created_at, id) < (%s, %s) ORDER BY created_at DESC, id DESC LIMIT %s"
+)
+#: A job to forget, locked against a concurrent outcome write or cancel.
+GET_JOB_FOR_UPDATE = f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = %s AND expires_at > %s FOR UPDATE"
+#: Forget a terminal job (its targets go with it: ON DELETE CASCADE).
+FORGET_JOB = f"DELETE FROM jobs WHERE id = %s AND status NOT IN {LIVE}"

@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 
 import psycopg
 
-from ..._errors import OutcomeExists, StoreError
+from ..._errors import JobLive, OutcomeExists, StoreError
 from ..._model import (
     Job,
     JobState,
@@ -251,6 +251,7 @@ class PostgresStore:
                     jobs_total=jobs_total,
                     caller_live=lambda: _count(conn, q.COUNT_LIVE_OF_CALLER, (job.caller,)),
                     total_live=lambda: _count(conn, q.COUNT_LIVE, ()),
+                    blocking_job=lambda: _first(conn, q.NEWEST_LIVE_OF_CALLER, (job.caller,)),
                 )
                 conn.execute(q.RETIRE_LAPSED, (job.caller, job.idem_key, now))
                 # A second current job of the key (a writer that skipped the lock) is refused
@@ -427,10 +428,78 @@ class PostgresStore:
                 sums = conn.execute(q.SUM_TARGETS, (now,)).fetchone()
             return by_status, sums
 
-        by_status, (total, done, failed) = self._run(read)
+        by_status, (total, done, failed, abandoned) = self._run(read)
         jobs = dict.fromkeys((str(s) for s in JobState), 0)
         jobs.update((str(status), int(count)) for status, count in by_status)
-        return StoreCounts(jobs, int(total), int(done), int(failed))
+        return StoreCounts(jobs, int(total), int(done), int(failed), int(abandoned))
+
+    def forget_job(self, job_id: str, *, caller: str | None = None, now: float) -> Job | None:
+        """Delete a terminal job and its targets in one transaction; see ``JobStore``."""
+        if not is_job_id(job_id):
+            return None
+
+        def forget(conn: _Conn) -> Job | None:
+            with conn.transaction():
+                row = conn.execute(q.GET_JOB_FOR_UPDATE, (job_id, now)).fetchone()
+                job = None if row is None else job_from_row(row)
+                if job is None or (caller is not None and job.caller != caller):
+                    return None
+                if job.status.is_live:
+                    raise JobLive(f"job {job_id} is {job.status}; cancel it first, then forget it")
+                conn.execute(q.FORGET_JOB, (job_id,))
+            return job
+
+        return self._run(forget)
+
+    def get_overview(
+        self, job_id: str, *, now: float
+    ) -> tuple[Job, list[TargetStatus], list[int]] | None:
+        """The job, its targets without results, and each result's size; see ``JobStore``."""
+        found = self._with_job(
+            job_id, now, lambda c: c.execute(q.GET_TARGETS_WITHOUT_RESULTS, (job_id,)).fetchall()
+        )
+        if found is None:
+            return None
+        job, rows = found
+        targets = [target_from_row(row[:-1]) for row in rows]
+        return job, with_running(job, targets), [int(row[-1]) for row in rows]
+
+    def get_target(self, job_id: str, idx: int, *, now: float) -> tuple[Job, TargetStatus] | None:
+        """The job and one target with its result; see ``JobStore``."""
+        found = self._with_job(
+            job_id, now, lambda c: c.execute(q.GET_ONE_TARGET, (job_id, idx)).fetchone()
+        )
+        if found is None:
+            return None
+        job, row = found
+        if row is None:
+            return None
+        return job, with_running(job, [target_from_row(row)])[0]
+
+    def list_caller_jobs(
+        self, caller: str, *, now: float, limit: int, before: tuple[float, str] | None = None
+    ) -> list[Job]:
+        """One page of ``caller``'s unexpired jobs, newest first; see ``JobStore``."""
+        sql = q.LIST_CALLER_JOBS if before is None else q.LIST_CALLER_JOBS_BEFORE
+        params: tuple[Any, ...] = (
+            (caller, now, limit) if before is None else (caller, now, *before, limit)
+        )
+        return [job_from_row(row) for row in self._run(lambda c: c.execute(sql, params).fetchall())]
+
+    def _with_job(
+        self, job_id: str, now: float, read: Callable[[_Conn], T]
+    ) -> tuple[Job, T] | None:
+        """The unexpired job and what ``read`` reads, from one snapshot; None without the job."""
+        if not is_job_id(job_id):
+            return None
+
+        def both(conn: _Conn) -> tuple[Job, T] | None:
+            with conn.transaction():
+                conn.execute(q.SNAPSHOT)
+                job = self._get_job(conn, job_id, now)
+                return None if job is None else (job, read(conn))
+
+        return self._run(both)
 
     # ----------------------------------------------------------------------------------------
 
@@ -447,3 +516,8 @@ class PostgresStore:
 def _count(conn: _Conn, sql: str, params: tuple[Any, ...]) -> int:
     row = conn.execute(sql, params).fetchone()
     return 0 if row is None else int(row[0])
+
+
+def _first(conn: _Conn, sql: str, params: tuple[Any, ...]) -> str | None:
+    row = conn.execute(sql, params).fetchone()
+    return None if row is None else str(row[0])

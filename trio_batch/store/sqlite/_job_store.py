@@ -36,6 +36,7 @@ from .._thread import StoreThread
 from ._errors import is_lock_error, translate_errors
 from ._lock import RunnerLock
 from ._store import Store, WouldBeSlow
+from ._views import job_overview, one_target
 
 __all__ = ["SQLiteJobStore"]
 
@@ -323,6 +324,10 @@ class SQLiteJobStore:
         """One batch of :meth:`Store.purge_expired`, on the store thread."""
         return await self._on_thread(Store.purge_expired, now, batch_size=batch_size, max_batches=1)
 
+    async def forget_job(self, job_id: str, *, caller: str | None = None, now: float) -> Job | None:
+        """:meth:`Store.forget_job`, on the store thread (a delete may wait for the lock)."""
+        return await self._on_thread(Store.forget_job, job_id, caller=caller, now=now)
+
     async def get_job(self, job_id: str, *, now: float) -> Job | None:
         """:meth:`Store.get_job`."""
         return await self._call(Store.get_job, job_id, now=now)
@@ -344,6 +349,31 @@ class SQLiteJobStore:
     ) -> list[Job]:
         """:meth:`Store.list_jobs`, on the store thread."""
         return await self._on_thread(Store.list_jobs, caller=caller, limit=limit, now=now)
+
+    async def get_overview(
+        self, job_id: str, *, now: float
+    ) -> tuple[Job, list[TargetStatus], list[int]] | None:
+        """:func:`job_overview`, on the store thread."""
+        return await self._on_thread(job_overview, job_id, now=now)
+
+    async def get_target(
+        self, job_id: str, idx: int, *, now: float
+    ) -> tuple[Job, TargetStatus] | None:
+        """:func:`one_target`, on the store thread (a result may be large to decode)."""
+        return await self._on_thread(one_target, job_id, idx, now=now)
+
+    async def list_caller_jobs(
+        self,
+        caller: str,
+        *,
+        now: float,
+        limit: int,
+        before: tuple[float, str] | None = None,
+    ) -> list[Job]:
+        """:meth:`Store.list_caller_jobs`, on the store thread."""
+        return await self._on_thread(
+            Store.list_caller_jobs, caller, now=now, limit=limit, before=before
+        )
 
     async def counts(self, *, now: float) -> StoreCounts:
         """:meth:`Store.counts`, on the store thread."""

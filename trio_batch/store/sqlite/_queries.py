@@ -30,6 +30,11 @@ COUNT_LIVE = "SELECT count(*) FROM jobs WHERE status IN ('queued', 'running')"
 COUNT_LIVE_OF_CALLER = (
     "SELECT count(*) FROM jobs WHERE status IN ('queued', 'running') AND caller = ?"
 )
+#: The caller's newest live job: the one a CallerBusy refusal names.
+NEWEST_LIVE_OF_CALLER = (
+    "SELECT id FROM jobs WHERE status IN ('queued', 'running') AND caller = ? "
+    "ORDER BY created_at DESC LIMIT 1"
+)
 INSERT_JOB = f"INSERT INTO jobs ({JOB_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 INSERT_TARGET = "INSERT INTO targets (job_id, idx, url, options, status) VALUES (?, ?, ?, ?, ?)"
 
@@ -71,6 +76,10 @@ LAPSED_IDS = "SELECT id FROM jobs WHERE expires_at <= ? ORDER BY expires_at LIMI
 DELETE_TARGETS_OF = "DELETE FROM targets WHERE job_id IN (SELECT value FROM json_each(?))"
 DELETE_JOBS = "DELETE FROM jobs WHERE id IN (SELECT value FROM json_each(?))"
 
+#: Forget one terminal job: its targets, then the job itself (live jobs never match).
+FORGET_TARGETS = "DELETE FROM targets WHERE job_id = ?"
+FORGET_JOB = "DELETE FROM jobs WHERE id = ? AND status NOT IN ('queued', 'running')"
+
 # ---------------------------------------------------------------------------------------------
 # Reading
 
@@ -80,17 +89,35 @@ GET_JOB_AND_RESULTS_SIZE = (
     f"SELECT {JOB_COLUMNS}, results_size FROM jobs WHERE id = ? AND expires_at > ?"
 )
 GET_TARGETS = f"SELECT {TARGET_COLUMNS} FROM targets WHERE job_id = ? ORDER BY idx"
+#: The targets with NULL for each result, and the result's size in characters last.
+GET_TARGETS_WITHOUT_RESULTS = (
+    "SELECT idx, url, status, NULL, error, hint, options, finished_at, attempts, "
+    "coalesce(length(result), 0) FROM targets WHERE job_id = ? ORDER BY idx"
+)
+GET_ONE_TARGET = f"SELECT {TARGET_COLUMNS} FROM targets WHERE job_id = ? AND idx = ?"
 LIST_JOBS = f"SELECT {JOB_COLUMNS} FROM jobs WHERE expires_at > ? ORDER BY expires_at DESC LIMIT ?"
 LIST_JOBS_OF_CALLER = (
     f"SELECT {JOB_COLUMNS} FROM jobs WHERE caller = ? AND expires_at > ? "
     "ORDER BY expires_at DESC LIMIT ?"
 )
+#: One page of a caller's unexpired jobs, newest first; the second starts after a cursor.
+LIST_CALLER_JOBS = (
+    f"SELECT {JOB_COLUMNS} FROM jobs WHERE caller = ? AND expires_at > ? "
+    "ORDER BY created_at DESC, id DESC LIMIT ?"
+)
+LIST_CALLER_JOBS_BEFORE = (
+    f"SELECT {JOB_COLUMNS} FROM jobs WHERE caller = ? AND expires_at > ? "
+    "AND (created_at, id) < (?, ?) ORDER BY created_at DESC, id DESC LIMIT ?"
+)
 #: Unexpired jobs by status, for metrics.
 COUNT_BY_STATUS = "SELECT status, count(*) FROM jobs WHERE expires_at > ? GROUP BY status"
-#: Unexpired jobs' target totals, for metrics.
+#: Unexpired jobs' target totals, for metrics; the last column counts the targets that terminal
+#: jobs left without an outcome (they never run).
 SUM_TARGETS = (
     "SELECT coalesce(sum(targets_total), 0), coalesce(sum(targets_done), 0), "
-    "coalesce(sum(targets_failed), 0) FROM jobs WHERE expires_at > ?"
+    "coalesce(sum(targets_failed), 0), "
+    "coalesce(sum(CASE WHEN status IN ('queued', 'running') THEN 0 "
+    "ELSE targets_total - targets_done END), 0) FROM jobs WHERE expires_at > ?"
 )
 
 # ---------------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ import dataclasses
 import time
 from collections.abc import Sequence
 
-from ..._errors import OutcomeExists
+from ..._errors import JobLive, OutcomeExists
 from ..._model import (
     Job,
     JobState,
@@ -122,6 +122,7 @@ class Store(Connection):
                 jobs_total=jobs_total,
                 caller_live=lambda: self.count_live_jobs(job.caller),
                 total_live=self.count_live_jobs,
+                blocking_job=lambda: self._newest_live_job(job.caller),
             )
             self.db.execute(q.INSERT_JOB, new.job_params())
             self.db.conn.executemany(q.INSERT_TARGET, new.target_params())
@@ -145,6 +146,11 @@ class Store(Connection):
             else:
                 row = self.db.execute(q.COUNT_LIVE_OF_CALLER, (caller,)).fetchone()
         return int(row[0])
+
+    def _newest_live_job(self, caller: str) -> str | None:
+        """The id of ``caller``'s newest live job: the one a :class:`CallerBusy` names."""
+        row = self.db.execute(q.NEWEST_LIVE_OF_CALLER, (caller,)).fetchone()
+        return None if row is None else str(row[0])
 
     # ----------------------------------------------------------------------------------------
     # Writing outcomes and statuses
@@ -312,6 +318,24 @@ class Store(Connection):
     # ----------------------------------------------------------------------------------------
     # Reading
 
+    def forget_job(
+        self, job_id: str, *, caller: str | None = None, now: float | None = None
+    ) -> Job | None:
+        """Delete a terminal job and its targets in one transaction; see ``JobStore``."""
+        if not is_job_id(job_id):
+            return None
+        now = time.time() if now is None else now
+        with self.transaction():
+            row = self.db.execute(q.GET_JOB, (job_id, now)).fetchone()
+            job = None if row is None else _job(row)
+            if job is None or (caller is not None and job.caller != caller):
+                return None
+            if job.status.is_live:
+                raise JobLive(f"job {job_id} is {job.status}; cancel it first, then forget it")
+            self.db.execute(q.FORGET_TARGETS, (job_id,))
+            self.db.execute(q.FORGET_JOB, (job_id,))
+        return job
+
     def get_job(self, job_id: str, *, now: float | None = None) -> Job | None:
         """The job with this id, or None if it is unknown, malformed or its lease has lapsed."""
         if not is_job_id(job_id):
@@ -358,12 +382,30 @@ class Store(Connection):
                 rows = self.db.execute(q.LIST_JOBS_OF_CALLER, (caller, now, limit)).fetchall()
         return [_job(row) for row in rows]
 
+    def list_caller_jobs(
+        self,
+        caller: str,
+        *,
+        now: float | None = None,
+        limit: int = 100,
+        before: tuple[float, str] | None = None,
+    ) -> list[Job]:
+        """One page of ``caller``'s unexpired jobs, newest first; see ``JobStore``."""
+        now = time.time() if now is None else now
+        with self._lock:
+            if before is None:
+                rows = self.db.execute(q.LIST_CALLER_JOBS, (caller, now, limit)).fetchall()
+            else:
+                params = (caller, now, before[0], before[1], limit)
+                rows = self.db.execute(q.LIST_CALLER_JOBS_BEFORE, params).fetchall()
+        return [_job(row) for row in rows]
+
     def counts(self, *, now: float | None = None) -> StoreCounts:
         """Unexpired jobs by status (every status present, zeros included), and their targets."""
         now = time.time() if now is None else now
         with self._snapshot():
             by_status = self.db.execute(q.COUNT_BY_STATUS, (now,)).fetchall()
-            total, done, failed = self.db.execute(q.SUM_TARGETS, (now,)).fetchone()
+            total, done, failed, abandoned = self.db.execute(q.SUM_TARGETS, (now,)).fetchone()
         jobs = dict.fromkeys((str(s) for s in JobState), 0)
         jobs.update((str(status), int(count)) for status, count in by_status)
-        return StoreCounts(jobs, int(total), int(done), int(failed))
+        return StoreCounts(jobs, int(total), int(done), int(failed), int(abandoned))

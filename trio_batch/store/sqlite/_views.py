@@ -1,0 +1,62 @@
+"""Reading a job without its results: the small job view, and one target's result at a time.
+
+A job's results can be large (16 targets of 9 MB each); the service's job view reads only
+the targets' statuses and result sizes, and serves each result on its own, so memory stays
+flat however big the results are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+from ..._model import Job, TargetStatus, is_job_id, with_running
+from .._rows import target_from_row as _target
+from . import _queries as q
+from ._store import Store
+
+__all__ = ["job_overview", "one_target"]
+
+T = TypeVar("T")
+
+
+def job_overview(
+    store: Store, job_id: str, *, now: float
+) -> tuple[Job, list[TargetStatus], list[int]] | None:
+    """The job, its targets without results (``result`` None), and each result's size in
+    characters (0 without one), from one snapshot; None if unknown, malformed or lapsed."""
+    found = _with_job(
+        store,
+        job_id,
+        now,
+        lambda: store.db.execute(q.GET_TARGETS_WITHOUT_RESULTS, (job_id,)).fetchall(),
+    )
+    if found is None:
+        return None
+    job, rows = found
+    targets = [_target(row[:-1]) for row in rows]
+    return job, with_running(job, targets), [int(row[-1]) for row in rows]
+
+
+def one_target(
+    store: Store, job_id: str, idx: int, *, now: float
+) -> tuple[Job, TargetStatus] | None:
+    """The job and one of its targets with its result; None if either is unknown."""
+    found = _with_job(
+        store, job_id, now, lambda: store.db.execute(q.GET_ONE_TARGET, (job_id, idx)).fetchone()
+    )
+    if found is None or found[1] is None:
+        return None
+    job, row = found
+    return job, with_running(job, [_target(row)])[0]
+
+
+def _with_job(store: Store, job_id: str, now: float, read: Callable[[], T]) -> tuple[Job, T] | None:
+    """The unexpired job and what ``read`` reads, from one snapshot; None without the job."""
+    if not is_job_id(job_id):
+        return None
+    with store._snapshot():
+        job = store.get_job(job_id, now=now)
+        if job is None:
+            return None
+        return job, read()  # rows fetched inside the snapshot, so they match the job
