@@ -10,7 +10,8 @@
 "use strict";
 
 const TOKEN_KEY = "trio-batch.token";
-const JOBS_KEY = "trio-batch.jobs"; // ids this tab submitted, newest first
+const PAGE = 20; // jobs per page of the list
+const MAX_PAGE = 100; // the most GET /v1/batches gives at once
 const PREVIEW_CHARS = 2000; // of each result's content shown on the job page
 const LIST_POLL_MS = 2000; // how often the jobs list refreshes while a job is live
 const STREAM_IDLE_MS = 45000; // no bytes for this long (3 missed keep-alives): reconnect
@@ -100,7 +101,6 @@ async function body(res) {
 
 function signOut(message) {
   sessionStorage.removeItem(TOKEN_KEY);
-  sessionStorage.removeItem(JOBS_KEY); // the list belongs to the caller who signed out
   stopStream();
   $("sign-in-error").textContent = message || "";
   route();
@@ -111,9 +111,8 @@ async function signIn(event) {
   const value = $("token").value.trim();
   $("sign-in-error").textContent = "";
   if (!value) return;
-  // The API has no "who am I": asking for a job id that cannot exist answers 404 to a known
-  // token and 401 to an unknown one, without touching any job.
-  const res = await fetch("/v1/batches/sign-in-check", {
+  // The smallest page of the caller's jobs: 200 for a known token, 401 for an unknown one.
+  const res = await fetch("/v1/batches?limit=1", {
     headers: { Authorization: `Bearer ${value}` },
     cache: "no-store",
     credentials: "omit",
@@ -122,7 +121,7 @@ async function signIn(event) {
     $("sign-in-error").textContent = "The service does not know that token.";
     return;
   }
-  if (res.status !== 404) {
+  if (!res.ok) {
     const problem = await body(res);
     $("sign-in-error").textContent = `${problem.title}: ${problem.detail}`;
     return;
@@ -134,52 +133,55 @@ async function signIn(event) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The jobs list (this tab's submissions) and the submit form
-
-function storedJobs() {
-  try {
-    const ids = JSON.parse(sessionStorage.getItem(JOBS_KEY) || "[]");
-    return Array.isArray(ids) ? ids.filter((id) => typeof id === "string") : [];
-  } catch {
-    return [];
-  }
-}
-
-function rememberJob(id) {
-  const ids = storedJobs().filter((other) => other !== id);
-  ids.unshift(id);
-  sessionStorage.setItem(JOBS_KEY, JSON.stringify(ids.slice(0, 200)));
-}
+// The jobs list (the caller's jobs, newest first, a page at a time) and the submit form
 
 let listTimer = null;
+let listShown = PAGE; // how many jobs the list holds (it grows with "More")
+let listNext = null; // the next page's link
 let pendingNotice = ""; // shown once the next view is up
 
+/** Load the list's first ``listShown`` jobs; refreshed every few seconds while one is live. */
 async function renderJobs() {
   clearTimeout(listTimer);
-  const ids = storedJobs();
-  $("jobs-empty").hidden = ids.length > 0;
-  const items = await Promise.all(
-    ids.map(async (id) => {
-      const res = await api(`/v1/batches/${encodeURIComponent(id)}`);
-      return { id, job: res.ok ? await res.json() : null };
-    }),
-  );
+  const res = await api(`/v1/batches?limit=${Math.min(listShown, MAX_PAGE)}`);
+  const page = await body(res);
   if ($("jobs-view").hidden) return; // navigated away meanwhile
-  $("jobs").replaceChildren(...items.map(({ id, job }) => jobItem(id, job)));
-  if (items.some(({ job }) => job && isLive(job.status))) {
+  if (!res.ok) {
+    notice(`${page.title}: ${page.detail}`);
+    return;
+  }
+  $("jobs").replaceChildren(...page.jobs.map(jobItem));
+  listNext = page.next;
+  showListState(page.jobs);
+}
+
+async function moreJobs() {
+  if (!listNext || !listNext.startsWith("/v1/batches?")) return;
+  const res = await api(listNext);
+  const page = await body(res);
+  if (!res.ok) {
+    notice(`${page.title}: ${page.detail}`);
+    return;
+  }
+  $("jobs").append(...page.jobs.map(jobItem));
+  listShown += page.jobs.length;
+  listNext = page.next;
+  showListState(null);
+}
+
+function showListState(jobs) {
+  $("jobs-empty").hidden = $("jobs").children.length > 0;
+  $("jobs-more").hidden = !listNext;
+  if (jobs && jobs.some((job) => isLive(job.status))) {
     listTimer = setTimeout(() => renderJobs().catch(reportError), LIST_POLL_MS);
   }
 }
 
-function jobItem(id, job) {
-  const link = el("a", { text: id });
-  link.href = `#/jobs/${encodeURIComponent(id)}`;
+function jobItem(job) {
+  const link = el("a", { text: job.id });
+  link.href = `#/jobs/${encodeURIComponent(job.id)}`;
   const li = el("li", {}, el("span", {}, link));
-  li.dataset.job = id;
-  if (job === null) {
-    li.append(el("span", { cls: "meta", text: "gone (lapsed)" }));
-    return li;
-  }
+  li.dataset.job = job.id;
   const status = el("span");
   badge(status, job.status);
   li.append(status);
@@ -218,6 +220,10 @@ function showProblem(problem, text) {
   let detail = problem.detail || "";
   if (problem.retryAfter) detail += ` (retry after ${problem.retryAfter} s)`;
   $("submit-problem-detail").textContent = detail;
+  // A 429 for a busy caller links the live job in the way.
+  const blocking = /^\/v1\/batches\/([A-Za-z0-9_-]+)$/.exec(problem.job || "");
+  $("submit-problem-job").hidden = !blocking;
+  if (blocking) $("submit-problem-job-link").href = `#/jobs/${blocking[1]}`;
   const hasLine = Number.isInteger(problem.line);
   $("submit-problem-line").hidden = !hasLine;
   if (hasLine) {
@@ -252,7 +258,6 @@ async function submit(event) {
     });
     const data = await body(res);
     if (res.status === 200 || res.status === 201) {
-      rememberJob(data.id);
       $("targets").value = "";
       pendingNotice = data.reused ? "The same batch was already live: this is that job." : "";
       location.hash = `#/jobs/${encodeURIComponent(data.id)}`;
@@ -288,13 +293,19 @@ function targetRow(t) {
   if (t.hint) error.append(el("span", { cls: "hint", text: t.hint }));
   const result = el("td", { label: "Result" });
   if (t.result) {
+    // From the event stream, which carries each result whole.
     const content = String(t.result.content);
-    const more = content.length > PREVIEW_CHARS ? ` (first ${PREVIEW_CHARS} of ${content.length} characters)` : "";
-    const details = el("details", {}, el("summary", { text: `${content.length} characters${more}` }));
-    details.append(el("pre", { cls: "content", text: content.slice(0, PREVIEW_CHARS) }));
-    const meta = JSON.stringify(t.result.meta, null, 1);
-    details.append(el("details", {}, el("summary", { text: "meta" }), el("pre", { cls: "meta", text: meta })));
+    const details = el("details", {}, el("summary", { text: `${content.length} characters` }));
+    showResult(details, t.result);
     details.open = content.length <= 200; // short results show at once
+    result.append(details);
+  } else if (t.result_url && t.result_url.startsWith("/v1/batches/")) {
+    // From the job view, which gives only the size: the result is read when opened.
+    // result_size counts the stored result (content and meta); the summary says so until read.
+    const details = el("details", {}, el("summary", { text: `result (${t.result_size} characters stored)` }));
+    details.addEventListener("toggle", () => loadResult(details, t.result_url).catch(reportError), {
+      once: true,
+    });
     result.append(details);
   }
   row.append(
@@ -308,11 +319,32 @@ function targetRow(t) {
   return row;
 }
 
+/** Add a result's preview (as text) and its meta to an opened ``details``. */
+function showResult(details, res) {
+  const content = String(res.content);
+  if (content.length > PREVIEW_CHARS) {
+    details.append(el("p", { cls: "note", text: `The first ${PREVIEW_CHARS} of ${content.length} characters:` }));
+  }
+  details.append(el("pre", { cls: "content", text: content.slice(0, PREVIEW_CHARS) }));
+  const meta = JSON.stringify(res.meta, null, 1);
+  details.append(el("details", {}, el("summary", { text: "meta" }), el("pre", { cls: "meta", text: meta })));
+}
+
+async function loadResult(details, url) {
+  const res = await api(url);
+  const data = await body(res);
+  if (res.ok && data.result) {
+    details.querySelector("summary").textContent = `${String(data.result.content).length} characters`;
+    showResult(details, data.result);
+  } else details.append(el("p", { cls: "error", text: `${data.title}: ${data.detail}` }));
+}
+
 function renderJobHead(job) {
   badge($("job-status"), job.status);
   $("job-counts").textContent = countsText(job);
   setBar($("job-bar"), job);
   $("cancel").hidden = !isLive(job.status);
+  $("forget").hidden = isLive(job.status);
   $("job-error").textContent = job.error || "";
   $("job-error").hidden = !job.error;
 }
@@ -489,6 +521,21 @@ async function cancelJob() {
   }
 }
 
+async function forgetJob() {
+  const state = current;
+  if (!state || !window.confirm(`Forget job ${state.id} and its results? This cannot be undone.`)) {
+    return;
+  }
+  const res = await api(`/v1/batches/${encodeURIComponent(state.id)}`, { method: "DELETE" });
+  if (res.status === 204 || res.status === 404) {
+    pendingNotice = `Job ${state.id} is forgotten.`;
+    location.hash = "#/";
+    return;
+  }
+  const data = await body(res);
+  notice(`${data.title}: ${data.detail}`);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Routing: #/ is the jobs list and submit form, #/jobs/<id> one job.
 
@@ -514,6 +561,7 @@ function route() {
   }
   stopStream();
   showOnly("jobs-view");
+  listShown = PAGE;
   renderJobs().catch(reportError);
 }
 
@@ -525,6 +573,8 @@ document.addEventListener("DOMContentLoaded", () => {
     signOut("Signed out.");
   });
   $("cancel").addEventListener("click", () => cancelJob().catch(reportError));
+  $("forget").addEventListener("click", () => forgetJob().catch(reportError));
+  $("jobs-more").addEventListener("click", () => moreJobs().catch(reportError));
   window.addEventListener("hashchange", () => {
     notice(pendingNotice);
     pendingNotice = "";
