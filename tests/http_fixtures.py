@@ -101,3 +101,15 @@ def start_server(
         proc.kill()
         raise AssertionError(f"no 'listening on' line: {line!r}; stderr: {proc.communicate()[1]}")
     return proc, line.removeprefix("listening on ").strip()
+
+
+def stop_server(proc: subprocess.Popen[str]) -> str:
+    """Stop a server from :func:`start_server` with SIGTERM; check it exits 0; returns stderr."""
+    proc.terminate()
+    try:
+        _, stderr = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:  # pragma: no cover - a hang is reported below
+        proc.kill()
+        _, stderr = proc.communicate()
+    assert proc.returncode == 0, stderr
+    return stderr

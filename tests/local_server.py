@@ -1,10 +1,11 @@
 """A real HTTP server on 127.0.0.1 for the fetcher and CLI tests (no mocks of httpx).
 
 A ``ThreadingHTTPServer`` on port 0 in a background thread. Its routes cover every path the
-fetcher takes: HTML, JSON, text, a PDF, binary bodies, 4xx/5xx, redirects (relative, looping,
-to other schemes), big bodies with and without Content-Length, a flaky page that fails a given
-number of times (with ``Retry-After``) before it succeeds, and a gated page that holds its
-response until the test releases it (to have a fetch reliably in flight).
+fetcher takes: HTML, JSON, text (one holding script payloads), a PDF, binary bodies, 4xx/5xx,
+redirects (relative, looping, to other schemes), big bodies with and without Content-Length, a
+flaky page that fails a given number of times (with ``Retry-After``) before it succeeds, and a
+gated page that holds its response until the test releases it (to have a fetch reliably in
+flight).
 """
 
 from __future__ import annotations
@@ -33,6 +34,13 @@ HTML = """<!doctype html>
 """
 
 DATA = {"name": "fixture", "items": [{"id": 1, "tag": "a"}, {"id": 2, "tag": "b"}], "n": 2}
+
+#: Markup that would run script if a page rendered it as HTML: each part sets ``window.__pwned``.
+PAYLOAD = (
+    "<script>window.__pwned = 'script'</script>"
+    "<img src=x onerror=\"window.__pwned = 'img'\">"
+    "<svg onload=\"window.__pwned = 'svg'\"></svg>"
+)
 
 TEXT = "\n".join(f"line {i}: {'match' if i in (3, 4, 9) else 'plain'}" for i in range(1, 13))
 
@@ -129,6 +137,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, json.dumps(DATA).encode(), "application/json")
         elif path == "/text.txt":
             self._send(200, TEXT.encode(), "text/plain; charset=utf-8")
+        elif path == "/payload.txt":
+            self._send(200, PAYLOAD.encode(), "text/plain; charset=utf-8")
         elif path == "/latin1.txt":
             self._send(200, "café crème".encode("latin-1"), "text/plain; charset=iso-8859-1")
         elif path == "/doc.pdf":

@@ -8,7 +8,6 @@ conform to the document: status code, content type, headers and body schema.
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,7 +25,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from .http_fixtures import ALICE, start_server
+from .http_fixtures import ALICE, start_server, stop_server
 
 #: Generated cases per operation and generation mode: enough to hit every status, kept short.
 EXAMPLES = 15
@@ -46,13 +45,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     try:
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.communicate(timeout=60)
-        except subprocess.TimeoutExpired:  # pragma: no cover - a hang is reported below
-            proc.kill()
-            proc.communicate()
-        assert proc.returncode == 0
+        stop_server(proc)
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,8 @@ Endpoints (see ``GET /openapi.json`` for the full description):
 - ``GET /v1/batches/{id}/events``: Server-Sent Events, one per target outcome as it is stored,
   then the terminal job.
 - ``GET /healthz``, ``GET /metrics`` (Prometheus text format), ``GET /openapi.json``.
+- ``GET /ui/``: the dashboard, a page in the browser over the endpoints above (``/``
+  redirects there).
 
 Errors are RFC 9457 problem documents (``application/problem+json``). Callers authenticate with
 ``Authorization: Bearer <token>`` (:class:`TokenAuth`), or, behind a trusted gateway, with a
@@ -25,9 +27,10 @@ command line is :func:`serve_main` (``python -m trio_batch.http --help``).
 The package's modules: ``_auth`` (who a request comes from), ``_problems`` (problem documents:
 the table from typed errors to status, kind and title), ``_bodies`` (the JSON read and
 written), ``_service`` (what the handlers share), ``_events`` (the event stream), ``_metrics``
-(Prometheus), ``_app`` (:func:`create_app`: routes, handlers, lifespan), ``_serve``
-(:func:`serve` and the command line) and ``_openapi`` (the OpenAPI document). The built-in fetch
-function and the SSRF policy live in :mod:`trio_batch.fetchers`.
+(Prometheus), ``_dashboard`` (the dashboard's files in ``static/`` and their headers), ``_app``
+(:func:`create_app`: routes, handlers, lifespan), ``_serve`` (:func:`serve` and the command
+line) and ``_openapi`` (the OpenAPI document). The built-in fetch function and the SSRF policy
+live in :mod:`trio_batch.fetchers`.
 """
 
 from ..fetchers import DestinationPolicy, DestinationRefused, builtin_fetch, load_fetch

@@ -35,6 +35,7 @@ from ._bodies import (
     require_json,
     target_summary_json,
 )
+from ._dashboard import dashboard_routes
 from ._events import EventStream
 from ._metrics import RequestCounter
 from ._openapi import openapi_document
@@ -245,6 +246,7 @@ def create_app(
             Route("/healthz", healthz, methods=["GET"]),
             Route("/metrics", metrics, methods=["GET"]),
             Route("/openapi.json", openapi_json, methods=["GET"]),
+            *dashboard_routes(),
         ],
         exception_handlers={
             Problem: on_problem,
