@@ -386,12 +386,12 @@ def test_a_library_warning_does_not_print_as_trio_batch(
 def test_log_lines_are_named_for_their_source(capsys: pytest.CaptureFixture[str]) -> None:
     import logging
 
-    from trio_batch import cli as cli_module
+    from trio_batch import _cli_run
 
     root, own = logging.getLogger(), logging.getLogger("trio_batch")
     saved = (root.handlers[:], root.level, own.handlers[:], own.level, own.propagate)
     try:
-        cli_module._configure_logging()
+        _cli_run._configure_logging()
         logging.getLogger("pypdf").warning("a library speaks")
         logging.getLogger("trio_batch.runner").warning("the command speaks")
         logging.getLogger("httpx").info("below the threshold")

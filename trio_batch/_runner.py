@@ -8,17 +8,15 @@ or how a target is fetched: those are the store backend and the injected fetch f
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
-import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import trio
 
+from ._attempts import Attempts, Failure, FetchFunc
 from ._cluster import release, wait_elsewhere, wait_for_heartbeat
 from ._config import Config
 from ._drain import _Drain
@@ -37,55 +35,18 @@ from ._model import (
     safe_text,
     with_running,
 )
-from ._retry import RetryNotice, is_retryable, retry_after_of
+from ._retry import RetryNotice
 from .store import JobStore
 
 T = TypeVar("T")
 
 __all__ = ["FetchFunc", "Runner"]
 
-FetchFunc = Callable[[Target], Awaitable[Result]]
-"""The injected per-target work: an async function from a :class:`Target` to a :class:`Result`.
-
-Raising any ``Exception`` fails that target (the error names the exception's type and message;
-an exception's ``hint`` attribute, if it is a string, becomes the target's hint). The job goes on.
-"""
-
 #: Backoff between attempts at a write the database refused, in seconds.
 RETRY_FIRST_DELAY = 0.05
 RETRY_MAX_DELAY = 2.0
 #: Lapsed jobs deleted per purge transaction: keeps the write lock short (a few ms).
 PURGE_BATCH = 20
-
-
-@dataclass(frozen=True, slots=True)
-class _Failure:
-    error: str
-    hint: str | None = None
-    retryable: bool = False  # another attempt may succeed
-    retry_after: float | None = None  # the least the next attempt should wait, in seconds
-
-
-def _failure_from_exception(exc: Exception) -> _Failure:
-    message = safe_text(exc)
-    error = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
-    try:
-        hint = getattr(exc, "hint", None)
-    except Exception:  # a hostile property, like a hostile __str__, must not fail the job
-        hint = None
-    return _Failure(
-        safe_text(error),
-        None if hint is None else safe_text(hint),
-        retryable=is_retryable(exc),
-        retry_after=retry_after_of(exc),
-    )
-
-
-def _cut_short(failure: _Failure, attempt: int, attempts: int) -> _Failure:
-    """``failure`` with a hint that the job's cancel stopped its retries."""
-    note = f"the job was cancelled after attempt {attempt} of {attempts}, so it was not retried"
-    hint = note if not failure.hint else f"{failure.hint} ({note})"
-    return dataclasses.replace(failure, hint=safe_text(hint), retryable=False)
 
 
 class Runner:
@@ -106,13 +67,11 @@ class Runner:
         on_retry: Callable[[RetryNotice], None] | None = None,
     ) -> None:
         self._store = store
-        self._fetch = fetch
         self._config = config
         self._now = now
         self._log = logger
         self._nursery = nursery
-        self._on_retry = on_retry
-        self._rng = random.Random()  # retry jitter
+        self._attempts = Attempts(fetch, config, logger, on_retry)
         self._drains: dict[str, _Drain] = {}
         self._closed = False  # shutting down: no new jobs
         # Jobs whose drains the shutdown stopped: wait() reports them as the shutdown marks them.
@@ -449,7 +408,7 @@ class Runner:
                     if drain.cancel_requested:
                         break
                     drain.in_flight = idx
-                    result, attempts = await self._attempt(drain, idx, target)
+                    result, attempts = await self._attempts.run(drain, idx, target)
                     job = await self._store_outcome(drain, idx, result, attempts)
                     drain.in_flight = None
                     if job is None or job.is_terminal:
@@ -498,98 +457,8 @@ class Runner:
             extra={"job_id": drain.job_id, "status": str(status)},
         )
 
-    async def _attempt(
-        self, drain: _Drain, idx: int, target: Target
-    ) -> tuple[Result | _Failure, int]:
-        """Fetch the target, again after a retryable failure as ``Config.retry`` allows.
-
-        Returns the outcome to store and how many attempts it took. Between attempts the target
-        stays ``running`` and nothing is written. Cancellation: a :meth:`cancel` of the job cuts
-        a wait between attempts short, and no attempt starts after it; the last failure is
-        returned, its hint saying so. Shutdown cancels a wait as it cancels a fetch.
-        """
-        policy = self._config.retry
-        attempt = 1
-        while True:
-            outcome = await self._fetch_one(drain, idx, target)
-            if (
-                isinstance(outcome, Result)
-                or policy is None
-                or not outcome.retryable
-                or attempt >= policy.attempts
-            ):
-                return outcome, attempt
-            if drain.cancel_requested:
-                return _cut_short(outcome, attempt, policy.attempts), attempt
-            delay = policy.delay(attempt, retry_after=outcome.retry_after, rng=self._rng)
-            self._log.info(
-                "target will be retried",
-                extra={"job_id": drain.job_id, "idx": idx, "attempt": attempt, "delay": delay},
-            )
-            if self._on_retry is not None:
-                notice = RetryNotice(
-                    drain.job_id, idx, target.url, attempt, policy.attempts, outcome.error, delay
-                )
-                with contextlib.suppress(Exception):  # an observer's bug must not fail a job
-                    self._on_retry(notice)
-            with trio.CancelScope() as wait:
-                drain.backoff_scope = wait
-                try:
-                    await trio.sleep(delay)
-                finally:
-                    drain.backoff_scope = None
-            if wait.cancelled_caught:
-                return _cut_short(outcome, attempt, policy.attempts), attempt
-            attempt += 1
-
-    async def _fetch_one(self, drain: _Drain, idx: int, target: Target) -> Result | _Failure:
-        """Run the fetch function on one target; every way it can fail becomes a _Failure."""
-        timeout = self._config.target_timeout
-        # A scope of its own only when something may cut the fetch short: it costs on every
-        # target.
-        scope = (
-            trio.CancelScope()
-            if timeout is not None or self._config.cancel_grace is not None
-            else contextlib.nullcontext()
-        )
-        with scope:
-            if isinstance(scope, trio.CancelScope):
-                if timeout is not None:
-                    scope.deadline = trio.current_time() + timeout
-                drain.fetch_scope = scope
-            try:
-                result = await self._fetch(target)
-            except Exception as exc:
-                failure = _failure_from_exception(exc)
-                self._log.info(
-                    "target failed",
-                    extra={"job_id": drain.job_id, "idx": idx, "error": failure.error},
-                )
-                return failure
-            finally:
-                drain.fetch_scope = None
-        if isinstance(scope, trio.CancelScope) and scope.cancelled_caught:
-            if drain.cancel_deadline is not None and trio.current_time() >= drain.cancel_deadline:
-                return _Failure(
-                    "cancelled",
-                    hint=f"the job was cancelled and this fetch ran past cancel_grace "
-                    f"({self._config.cancel_grace:g} s)",
-                )
-            return _Failure(
-                "timeout",
-                hint=f"the fetch ran longer than target_timeout ({timeout:g} s); "
-                "raise Config.target_timeout if the target is just slow",
-                retryable=True,
-            )
-        if not isinstance(result, Result):
-            return _Failure(
-                f"the fetch function returned {safe_text(type(result).__name__)}, not a Result",
-                hint="return trio_batch.Result(content, meta) from the fetch function",
-            )
-        return result
-
     async def _store_outcome(
-        self, drain: _Drain, idx: int, result: Result | _Failure, attempts: int = 1
+        self, drain: _Drain, idx: int, result: Result | Failure, attempts: int = 1
     ) -> Job | None:
         """Store one outcome; each attempt completes even during a cancel (it cannot be cancelled).
 

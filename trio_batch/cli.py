@@ -23,32 +23,37 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import getpass
-import json
-import logging
-import math
 import os
-import signal
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
-from dataclasses import dataclass
-from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, TypeVar
+from collections.abc import Sequence
 
 import trio
 
 from . import __version__
-from ._command_options import add_fetch_limits, retry_policy
+from ._cli_common import (
+    EXIT_BUSY,
+    EXIT_CANCELLED,
+    EXIT_DONE,
+    EXIT_FAILED,
+    EXIT_USAGE,
+    UsageError,
+    ask,
+    db_target,
+    default_db,
+    open_db,
+    print_json,
+    report_error,
+    stderr_console,
+    stdout_console,
+    targets_json,
+)
+from ._cli_run import cmd_run
+from ._command_options import add_fetch_limits
 from ._config import Config
-from ._errors import BatchError, InvalidRequest, JobLive, StoreError, StoreLocked
-from ._input import InputError, parse_targets
-from ._model import Job, JobState, Target, TargetStatus, is_job_id
-from ._retry import RetryNotice
-from .store import JobStore, open_store
-
-if TYPE_CHECKING:
-    from rich.console import Console
+from ._errors import BatchError, JobLive
+from ._model import Job, TargetStatus, is_job_id
+from .store import JobStore
 
 __all__ = [
     "EXIT_BUSY",
@@ -60,20 +65,10 @@ __all__ = [
     "main",
 ]
 
-T = TypeVar("T")
-
-EXIT_DONE = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-#: Another run holds the database: nothing was submitted, unlike 1 (a job that ran and failed).
-EXIT_BUSY = 3
-EXIT_CANCELLED = 130
 
 #: Lapsed jobs deleted per transaction by `trio-batch gc`.
 GC_BATCH = 100
 
-#: Environment variable that overrides the default database path.
-DB_ENV = "TRIO_BATCH_DB"
 
 _EPILOG = """\
 exit codes: 0 done, 1 partial or failed (or no such job), 2 usage or input error,
@@ -87,28 +82,6 @@ committed with) your project folders. Pass --db ./trio-batch.db to keep one per 
 """
 
 
-def default_db() -> Path | str:
-    """The database used without ``--db``: ``$TRIO_BATCH_DB``, else the user data directory's."""
-    env = os.environ.get(DB_ENV)
-    if env:
-        return _db_target(env)
-    import platformdirs
-
-    return platformdirs.user_data_path("trio-batch", appauthor=False) / "trio-batch.db"
-
-
-def _db_target(text: str) -> Path | str:
-    """A ``--db`` value: a URL (``postgresql://...``, ``sqlite:...``) as given, else a path."""
-    return text if "://" in text or text.startswith("sqlite:") else Path(text)
-
-
-def _default_caller() -> str:
-    try:
-        return getpass.getuser() or "cli"
-    except (OSError, KeyError):  # no login name in some containers
-        return "cli"
-
-
 # --------------------------------------------------------------------------------------------
 # Argument parsing
 
@@ -118,7 +91,7 @@ def _parser() -> argparse.ArgumentParser:
     db.add_argument(
         "--db",
         metavar="PATH|URL",
-        type=_db_target,
+        type=db_target,
         help="SQLite database, or a postgresql:// URL (default: $TRIO_BATCH_DB, else "
         "trio-batch.db in your user data directory; see `trio-batch --help`)",
     )
@@ -239,7 +212,7 @@ def _job_ids_as_options(argv: list[str]) -> list[str]:
 def _job_id(args: argparse.Namespace) -> str:
     """The job id given as JOB or --job; exactly one is required."""
     if (args.job is None) == (args.job_option is None):
-        raise _UsageError(f"{args.command} takes one job id: JOB, or --job ID")
+        raise UsageError(f"{args.command} takes one job id: JOB, or --job ID")
     return str(args.job if args.job is not None else args.job_option)
 
 
@@ -252,7 +225,7 @@ def _serve(argv: list[str]) -> int:
     try:
         from .http import serve_main
     except ImportError as exc:
-        _error(
+        report_error(
             f"{exc.name} is not installed; the HTTP service needs the http extra: "
             "pip install 'trio-batch[http]'"
         )
@@ -270,8 +243,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command in _JOB_COMMANDS:
         try:
             args.job = _job_id(args)
-        except _UsageError as exc:
-            _error(str(exc))
+        except UsageError as exc:
+            report_error(str(exc))
             return EXIT_USAGE
     try:
         import rich  # noqa: F401
@@ -279,15 +252,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "run":
             from . import fetchers  # noqa: F401 - httpx and friends
     except ImportError as exc:
-        _error(
+        report_error(
             f"{exc.name} is not installed; the command line needs the cli extra: "
             "pip install 'trio-batch[cli]'"
         )
         return EXIT_USAGE
     try:
         if args.command == "run":
-            return _cmd_run(args)
-        with _open_store(args.db, create=False) as store:
+            return cmd_run(args)
+        with open_db(args.db, create=False) as store:
             if store is None:
                 return _no_database(args)
             if args.command == "status":
@@ -299,16 +272,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.command == "forget":
                 return _cmd_forget(store, args)
             return _cmd_gc(store)
-    except _UsageError as exc:
-        _error(str(exc))
+    except UsageError as exc:
+        report_error(str(exc))
         return EXIT_USAGE
     except BatchError as exc:
         # A database that refused a call (locked past the busy timeout, full, failing): one
         # line, as every other error, never a traceback.
-        _error(str(exc))
+        report_error(str(exc))
         return EXIT_FAILED
     except KeyboardInterrupt:
-        _error("interrupted")
+        report_error("interrupted")
         return EXIT_CANCELLED
     except BrokenPipeError:
         # `trio-batch results JOB | head`: the reader went away; that is not an error.
@@ -317,75 +290,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_DONE
 
 
-class _UsageError(Exception):
-    """Bad input: reported as ``trio-batch: message`` with exit code 2."""
-
-
-def _error(message: str) -> None:
-    print(f"trio-batch: {message}", file=sys.stderr)
-
-
-#: Width of tables written to a pipe or file (a terminal's own width is used otherwise).
-PIPE_WIDTH = 120
-
-
-def _console(*, stderr: bool = False) -> Console:
-    from rich.console import Console
-
-    console = Console(stderr=stderr, highlight=False, soft_wrap=stderr)
-    if not console.is_terminal and "COLUMNS" not in os.environ:
-        console.width = PIPE_WIDTH
-    return console
-
-
-def _stdout() -> Console:
-    return _console()
-
-
-def _stderr() -> Console:
-    return _console(stderr=True)
-
-
-@contextlib.contextmanager
-def _open_store(path: Path | str | None, *, create: bool) -> Iterator[JobStore | None]:
-    """Open the store at ``path`` (or the default); None if it does not exist and not create."""
-    explicit = path is not None
-    db = default_db() if path is None else path
-    if isinstance(db, Path) and str(db) != ":memory:" and not db.exists():
-        if not create:
-            yield None
-            return
-        if not explicit:
-            db.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        store = open_store(db)
-    except StoreError as exc:
-        raise _UsageError(f"{exc} (--db {db})") from None
-    try:
-        yield store
-    finally:
-        trio.run(store.aclose)
-
-
-def _ask(store: JobStore, call: Callable[[JobStore], Awaitable[T]]) -> T:
-    """Run one store call from the synchronous command line."""
-
-    async def ask() -> T:
-        return await call(store)
-
-    return trio.run(ask)
-
-
 def _no_database(args: argparse.Namespace) -> int:
     db = args.db or default_db()
     if args.command in _JOB_COMMANDS:
-        _error(f"no job {args.job}: there is no database at {db}")
+        report_error(f"no job {args.job}: there is no database at {db}")
         return EXIT_FAILED
     if args.command == "jobs":
         if args.json:
             print("[]")
         else:
-            _stderr().print(f"no jobs (there is no database at {db})", markup=False)
+            stderr_console().print(f"no jobs (there is no database at {db})", markup=False)
         return EXIT_DONE
     print("purged 0 expired job(s)")
     return EXIT_DONE
@@ -395,231 +309,14 @@ def _no_database(args: argparse.Namespace) -> int:
 # run
 
 
-def _read_input(name: str) -> str:
-    try:
-        if name == "-":
-            return sys.stdin.read()
-        return Path(name).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise _UsageError(f"cannot read {name}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise _UsageError(f"{name} is not UTF-8 text: {exc}") from None
-
-
-def _cmd_run(args: argparse.Namespace) -> int:
-    text = _read_input(args.file)
-    label = "<stdin>" if args.file == "-" else args.file
-    try:
-        targets, _lines = parse_targets(text)
-    except InputError as exc:
-        where = f"{label}:{exc.line}" if exc.line is not None else label
-        raise _UsageError(f"{where}: {exc}") from None
-    for flag, value in (("--ttl", args.ttl), ("--target-timeout", args.target_timeout)):
-        if not (value > 0 and math.isfinite(value)):
-            raise _UsageError(f"{flag} must be a positive number of seconds")
-    caller = args.caller if args.caller is not None else _default_caller()
-    _configure_logging()
-    with _open_store(args.db, create=True) as store:
-        assert store is not None  # created if missing
-        config = Config(
-            ttl=args.ttl,
-            targets_per_job=max(Config().targets_per_job, len(targets)),
-            target_timeout=args.target_timeout,
-            retry=retry_policy(args.retries),
-        )
-        try:
-            outcome = trio.run(_run_job, store, config, caller, args, targets)
-        except StoreLocked:
-            # The runner allows one runner per database: a second one would reap the first
-            # one's live jobs as "restart".
-            _error(
-                f"another trio-batch run (or runner) is using {store.location}; wait for it to "
-                "finish, or use another --db"
-            )
-            return EXIT_BUSY
-        except InvalidRequest as exc:
-            raise _UsageError(str(exc)) from None
-        except BatchError as exc:
-            _error(str(exc))
-            return EXIT_FAILED
-        final = _ask(store, lambda s: s.get_status(outcome.job_id, now=time.time()))
-        store_path = store.location
-    if final is None:  # pragma: no cover - the lease is at least --ttl seconds
-        _error(f"job {outcome.job_id} is gone (its lease lapsed)")
-        return EXIT_FAILED
-    job, statuses = final
-    _report(job, statuses, outcome, store_path=store_path, as_json=args.json)
-    return _exit_code(job)
-
-
-class _StderrNow(logging.StreamHandler):  # type: ignore[type-arg]
-    """Writes to whatever ``sys.stderr`` is at the time of the record: the live progress bar
-    swaps in a proxy that prints above the bar, so log lines do not break it."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.stream = sys.stderr
-        super().emit(record)
-
-
-def _configure_logging() -> None:
-    """Warnings of trio_batch as ``trio-batch: ...``; other libraries' under their own name.
-
-    A library's warning (say pypdf's about a damaged file) printed as ``trio-batch: ...``
-    read as if the command itself had something to say.
-    """
-    own = logging.getLogger("trio_batch")
-    if any(isinstance(h, _StderrNow) for h in own.handlers):
-        return
-    mine = _StderrNow()
-    mine.setFormatter(logging.Formatter("trio-batch: %(message)s"))
-    own.addHandler(mine)
-    own.setLevel(logging.WARNING)
-    own.propagate = False
-    others = _StderrNow()
-    others.setFormatter(logging.Formatter("%(name)s: %(levelname)s: %(message)s"))
-    root = logging.getLogger()
-    root.addHandler(others)
-    root.setLevel(logging.WARNING)
-
-
-@dataclass
-class _Outcome:
-    job_id: str
-    reused: bool
-    interrupted: bool  # Ctrl-C was pressed
-    forced: bool  # a second Ctrl-C stopped the in-flight fetch
-
-
-async def _run_job(
-    store: JobStore, config: Config, caller: str, args: argparse.Namespace, targets: list[Target]
-) -> _Outcome:
-    from . import _console
-    from ._open_runner import open_runner
-    from .fetchers import http_fetch
-
-    # Installed before the job exists, so no Ctrl-C can slip by as a KeyboardInterrupt.
-    outcome: _Outcome | None = None
-    err = _stderr()
-    view: _console.ProgressView | None = None
-
-    def on_retry(notice: RetryNotice) -> None:
-        if not args.quiet:
-            _note(view, err, _console.retry_line(notice))
-
-    with trio.open_signal_receiver(signal.SIGINT) as signals, trio.CancelScope() as hard_stop:
-        async with open_runner(store, http_fetch, config, on_retry=on_retry) as runner:
-            job_id, reused = await runner.submit(caller, args.caller_class, targets)
-            outcome = _Outcome(job_id, reused, interrupted=False, forced=False)
-            if reused:
-                return outcome
-            if not args.quiet:
-                cls = _console.RichProgress if err.is_terminal else _console.PlainProgress
-                view = cls(err, targets, job_id)
-
-            async def on_sigint(outcome: _Outcome) -> None:
-                async for _ in signals:
-                    if not outcome.interrupted:
-                        outcome.interrupted = True
-                        _note(
-                            view,
-                            err,
-                            "cancelling: the target being fetched will finish and be stored "
-                            "(Ctrl-C again to stop at once)",
-                        )
-                        await runner.cancel(job_id)
-                    else:
-                        outcome.forced = True
-                        _note(view, err, "stopping now")
-                        hard_stop.cancel()
-
-            try:
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(on_sigint, outcome)
-                    async for item in runner.watch(job_id):
-                        if isinstance(item, Job):
-                            break
-                        if view is not None:
-                            view.outcome(item)
-                    nursery.cancel_scope.cancel()
-            finally:
-                if view is not None:
-                    view.close()
-    assert outcome is not None  # only a second Ctrl-C, after submit, gets here early
-    return outcome
-
-
-def _note(view: Any, console: Console, message: str) -> None:
-    """Show ``message`` above the progress, or on stderr without one."""
-    if view is not None:
-        view.note(message)
-    else:
-        console.print(message, markup=False, highlight=False)
-
-
-def _exit_code(job: Job) -> int:
-    if job.status == JobState.DONE:
-        return EXIT_DONE
-    if job.status == JobState.CANCELLED:
-        return EXIT_CANCELLED
-    return EXIT_FAILED
-
-
-def _report(
-    job: Job,
-    targets: list[TargetStatus],
-    outcome: _Outcome,
-    *,
-    store_path: str,
-    as_json: bool,
-) -> None:
-    from . import _console
-
-    err = _stderr()
-    if outcome.reused:
-        err.print(
-            f"job {job.id} was submitted before with the same targets by the same caller: "
-            f"showing its stored results; nothing was fetched. It is kept until "
-            f"{_console.format_time(job.expires_at)}; to fetch again before then, use "
-            "another --caller.",
-            markup=False,
-            highlight=False,
-        )
-    if as_json:
-        _print_json({"job": job.to_json(), "reused": outcome.reused, "targets": _targets(targets)})
-        return
-    out = _stdout()
-    out.print(_console.results_table(targets))
-    out.print(_console.summary_line(job, targets))
-    out.print(
-        f"[dim]full results: trio-batch results {job.id} --db {_quote(store_path)}[/]",
-    )
-
-
-def _quote(path: str) -> str:
-    import shlex
-
-    from rich.markup import escape
-
-    return escape(shlex.quote(path))
-
-
-def _targets(targets: list[TargetStatus]) -> list[dict[str, Any]]:
-    return [t.to_json() for t in targets]
-
-
-def _print_json(obj: object, file: IO[str] | None = None) -> None:
-    json.dump(obj, file or sys.stdout, ensure_ascii=False, indent=2)
-    (file or sys.stdout).write("\n")
-
-
 # --------------------------------------------------------------------------------------------
 # status, results, jobs, gc
 
 
 def _get(store: JobStore, job_id: str) -> tuple[Job, list[TargetStatus]] | None:
-    found = _ask(store, lambda s: s.get_status(job_id, now=time.time()))
+    found = ask(store, lambda s: s.get_status(job_id, now=time.time()))
     if found is None:
-        _error(f"no job {job_id} in {store.location} (unknown id, or its lease has lapsed)")
+        report_error(f"no job {job_id} in {store.location} (unknown id, or its lease has lapsed)")
     return found
 
 
@@ -630,7 +327,7 @@ def _cmd_status(store: JobStore, args: argparse.Namespace) -> int:
     if found is None:
         return EXIT_FAILED
     job, targets = found
-    out = _stdout()
+    out = stdout_console()
     out.print(_console.job_details(job))
     out.print()
     out.print(_console.results_table(targets))
@@ -645,9 +342,9 @@ def _cmd_results(store: JobStore, args: argparse.Namespace) -> int:
         return EXIT_FAILED
     job, targets = found
     if args.json:
-        _print_json({"job": job.to_json(), "targets": _targets(targets)})
+        print_json({"job": job.to_json(), "targets": targets_json(targets)})
     else:
-        _console.print_results(_stdout(), targets)
+        _console.print_results(stdout_console(), targets)
     return EXIT_DONE
 
 
@@ -655,25 +352,25 @@ def _cmd_jobs(store: JobStore, args: argparse.Namespace) -> int:
     from . import _console
 
     if args.limit < 1:
-        raise _UsageError("--limit must be at least 1")
-    jobs = _ask(store, lambda s: s.list_jobs(caller=args.caller, limit=args.limit, now=time.time()))
+        raise UsageError("--limit must be at least 1")
+    jobs = ask(store, lambda s: s.list_jobs(caller=args.caller, limit=args.limit, now=time.time()))
     if args.json:
-        _print_json([job.to_json() for job in jobs])
+        print_json([job.to_json() for job in jobs])
     elif not jobs:
-        _stderr().print("no jobs", markup=False)
+        stderr_console().print("no jobs", markup=False)
     else:
-        _stdout().print(_console.jobs_table(jobs))
+        stdout_console().print(_console.jobs_table(jobs))
     return EXIT_DONE
 
 
 def _cmd_forget(store: JobStore, args: argparse.Namespace) -> int:
     try:
-        job = _ask(store, lambda s: s.forget_job(args.job, now=time.time()))
+        job = ask(store, lambda s: s.forget_job(args.job, now=time.time()))
     except JobLive as exc:
-        _error(f"{exc} (trio-batch run is still working on it)")
+        report_error(f"{exc} (trio-batch run is still working on it)")
         return EXIT_FAILED
     if job is None:
-        _error(f"no job {args.job} in {store.location} (unknown id, or its lease has lapsed)")
+        report_error(f"no job {args.job} in {store.location} (unknown id, or its lease has lapsed)")
         return EXIT_FAILED
     print(f"forgot job {job.id} ({job.status}, {job.targets_total} target(s))")
     return EXIT_DONE
