@@ -247,6 +247,18 @@ async def test_a_reaped_runner_writes_nothing_into_its_old_jobs(
     assert _sql(pg_dsn, "SELECT count(*) FROM runners") == [(0,)]
 
 
+async def test_a_reaped_runner_creates_no_job_until_it_is_registered_again(
+    stores: list[PostgresJobStore], pg_dsn: str
+) -> None:
+    a = stores[0]
+    async with a.claim(heartbeat_interval=60, runner_timeout=120):
+        # What another runner's reap does to A's registration while A is paused.
+        _sql(pg_dsn, "DELETE FROM runners WHERE id = %s", (a.runner_id,))
+        with pytest.raises(StoreUnavailable, match="taken for dead"):
+            await a.create_job("alice", "user", urls("a"), ttl=TTL, now=T0, **_caps())
+    assert _sql(pg_dsn, "SELECT count(*) FROM jobs") == [(0,)]
+
+
 async def test_shutdown_fails_only_the_runners_own_jobs(stores: list[PostgresJobStore]) -> None:
     a, b = stores[0], stores[1]
     async with a.claim(), b.claim():

@@ -122,6 +122,9 @@ REGISTER_RUNNER = "INSERT INTO runners (id, host, pid) VALUES (%s, %s, %s)"
 #: Returns the row if the runner is still registered (not reaped).
 HEARTBEAT = "UPDATE runners SET heartbeat_at = now() WHERE id = %s RETURNING id"
 UNREGISTER_RUNNER = "DELETE FROM runners WHERE id = %s"
+#: The runner's registration, share-locked until the end of the creating transaction: a reaper
+#: deleting it waits, and then reaps the job created meanwhile with the runner's other jobs.
+RUNNER_REGISTERED = "SELECT 1 FROM runners WHERE id = %s FOR SHARE"
 #: Runners silent for longer than the timeout (seconds), removed.
 DELETE_SILENT_RUNNERS = (
     "DELETE FROM runners WHERE heartbeat_at < now() - make_interval(secs => %s) RETURNING id"

@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 
 import psycopg
 
-from ..._errors import JobLive, OutcomeExists, StoreError
+from ..._errors import JobLive, OutcomeExists, StoreError, StoreUnavailable
 from ..._model import (
     Job,
     JobState,
@@ -264,6 +264,16 @@ class PostgresStore:
                 existing = self._find_reusable(conn, job, now)
                 if existing is not None:
                     return existing, True
+                if (
+                    self.runner_id is not None
+                    and conn.execute(q.RUNNER_REGISTERED, (self.runner_id,)).fetchone() is None
+                ):
+                    # Reaped (its heartbeats were late) and not yet registered again: a job
+                    # created now would be owned by a runner the others take for dead.
+                    raise StoreUnavailable(
+                        "this runner was taken for dead by another (its heartbeats were late) "
+                        "and is registering again; the job was not created, submit it again"
+                    )
                 check_caps(
                     job,
                     targets_per_job=targets_per_job,
