@@ -82,6 +82,9 @@ async def main(url: str, config: Config, gate_dir: str) -> None:
                     answer = {**job_json(job), "targets": [str(t.status) for t in targets]}
             elif op == "drains":
                 answer = sorted(runner._drains)  # which jobs this runner is draining now
+            elif op == "waiting":
+                # How many waits (wait, watch) on a job another runner drains are under way.
+                answer = len(runner._elsewhere._jobs.get(request["job"], ()))
             elif op == "burst":
                 answer = await burst(runner, request["n"], request["tag"])
             else:

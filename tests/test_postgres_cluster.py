@@ -129,11 +129,12 @@ class Child:
 
 @pytest.fixture
 def spawn(pg_dsn: str, tmp_path: Path) -> Iterator[Callable[..., Child]]:
-    """Start runner processes on the test's database; all are stopped at the end."""
+    """Start runner processes on the test's database (through ``url``, if given, a URL of
+    it with other options); all are stopped at the end."""
     children: list[Child] = []
 
-    def start(**config: Any) -> Child:
-        child = Child(pg_dsn, tmp_path, **config)
+    def start(url: str | None = None, **config: Any) -> Child:
+        child = Child(url or pg_dsn, tmp_path, **config)
         children.append(child)
         return child
 

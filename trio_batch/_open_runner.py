@@ -105,9 +105,17 @@ async def _running(
                 on_retry=on_retry,
             )
             nursery.start_soon(runner._purge_periodically, name="trio_batch purge")
+            changes = runner._elsewhere
             nursery.start_soon(
-                poll_drain_changes, store, runner._drains, config, log, name="trio_batch poll"
+                poll_drain_changes,
+                store,
+                runner._drains,
+                changes,
+                config,
+                log,
+                name="trio_batch poll",
             )
+            nursery.start_soon(store.listen_changes, changes.changed, name="trio_batch listen")
             try:
                 yield runner
             except BaseException as exc:

@@ -8,6 +8,7 @@ or how a target is fetched: those are the store backend and the injected fetch f
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import time
@@ -17,7 +18,7 @@ from typing import Any, TypeVar
 import trio
 
 from ._attempts import Attempts, Failure, FetchFunc
-from ._cluster import release, wait_elsewhere, wait_for_heartbeat
+from ._cluster import ChangedElsewhere, release, wait_at_most, wait_elsewhere, wait_for_heartbeat
 from ._config import Config
 from ._drain import _Drain
 from ._errors import JobLive, RunnerClosed, StoreUnavailable
@@ -73,6 +74,8 @@ class Runner:
         self._nursery = nursery
         self._attempts = Attempts(fetch, config, logger, on_retry)
         self._drains: dict[str, _Drain] = {}
+        # Fed by the store's listener: wakes the poll, and waits on other runners' jobs.
+        self._elsewhere = ChangedElsewhere(self._drains)
         self._closed = False  # shutting down: no new jobs
         # Jobs whose drains the shutdown stopped: wait() reports them as the shutdown marks them.
         self._stopped_by_shutdown: set[str] = set()
@@ -257,8 +260,9 @@ class Runner:
         After it returns no further write for the job can follow (after a cancel, that is once
         the in-flight outcome is stored). Returns None for an unknown or lapsed id. This waits
         on an event, never by polling, for a job this runner drains. A job that another runner
-        sharing the database drains is re-read every ``Config.poll_interval`` until it is
-        terminal and that drain has stopped (during this runner's shutdown: as stored). A job
+        sharing the database drains is re-read whenever that runner notifies a change of it,
+        and at least every ``Config.poll_interval``, until it is terminal and that drain has
+        stopped (during this runner's shutdown: as stored). A job
         stopped by the runner's shutdown comes back ``failed`` with error ``"shutdown"``
         once shutdown has marked it so (as stored, if the database refused that). After the
         runner has stopped, raises :class:`RunnerClosed`.
@@ -273,6 +277,7 @@ class Runner:
             return await wait_elsewhere(
                 self._store,
                 job_id,
+                self._elsewhere,
                 now=self._now,
                 interval=self._config.poll_interval,
                 closing=lambda: self._closed,
@@ -292,7 +297,8 @@ class Runner:
         the last item is the :class:`Job` once it is terminal and its drain task has stopped
         (as :meth:`wait` returns it). Yields nothing for an unknown or lapsed id; stops early if
         the job lapses. Waits on events for a job this runner drains; one that another runner
-        drains is re-read every ``Config.poll_interval`` (during this runner's shutdown, the
+        drains is re-read when that runner notifies a change of it (its end, not each outcome)
+        and at least every ``Config.poll_interval`` (during this runner's shutdown, the
         iterator stops with what is stored). Targets left ``pending`` (after a
         cancel, a restart or a shutdown) are not yielded.
 
@@ -304,29 +310,33 @@ class Runner:
         seen = 0
         while True:
             drain = self._drains.get(job_id)
-            changed = (
-                None if drain is None else drain.next_stored()
-            )  # taken before the read: no race
-            status = await self._store.get_status(job_id, now=self._now())
-            if status is None:
-                return
-            job, targets = status
-            finished = [t for t in targets if t.is_finished]
-            for target in finished[seen:]:
-                yield target
-            seen = len(finished)
-            if changed is None:
-                if job.is_terminal and await self._store.drain_over(job_id):
-                    yield job
+            # Taken before the read, so that nothing stored after it is missed.
+            with (
+                self._elsewhere.job(job_id)
+                if drain is None
+                else contextlib.nullcontext(drain.next_stored())
+            ) as changed:
+                status = await self._store.get_status(job_id, now=self._now())
+                if status is None:
                     return
-                if self._closed:
-                    # Shutting down: nothing more is stored by this runner, nor read from others.
-                    if job.is_terminal:
+                job, targets = status
+                finished = [t for t in targets if t.is_finished]
+                for target in finished[seen:]:
+                    yield target
+                seen = len(finished)
+                if drain is None:
+                    if job.is_terminal and await self._store.drain_over(job_id):
                         yield job
-                    return
-                await trio.sleep(self._config.poll_interval)  # drained by another runner
-                continue
-            await changed.wait()
+                        return
+                    if self._closed:
+                        # Shutting down: nothing more is stored here, nor read from others.
+                        if job.is_terminal:
+                            yield job
+                        return
+                    # Drained by another runner: woken by its notification, or polled.
+                    await wait_at_most(changed, self._config.poll_interval)
+                    continue
+                await changed.wait()
 
     async def purge_expired(self) -> int:
         """Delete every job whose lease has lapsed, with its targets; returns how many.

@@ -15,11 +15,12 @@ in one module of named statements), a URL scheme in :func:`open_store`, and a pa
 """
 
 from ._open import open_store
-from ._protocol import DrainChanges, JobStore, StoreCounts, WriteObserver
+from ._protocol import ChangeObserver, DrainChanges, JobStore, StoreCounts, WriteObserver
 from .sqlite import SCHEMA_VERSION, SQLiteJobStore, Store
 
 __all__ = [
     "SCHEMA_VERSION",
+    "ChangeObserver",
     "DrainChanges",
     "JobStore",
     "SQLiteJobStore",

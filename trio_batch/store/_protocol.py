@@ -19,11 +19,15 @@ from typing import Protocol, runtime_checkable
 
 from .._model import Job, JobState, OutcomeWrite, Target, TargetStatus
 
-__all__ = ["DrainChanges", "JobStore", "StoreCounts", "WriteObserver"]
+__all__ = ["ChangeObserver", "DrainChanges", "JobStore", "StoreCounts", "WriteObserver"]
 
 WriteObserver = Callable[[str, float], None]
 """Called on the event loop with ``(operation, seconds)`` after each job creation
 (``"create_job"``) and each outcome commit (``"record_outcomes"``, once per group commit)."""
+
+ChangeObserver = Callable[[frozenset[str] | None], None]
+"""Called on the event loop with the ids of jobs that some runner changed (see
+:meth:`JobStore.listen_changes`), or None when such changes may have been missed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +176,17 @@ class JobStore(Protocol):
 
         That is: no other runner drains it (its drain stopped, or its runner is gone). A job
         whose last outcome is stored counts as over. Always True with one runner per database.
+        """
+        ...
+
+    async def listen_changes(self, on_change: ChangeObserver) -> None:
+        """Until cancelled: call ``on_change`` (on the event loop) with the ids of jobs that a
+        runner cancelled, released, reaped or finished, as soon as the database tells.
+
+        ``on_change(None)``: changes may have been missed (the listener has just connected or
+        reconnected), so whatever is waited on should be read again. Notifications can be lost:
+        the runner's poll stays the fallback. Returns at once where no other runner can change
+        jobs (one runner per database) or listening is off. Cancellation: stops at once.
         """
         ...
 

@@ -20,14 +20,16 @@ import time
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from typing import Concatenate, ParamSpec, TypeVar
 
+import psycopg
 import trio
 
 from ..._errors import StoreError, StoreUnavailable
 from ..._model import Job, JobState, OutcomeWrite, Target, TargetStatus
 from .._group_commit import GroupCommit
-from .._protocol import DrainChanges, StoreCounts, WriteObserver
+from .._protocol import ChangeObserver, DrainChanges, StoreCounts, WriteObserver
 from .._thread import StoreThread
 from ._errors import translate_errors
+from ._listen import listen_for_changes, split_listen_option
 from ._store import PostgresStore
 
 __all__ = ["PostgresJobStore"]
@@ -53,8 +55,10 @@ class PostgresJobStore:
     :meth:`aclose` it.
     """
 
-    def __init__(self, store: PostgresStore) -> None:
+    def __init__(self, store: PostgresStore, *, listen: bool = True) -> None:
         self.store = store
+        #: Whether :meth:`listen_changes` listens (False behind PgBouncer in transaction mode).
+        self.listen = listen
         self.location = store.location
         self.on_write: WriteObserver | None = None
         self._thread = StoreThread(name="trio_batch postgres store")
@@ -73,16 +77,23 @@ class PostgresJobStore:
         lock_timeout: float = 5.0,
         statement_timeout: float = 30.0,
         connect_timeout: float = 10.0,
+        listen: bool = True,
     ) -> PostgresJobStore:
         """Connect to ``conninfo`` (a ``postgresql://`` URL or libpq keywords), creating or
-        migrating the schema; see :meth:`PostgresStore.open` for the errors."""
+        migrating the schema; see :meth:`PostgresStore.open` for the errors.
+
+        ``listen=False``, or ``listen=off`` in the URL, runs without LISTEN (behind PgBouncer
+        in transaction mode): changes made by other runners are then seen at the poll only.
+        """
+        conninfo, listen_in_url = split_listen_option(conninfo)
         return cls(
             PostgresStore.open(
                 conninfo,
                 lock_timeout=lock_timeout,
                 statement_timeout=statement_timeout,
                 connect_timeout=connect_timeout,
-            )
+            ),
+            listen=listen and listen_in_url is not False,
         )
 
     async def __aenter__(self) -> PostgresJobStore:
@@ -294,6 +305,15 @@ class PostgresJobStore:
             PostgresStore.record_outcomes, [w for w, _, _ in batch], ttl=ttl, now=now
         )
         self._observe("record_outcomes", start)
+        # Jobs whose last outcome this commit stored: their waiters elsewhere may stop. One
+        # notification statement per commit that finished a job, queued after it, unawaited.
+        finished = [
+            a.id
+            for a in answers
+            if isinstance(a, Job) and a.is_terminal and a.targets_done >= a.targets_total
+        ]
+        if finished:
+            self._thread.run_soon(_notify_quietly, self.store, finished)
         return answers
 
     async def finish_job(
@@ -332,6 +352,14 @@ class PostgresJobStore:
     async def drain_over(self, job_id: str) -> bool:
         """:meth:`PostgresStore.drain_over`."""
         return await self._call(PostgresStore.drain_over, job_id)
+
+    async def listen_changes(self, on_change: ChangeObserver) -> None:
+        """Until cancelled, ``on_change`` with the jobs any runner notifies (``_listen``);
+        returns at once if :attr:`listen` is off. Cancellation: stops at once."""
+        if self.listen:
+            await listen_for_changes(
+                self.store.conninfo, on_change, connect_timeout=self.store.connect_timeout
+            )
 
     async def purge_expired(self, *, now: float, batch_size: int) -> int:
         """One batch of lapsed jobs deleted; rows another runner is deleting are skipped."""
@@ -383,3 +411,14 @@ class PostgresJobStore:
         return await self._call(
             PostgresStore.list_caller_jobs, caller, now=now, limit=limit, before=before
         )
+
+
+def _notify_quietly(store: PostgresStore, job_ids: list[str]) -> None:
+    """On the store thread, after a commit: notify the listening runners of ``job_ids``.
+
+    A failure only delays the others until their next poll, so it is logged, not raised.
+    """
+    try:
+        store.notify_jobs(job_ids)
+    except psycopg.Error:
+        _log.warning("could not notify other runners of finished jobs", exc_info=True)

@@ -39,6 +39,9 @@ SESSION_UNLOCK = "SELECT pg_advisory_unlock(%s, %s)"
 #: True if this transaction now holds the reaper's lock; False at once if another has it.
 TRY_LOCK_REAPER = "SELECT pg_try_advisory_xact_lock(%s, %s)"
 
+#: The channel on which runners tell each other of jobs they changed (see ``_listen``).
+CHANNEL = "trio_batch"
+
 # ---------------------------------------------------------------------------------------------
 # Connection settings (set_config: the values are parameters too)
 
@@ -136,7 +139,7 @@ REAP_ORPHANED_JOBS = (
     "UPDATE jobs SET status = 'failed', error = %s, owner = NULL, "
     "updated_at = coalesce(%s, extract(epoch FROM now())) "
     f"WHERE status IN {LIVE} AND (owner IS NULL OR NOT EXISTS "
-    "(SELECT 1 FROM runners WHERE runners.id = jobs.owner))"
+    "(SELECT 1 FROM runners WHERE runners.id = jobs.owner)) RETURNING id"
 )
 #: Fail one runner's own live jobs (shutdown). NULL matches NULL: a store with no runner
 #: fails the jobs that have none.
@@ -154,6 +157,11 @@ DRAIN_CHANGES = (
 #: A runner's drain of a terminal job stopped: it drops the job, so waiters elsewhere know no
 #: outcome can follow.
 RELEASE_JOB = f"UPDATE jobs SET owner = NULL WHERE id = %s AND owner = %s AND status NOT IN {LIVE}"
+#: Tell the runners listening on the channel (first parameter) that these jobs (second, an
+#: array of ids, one notification each) changed. Delivered when the transaction commits.
+NOTIFY_JOBS = "SELECT pg_notify(%s, job_id) FROM unnest(%s::text[]) AS job_id"
+#: Start receiving the notifications of a channel (an identifier: quoted by psycopg.sql).
+LISTEN = "LISTEN {}"
 #: No runner but the asking one may still write an outcome of the job: it has none, or the
 #: asking one, or its runner is gone, or every target is stored. No row: unknown job.
 DRAIN_OVER = (

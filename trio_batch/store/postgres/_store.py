@@ -189,7 +189,8 @@ class PostgresStore:
         runner owns (error ``reason``); returns how many jobs.
 
         One reaper at a time across the cluster: if another holds the reaper's lock, returns 0
-        at once. ``now`` is the jobs' ``updated_at`` (the database clock if None).
+        at once. Runners listening are notified of the reaped jobs. ``now`` is the jobs'
+        ``updated_at`` (the database clock if None).
         """
 
         def reap(conn: _Conn) -> int:
@@ -198,7 +199,9 @@ class PostgresStore:
                 if not (locked and locked[0]):
                     return 0
                 conn.execute(q.DELETE_SILENT_RUNNERS, (runner_timeout,))
-                return conn.execute(q.REAP_ORPHANED_JOBS, (reason, now)).rowcount
+                reaped = [row[0] for row in conn.execute(q.REAP_ORPHANED_JOBS, (reason, now))]
+                _notify(conn, reaped)
+                return len(reaped)
 
         return self._run(reap)
 
@@ -220,8 +223,21 @@ class PostgresStore:
         return cancelled, lost
 
     def release_job(self, job_id: str) -> None:
-        """This runner's drain of the terminal job ``job_id`` stopped: drop the ownership."""
-        self._run(lambda c: c.execute(q.RELEASE_JOB, (job_id, self.runner_id)))
+        """This runner's drain of the terminal job ``job_id`` stopped: drop the ownership.
+
+        Runners waiting on the job are notified in the same transaction (a rare write).
+        """
+
+        def release(conn: _Conn) -> None:
+            with conn.transaction():
+                if conn.execute(q.RELEASE_JOB, (job_id, self.runner_id)).rowcount:
+                    _notify(conn, [job_id])
+
+        self._run(release)
+
+    def notify_jobs(self, job_ids: Sequence[str]) -> None:
+        """Tell the listening runners that ``job_ids`` changed, in a transaction of its own."""
+        self._run(lambda c: _notify(c, job_ids))
 
     def drain_over(self, job_id: str) -> bool:
         """True unless a runner other than this one may still store an outcome of the job."""
@@ -392,15 +408,24 @@ class PostgresStore:
     def finish_job(
         self, job_id: str, status: JobState, *, now: float, error: str | None = None
     ) -> Job | None:
-        """Move a live, unexpired job to the terminal ``status`` once (from any runner)."""
+        """Move a live, unexpired job to the terminal ``status`` once (from any runner).
+
+        Runners listening are notified of the job in the same transaction (a rare write).
+        """
         status = JobState(status)
         if status.is_live:
             raise ValueError(f"finish_job takes a terminal status, not {status}")
         if not is_job_id(job_id):
             return None
-        row = self._run(
-            lambda c: c.execute(q.FINISH_JOB, (status.value, error, now, job_id, now)).fetchone()
-        )
+
+        def finish(conn: _Conn) -> Any:
+            with conn.transaction():
+                row = conn.execute(q.FINISH_JOB, (status.value, error, now, job_id, now)).fetchone()
+                if row is not None:
+                    _notify(conn, [job_id])  # the runner draining it learns of a cancel now
+            return row
+
+        row = self._run(finish)
         return None if row is None else job_from_row(row)
 
     def purge_expired(self, *, now: float, batch_size: int) -> int:
@@ -545,6 +570,12 @@ class PostgresStore:
         except psycopg.Error as exc:
             self._forget_if_lost(exc)
             raise
+
+
+def _notify(conn: _Conn, job_ids: Sequence[str]) -> None:
+    """Notify the listening runners of ``job_ids`` (at the commit of the current transaction)."""
+    if job_ids:
+        conn.execute(q.NOTIFY_JOBS, (q.CHANNEL, list(job_ids)))
 
 
 def _count(conn: _Conn, sql: str, params: tuple[Any, ...]) -> int:

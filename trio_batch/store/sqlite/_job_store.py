@@ -31,7 +31,7 @@ import trio
 from ..._errors import StoreError
 from ..._model import Job, JobState, OutcomeWrite, Result, Target, TargetStatus
 from .._group_commit import GroupCommit
-from .._protocol import DrainChanges, StoreCounts, WriteObserver
+from .._protocol import ChangeObserver, DrainChanges, StoreCounts, WriteObserver
 from .._thread import StoreThread
 from ._errors import is_lock_error, translate_errors
 from ._lock import RunnerLock
@@ -336,6 +336,9 @@ class SQLiteJobStore:
     async def drain_over(self, job_id: str) -> bool:
         """True: no other runner drains jobs in this database."""
         return True
+
+    async def listen_changes(self, on_change: ChangeObserver) -> None:
+        """Returns at once: no other runner changes this runner's jobs."""
 
     async def purge_expired(self, *, now: float, batch_size: int) -> int:
         """One batch of :meth:`Store.purge_expired`, on the store thread."""
