@@ -262,10 +262,10 @@ class Runner:
         on an event, never by polling, for a job this runner drains. A job that another runner
         sharing the database drains is re-read whenever that runner notifies a change of it,
         and at least every ``Config.poll_interval``, until it is terminal and that drain has
-        stopped (during this runner's shutdown: as stored). A job
-        stopped by the runner's shutdown comes back ``failed`` with error ``"shutdown"``
-        once shutdown has marked it so (as stored, if the database refused that). After the
-        runner has stopped, raises :class:`RunnerClosed`.
+        stopped (during this runner's shutdown: as stored). A job stopped by the runner's
+        shutdown comes back ``failed`` with error ``"shutdown"`` once shutdown has marked it so
+        (as stored, if the database refused that). After the runner has stopped, raises
+        :class:`RunnerClosed`.
         """
         self._check_running()
         if not is_job_id(job_id):
