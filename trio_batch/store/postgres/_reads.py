@@ -1,0 +1,143 @@
+"""The PostgreSQL store's reads: a job, its status, the small view, one target, lists, counts.
+
+Reads that must agree with themselves (a job and its targets) take one REPEATABLE READ, READ
+ONLY snapshot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from ..._errors import JobLive
+from ..._model import Job, JobState, TargetStatus, is_job_id, with_running
+from .._protocol import StoreCounts
+from .._rows import job_from_row, target_from_row
+from . import _queries as q
+from ._connection import Conn, PostgresConnection
+
+__all__ = ["PostgresReads"]
+
+T = TypeVar("T")
+
+
+class PostgresReads(PostgresConnection):
+    """Reading jobs and targets; lapsed jobs read as absent."""
+
+    def get_job(self, job_id: str, *, now: float) -> Job | None:
+        """The job, or None if it is unknown, malformed or its lease has lapsed."""
+        if not is_job_id(job_id):
+            return None
+        return self._run(lambda c: self._get_job(c, job_id, now))
+
+    @staticmethod
+    def _get_job(conn: Conn, job_id: str, now: float) -> Job | None:
+        row = conn.execute(q.GET_JOB, (job_id, now)).fetchone()
+        return None if row is None else job_from_row(row)
+
+    def get_status(self, job_id: str, *, now: float) -> tuple[Job, list[TargetStatus]] | None:
+        """The job and its targets in order, from one snapshot; the one due reads ``running``."""
+        if not is_job_id(job_id):
+            return None
+
+        def read(conn: Conn) -> tuple[Job, list[TargetStatus]] | None:
+            with conn.transaction():
+                conn.execute(q.SNAPSHOT)
+                job = self._get_job(conn, job_id, now)
+                if job is None:
+                    return None
+                rows = conn.execute(q.GET_TARGETS, (job_id,)).fetchall()
+            return job, with_running(job, [target_from_row(row) for row in rows])
+
+        return self._run(read)
+
+    def list_jobs(self, *, now: float, caller: str | None = None, limit: int = 100) -> list[Job]:
+        """Unexpired jobs, most recently active first; only ``caller``'s if given."""
+        if caller is None:
+            rows = self._run(lambda c: c.execute(q.LIST_JOBS, (now, limit)).fetchall())
+        else:
+            rows = self._run(
+                lambda c: c.execute(q.LIST_JOBS_OF_CALLER, (caller, now, limit)).fetchall()
+            )
+        return [job_from_row(row) for row in rows]
+
+    def counts(self, *, now: float) -> StoreCounts:
+        """Unexpired jobs by status (every status present, zeros included), and their targets."""
+
+        def read(conn: Conn) -> tuple[list[Any], Any]:
+            with conn.transaction():
+                conn.execute(q.SNAPSHOT)
+                by_status = conn.execute(q.COUNT_BY_STATUS, (now,)).fetchall()
+                sums = conn.execute(q.SUM_TARGETS, (now,)).fetchone()
+            return by_status, sums
+
+        by_status, (total, done, failed, abandoned) = self._run(read)
+        jobs = dict.fromkeys((str(s) for s in JobState), 0)
+        jobs.update((str(status), int(count)) for status, count in by_status)
+        return StoreCounts(jobs, int(total), int(done), int(failed), int(abandoned))
+
+    def forget_job(self, job_id: str, *, caller: str | None = None, now: float) -> Job | None:
+        """Delete a terminal job and its targets in one transaction; see ``JobStore``."""
+        if not is_job_id(job_id):
+            return None
+
+        def forget(conn: Conn) -> Job | None:
+            with conn.transaction():
+                row = conn.execute(q.GET_JOB_FOR_UPDATE, (job_id, now)).fetchone()
+                job = None if row is None else job_from_row(row)
+                if job is None or (caller is not None and job.caller != caller):
+                    return None
+                if job.status.is_live:
+                    raise JobLive(f"job {job_id} is {job.status}; cancel it first, then forget it")
+                conn.execute(q.FORGET_JOB, (job_id,))
+            return job
+
+        return self._run(forget)
+
+    def get_overview(
+        self, job_id: str, *, now: float
+    ) -> tuple[Job, list[TargetStatus], list[int]] | None:
+        """The job, its targets without results, and each result's size; see ``JobStore``."""
+        found = self._with_job(
+            job_id, now, lambda c: c.execute(q.GET_TARGETS_WITHOUT_RESULTS, (job_id,)).fetchall()
+        )
+        if found is None:
+            return None
+        job, rows = found
+        targets = [target_from_row(row[:-1]) for row in rows]
+        return job, with_running(job, targets), [int(row[-1]) for row in rows]
+
+    def get_target(self, job_id: str, idx: int, *, now: float) -> tuple[Job, TargetStatus] | None:
+        """The job and one target with its result; see ``JobStore``."""
+        found = self._with_job(
+            job_id, now, lambda c: c.execute(q.GET_ONE_TARGET, (job_id, idx)).fetchone()
+        )
+        if found is None:
+            return None
+        job, row = found
+        if row is None:
+            return None
+        return job, with_running(job, [target_from_row(row)])[0]
+
+    def list_caller_jobs(
+        self, caller: str, *, now: float, limit: int, before: tuple[float, str] | None = None
+    ) -> list[Job]:
+        """One page of ``caller``'s unexpired jobs, newest first; see ``JobStore``."""
+        sql = q.LIST_CALLER_JOBS if before is None else q.LIST_CALLER_JOBS_BEFORE
+        params: tuple[Any, ...] = (
+            (caller, now, limit) if before is None else (caller, now, *before, limit)
+        )
+        return [job_from_row(row) for row in self._run(lambda c: c.execute(sql, params).fetchall())]
+
+    def _with_job(self, job_id: str, now: float, read: Callable[[Conn], T]) -> tuple[Job, T] | None:
+        """The unexpired job and what ``read`` reads, from one snapshot; None without the job."""
+        if not is_job_id(job_id):
+            return None
+
+        def both(conn: Conn) -> tuple[Job, T] | None:
+            with conn.transaction():
+                conn.execute(q.SNAPSHOT)
+                job = self._get_job(conn, job_id, now)
+                return None if job is None else (job, read(conn))
+
+        return self._run(both)
