@@ -1,6 +1,8 @@
-"""Defects found in the second review of main (store seam, retries, service hardening).
+"""A failure stays as small as it is: one odd exception, one unstorable text, one refused
+registration or one locked database never takes down more than its own target or command.
 
-Each test failed on the code the review read, and passes since the fix that followed it.
+Each case was found by a review of the merged store seam, retries and service hardening; each
+test failed on the code the review read, and passes since the fix that followed it.
 """
 
 from __future__ import annotations
@@ -72,7 +74,7 @@ async def test_postgres_record_outcome_with_nul_answers_like_sqlite(pg_dsn: str)
         write = OutcomeWrite(job.id, 0, error="ValueError: a \x00 b", hint="see \x00")
         try:
             answer = await store.record_outcome(write, ttl=100.0, now=T0)
-        except psycopg.Error as exc:  # what happens today
+        except psycopg.Error as exc:  # the driver's own error must never come out
             pytest.fail(f"psycopg's own error came out of the JobStore: {exc!r}")
         assert answer is not None and answer.targets_failed == 1
     finally:
@@ -163,4 +165,4 @@ def test_cli_gc_on_a_locked_database_reports_one_line(tmp_path: Path) -> None:
         holder.close()
     assert "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.startswith("trio-batch: ") and proc.stderr.count("\n") == 1
-    assert proc.returncode in (1, 3)
+    assert proc.returncode == 1
