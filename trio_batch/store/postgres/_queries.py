@@ -202,22 +202,49 @@ INSERT_TARGET = (
 # ---------------------------------------------------------------------------------------------
 # Writing outcomes and statuses
 
-#: Count one outcome into its unexpired job and bump the lease, if the job is still this
-#: runner's (fencing: a reaped job has lost its owner); returns the job. The row lock it takes
-#: orders it against a concurrent reap, which re-checks the owner after waiting.
-BUMP_JOB = (
+
+def final_status_case(total: str, failed: str) -> str:
+    """SQL for :func:`trio_batch._model.final_status` of the SQL expressions ``total`` and
+    ``failed`` (column expressions or placeholders, never values): ``done`` if none failed,
+    ``failed`` if all failed, ``partial`` otherwise. A test ties it to ``final_status``."""
+    return (
+        f"CASE WHEN {failed} = 0 THEN 'done' WHEN {failed} >= {total} THEN 'failed' "
+        "ELSE 'partial' END"
+    )
+
+
+#: Store one outcome in ONE statement (no savepoint, one round trip): the target, if it is still
+#: pending and its job unexpired and still this runner's (fencing: a reaped job has lost its
+#: owner); then the job's counts, results_size and lease, and its terminal status with its
+#: last outcome if it is still live (a cancelled job stays cancelled). A refused write changes
+#: nothing and raises nothing. One row, always: ``owned`` (the job is known, unexpired and
+#: this runner's), then the job's columns after the write, or NULLs if nothing was stored.
+#: So: a job row is success; owned without one, the target already has an outcome or does
+#: not exist; not owned, the job is unknown, lapsed or not ours.
+#:
+#: ``job`` locks the job row first: under READ COMMITTED a lock that waited (on a concurrent
+#: reap, cancel or forget) re-checks the conditions on the row as committed, so a reaped job
+#: reads as not owned. Holding that lock, the job's UPDATE sees no one else's change.
+RECORD_OUTCOME = (
+    "WITH job AS ("
+    "SELECT id FROM jobs WHERE id = %(job_id)s AND expires_at > %(now)s "
+    "AND owner IS NOT DISTINCT FROM %(runner)s FOR NO KEY UPDATE"
+    "), stored AS ("
+    "UPDATE targets SET status = %(status)s, result = %(result)s, error = %(error)s, "
+    "hint = %(hint)s, finished_at = %(now)s, attempts = %(attempts)s "
+    "WHERE job_id IN (SELECT id FROM job) AND idx = %(idx)s AND status = 'pending' "
+    "RETURNING job_id"
+    "), bumped AS ("
     "UPDATE jobs SET targets_done = targets_done + 1, "
-    "targets_failed = targets_failed + %s, results_size = results_size + %s, "
-    "updated_at = %s, expires_at = %s "
-    "WHERE id = %s AND expires_at > %s AND owner IS NOT DISTINCT FROM %s "
+    "targets_failed = targets_failed + %(failed)s, "
+    "results_size = results_size + %(size)s, updated_at = %(now)s, expires_at = %(expires)s, "
+    f"status = CASE WHEN status IN {LIVE} AND targets_done + 1 >= targets_total "
+    f"THEN {final_status_case('targets_total', 'targets_failed + %(failed)s')} "
+    "ELSE status END "
+    "WHERE id IN (SELECT job_id FROM stored) "
     f"RETURNING {JOB_COLUMNS}"
-)
-#: The terminal status set with a job's last outcome (same transaction).
-SET_STATUS = "UPDATE jobs SET status = %s WHERE id = %s"
-#: Store one outcome; never overwrites one (only a pending target matches).
-STORE_OUTCOME = (
-    "UPDATE targets SET status = %s, result = %s, error = %s, hint = %s, finished_at = %s, "
-    "attempts = %s WHERE job_id = %s AND idx = %s AND status = 'pending'"
+    ") "
+    "SELECT EXISTS (SELECT 1 FROM job), bumped.* FROM (VALUES (1)) AS one LEFT JOIN bumped ON true"
 )
 #: A target's stored outcome, to recognise a retried write whose first attempt committed.
 GET_OUTCOME = "SELECT status, result, error, hint FROM targets WHERE job_id = %s AND idx = %s"

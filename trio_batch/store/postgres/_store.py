@@ -21,7 +21,7 @@ Several runners share the database. What keeps them apart:
 
 from __future__ import annotations
 
-import dataclasses
+import contextlib
 import os
 import secrets
 import socket
@@ -36,7 +36,6 @@ from ..._model import (
     JobState,
     OutcomeWrite,
     Target,
-    final_status,
     is_job_id,
 )
 from .._rows import check_caps, job_from_row, new_job, write_values
@@ -49,8 +48,13 @@ __all__ = ["PostgresStore"]
 T = TypeVar("T")
 
 
-class _AlreadyStored(Exception):
-    """A retried outcome write found its first attempt committed; roll back the bump."""
+class _Refused(Exception):
+    """The database refused one write's values, aborting the transaction: make it again
+    without that write (``index`` in the batch)."""
+
+    def __init__(self, index: int) -> None:
+        super().__init__(index)
+        self.index = index
 
 
 class PostgresStore(PostgresReads):
@@ -218,30 +222,39 @@ class PostgresStore(PostgresReads):
     ) -> list[Job | Exception | None]:
         """Store several outcomes in one transaction (group commit); one answer per write.
 
-        Each write is atomic on its own, in a savepoint, and answers the updated job, None (the
-        job is unknown, lapsed, or no longer this runner's: nothing written), or the exception
-        that refused it alone (:class:`OutcomeExists`, ValueError). If the commit is cut off by
-        a lost connection the writes may have committed: a retry of such a write that finds
-        its very outcome stored answers the job instead of :class:`OutcomeExists`, so nothing
-        is lost or counted twice.
+        Each write is one statement (``RECORD_OUTCOME``), atomic on its own, and answers the
+        updated job, None (the job is unknown, lapsed, or no longer this runner's: nothing
+        written), or the exception that refused it alone (:class:`OutcomeExists`, ValueError,
+        :class:`StoreError` for values the database refused). A refused write changes nothing,
+        so the writes need no savepoints; a write whose values the database refuses aborts the
+        transaction, which is then made again without it. A single write runs in autocommit,
+        its own transaction. If the commit is cut off by a lost connection the writes may have
+        committed: a retry of such a write that finds its very outcome stored answers the job
+        instead of :class:`OutcomeExists`, so nothing is lost or counted twice.
         """
+        answers: list[Job | Exception | None] = [None] * len(writes)
+        todo = list(range(len(writes)))
 
-        def record(conn: Conn) -> list[Job | Exception | None]:
-            answers: list[Job | Exception | None] = []
-            with conn.transaction():
-                for write in writes:
+        def record(conn: Conn) -> None:
+            with contextlib.nullcontext() if len(todo) == 1 else conn.transaction():
+                for i in todo:
                     try:
-                        answers.append(self._record_one(conn, write, ttl=ttl, now=now))
-                    except (OutcomeExists, ValueError) as exc:
-                        answers.append(exc)
+                        answers[i] = self._record_one(conn, writes[i], ttl=ttl, now=now)
+                    except ValueError as exc:  # refused before any SQL: nothing sent
+                        answers[i] = exc
                     except psycopg.DataError as exc:
-                        # The database refused this write's values alone (the savepoint
-                        # undid it): a typed answer for it, never the driver's own error.
-                        answers.append(StoreError(f"the database refused this outcome: {exc}"))
-            return answers
+                        # The database refused this write's values alone, and with them the
+                        # transaction: a typed answer for it, and the others made again.
+                        answers[i] = StoreError(f"the database refused this outcome: {exc}")
+                        raise _Refused(i) from exc
 
         try:
-            answers = self._run(record)
+            while todo:
+                try:
+                    self._run(record)
+                    break
+                except _Refused as refused:  # rolled back: again without the refused write
+                    todo.remove(refused.index)
         except psycopg.Error as exc:
             if self._conn is None:  # the connection was lost: the commit may have happened
                 self._maybe_committed.update((w.job_id, w.idx) for w in writes)
@@ -250,54 +263,42 @@ class PostgresStore(PostgresReads):
             self._maybe_committed.discard((write.job_id, write.idx))
         return answers
 
-    def _record_one(self, conn: Conn, write: OutcomeWrite, *, ttl: float, now: float) -> Job | None:
+    def _record_one(
+        self, conn: Conn, write: OutcomeWrite, *, ttl: float, now: float
+    ) -> Job | OutcomeExists | None:
+        """One write, one statement: the job, None (not this runner's), or OutcomeExists."""
         status, result_text, error, hint = write_values(write)
-        try:
-            with conn.transaction():  # a savepoint: a refused write changes nothing
-                row = conn.execute(
-                    q.BUMP_JOB,
-                    (
-                        int(error is not None),
-                        0 if result_text is None else len(result_text),
-                        now,
-                        now + ttl,
-                        write.job_id,
-                        now,
-                        self.runner_id,
-                    ),
-                ).fetchone()
-                if row is None:
-                    return None
-                job = job_from_row(row)
-                if job.targets_done >= job.targets_total and job.status.is_live:
-                    final = final_status(job.targets_total, job.targets_failed)
-                    conn.execute(q.SET_STATUS, (final.value, write.job_id))
-                    job = dataclasses.replace(job, status=final)
-                stored = conn.execute(
-                    q.STORE_OUTCOME,
-                    (
-                        status.value,
-                        result_text,
-                        error,
-                        hint,
-                        now,
-                        write.attempts,
-                        write.job_id,
-                        write.idx,
-                    ),
-                ).rowcount
-                if stored != 1:
-                    if (write.job_id, write.idx) in self._maybe_committed and conn.execute(
-                        q.GET_OUTCOME, (write.job_id, write.idx)
-                    ).fetchone() == (status.value, result_text, error, hint):
-                        raise _AlreadyStored
-                    raise OutcomeExists(
-                        f"target {write.idx} of job {write.job_id} already has an outcome or "
-                        "does not exist"
-                    )
-        except _AlreadyStored:
+        row = conn.execute(
+            q.RECORD_OUTCOME,
+            {
+                "job_id": write.job_id,
+                "idx": write.idx,
+                "now": now,
+                "expires": now + ttl,
+                "runner": self.runner_id,
+                "status": status.value,
+                "result": result_text,
+                "error": error,
+                "hint": hint,
+                "attempts": write.attempts,
+                "failed": int(error is not None),
+                "size": 0 if result_text is None else len(result_text),
+            },
+        ).fetchone()
+        assert row is not None  # the statement always answers one row
+        owned, *job_row = row
+        if job_row[0] is not None:
+            return job_from_row(job_row)
+        if not owned:
+            return None
+        if (write.job_id, write.idx) in self._maybe_committed and conn.execute(
+            q.GET_OUTCOME, (write.job_id, write.idx)
+        ).fetchone() == (status.value, result_text, error, hint):
+            # The first attempt of this retried write committed before its answer was lost.
             return self._get_job(conn, write.job_id, now)
-        return job
+        return OutcomeExists(
+            f"target {write.idx} of job {write.job_id} already has an outcome or does not exist"
+        )
 
     def finish_job(
         self, job_id: str, status: JobState, *, now: float, error: str | None = None
