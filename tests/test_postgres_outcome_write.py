@@ -1,0 +1,231 @@
+"""PostgreSQL's outcome write: one statement per outcome, several in one shared commit.
+
+Each outcome is one data-modifying statement (``RECORD_OUTCOME``) that stores the target only
+if it is pending and its job unexpired and this runner's, bumps the job and sets its terminal
+status with its last outcome. A refused write changes nothing and raises nothing, so a shared
+commit needs no savepoint per write; a write whose values the database refuses aborts the
+transaction, which is made again without it. On a real throw-away server (see pg_server.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from trio_batch import Job, JobState, OutcomeExists, OutcomeWrite, Result, StoreError, Target
+from trio_batch._model import final_status
+from trio_batch.store.postgres import PostgresStore
+from trio_batch.store.postgres import _queries as q
+
+from .conftest import T0
+
+TTL = 100.0
+CAPS: dict[str, Any] = {"ttl": TTL, "targets_per_job": 8, "jobs_per_caller": 1, "jobs_total": 8}
+
+
+@pytest.fixture
+def store(pg_dsn: str) -> Iterator[PostgresStore]:
+    opened = PostgresStore.open(pg_dsn)
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+def create(store: PostgresStore, caller: str, n: int, *, now: float = T0) -> Job:
+    job, reused = store.create_job(
+        caller,
+        "user",
+        [Target(f"https://{caller}.test/{i}") for i in range(n)],
+        status=JobState.RUNNING,
+        now=now,
+        **CAPS,
+    )
+    assert not reused
+    return job
+
+
+def stored_row(store: PostgresStore, job_id: str) -> tuple[Any, ...]:
+    """The job's row and its targets as stored, read past any lease."""
+    conn = store.connection()
+    job = conn.execute(
+        "SELECT status, targets_done, targets_failed, results_size, updated_at, expires_at, "
+        "owner FROM jobs WHERE id = %s",
+        (job_id,),
+    ).fetchone()
+    assert job is not None
+    targets = conn.execute(
+        "SELECT status, result, error, attempts FROM targets WHERE job_id = %s ORDER BY idx",
+        (job_id,),
+    ).fetchall()
+    return (*job, tuple(targets))
+
+
+def test_the_terminal_status_sql_is_final_status(store: PostgresStore) -> None:
+    """The SQL CASE the write sets the status with agrees with the model's rule everywhere."""
+    cases = [(total, failed) for total in range(1, 8) for failed in range(total + 1)]
+    sql = "SELECT " + q.final_status_case("%(total)s::integer", "%(failed)s::integer")
+    conn = store.connection()
+    for total, failed in cases:
+        row = conn.execute(sql, {"total": total, "failed": failed}).fetchone()
+        assert row is not None
+        assert row[0] == final_status(total, failed).value, (total, failed)
+
+
+@pytest.mark.parametrize("failures", [0, 1, 2, 3])
+def test_the_last_outcome_sets_the_models_final_status(store: PostgresStore, failures: int) -> None:
+    job = create(store, "a", 3)
+    answers = store.record_outcomes(
+        [
+            OutcomeWrite(job.id, i, error="boom")
+            if i < failures
+            else OutcomeWrite(job.id, i, result=Result("ok"))
+            for i in range(3)
+        ],
+        ttl=TTL,
+        now=T0 + 1,
+    )
+    statuses = [a.status for a in answers if isinstance(a, Job)]
+    assert statuses == [JobState.RUNNING, JobState.RUNNING, final_status(3, failures)]
+
+
+def test_each_write_in_a_shared_commit_stands_or_falls_on_its_own(store: PostgresStore) -> None:
+    a = create(store, "a", 2)
+    b = create(store, "b", 2)
+    [first_b] = store.record_outcomes([OutcomeWrite(b.id, 0, result=Result("first"))], **_at(T0))
+    assert isinstance(first_b, Job)
+    b_before = stored_row(store, b.id)
+    lapsed = create(store, "c", 1, now=T0 - TTL - 1)  # its lease ran out at T0 - 1
+    lapsed_before = stored_row(store, lapsed.id)
+
+    answers = store.record_outcomes(
+        [
+            OutcomeWrite(a.id, 0, result=Result("a0"), attempts=2),
+            # Refused: b's target 0 has its outcome. Had it bumped b, b would be 2 of 2 and
+            # terminal.
+            OutcomeWrite(b.id, 0, error="again"),
+            OutcomeWrite(lapsed.id, 0, result=Result("too late")),
+            OutcomeWrite(a.id, 9, result=Result("no such target")),
+            OutcomeWrite(a.id, 1, error="boom", hint="h"),  # a's last outcome: a turns partial
+            OutcomeWrite(b.id, 1),  # neither a result nor an error
+        ],
+        **_at(T0 + 1),
+    )
+
+    first, refused, too_late, missing, last, malformed = answers
+    assert isinstance(first, Job) and (first.id, first.targets_done) == (a.id, 1)
+    assert first.status == JobState.RUNNING
+    assert isinstance(refused, OutcomeExists)
+    assert too_late is None
+    assert isinstance(missing, OutcomeExists)
+    assert isinstance(last, Job) and last.id == a.id
+    assert (last.status, last.targets_done, last.targets_failed) == (JobState.PARTIAL, 2, 1)
+    assert isinstance(malformed, ValueError)
+    a0 = Result("a0").to_json_text()
+    assert stored_row(store, a.id) == (
+        "partial",
+        2,
+        1,
+        len(a0),
+        T0 + 1,
+        T0 + 1 + TTL,
+        None,  # made without a runner: no owner
+        (("done", a0, None, 2), ("failed", None, "boom", 1)),
+    )
+    assert stored_row(store, b.id) == b_before  # not even its lease moved
+    assert stored_row(store, lapsed.id) == lapsed_before
+    assert store.connection().info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
+def test_a_write_for_another_runners_job_changes_nothing(pg_dsn: str) -> None:
+    with _runner_store(pg_dsn) as mine, _runner_store(pg_dsn) as theirs:
+        ours = create(mine, "ours", 2)
+        other = create(theirs, "theirs", 2)
+        before = stored_row(mine, other.id)
+        answers = mine.record_outcomes(
+            [OutcomeWrite(other.id, 0, result=Result("x")), OutcomeWrite(ours.id, 0, error="e")],
+            **_at(T0 + 1),
+        )
+        assert answers[0] is None
+        assert isinstance(answers[1], Job) and answers[1].targets_failed == 1
+        assert stored_row(mine, other.id) == before
+
+
+def test_a_cancelled_job_stays_cancelled_when_its_last_outcome_lands(store: PostgresStore) -> None:
+    job = create(store, "a", 1)
+    assert store.finish_job(job.id, JobState.CANCELLED, now=T0 + 1) is not None
+    [answer] = store.record_outcomes([OutcomeWrite(job.id, 0, result=Result("late"))], **_at(T0))
+    assert isinstance(answer, Job)
+    assert (answer.status, answer.targets_done) == (JobState.CANCELLED, 1)
+    assert stored_row(store, job.id)[0] == "cancelled"
+
+
+def test_values_the_database_refuses_fail_that_write_alone(store: PostgresStore) -> None:
+    """Too many attempts for the integer column: the server aborts the transaction; the batch
+    is made again without that write, and the others are stored once each."""
+    a = create(store, "a", 2)
+    b = create(store, "b", 2)
+    answers = store.record_outcomes(
+        [
+            OutcomeWrite(a.id, 0, result=Result("a0")),
+            OutcomeWrite(b.id, 0, result=Result("b0"), attempts=2**31),
+            OutcomeWrite(a.id, 1, result=Result("a1")),
+        ],
+        **_at(T0 + 1),
+    )
+    assert isinstance(answers[0], Job) and answers[0].targets_done == 1
+    assert isinstance(answers[1], StoreError) and "refused this outcome" in str(answers[1])
+    assert isinstance(answers[2], Job) and answers[2].status == JobState.DONE
+    assert stored_row(store, a.id)[:3] == ("done", 2, 0)
+    assert stored_row(store, b.id)[:3] == ("running", 0, 0)
+    # Alone (autocommit), the same write answers the same, and b takes its outcome after.
+    [alone] = store.record_outcomes(
+        [OutcomeWrite(b.id, 0, result=Result("b0"), attempts=2**31)], **_at(T0 + 2)
+    )
+    assert isinstance(alone, StoreError)
+    [fine] = store.record_outcomes([OutcomeWrite(b.id, 0, result=Result("b0"))], **_at(T0 + 2))
+    assert isinstance(fine, Job) and fine.targets_done == 1
+
+
+def test_a_retried_write_whose_first_attempt_committed_answers_the_job(
+    store: PostgresStore,
+) -> None:
+    """After a commit cut off by a lost connection the store keeps the writes as maybe
+    committed (``_maybe_committed``, as ``record_outcomes`` sets it when the connection drops);
+    a retry that finds its very outcome stored answers the job, counted once."""
+    job = create(store, "a", 2)
+    write = OutcomeWrite(job.id, 0, error="boom", hint="h", attempts=3)
+    store.record_outcomes([write], **_at(T0 + 1))
+    after_first = stored_row(store, job.id)
+    store._maybe_committed.add((job.id, 0))
+
+    [retried] = store.record_outcomes([write], **_at(T0 + 2))
+    assert isinstance(retried, Job)
+    assert (retried.targets_done, retried.targets_failed) == (1, 1)
+    assert stored_row(store, job.id) == after_first  # nothing written twice
+    assert (job.id, 0) not in store._maybe_committed  # answered: no longer in doubt
+
+    # A different outcome for that target is still refused, in doubt or not.
+    store._maybe_committed.add((job.id, 0))
+    [other] = store.record_outcomes([OutcomeWrite(job.id, 0, error="other")], **_at(T0 + 2))
+    assert isinstance(other, OutcomeExists)
+    assert stored_row(store, job.id) == after_first
+
+
+def _at(now: float) -> dict[str, float]:
+    return {"ttl": TTL, "now": now}
+
+
+@contextlib.contextmanager
+def _runner_store(dsn: str) -> Iterator[PostgresStore]:
+    """A store registered as a runner: its jobs are owned, its writes fenced."""
+    store = PostgresStore.open(dsn)
+    try:
+        store.runner_id = store.register_runner()
+        yield store
+    finally:
+        store.close()
