@@ -1,6 +1,7 @@
 """Group commit: outcomes ready at the same moment share one commit, each write on its own.
 
-``Store.record_outcomes`` runs several writes in one transaction, each in its own savepoint:
+``record_outcomes`` runs several writes in one transaction, each on its own (SQLite: a
+savepoint; PostgreSQL: one statement, see test_postgres_outcome_write.py):
 a refused write (the target already has an outcome, or does not exist), a write for a lapsed
 job, or a malformed one answers for itself and changes nothing, while the others are stored; a
 database error (a full disk, say) fails the whole commit with that error, and stores nothing.
@@ -15,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 import trio
 
@@ -30,6 +32,7 @@ from trio_batch import (
     TargetState,
     open_runner,
 )
+from trio_batch.store.postgres import PostgresStore
 
 from .conftest import T0, FakeClock, ScriptedFetch, urls
 
@@ -44,7 +47,35 @@ def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]
         yield store
 
 
-def create(store: Store, caller: str, n: int, *, now: float = T0) -> Job:
+@pytest.fixture(params=["memory", "file", "postgres"])
+def sql_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store | PostgresStore]:
+    """Each backend's synchronous store, whose ``record_outcomes`` is the shared commit."""
+    if request.param == "postgres":
+        store = PostgresStore.open(request.getfixturevalue("pg_dsn"))
+        try:
+            yield store
+        finally:
+            store.close()
+    else:
+        with Store.open(":memory:" if request.param == "memory" else tmp_path / "jobs.db") as db:
+            yield db
+
+
+def _read(store: Store | PostgresStore, sql: str, params: tuple[Any, ...]) -> list[Any]:
+    """Rows of ``sql`` (``?`` placeholders) on either backend's own connection."""
+    if isinstance(store, PostgresStore):
+        return store.connection().execute(sql.replace("?", "%s"), params).fetchall()
+    return store.db.execute(sql, params).fetchall()
+
+
+def _in_transaction(store: Store | PostgresStore) -> bool:
+    if isinstance(store, PostgresStore):
+        status = store.connection().info.transaction_status
+        return bool(status != psycopg.pq.TransactionStatus.IDLE)
+    return store.db.conn.in_transaction
+
+
+def create(store: Store | PostgresStore, caller: str, n: int, *, now: float = T0) -> Job:
     job, reused = store.create_job(
         caller,
         "user",
@@ -57,31 +88,36 @@ def create(store: Store, caller: str, n: int, *, now: float = T0) -> Job:
     return job
 
 
-def stored_row(store: Store, job_id: str) -> tuple[Any, ...]:
+def stored_row(store: Store | PostgresStore, job_id: str) -> tuple[Any, ...]:
     """The job's row and its targets as stored, read past any lease."""
-    job = store.db.execute(
+    [job] = _read(
+        store,
         "SELECT status, targets_done, targets_failed, results_size, updated_at, expires_at "
         "FROM jobs WHERE id = ?",
         (job_id,),
-    ).fetchone()
-    targets = store.db.execute(
-        "SELECT status, result, error FROM targets WHERE job_id = ? ORDER BY idx", (job_id,)
-    ).fetchall()
-    return (*job, tuple(targets))
+    )
+    targets = _read(
+        store,
+        "SELECT status, result, error, attempts FROM targets WHERE job_id = ? ORDER BY idx",
+        (job_id,),
+    )
+    return (*job, tuple(tuple(t) for t in targets))
 
 
-def test_each_write_in_a_shared_commit_stands_or_falls_on_its_own(any_store: Store) -> None:
-    store = any_store
+def test_each_write_in_a_shared_commit_stands_or_falls_on_its_own(
+    sql_store: Store | PostgresStore,
+) -> None:
+    store = sql_store
     a = create(store, "a", 2)
     b = create(store, "b", 2)
-    store.record_outcome(b.id, 0, result=Result("first"), ttl=TTL, now=T0)
+    store.record_outcomes([OutcomeWrite(b.id, 0, result=Result("first"))], ttl=TTL, now=T0)
     b_before = stored_row(store, b.id)
     lapsed = create(store, "c", 1, now=T0 - TTL - 1)  # its lease ran out at T0 - 1
     lapsed_before = stored_row(store, lapsed.id)
 
     answers = store.record_outcomes(
         [
-            OutcomeWrite(a.id, 0, result=Result("a0")),
+            OutcomeWrite(a.id, 0, result=Result("a0"), attempts=2),
             # Refused: b's target 0 has its outcome. Were it not rolled back, this write would
             # bump b to 2 of 2 outcomes and make it terminal.
             OutcomeWrite(b.id, 0, error="again"),
@@ -112,14 +148,16 @@ def test_each_write_in_a_shared_commit_stands_or_falls_on_its_own(any_store: Sto
         len(a0),
         T0 + 1,
         T0 + 1 + TTL,
-        (("done", a0, None), ("failed", None, "boom")),
+        (("done", a0, None, 2), ("failed", None, "boom", 1)),
     )
     assert stored_row(store, b.id) == b_before  # not even its lease moved
     assert stored_row(store, lapsed.id) == lapsed_before
-    assert not store.db.conn.in_transaction
+    assert not _in_transaction(store)
     # The refused and malformed writes left b writable: its next outcome lands as usual.
-    after = store.record_outcome(b.id, 1, result=Result("second"), ttl=TTL, now=T0 + 2)
-    assert after is not None and (after.status, after.targets_done) == (JobState.DONE, 2)
+    [after] = store.record_outcomes(
+        [OutcomeWrite(b.id, 1, result=Result("second"))], ttl=TTL, now=T0 + 2
+    )
+    assert isinstance(after, Job) and (after.status, after.targets_done) == (JobState.DONE, 2)
 
 
 def test_a_database_error_in_a_shared_commit_stores_none_of_it(

@@ -13,7 +13,6 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-import psycopg
 import pytest
 
 from trio_batch import Job, JobState, OutcomeExists, OutcomeWrite, Result, StoreError, Target
@@ -93,52 +92,7 @@ def test_the_last_outcome_sets_the_models_final_status(store: PostgresStore, fai
     assert statuses == [JobState.RUNNING, JobState.RUNNING, final_status(3, failures)]
 
 
-def test_each_write_in_a_shared_commit_stands_or_falls_on_its_own(store: PostgresStore) -> None:
-    a = create(store, "a", 2)
-    b = create(store, "b", 2)
-    [first_b] = store.record_outcomes([OutcomeWrite(b.id, 0, result=Result("first"))], **_at(T0))
-    assert isinstance(first_b, Job)
-    b_before = stored_row(store, b.id)
-    lapsed = create(store, "c", 1, now=T0 - TTL - 1)  # its lease ran out at T0 - 1
-    lapsed_before = stored_row(store, lapsed.id)
-
-    answers = store.record_outcomes(
-        [
-            OutcomeWrite(a.id, 0, result=Result("a0"), attempts=2),
-            # Refused: b's target 0 has its outcome. Had it bumped b, b would be 2 of 2 and
-            # terminal.
-            OutcomeWrite(b.id, 0, error="again"),
-            OutcomeWrite(lapsed.id, 0, result=Result("too late")),
-            OutcomeWrite(a.id, 9, result=Result("no such target")),
-            OutcomeWrite(a.id, 1, error="boom", hint="h"),  # a's last outcome: a turns partial
-            OutcomeWrite(b.id, 1),  # neither a result nor an error
-        ],
-        **_at(T0 + 1),
-    )
-
-    first, refused, too_late, missing, last, malformed = answers
-    assert isinstance(first, Job) and (first.id, first.targets_done) == (a.id, 1)
-    assert first.status == JobState.RUNNING
-    assert isinstance(refused, OutcomeExists)
-    assert too_late is None
-    assert isinstance(missing, OutcomeExists)
-    assert isinstance(last, Job) and last.id == a.id
-    assert (last.status, last.targets_done, last.targets_failed) == (JobState.PARTIAL, 2, 1)
-    assert isinstance(malformed, ValueError)
-    a0 = Result("a0").to_json_text()
-    assert stored_row(store, a.id) == (
-        "partial",
-        2,
-        1,
-        len(a0),
-        T0 + 1,
-        T0 + 1 + TTL,
-        None,  # made without a runner: no owner
-        (("done", a0, None, 2), ("failed", None, "boom", 1)),
-    )
-    assert stored_row(store, b.id) == b_before  # not even its lease moved
-    assert stored_row(store, lapsed.id) == lapsed_before
-    assert store.connection().info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+# A refused write in a shared commit changes nothing: test_group_commit.py, on every backend.
 
 
 def test_a_write_for_another_runners_job_changes_nothing(pg_dsn: str) -> None:
