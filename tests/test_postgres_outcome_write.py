@@ -15,15 +15,13 @@ from typing import Any
 
 import pytest
 
-from trio_batch import Job, JobState, OutcomeExists, OutcomeWrite, Result, StoreError, Target
+from trio_batch import Job, JobState, OutcomeExists, OutcomeWrite, Result, StoreError
 from trio_batch._model import final_status
 from trio_batch.store.postgres import PostgresStore
 from trio_batch.store.postgres import _queries as q
 
 from .conftest import T0
-
-TTL = 100.0
-CAPS: dict[str, Any] = {"ttl": TTL, "targets_per_job": 8, "jobs_per_caller": 1, "jobs_total": 8}
+from .test_group_commit import TTL, create  # the same jobs as the shared-commit test
 
 
 @pytest.fixture
@@ -33,19 +31,6 @@ def store(pg_dsn: str) -> Iterator[PostgresStore]:
         yield opened
     finally:
         opened.close()
-
-
-def create(store: PostgresStore, caller: str, n: int, *, now: float = T0) -> Job:
-    job, reused = store.create_job(
-        caller,
-        "user",
-        [Target(f"https://{caller}.test/{i}") for i in range(n)],
-        status=JobState.RUNNING,
-        now=now,
-        **CAPS,
-    )
-    assert not reused
-    return job
 
 
 def stored_row(store: PostgresStore, job_id: str) -> tuple[Any, ...]:
