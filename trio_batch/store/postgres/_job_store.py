@@ -2,8 +2,8 @@
 
 Calls run on a store thread (:class:`~trio_batch.store._thread.StoreThread`) over one
 connection, in order; outcome writes share commits (:class:`~trio_batch.store._group_commit.
-GroupCommit`), each atomic in its own savepoint. psycopg's sync API is used: its async API (and
-asyncpg) need asyncio's loop.
+GroupCommit`), each one statement that stores all of it or nothing. psycopg's sync API is used:
+its async API (and asyncpg) need asyncio's loop.
 
 A runner's :meth:`~PostgresJobStore.claim` registers it under a fresh id and, while the block
 runs, heartbeats every ``heartbeat_interval`` on a second connection and thread of its own (so
