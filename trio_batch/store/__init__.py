@@ -2,8 +2,9 @@
 
 - :class:`JobStore` (``_protocol``): every operation the runner and the front ends use.
 - :func:`open_store` (``_open``): a store from a path or URL.
-- ``_thread``, ``_group_commit`` and ``_rows``: the store thread, group commit, and the new-job
-  checks, caps and row mapping that every backend shares.
+- ``_thread``, ``_group_commit``, ``_face`` and ``_rows``: the store thread, group commit, the
+  shared part of the backends' async faces, and the new-job checks, caps and row mapping that
+  every backend shares.
 - :mod:`.sqlite`: the SQLite backend, the embedded default (one runner per database file).
 - :mod:`.postgres`: the PostgreSQL backend, for several runners on several hosts (the
   ``postgres`` extra; imported only when a ``postgresql://`` URL is opened, so the core never

@@ -1,9 +1,9 @@
 """The PostgreSQL backend's :class:`~trio_batch.store.JobStore`: several runners, one database.
 
 Calls run on a store thread (:class:`~trio_batch.store._thread.StoreThread`) over one
-connection, in order; outcome writes share commits (:class:`~trio_batch.store._group_commit.
-GroupCommit`), each one statement that stores all of it or nothing. psycopg's sync API is used:
-its async API (and asyncpg) need asyncio's loop.
+connection, in order; outcome writes share commits (:class:`~trio_batch.store._face.StoreFace`,
+which both backends share), each one statement that stores all of it or nothing. psycopg's sync
+API is used: its async API (and asyncpg) need asyncio's loop.
 
 A runner's :meth:`~PostgresJobStore.claim` registers it under a fresh id and, while the block
 runs, heartbeats every ``heartbeat_interval`` on a second connection and thread of its own (so
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from typing import Concatenate, ParamSpec, TypeVar
 
@@ -25,8 +24,8 @@ import trio
 
 from ..._errors import StoreError, StoreUnavailable
 from ..._model import Job, JobState, OutcomeWrite, Target, TargetStatus
-from .._group_commit import GroupCommit
-from .._protocol import ChangeObserver, DrainChanges, StoreCounts, WriteObserver
+from .._face import StoreFace
+from .._protocol import ChangeObserver, DrainChanges, StoreCounts
 from .._thread import StoreThread
 from ._errors import translate_errors
 from ._listen import listen_for_changes, split_listen_option
@@ -37,9 +36,6 @@ __all__ = ["PostgresJobStore"]
 P = ParamSpec("P")
 T = TypeVar("T")
 
-#: An outcome write with the lease length and the time it was made at.
-_TimedWrite = tuple[OutcomeWrite, float, float]
-
 _log = logging.getLogger("trio_batch")
 
 #: Share of ``runner_timeout`` after the last successful heartbeat past which this runner
@@ -47,7 +43,7 @@ _log = logging.getLogger("trio_batch")
 FENCE_SHARE = 0.75
 
 
-class PostgresJobStore:
+class PostgresJobStore(StoreFace):
     """A PostgreSQL database as a :class:`~trio_batch.JobStore` that many runners share.
 
     Get one from :func:`~trio_batch.open_store` with a ``postgresql://`` URL, or
@@ -56,15 +52,14 @@ class PostgresJobStore:
     """
 
     def __init__(self, store: PostgresStore, *, listen: bool = True) -> None:
+        super().__init__()
         self.store = store
         #: Whether :meth:`listen_changes` listens (False behind PgBouncer in transaction mode).
         self.listen = listen
         self.location = store.location
-        self.on_write: WriteObserver | None = None
         self._thread = StoreThread(name="trio_batch postgres store")
         self._started = False
         self._closed = False
-        self._group: GroupCommit[_TimedWrite, Job | None] = GroupCommit(self._commit)
         self._runner_timeout = 30.0
         # Trio time at which the last successful heartbeat (or the registration) was sent.
         self._beat_ok_at: float | None = None
@@ -95,12 +90,6 @@ class PostgresJobStore:
             ),
             listen=listen and listen_in_url is not False,
         )
-
-    async def __aenter__(self) -> PostgresJobStore:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
 
     @property
     def runner_id(self) -> str | None:
@@ -144,11 +133,6 @@ class PostgresJobStore:
         self._start()
         with translate_errors(self.store.lock_timeout, self.store.statement_timeout):
             return await self._thread.run(fn, self.store, *args, **kwargs)
-
-    def _observe(self, operation: str, start: float) -> None:
-        if self.on_write is not None:
-            with contextlib.suppress(Exception):  # an observer's bug must not fail a write
-                self.on_write(operation, time.perf_counter() - start)
 
     # ----------------------------------------------------------------------------------------
     # The runner's claim: registration, heartbeats, reaping
@@ -268,7 +252,7 @@ class PostgresJobStore:
         job_id: str | None = None,
     ) -> tuple[Job, bool]:
         """:meth:`PostgresStore.create_job`: reuse, caps and insert serialised cluster-wide."""
-        start = time.perf_counter()
+        start = self._observe_start()
         answer = await self._call(
             PostgresStore.create_job,
             caller,
@@ -285,26 +269,14 @@ class PostgresJobStore:
         self._observe("create_job", start)
         return answer
 
-    async def record_outcome(self, write: OutcomeWrite, *, ttl: float, now: float) -> Job | None:
-        """Store one outcome, sharing a commit with the other outcomes ready now.
+    async def _store_outcomes(
+        self, writes: Sequence[OutcomeWrite], *, ttl: float, now: float
+    ) -> list[Job | Exception | None]:
+        """:meth:`PostgresStore.record_outcomes`: one statement per write, one commit.
 
-        None (nothing written) also when the job is no longer this runner's (reaped).
-
-        Cancellation: this call cannot be cancelled; it returns (or raises) once the outcome is
-        committed or has failed, and a pending ``Cancelled`` is raised at the caller's next
-        checkpoint.
+        A write answers None (nothing written) also when its job is no longer this runner's.
         """
-        self._start()
-        return await self._group.write((write, ttl, now))
-
-    async def _commit(self, batch: list[_TimedWrite]) -> list[Job | Exception | None]:
-        # One commit, one moment: the first write's (the leader's) ttl and time serve for all.
-        _, ttl, now = batch[0]
-        start = time.perf_counter()
-        answers = await self._call(
-            PostgresStore.record_outcomes, [w for w, _, _ in batch], ttl=ttl, now=now
-        )
-        self._observe("record_outcomes", start)
+        answers = await self._call(PostgresStore.record_outcomes, writes, ttl=ttl, now=now)
         # Jobs whose last outcome this commit stored: their waiters elsewhere may stop. One
         # notification statement per commit that finished a job, queued after it, unawaited.
         finished = [

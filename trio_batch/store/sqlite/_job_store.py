@@ -13,16 +13,15 @@ Two paths to the synchronous :class:`~trio_batch.Store`:
   calls that may wait on a lock or a disk flush (``synchronous=FULL``), big results, purges and
   checkpoints.
 
-Outcome writes are grouped (:class:`~trio_batch.store._group_commit.GroupCommit`): drains whose
-outcomes are ready at the same moment share one transaction, each write atomic in its own
-savepoint.
+Outcome writes are grouped (:class:`~trio_batch.store._face.StoreFace`, which both backends
+share): drains whose outcomes are ready at the same moment share one transaction, each write
+atomic in its own savepoint.
 """
 
 from __future__ import annotations
 
 import contextlib
 import sqlite3
-import time
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from typing import Concatenate, ParamSpec, TypeVar
 
@@ -30,8 +29,8 @@ import trio
 
 from ..._errors import StoreError
 from ..._model import Job, JobState, OutcomeWrite, Result, Target, TargetStatus
-from .._group_commit import GroupCommit
-from .._protocol import ChangeObserver, DrainChanges, StoreCounts, WriteObserver
+from .._face import StoreFace
+from .._protocol import ChangeObserver, DrainChanges, StoreCounts
 from .._thread import StoreThread
 from ._errors import is_lock_error, translate_errors
 from ._lock import RunnerLock
@@ -61,9 +60,6 @@ CHECKPOINT_EVERY = 1000
 
 _NO_CHANGES = DrainChanges()
 
-#: An outcome write with the lease length and the time it was made at.
-_TimedWrite = tuple[OutcomeWrite, float, float]
-
 
 class _Miss:
     """The fast path declined; nothing was done."""
@@ -87,7 +83,7 @@ def _small(result: Result) -> bool:
     )
 
 
-class SQLiteJobStore:
+class SQLiteJobStore(StoreFace):
     """A :class:`~trio_batch.Store` (one SQLite database) as a :class:`~trio_batch.JobStore`.
 
     Get one from :func:`~trio_batch.open_store`, or wrap a store you opened yourself:
@@ -100,24 +96,17 @@ class SQLiteJobStore:
     """
 
     def __init__(self, store: Store, *, owns_store: bool = False) -> None:
+        super().__init__()
         self.store = store
         self.location = store.path
-        self.on_write: WriteObserver | None = None
         self._owns_store = owns_store
         self._thread = StoreThread()
         self._started = False
         self._closed = False
         self._fast: Store | None = None
         self._owns_fast = False
-        self._group: GroupCommit[_TimedWrite, Job | None] = GroupCommit(self._commit)
         self._commits_since_checkpoint = 0
         self._checkpoint_pending = False
-
-    async def __aenter__(self) -> SQLiteJobStore:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
 
     # ----------------------------------------------------------------------------------------
     # Life cycle
@@ -236,16 +225,6 @@ class SQLiteJobStore:
         finally:
             self._checkpoint_pending = False  # one bool, read by the loop thread
 
-    def _observe(self, operation: str, start: float | None) -> None:
-        if self.on_write is not None and start is not None:
-            # An observer's bug must not fail a write that succeeded.
-            with contextlib.suppress(Exception):
-                self.on_write(operation, time.perf_counter() - start)
-
-    def _observe_start(self) -> float | None:
-        """The time an observed write starts at; None (no clock read) if nobody observes."""
-        return None if self.on_write is None else time.perf_counter()
-
     # ----------------------------------------------------------------------------------------
     # JobStore
 
@@ -282,21 +261,10 @@ class SQLiteJobStore:
         self._observe("create_job", start)
         return answer
 
-    async def record_outcome(self, write: OutcomeWrite, *, ttl: float, now: float) -> Job | None:
-        """:meth:`Store.record_outcome`, sharing a commit with the other outcomes ready now.
-
-        Cancellation: this call cannot be cancelled; it returns (or raises) once the outcome is
-        committed or has failed, and a pending ``Cancelled`` is raised at the caller's next
-        checkpoint.
-        """
-        self._start()
-        return await self._group.write((write, ttl, now))
-
-    async def _commit(self, batch: list[_TimedWrite]) -> list[Job | Exception | None]:
-        # One commit, one moment: the first write's (the leader's) ttl and time serve for all.
-        _, ttl, now = batch[0]
-        writes = [write for write, _, _ in batch]
-        start = self._observe_start()
+    async def _store_outcomes(
+        self, writes: Sequence[OutcomeWrite], *, ttl: float, now: float
+    ) -> list[Job | Exception | None]:
+        """:meth:`Store.record_outcomes`: on the fast path when every result is small."""
         with translate_errors(self.store.busy_timeout):
             answers: list[Job | Exception | None] | _Miss = _MISS
             if all(w.result is None or _small(w.result) for w in writes):
@@ -305,7 +273,6 @@ class SQLiteJobStore:
                 answers = await self._thread.run(
                     Store.record_outcomes, self.store, writes, ttl=ttl, now=now
                 )
-        self._observe("record_outcomes", start)
         return answers
 
     async def finish_job(

@@ -1,0 +1,86 @@
+"""What every backend's async face shares: group-committed outcome writes, the write observer,
+and ``async with``.
+
+A backend's :class:`~trio_batch.store.JobStore` subclasses :class:`StoreFace` and supplies
+:meth:`StoreFace._store_outcomes` (one transaction for a batch of writes, one answer each) and
+:meth:`StoreFace.aclose`; the rest of the protocol is its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Sequence
+from typing import Self
+
+from .._model import Job, OutcomeWrite
+from ._group_commit import GroupCommit
+from ._protocol import WriteObserver
+
+__all__ = ["StoreFace"]
+
+#: An outcome write with the lease length and the time it was made at.
+_TimedWrite = tuple[OutcomeWrite, float, float]
+
+
+class StoreFace:
+    """The shared part of a backend's async store; see the module docstring."""
+
+    def __init__(self) -> None:
+        #: See :data:`~trio_batch.store.WriteObserver`; None for no observer.
+        self.on_write: WriteObserver | None = None
+        self._group: GroupCommit[_TimedWrite, Job | None] = GroupCommit(self._commit)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Release the store's connections and threads; it answers no more calls."""
+        raise NotImplementedError
+
+    def _start(self) -> None:
+        """Ready the store for calls from this trio run (a backend may start threads here)."""
+
+    async def record_outcome(self, write: OutcomeWrite, *, ttl: float, now: float) -> Job | None:
+        """Store one outcome, sharing a commit with the other outcomes ready now.
+
+        Answers as the backend's ``record_outcomes`` does for it: the updated job, None (the
+        job is unknown or lapsed, or not this runner's: nothing written), or it raises the
+        error that refused it (such as :class:`~trio_batch.OutcomeExists`).
+
+        Cancellation: this call cannot be cancelled; it returns (or raises) once the outcome is
+        committed or has failed, and a pending ``Cancelled`` is raised at the caller's next
+        checkpoint.
+        """
+        self._start()
+        return await self._group.write((write, ttl, now))
+
+    async def _commit(self, batch: list[_TimedWrite]) -> list[Job | Exception | None]:
+        # One commit, one moment: the first write's (the leader's) ttl and time serve for all.
+        _, ttl, now = batch[0]
+        start = self._observe_start()
+        answers = await self._store_outcomes([write for write, _, _ in batch], ttl=ttl, now=now)
+        self._observe("record_outcomes", start)
+        return answers
+
+    async def _store_outcomes(
+        self, writes: Sequence[OutcomeWrite], *, ttl: float, now: float
+    ) -> list[Job | Exception | None]:
+        """Store ``writes`` in one transaction, each all-or-nothing; one answer per write.
+
+        Must run to completion once called (not be cancellable): see :class:`GroupCommit`.
+        """
+        raise NotImplementedError
+
+    def _observe_start(self) -> float | None:
+        """The time an observed write starts at; None (no clock read) if nobody observes."""
+        return None if self.on_write is None else time.perf_counter()
+
+    def _observe(self, operation: str, start: float | None) -> None:
+        if self.on_write is not None and start is not None:
+            # An observer's bug must not fail a write that succeeded.
+            with contextlib.suppress(Exception):
+                self.on_write(operation, time.perf_counter() - start)
