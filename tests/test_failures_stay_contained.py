@@ -19,6 +19,7 @@ import trio
 
 from trio_batch import (
     Config,
+    Job,
     JobState,
     OutcomeWrite,
     Result,
@@ -26,6 +27,7 @@ from trio_batch import (
     StoreUnavailable,
     Target,
     TargetState,
+    TargetStatus,
     open_runner,
     open_store,
 )
@@ -39,27 +41,38 @@ def _targets(*names: str) -> list[Target]:
     return [Target(f"https://example.test/{name}") for name in names]
 
 
+async def _run_with_first_failing(
+    target: str, error: Exception
+) -> tuple[Job | None, list[TargetStatus]]:
+    """Run a job of two targets on the store ``target`` names; the first raises ``error``."""
+
+    async def fetch(t: Target) -> Result:
+        if t.url.endswith("/first"):
+            raise error
+        return Result("fine")
+
+    store = open_store(target)
+    try:
+        async with open_runner(store, fetch, Config(ttl=100)) as runner:
+            job_id, _ = await runner.submit("alice", "default", _targets("first", "second"))
+            job = await runner.wait(job_id)
+            status = await runner.status(job_id)
+    finally:
+        await store.aclose()
+    assert status is not None
+    return job, status[1]
+
+
 # ---------------------------------------------------------------------------------------------
 # 1. PostgreSQL: a failure text with a NUL byte cannot be stored, and the raw psycopg error
 #    escapes the JobStore; the runner then fails the whole job instead of the one target.
 
 
 async def test_postgres_target_error_with_nul_fails_only_that_target(pg_dsn: str) -> None:
-    async def fetch(target: Target) -> Result:
-        if target.url.endswith("/bad"):
-            raise ValueError("the body had a \x00 byte in it")
-        return Result("fine")
-
-    store = open_store(pg_dsn)
-    try:
-        async with open_runner(store, fetch, Config(ttl=100)) as runner:
-            job_id, _ = await runner.submit("alice", "default", _targets("bad", "good"))
-            job = await runner.wait(job_id)
-            status = await runner.status(job_id)
-    finally:
-        await store.aclose()
-    assert job is not None and status is not None
-    _, targets = status
+    job, targets = await _run_with_first_failing(
+        pg_dsn, ValueError("the body had a \x00 byte in it")
+    )
+    assert job is not None
     # As on SQLite: the one target failed, the next one was fetched, the job is partial.
     assert [t.status for t in targets] == [TargetState.FAILED, TargetState.DONE]
     assert job.status == JobState.PARTIAL, job.error
@@ -123,21 +136,8 @@ class _HintlessError(Exception):
 
 
 async def test_exception_with_unreadable_hint_fails_only_its_target() -> None:
-    async def fetch(target: Target) -> Result:
-        if target.url.endswith("/odd"):
-            raise _HintlessError("boom")
-        return Result("fine")
-
-    store = open_store(":memory:")
-    try:
-        async with open_runner(store, fetch, Config(ttl=100)) as runner:
-            job_id, _ = await runner.submit("alice", "default", _targets("odd", "good"))
-            job = await runner.wait(job_id)
-            status = await runner.status(job_id)
-    finally:
-        await store.aclose()
-    assert job is not None and status is not None
-    _, targets = status
+    job, targets = await _run_with_first_failing(":memory:", _HintlessError("boom"))
+    assert job is not None
     assert [t.status for t in targets] == [TargetState.FAILED, TargetState.DONE]
     assert targets[0].error == "_HintlessError: boom"
     assert job.status == JobState.PARTIAL, job.error
