@@ -411,8 +411,11 @@ async def test_submit_on_a_full_disk_raises_a_clear_error(clock: FakeClock) -> N
 
 
 async def test_transient_io_errors_are_retried(
-    clock: FakeClock, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+    clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # Real trio time (the three waits add up to 0.35 s): an autojump clock leaps to the next
+    # timer (the purge, 300 s on) whenever the loop idles while a store call runs on the
+    # thread, which spent the 30 s of store_retry_for in one leap and failed the job.
     row = table_row("3 transient I/O errors on a write")
     failures = iter([True, True, True])
     real = Store.record_outcomes
