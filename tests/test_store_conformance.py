@@ -7,6 +7,8 @@ The ``job_store`` fixture is parametrised over the backends; a new backend adds 
 
 from __future__ import annotations
 
+import dataclasses
+import pickle
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,7 @@ from trio_batch import (
     Result,
     Target,
     TargetState,
+    TargetStatus,
     TooManyTargets,
     open_store,
 )
@@ -166,6 +169,36 @@ async def test_outcomes_bump_the_lease_and_the_last_sets_the_terminal_status(
     assert targets[0].result == Result("x", {"n": 0})
     assert (targets[1].error, targets[1].hint) == ("Boom: no", "check the URL")
     assert targets[1].finished_at == T0 + 20
+
+
+async def test_targets_read_back_are_plain_target_status_values(job_store: JobStore) -> None:
+    # Stores decode a result only when it is first read (a status read is mostly looked at
+    # for statuses and errors); what comes back must still behave as a TargetStatus value.
+    job, _ = await _create(job_store, n=3)
+    await job_store.record_outcome(_ok(job.id, 0, "<b>x</b>"), ttl=TTL, now=T0 + 1)
+    await job_store.record_outcome(_err(job.id, 1), ttl=TTL, now=T0 + 2)
+    status = await job_store.get_status(job.id, now=T0 + 3)
+    assert status is not None
+    done, failed, pending = status[1]
+    by_hand = TargetStatus(
+        0, "u:0", TargetState.DONE, Result("<b>x</b>", {"n": 0}), None, None,
+        finished_at=T0 + 1, attempts=1,
+    )  # fmt: skip
+    assert done == by_hand and by_hand == done
+    assert repr(done) == repr(by_hand)
+    assert pickle.loads(pickle.dumps(done)) == by_hand
+    assert dataclasses.asdict(done) == dataclasses.asdict(by_hand)
+    assert dataclasses.replace(done, url="u:9") == dataclasses.replace(by_hand, url="u:9")
+    assert done.to_json() == by_hand.to_json()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        done.result = None  # type: ignore[misc]
+    assert done.result == Result("<b>x</b>", {"n": 0})  # the refused assignment changed nothing
+    failed_by_hand = TargetStatus(
+        1, "u:1", TargetState.FAILED, None, "Boom: no", "check the URL",
+        finished_at=T0 + 2, attempts=1,
+    )  # fmt: skip
+    assert failed == failed_by_hand and hash(failed) == hash(failed_by_hand)
+    assert pending.result is None and pending.status is TargetState.RUNNING  # the one due next
 
 
 @pytest.mark.parametrize(

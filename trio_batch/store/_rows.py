@@ -7,6 +7,7 @@ cap refuses it with which message, and how a stored row becomes a :class:`Job` o
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 from collections.abc import Callable, Sequence
@@ -59,26 +60,82 @@ def job_from_row(row: Sequence[Any]) -> Job:
 
 def target_from_row(row: Sequence[Any]) -> TargetStatus:
     """A :class:`TargetStatus` from ``idx, url, status, result, error, hint, options,
-    finished_at, attempts``."""
-    # Called for every row of a status read: positional arguments, no per-row enum call.
+    finished_at, attempts``; its result is decoded when first read (see :class:`StoredTarget`).
+    """
+    # Called for every row of a status read: no per-row enum call, no dataclass __init__ (its
+    # frozen object.__setattr__ per field cost as much as the SQL).
     idx, url, status, result, error, hint, options, finished_at, attempts = row
-    return TargetStatus(
-        idx,
-        url,
-        _TARGET_STATES[status],
-        None if result is None else _result(result),
-        error,
-        hint,
-        options_from_text(options),
-        finished_at,
-        attempts,
-    )
+    target = _new(StoredTarget)
+    _set_idx(target, idx)
+    _set_url(target, url)
+    _set_status(target, _TARGET_STATES[status])
+    if result is None:
+        _set_result(target, None)
+    else:
+        _set_result_text(target, result)
+    _set_error(target, error)
+    _set_hint(target, hint)
+    _set_options(target, options_from_text(options))
+    _set_finished_at(target, finished_at)
+    _set_attempts(target, attempts)
+    return target
 
 
-def _result(text: str) -> Result:
-    # raw_decode: our own compact JSON, without json.loads' checks and whitespace scans.
-    obj = _DECODER.raw_decode(text)[0]
-    return Result(obj["content"], obj["meta"])
+class StoredTarget(TargetStatus):
+    """A :class:`TargetStatus` read from a store: its ``result`` JSON is decoded on first read.
+
+    A status read is mostly looked at for statuses, counts and errors; decoding every result up
+    front cost as much as the query. Otherwise it is a TargetStatus: frozen, and equal to (and
+    hashed as) the TargetStatus with the same fields.
+    """
+
+    __slots__ = ("_result_text",)
+    _result_text: str  # the stored JSON, until the first read decodes it
+
+    @property
+    def result(self) -> Result | None:
+        """The stored result, decoded once."""
+        try:
+            return _get_result(self, StoredTarget)  # type: ignore[no-any-return]
+        except AttributeError:  # not decoded yet
+            obj = _DECODER.raw_decode(self._result_text)[0]  # our own compact JSON
+            value = Result(obj["content"], obj["meta"])
+            _set_result(self, value)
+            return value
+
+    @result.setter
+    def result(self, value: Result | None) -> None:
+        # Reached only through object.__setattr__ (dataclasses.replace, unpickling): the
+        # frozen __setattr__ refuses a plain assignment first.
+        _set_result(self, value)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, TargetStatus):
+            return NotImplemented
+        return _fields_of(self) == _fields_of(other)
+
+    __hash__ = TargetStatus.__hash__
+
+    def __repr__(self) -> str:
+        return TargetStatus.__repr__(self).replace(type(self).__qualname__, "TargetStatus", 1)
+
+
+def _fields_of(target: TargetStatus) -> tuple[Any, ...]:
+    return tuple(getattr(target, name) for name in _TARGET_FIELDS)
+
+
+_TARGET_FIELDS = tuple(f.name for f in dataclasses.fields(TargetStatus))
+_new = object.__new__
+# The slots' own descriptors: they set a frozen instance's fields without its __setattr__.
+_slot = TargetStatus.__dict__
+_get_result = _slot["result"].__get__
+_set_idx, _set_url, _set_status, _set_result, _set_error, _set_hint = (
+    _slot[name].__set__ for name in ("idx", "url", "status", "result", "error", "hint")
+)
+_set_options, _set_finished_at, _set_attempts = (
+    _slot[name].__set__ for name in ("options", "finished_at", "attempts")
+)
+_set_result_text = StoredTarget.__dict__["_result_text"].__set__
 
 
 def dumps(obj: Any) -> str:
