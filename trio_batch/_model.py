@@ -102,7 +102,13 @@ class JobState(StrEnum):
     @property
     def is_live(self) -> bool:
         """True for ``queued`` and ``running``: the job still counts against the caps."""
-        return self in (JobState.QUEUED, JobState.RUNNING)
+        # Identity against module globals: checked several times per stored outcome, and an
+        # enum's class attribute lookup and its Python-level __hash__ cost more than the rest.
+        return self is _QUEUED or self is _RUNNING
+
+
+_QUEUED = JobState.QUEUED
+_RUNNING = JobState.RUNNING
 
 
 class TargetState(StrEnum):

@@ -55,7 +55,13 @@ _DECODER = json.JSONDecoder()
 
 def job_from_row(row: Sequence[Any]) -> Job:
     """A :class:`Job` from a row of the job columns, in the dataclass's order."""
-    return Job(row[0], _JOB_STATES[row[1]], *row[2:])
+    # Read with every stored outcome: set the slots directly rather than through the frozen
+    # dataclass __init__ (an object.__setattr__ per field).
+    job = _new(Job)
+    for set_field, value in zip(_JOB_SETTERS, row, strict=True):
+        set_field(job, value)
+    _set_job_status(job, _JOB_STATES[row[1]])
+    return job
 
 
 def target_from_row(row: Sequence[Any]) -> TargetStatus:
@@ -127,6 +133,8 @@ def _fields_of(target: TargetStatus) -> tuple[Any, ...]:
 _TARGET_FIELDS = tuple(f.name for f in dataclasses.fields(TargetStatus))
 _new = object.__new__
 # The slots' own descriptors: they set a frozen instance's fields without its __setattr__.
+_JOB_SETTERS = tuple(Job.__dict__[f.name].__set__ for f in dataclasses.fields(Job))
+_set_job_status = Job.__dict__["status"].__set__
 _slot = TargetStatus.__dict__
 _get_result = _slot["result"].__get__
 _set_idx, _set_url, _set_status, _set_result, _set_error, _set_hint = (
