@@ -18,6 +18,7 @@ import pytest
 import trio
 import trio.testing
 
+import trio_batch.store._rows
 import trio_batch.store.sqlite._lock
 from trio_batch import (
     BatchError,
@@ -346,3 +347,36 @@ async def test_status_never_reports_two_running_targets(
     assert status is not None
     running = [t.idx for t in status[1] if t.status == TargetState.RUNNING]
     assert len(running) <= 1, f"targets {running} all read as running"
+
+
+# ------------------------------------------------------------------------------------------
+# 8. Status reads decode results when first read; a read sent to the store thread because the
+#    job's results are big must hand them back decoded, or the loop would decode them.
+
+
+async def test_big_results_are_decoded_on_the_store_thread_small_ones_when_read(
+    store: Store, fetch: ScriptedFetch, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    decoded_on_loop: list[bool] = []
+    real_decode = trio_batch.store._rows._decode_result
+
+    def decode(text: str) -> Result:
+        decoded_on_loop.append(_on_loop_thread())
+        return real_decode(text)
+
+    monkeypatch.setattr(trio_batch.store._rows, "_decode_result", decode)
+    fetch.custom["https://example.test/big"] = lambda: Result("z" * (FAST_MAX_RESULTS + 1))
+    async with open_runner(store, fetch, CONFIG, now=clock) as runner:
+        big_id, _ = await runner.submit("alice", "user", urls("big"))
+        small_id, _ = await runner.submit("bob", "user", urls("small"))
+        await runner.wait(big_id)
+        await runner.wait(small_id)
+        big = await runner.status(big_id)
+        assert decoded_on_loop == [False]  # on the store thread, during the read
+        assert big is not None and big[1][0].result == Result("z" * (FAST_MAX_RESULTS + 1))
+        small = await runner.status(small_id)
+        assert decoded_on_loop == [False]  # nothing more: the big one was decoded already
+        assert small is not None and small[1][0].result is not None
+        assert decoded_on_loop == [False, True]  # when read, on the loop: it is small
+        assert small[1][0].result is not None
+        assert decoded_on_loop == [False, True]  # once

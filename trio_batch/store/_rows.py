@@ -64,9 +64,13 @@ def job_from_row(row: Sequence[Any]) -> Job:
     return job
 
 
-def target_from_row(row: Sequence[Any]) -> TargetStatus:
+def target_from_row(row: Sequence[Any], *, decode: bool = True) -> TargetStatus:
     """A :class:`TargetStatus` from ``idx, url, status, result, error, hint, options,
-    finished_at, attempts``; its result is decoded when first read (see :class:`StoredTarget`).
+    finished_at, attempts``.
+
+    With ``decode`` false its result is decoded when first read (see :class:`StoredTarget`):
+    for reads made on the event loop's thread, of small results. A read on a store thread
+    decodes here, so that the loop never decodes a big result.
     """
     # Called for every row of a status read: no per-row enum call, no dataclass __init__ (its
     # frozen object.__setattr__ per field cost as much as the SQL).
@@ -77,6 +81,8 @@ def target_from_row(row: Sequence[Any]) -> TargetStatus:
     _set_status(target, _TARGET_STATES[status])
     if result is None:
         _set_result(target, None)
+    elif decode:
+        _set_result(target, _decode_result(result))
     else:
         _set_result_text(target, result)
     _set_error(target, error)
@@ -104,8 +110,7 @@ class StoredTarget(TargetStatus):
         try:
             return _get_result(self, StoredTarget)  # type: ignore[no-any-return]
         except AttributeError:  # not decoded yet
-            obj = _DECODER.raw_decode(self._result_text)[0]  # our own compact JSON
-            value = Result(obj["content"], obj["meta"])
+            value = _decode_result(self._result_text)
             _set_result(self, value)
             return value
 
@@ -124,6 +129,11 @@ class StoredTarget(TargetStatus):
 
     def __repr__(self) -> str:
         return TargetStatus.__repr__(self).replace(type(self).__qualname__, "TargetStatus", 1)
+
+
+def _decode_result(text: str) -> Result:
+    obj = _DECODER.raw_decode(text)[0]  # our own compact JSON: no whitespace scans needed
+    return Result(obj["content"], obj["meta"])
 
 
 def _fields_of(target: TargetStatus) -> tuple[Any, ...]:

@@ -352,8 +352,9 @@ class Store(Connection):
 
         Returns None if the job is unknown, malformed or its lease has lapsed. The target due
         next in a ``running`` job reads as ``running`` (see the class docstring). With
-        ``max_results_size``, raises :class:`WouldBeSlow`, decoding nothing, if the job's stored
-        results add up to more characters than that.
+        ``max_results_size`` (a read on the event loop's thread), raises :class:`WouldBeSlow`,
+        decoding nothing, if the job's stored results add up to more characters than that;
+        the results, small then, are decoded when first read. Without it, all are decoded here.
         """
         if not is_job_id(job_id):
             return None
@@ -368,7 +369,8 @@ class Store(Connection):
                 raise WouldBeSlow(f"job {job_id} holds {size} characters of results")
             rows = conn.execute(q.GET_TARGETS, (job_id,)).fetchall()
         job = _job(row[:-1])
-        return job, with_running(job, [_target(row) for row in rows])
+        decode = max_results_size is None
+        return job, with_running(job, [_target(row, decode=decode) for row in rows])
 
     def list_jobs(
         self, *, caller: str | None = None, limit: int = 100, now: float | None = None
