@@ -18,11 +18,9 @@ crash; ``synchronous="FULL"`` is the power-safe choice, at several times the cos
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator
 from typing import Self
 
 from sqlite_utils import Database
@@ -175,24 +173,45 @@ class Connection:
         """
         return _Transaction(self)
 
-    @contextlib.contextmanager
-    def _snapshot(self) -> Iterator[None]:
+    def _snapshot(self) -> _Snapshot:
         """Hold the store's lock and read inside one read transaction: one snapshot throughout.
 
         Inside a transaction already, that transaction is the snapshot.
         """
-        conn = self.db.conn
-        with self._lock:
-            own = not conn.in_transaction
-            if own:
+        return _Snapshot(self)
+
+
+class _Snapshot:
+    """The context manager :meth:`Connection._snapshot` returns (a class, as _Transaction)."""
+
+    __slots__ = ("_own", "_store")
+
+    def __init__(self, store: Connection) -> None:
+        self._store = store
+        self._own = False
+
+    def __enter__(self) -> None:
+        store = self._store
+        conn = store.db.conn
+        store._lock.acquire()
+        try:
+            self._own = not conn.in_transaction
+            if self._own:
                 conn.execute("BEGIN")
-            try:
-                yield
-            finally:
-                # As in transaction(): an I/O error may have rolled the transaction back
-                # already, and a COMMIT then would hide that error behind its own.
-                if own and conn.in_transaction:
-                    conn.execute("COMMIT")
+        except BaseException:
+            store._lock.release()
+            raise
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        store = self._store
+        conn = store.db.conn
+        try:
+            # As in transaction(): an I/O error may have rolled the transaction back already,
+            # and a COMMIT then would hide that error behind its own.
+            if self._own and conn.in_transaction:
+                conn.execute("COMMIT")
+        finally:
+            store._lock.release()
 
 
 class _Transaction:
