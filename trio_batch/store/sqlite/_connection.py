@@ -138,8 +138,10 @@ class Connection:
 
         ``TRUNCATE`` (the default) takes the write lock, copies everything, and empties the
         WAL file, so it cannot grow without end under a steady stream of commits; it waits up
-        to the busy timeout for other connections' readers and writers. ``PASSIVE`` never
-        waits, but under constant writes it may never get to restart the WAL.
+        to the busy timeout for other connections' readers and writers. ``RESTART`` does the
+        same but keeps the file's size (up to the journal size limit) for the next writes to
+        reuse. ``PASSIVE`` never waits, but under constant writes it may never get to restart
+        the WAL.
         """
         if mode not in ("PASSIVE", "FULL", "RESTART", "TRUNCATE"):
             raise ValueError(f"unknown checkpoint mode {mode!r}")

@@ -211,17 +211,20 @@ class SQLiteJobStore(StoreFace):
         self._commits_since_checkpoint += 1
         if self._commits_since_checkpoint >= CHECKPOINT_EVERY and self._owns_fast:
             self._commits_since_checkpoint = 0
-            # TRUNCATE: a passive checkpoint racing constant writes never restarts the WAL, so
-            # it would grow without end. Until it is done, calls go to the thread and queue
-            # behind it, so it gets the lock at once instead of racing the loop for it.
+            # RESTART: a passive checkpoint racing constant writes never restarts the WAL, so
+            # it would grow without end. (Not TRUNCATE: growing the emptied file again made
+            # every outcome write 20% slower.) Until it is done, calls go to the thread and
+            # queue behind it, so it gets the lock at once instead of racing the loop for it.
             self._checkpoint_pending = True
             self._thread.run_soon(self._checkpoint)
         return result
 
     def _checkpoint(self) -> None:
-        """On the store thread: empty the WAL, then let the fast path go on."""
+        """On the store thread: copy the WAL into the database and restart it from its
+        beginning (its file keeps its size, up to the journal size limit), then let the fast
+        path go on."""
         try:
-            self.store.checkpoint("TRUNCATE")
+            self.store.checkpoint("RESTART")
         finally:
             self._checkpoint_pending = False  # one bool, read by the loop thread
 
