@@ -15,10 +15,12 @@ from starlette.datastructures import Headers
 
 from trio_batch import Result, Target
 from trio_batch.http import Caller, TokenAuth
+from trio_batch.http._dashboard import DASHBOARD_HEADERS
+from trio_batch.http._headers import API_HEADERS
 
 from .conftest import FakeClock, ScriptedFetch
 from .http_fixtures import ALICE, BOB, REPO, sse_events, start_server
-from .test_http import auth, problem, running
+from .test_http import auth, body, problem, running
 
 
 def metric(text: str, name: str, **labels: str) -> float:
@@ -355,3 +357,40 @@ async def test_the_job_view_stays_small_and_results_are_read_one_by_one(
         for idx in ("-1", "²", "x", "9" * 12):
             r = await svc.client.get(f"/v1/batches/{job_id}/targets/{idx}", headers=auth())
             problem(r, 404, "not-found")
+
+
+async def test_every_answer_forbids_sniffing_framing_and_shared_caching(
+    tmp_path: Path, fetch: ScriptedFetch, clock: FakeClock
+) -> None:
+    # Results are untrusted content: no answer of the API may be sniffed as HTML, framed or
+    # cached by a proxy, whichever route, error or middleware produced it.
+    exploding = ExplodingAuth({ALICE: Caller("alice", "user"), BOB: Caller("bob", "user")})
+    async with running(tmp_path, fetch, clock, auth=exploding) as svc:
+        c = svc.client
+        submitted = await c.post("/v1/batches", json=body("a"), headers=auth())
+        job_id = submitted.json()["id"]
+        answers = {
+            "submit": submitted,
+            "job": await c.get(f"/v1/batches/{job_id}", headers=auth()),
+            "list": await c.get("/v1/batches", headers=auth()),
+            "404": await c.get("/v1/batches/nope", headers=auth()),
+            "401": await c.get("/v1/batches"),
+            "405": await c.put("/v1/batches", headers=auth()),
+            "500": await c.get("/v1/batches/x", headers=auth() | {"X-Boom": "1"}),
+            "healthz": await c.get("/healthz"),
+            "metrics": await c.get("/metrics"),
+            "openapi": await c.get("/openapi.json"),
+            "unmatched": await c.get("/nowhere"),
+        }
+        async with c.stream("GET", f"/v1/batches/{job_id}/events", headers=auth()) as stream:
+            answers["events"] = stream
+        dashboard = await c.get("/ui/")
+    assert answers["500"].status_code == 500  # Starlette's error middleware answered it
+    for name, r in answers.items():
+        for header, value in API_HEADERS.items():
+            assert r.headers.get(header) == value, (name, header, r.headers)
+    # The dashboard keeps its own, stricter policy rather than the API's.
+    assert (
+        dashboard.headers["content-security-policy"] == DASHBOARD_HEADERS["Content-Security-Policy"]
+    )
+    assert dashboard.headers["x-content-type-options"] == "nosniff"

@@ -37,6 +37,7 @@ from ._bodies import (
 )
 from ._dashboard import dashboard_routes
 from ._events import EventStream
+from ._headers import SecurityHeaders
 from ._metrics import RequestCounter
 from ._openapi import openapi_document
 from ._problems import Problem, not_found, problem_for, problem_for_http
@@ -254,7 +255,10 @@ def create_app(
             HTTPException: on_http_exception,
             Exception: on_server_error,
         },
-        middleware=[Middleware(RequestCounter, metrics=service.metrics)],
+        middleware=[
+            Middleware(SecurityHeaders),
+            Middleware(RequestCounter, metrics=service.metrics),
+        ],
         lifespan=lifespan,
     )
     # Starlette would answer /metrics/ with a redirect whose Location it builds from the Host

@@ -21,6 +21,7 @@ from .._errors import (
     StoreError,
     TooManyTargets,
 )
+from ._headers import API_HEADERS
 
 __all__ = [
     "PROBLEMS",
@@ -67,9 +68,10 @@ class Problem(Exception):
             "detail": self.detail,
             **self.extra,
         }
-        return JSONResponse(
-            body, status_code=self.status, headers=self.headers, media_type=PROBLEM_JSON
-        )
+        # The security headers too: a 500 is sent by Starlette's error middleware, outside
+        # the middleware that adds them to every other answer.
+        headers = {**API_HEADERS, **self.headers}
+        return JSONResponse(body, status_code=self.status, headers=headers, media_type=PROBLEM_JSON)
 
 
 class ProblemType(NamedTuple):
