@@ -14,7 +14,7 @@ import trio
 from starlette.datastructures import Headers
 
 from trio_batch import Result, Target
-from trio_batch.http import Caller, TokenAuth
+from trio_batch.http import Caller, HeaderAuth, TokenAuth
 from trio_batch.http._dashboard import DASHBOARD_HEADERS
 from trio_batch.http._headers import API_HEADERS
 
@@ -394,3 +394,36 @@ async def test_every_answer_forbids_sniffing_framing_and_shared_caching(
         dashboard.headers["content-security-policy"] == DASHBOARD_HEADERS["Content-Security-Policy"]
     )
     assert dashboard.headers["x-content-type-options"] == "nosniff"
+
+
+@pytest.mark.parametrize("site", ["cross-site", "same-site"])
+async def test_changes_another_site_makes_through_the_browser_are_refused(
+    tmp_path: Path, fetch: ScriptedFetch, clock: FakeClock, site: str
+) -> None:
+    """Behind a gateway that adds the caller from a cookie (--caller-header), a page on another
+    site could make the user's browser cancel a job: a bodiless POST needs no preflight."""
+    gate, go = fetch.gate("https://example.test/slow")
+    async with running(tmp_path, fetch, clock, auth=HeaderAuth("X-User")) as svc:
+        c = svc.client
+        user = {"X-User": "alice", "Content-Type": "application/json"}
+        foreign = user | {"Sec-Fetch-Site": site}
+        r = await c.post("/v1/batches", json=body("a"), headers=foreign)
+        assert "Sec-Fetch-Site" in problem(r, 403, "cross-site")["detail"]
+        own = user | {"Sec-Fetch-Site": "same-origin"}
+        r = await c.post("/v1/batches", json=body("slow", "b"), headers=own)
+        assert r.status_code == 201
+        job_id = r.json()["id"]
+        await gate.wait()
+        bare = {"X-User": "alice", "Sec-Fetch-Site": site}  # no body, no Content-Type
+        problem(await c.post(f"/v1/batches/{job_id}/cancel", headers=bare), 403, "cross-site")
+        problem(await c.delete(f"/v1/batches/{job_id}", headers=bare), 403, "cross-site")
+        r = await c.get(f"/v1/batches/{job_id}", headers=bare)  # a read changes nothing
+        assert r.status_code == 200 and r.json()["status"] == "running"
+        go.set()
+        async with c.stream("GET", f"/v1/batches/{job_id}/events", headers=user) as stream:
+            final = [event async for event in sse_events(stream) if event["event"] == "job"]
+        assert final[0]["data"]["status"] == "done"  # the refused cancel did nothing
+        # A client that is not a browser sends no Sec-Fetch-Site and is served as before.
+        r = await c.delete(f"/v1/batches/{job_id}", headers={"X-User": "alice"})
+        assert r.status_code == 204
+    assert fetch.calls == ["https://example.test/slow", "https://example.test/b"]

@@ -28,6 +28,7 @@ _RETRY_AFTER = {
     "description": "Seconds to wait before trying again.",
     "schema": {"type": "string", "pattern": "^[0-9]+$"},
 }
+_CROSS_SITE = _problem("The browser says another site made the request (Sec-Fetch-Site).")
 _UNAUTHORIZED = _problem(
     "Missing or invalid credentials.",
     **{"WWW-Authenticate": {"schema": {"type": "string"}}},
@@ -321,7 +322,10 @@ def openapi_document(*, auth_header: str | None = None) -> dict[str, Any]:
                         },
                         "400": _problem("The body is not JSON."),
                         "401": _UNAUTHORIZED,
-                        "403": _problem("caller_class differs from the one the credentials grant."),
+                        "403": _problem(
+                            "caller_class differs from the one the credentials grant, or the "
+                            "browser says another site made the request (Sec-Fetch-Site)."
+                        ),
                         "408": _problem("The body did not arrive in time (--body-timeout)."),
                         "413": _problem("The body is larger than the service accepts."),
                         "415": _problem("The Content-Type is not JSON."),
@@ -362,6 +366,7 @@ def openapi_document(*, auth_header: str | None = None) -> dict[str, Any]:
                     "responses": {
                         "204": {"description": "The job and its results are deleted."},
                         "401": _UNAUTHORIZED,
+                        "403": _CROSS_SITE,
                         "404": _NOT_FOUND,
                         "409": _problem("The job is live: cancel it and wait for it to end."),
                         "503": _UNAVAILABLE,
@@ -405,6 +410,7 @@ def openapi_document(*, auth_header: str | None = None) -> dict[str, Any]:
                             "content": {"application/json": {"schema": _ref("Job")}},
                         },
                         "401": _UNAUTHORIZED,
+                        "403": _CROSS_SITE,
                         "404": _NOT_FOUND,
                         "409": _problem("The job has already finished."),
                         "415": _problem("A Content-Type was sent and it is not JSON."),

@@ -19,6 +19,9 @@ from ._problems import Problem, not_found
 
 __all__ = ["Service"]
 
+#: Methods that change nothing; any other is refused when another site makes it.
+_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
 
 @dataclass(eq=False)
 class Service:
@@ -50,7 +53,24 @@ class Service:
         self.stopping.set()
 
     def caller(self, request: Request) -> Caller:
-        """Who ``request`` comes from; raises a 401 problem if its credentials name no one."""
+        """Who ``request`` comes from; raises a 401 problem if its credentials name no one.
+
+        A request that would change something and that the browser labels as made by another
+        site is refused first (403): behind a gateway that adds the user's identity from a
+        cookie (``--caller-header``), a page elsewhere could otherwise cancel the user's jobs
+        with a bodiless POST, which needs no CORS preflight. Clients that are not browsers send
+        no ``Sec-Fetch-Site`` and are not affected.
+        """
+        if request.method not in _SAFE_METHODS:
+            site = request.headers.get("sec-fetch-site", "").strip().lower()
+            if site in ("cross-site", "same-site"):
+                raise Problem(
+                    403,
+                    "cross-site",
+                    "Forbidden",
+                    f"the browser says another site made this request (Sec-Fetch-Site: {site}); "
+                    "use the service's own pages or a client that is not a browser",
+                )
         caller = self.auth.authenticate(request.headers)
         if caller is None:
             raise Problem(
