@@ -68,14 +68,19 @@ async def sse_events(
 
 
 def start_server(
-    tmp_path: Path, *extra: str, fetch: str | None = "tests.http_fixtures:fetch"
+    tmp_path: Path,
+    *extra: str,
+    fetch: str | None = "tests.http_fixtures:fetch",
+    caller_header: str | None = None,
 ) -> tuple[subprocess.Popen[str], str]:
     """Start ``trio-batch serve`` on a free port; returns the process and its URL.
 
-    ``fetch`` is the ``--fetch`` function; None serves with the built-in fetcher.
+    ``fetch`` is the ``--fetch`` function; None serves with the built-in fetcher. Callers are
+    ALICE's and BOB's tokens, or with ``caller_header`` whoever that header names.
     """
     tokens = tmp_path / "tokens"
     tokens.write_text(f"{ALICE} alice user\n{BOB} bob user\n")
+    who = ["--tokens", str(tokens)] if caller_header is None else ["--caller-header", caller_header]
     proc = subprocess.Popen(
         [
             str(Path(sys.executable).with_name("trio-batch")),  # the installed console script
@@ -84,8 +89,7 @@ def start_server(
             str(tmp_path / "jobs.db"),
             "--bind",
             "127.0.0.1:0",
-            "--tokens",
-            str(tokens),
+            *who,
             *(("--fetch", fetch) if fetch is not None else ()),
             *extra,
         ],

@@ -67,8 +67,10 @@ def serve(tmp_path: Path) -> Iterator[ServeFactory]:
     """Start ``trio-batch serve`` (built-in fetcher, loopback allowed); returns its URL."""
     procs = []
 
-    def start(*extra: str) -> str:
-        proc, url = start_server(tmp_path, "--allow-private", *extra, fetch=None)
+    def start(*extra: str, caller_header: str | None = None) -> str:
+        proc, url = start_server(
+            tmp_path, "--allow-private", *extra, fetch=None, caller_header=caller_header
+        )
         procs.append(proc)
         return url
 
@@ -216,6 +218,7 @@ def test_sign_in_submit_and_watch_the_job_finish_live(
     expect(page.locator("#sign-in-error")).to_have_text("The service does not know that token.")
     sign_in(page, base)
     expect(page.locator("#jobs-empty")).to_be_visible()
+    signed_in_at = len(requests)
 
     job_id = submit(
         page,
@@ -250,9 +253,9 @@ def test_sign_in_submit_and_watch_the_job_finish_live(
     expect(item).to_contain_text("4 done · 0 failed · 0 pending of 4")
 
     # The token went only in the Authorization header: never in a URL, never as a cookie.
-    api_requests = [(url, headers) for url, headers in requests if "/v1/" in url]
+    api_requests = [(url, headers) for url, headers in requests[signed_in_at:] if "/v1/" in url]
     assert api_requests
-    assert all(headers.get("authorization") == f"Bearer {ALICE}" for _, headers in api_requests[1:])
+    assert all(headers.get("authorization") == f"Bearer {ALICE}" for _, headers in api_requests)
     assert not any(ALICE in url for url, _ in requests)
     assert page.context.cookies() == []
 
@@ -262,6 +265,30 @@ def test_sign_in_submit_and_watch_the_job_finish_live(
     page.goto(f"{base}/ui/#/jobs/{job_id}")  # a signed-out tab shows nothing of the job
     expect(page.locator("#sign-in-view")).to_be_visible()
     expect(page.locator("#job-view")).to_be_hidden()
+
+
+def test_behind_a_gateway_that_names_the_caller_no_token_is_asked_for(
+    serve: ServeFactory, server: LocalServer, new_page: Pages
+) -> None:
+    base = serve(caller_header="X-User")
+    # What the gateway does: name the signed-in user in every request it passes on.
+    page = new_page(extra_http_headers={"X-User": "alice"})
+    page.goto(base + "/")
+    expect(page.locator("#jobs-view")).to_be_visible()
+    expect(page.locator("#who")).to_have_text("signed in by the gateway")
+    expect(page.locator("#sign-out")).to_be_hidden()  # the gateway signs people out
+    job_id = submit(page, server.url("/text.txt"))
+    status(page).to_have_text("done")
+    assert page.evaluate("Object.keys(sessionStorage)") == []  # no token was needed or kept
+    with httpx.Client(base_url=base) as client:
+        assert client.get(f"/v1/batches/{job_id}", headers={"X-User": "alice"}).is_success
+        assert client.get(f"/v1/batches/{job_id}", headers={"X-User": "bob"}).status_code == 404
+
+    # Without the gateway's header the service knows no one: the page asks for a token.
+    stranger = new_page()
+    stranger.goto(base + "/")
+    expect(stranger.locator("#sign-in-view")).to_be_visible()
+    expect(stranger.locator("#who")).to_have_text("")
 
 
 def test_cancel_a_live_job(serve: ServeFactory, server: LocalServer, new_page: Pages) -> None:

@@ -7,6 +7,9 @@
 // - The token lives in this tab's sessionStorage and travels only in the Authorization header
 //   (never in a URL or a cookie). The event stream is read with fetch() for that reason:
 //   EventSource cannot send headers.
+// - Behind a gateway that names the caller itself (serve --caller-header), no token is asked
+//   for: the page finds out by reading one job without one, and sends the gateway its own
+//   cookies (same origin only).
 "use strict";
 
 const TOKEN_KEY = "trio-batch.token";
@@ -75,17 +78,34 @@ function badge(node, status) {
 class SignedOut extends Error {}
 
 const token = () => sessionStorage.getItem(TOKEN_KEY);
+let byGateway = false; // the service knows the caller without a token (serve --caller-header)
 
-/** fetch() with the bearer token; a 401 signs the tab out. */
+/** fetch() with the bearer token, if any; a 401 signs the tab out. */
 async function api(path, init = {}) {
   const headers = new Headers(init.headers || {});
-  headers.set("Authorization", `Bearer ${token()}`);
-  const res = await fetch(path, { ...init, headers, cache: "no-store", credentials: "omit" });
+  const bearer = token();
+  if (bearer !== null) headers.set("Authorization", `Bearer ${bearer}`);
+  const res = await fetch(path, { ...init, headers, cache: "no-store", credentials: "same-origin" });
   if (res.status === 401) {
-    signOut("The service did not accept the token; sign in again.");
+    byGateway = false;
+    signOut(
+      bearer !== null
+        ? "The service did not accept the token; sign in again."
+        : "The gateway in front of the service no longer names you; sign in again.",
+    );
     throw new SignedOut();
   }
   return res;
+}
+
+/** Whether the service answers without a token: a gateway in front of it names the caller. */
+async function probeGateway() {
+  try {
+    const res = await fetch("/v1/batches?limit=1", { cache: "no-store", credentials: "same-origin" });
+    byGateway = res.ok;
+  } catch {
+    byGateway = false;
+  }
 }
 
 async function body(res) {
@@ -115,7 +135,7 @@ async function signIn(event) {
   const res = await fetch("/v1/batches?limit=1", {
     headers: { Authorization: `Bearer ${value}` },
     cache: "no-store",
-    credentials: "omit",
+    credentials: "same-origin",
   });
   if (res.status === 401) {
     $("sign-in-error").textContent = "The service does not know that token.";
@@ -545,9 +565,9 @@ function reportError(err) {
 }
 
 function route() {
-  const signedIn = token() !== null;
-  $("sign-out").hidden = !signedIn;
-  $("who").textContent = signedIn ? "signed in" : "";
+  const signedIn = byGateway || token() !== null;
+  $("sign-out").hidden = !signedIn || byGateway; // the gateway signs people out, not this page
+  $("who").textContent = byGateway ? "signed in by the gateway" : signedIn ? "signed in" : "";
   if (!signedIn) {
     stopStream();
     showOnly("sign-in-view");
@@ -580,5 +600,6 @@ document.addEventListener("DOMContentLoaded", () => {
     pendingNotice = "";
     route();
   });
-  route();
+  if (token() === null) probeGateway().finally(route);
+  else route();
 });
