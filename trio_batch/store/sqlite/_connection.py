@@ -183,26 +183,46 @@ class Connection:
         return _Snapshot(self)
 
 
-class _Snapshot:
-    """The context manager :meth:`Connection._snapshot` returns (a class, as _Transaction)."""
+class _Locked:
+    """A block that holds the store's lock, and begins what it must once it holds it.
 
-    __slots__ = ("_own", "_store")
+    The store's context managers are classes rather than ``@contextmanager`` generators: they
+    wrap every outcome write and status read, and a generator costs several microseconds more.
+    """
+
+    __slots__ = ("_flag", "_store")
 
     def __init__(self, store: Connection) -> None:
         self._store = store
-        self._own = False
+        self._flag = False
 
-    def __enter__(self) -> None:
+    def _lock_and_begin(self) -> None:
         store = self._store
-        conn = store.db.conn
         store._lock.acquire()
         try:
-            self._own = not conn.in_transaction
-            if self._own:
-                conn.execute("BEGIN")
+            self._flag = self._begin(store.db.conn)  # straight to sqlite3
         except BaseException:
             store._lock.release()
             raise
+
+    def _begin(self, conn: sqlite3.Connection) -> bool:
+        raise NotImplementedError
+
+
+class _Snapshot(_Locked):
+    """The context manager :meth:`Connection._snapshot` returns."""
+
+    __slots__ = ()
+
+    def _begin(self, conn: sqlite3.Connection) -> bool:
+        """Begin a read transaction unless one is open; True if this block owns it."""
+        own = not conn.in_transaction
+        if own:
+            conn.execute("BEGIN")
+        return own
+
+    def __enter__(self) -> None:
+        self._lock_and_begin()
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         store = self._store
@@ -210,42 +230,32 @@ class _Snapshot:
         try:
             # As in transaction(): an I/O error may have rolled the transaction back already,
             # and a COMMIT then would hide that error behind its own.
-            if self._own and conn.in_transaction:
+            if self._flag and conn.in_transaction:
                 conn.execute("COMMIT")
         finally:
             store._lock.release()
 
 
-class _Transaction:
-    """The context manager :meth:`Connection.transaction` returns.
+class _Transaction(_Locked):
+    """The context manager :meth:`Connection.transaction` returns."""
 
-    A class rather than a ``@contextmanager`` generator: it wraps every outcome write, and a
-    generator costs several microseconds more per use.
-    """
+    __slots__ = ()
 
-    __slots__ = ("_nested", "_store")
-
-    def __init__(self, store: Connection) -> None:
-        self._store = store
-        self._nested = False
+    def _begin(self, conn: sqlite3.Connection) -> bool:
+        """Begin the write transaction, or a savepoint inside one; True for a savepoint."""
+        nested = conn.in_transaction
+        conn.execute("SAVEPOINT nested" if nested else "BEGIN IMMEDIATE")
+        return nested
 
     def __enter__(self) -> Database:
-        store = self._store
-        conn = store.db.conn  # straight to sqlite3: this wraps every write
-        store._lock.acquire()
-        try:
-            self._nested = conn.in_transaction
-            conn.execute("SAVEPOINT nested" if self._nested else "BEGIN IMMEDIATE")
-        except BaseException:
-            store._lock.release()
-            raise
-        return store.db
+        self._lock_and_begin()
+        return self._store.db
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         store = self._store
         conn = store.db.conn
         try:
-            if self._nested:
+            if self._flag:  # nested: a savepoint
                 if exc_type is None:
                     conn.execute("RELEASE nested")
                 elif conn.in_transaction:
