@@ -19,8 +19,9 @@ import trio
 
 from ._config import Config
 from ._drain import _Drain
-from ._model import Result, Target, safe_text
+from ._model import Result, Target
 from ._retry import RetryNotice, is_retryable, retry_after_of
+from ._text import safe_text
 
 __all__ = ["Attempts", "Failure", "FetchFunc", "failure_from_exception"]
 

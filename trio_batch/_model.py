@@ -20,6 +20,7 @@ from json.encoder import encode_basestring_ascii
 from typing import Any
 
 from ._errors import InvalidRequest, InvalidTargets
+from ._text import json_type, safe_text, unknown_keys
 
 __all__ = [
     "Job",
@@ -34,7 +35,6 @@ __all__ = [
     "idem_key",
     "is_job_id",
     "new_job_id",
-    "parse_count",
     "with_running",
 ]
 
@@ -44,8 +44,6 @@ MAX_URL_LENGTH = 8192
 MAX_OPTION_LENGTH = 8192
 #: Longest caller or caller-class name.
 MAX_CALLER_LENGTH = 256
-#: Longest error or hint text stored for a target.
-MAX_ERROR_LENGTH = 4096
 
 
 # --------------------------------------------------------------------------------------------
@@ -72,17 +70,6 @@ def new_job_id() -> str:
 def is_job_id(value: object) -> bool:
     """True if ``value`` has the shape of a job id (it may still be unknown)."""
     return isinstance(value, str) and _JOB_ID.fullmatch(value) is not None
-
-
-def parse_count(text: str, *, max_digits: int = 18) -> int | None:
-    """The number ``text`` spells in ASCII digits (``0-9`` only), or None if it is not one.
-
-    ``str.isdigit`` also accepts ``²`` or ``٣``, which ``int`` then rejects or reads; header,
-    path and option values are parsed with this instead. Longer than ``max_digits``: None.
-    """
-    if not 0 < len(text) <= max_digits or not text.isascii() or not text.isdigit():
-        return None
-    return int(text)
 
 
 # --------------------------------------------------------------------------------------------
@@ -176,7 +163,7 @@ class Options:
         Raises :class:`InvalidTargets` for a non-object, an unknown key or a wrongly typed value.
         """
         if not isinstance(obj, Mapping):
-            raise InvalidTargets(f"options must be a JSON object, not {_json_type(obj)}")
+            raise InvalidTargets(f"options must be a JSON object, not {json_type(obj)}")
         known = [name for name, _ in _OPTION_DEFAULTS]
         unknown = unknown_keys(obj, known)
         if unknown:
@@ -230,7 +217,7 @@ class Target:
         typed option raises :class:`InvalidTargets`.
         """
         if not isinstance(obj, Mapping):
-            raise InvalidTargets(f"a target must be a JSON object, not {_json_type(obj)}")
+            raise InvalidTargets(f"a target must be a JSON object, not {json_type(obj)}")
         unknown = unknown_keys(obj, ("url", "options"))
         if unknown:
             raise InvalidTargets(
@@ -240,7 +227,7 @@ class Target:
             raise InvalidTargets("a target needs a 'url'")
         url = obj["url"]
         if not isinstance(url, str):
-            raise InvalidTargets(f"url must be a string, not {_json_type(url)}")
+            raise InvalidTargets(f"url must be a string, not {json_type(url)}")
         options = Options.from_json(obj["options"]) if "options" in obj else DEFAULT_OPTIONS
         return cls(url, options)
 
@@ -251,39 +238,6 @@ class Target:
         if options:
             out["options"] = options
         return out
-
-
-def unknown_keys(obj: Mapping[Any, Any], known: Sequence[str]) -> str:
-    """The keys of ``obj`` outside ``known``, sorted and quoted for a message; "" if none."""
-    return ", ".join(repr(k) for k in sorted(map(str, obj)) if k not in known)
-
-
-def safe_text(value: object, limit: int = MAX_ERROR_LENGTH) -> str:
-    """Render ``value`` as text every store keeps: never raises, bounded length, no lone
-    surrogates, and no NUL (PostgreSQL's text refuses it): a NUL reads ``\\x00``."""
-    try:
-        text = value if isinstance(value, str) else str(value)
-    except Exception:  # a hostile __str__ must not take the runner down
-        text = f"<unprintable {type(value).__name__}>"
-    text = text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _json_type(obj: object) -> str:
-    """Name ``obj``'s type the way a JSON author would."""
-    if obj is None:
-        return "null"
-    if isinstance(obj, bool):
-        return "a boolean"
-    if isinstance(obj, int | float):
-        return "a number"
-    if isinstance(obj, str):
-        return "a string"
-    if isinstance(obj, Mapping):
-        return "an object"
-    if isinstance(obj, list | tuple):
-        return "an array"
-    return type(obj).__name__
 
 
 class _CheckedTargets(tuple[Target, ...]):

@@ -33,10 +33,10 @@ from ._model import (
     check_targets,
     is_job_id,
     new_job_id,
-    safe_text,
     with_running,
 )
 from ._retry import RetryNotice
+from ._text import safe_text
 from .store import JobStore
 
 T = TypeVar("T")

@@ -21,7 +21,8 @@ import httpx
 import trio
 
 from .. import __version__
-from .._model import Result, Target, parse_count
+from .._model import Result, Target
+from .._text import parse_count
 from ._body import Body
 from ._bounded import process_bounded
 from ._errors import (

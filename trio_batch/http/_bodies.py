@@ -12,16 +12,8 @@ from starlette.requests import Request
 from .._config import Config
 from .._errors import InvalidRequest, InvalidTargets, TooManyTargets
 from .._json import STRICT_JSON
-from .._model import (
-    Job,
-    Target,
-    TargetState,
-    TargetStatus,
-    check_caller,
-    is_job_id,
-    parse_count,
-    unknown_keys,
-)
+from .._model import Job, Target, TargetState, TargetStatus, check_caller, is_job_id
+from .._text import parse_count, unknown_keys
 from ._auth import DEFAULT_CALLER_CLASS, Caller
 from ._problems import Problem
 

@@ -29,8 +29,8 @@ from .._model import (
     idem_key,
     is_job_id,
     new_job_id,
-    safe_text,
 )
+from .._text import safe_text
 
 __all__ = [
     "NewJob",

@@ -1,0 +1,58 @@
+"""Text the model and the front ends share: strict numbers, safe error text, JSON type names.
+
+Pure functions of their arguments, with no knowledge of jobs or stores.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["MAX_ERROR_LENGTH", "json_type", "parse_count", "safe_text", "unknown_keys"]
+
+#: Longest error or hint text stored for a target.
+MAX_ERROR_LENGTH = 4096
+
+
+def parse_count(text: str, *, max_digits: int = 18) -> int | None:
+    """The number ``text`` spells in ASCII digits (``0-9`` only), or None if it is not one.
+
+    ``str.isdigit`` also accepts ``²`` or ``٣``, which ``int`` then rejects or reads; header,
+    path and option values are parsed with this instead. Longer than ``max_digits``: None.
+    """
+    if not 0 < len(text) <= max_digits or not text.isascii() or not text.isdigit():
+        return None
+    return int(text)
+
+
+def unknown_keys(obj: Mapping[Any, Any], known: Sequence[str]) -> str:
+    """The keys of ``obj`` outside ``known``, sorted and quoted for a message; "" if none."""
+    return ", ".join(repr(k) for k in sorted(map(str, obj)) if k not in known)
+
+
+def safe_text(value: object, limit: int = MAX_ERROR_LENGTH) -> str:
+    """Render ``value`` as text every store keeps: never raises, bounded length, no lone
+    surrogates, and no NUL (PostgreSQL's text refuses it): a NUL reads ``\\x00``."""
+    try:
+        text = value if isinstance(value, str) else str(value)
+    except Exception:  # a hostile __str__ must not take the runner down
+        text = f"<unprintable {type(value).__name__}>"
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def json_type(obj: object) -> str:
+    """Name ``obj``'s type the way a JSON author would."""
+    if obj is None:
+        return "null"
+    if isinstance(obj, bool):
+        return "a boolean"
+    if isinstance(obj, int | float):
+        return "a number"
+    if isinstance(obj, str):
+        return "a string"
+    if isinstance(obj, Mapping):
+        return "an object"
+    if isinstance(obj, list | tuple):
+        return "an array"
+    return type(obj).__name__
