@@ -12,6 +12,7 @@ from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 import trio
 
+from ._command_options import EXIT_BUSY  # shared with serve, which exits the same way
 from ._errors import StoreError
 from ._model import TargetStatus
 from .store import JobStore, open_store
@@ -48,10 +49,6 @@ EXIT_FAILED = 1
 
 
 EXIT_USAGE = 2
-
-
-#: Another run holds the database: nothing was submitted, unlike 1 (a job that ran and failed).
-EXIT_BUSY = 3
 
 
 EXIT_CANCELLED = 130

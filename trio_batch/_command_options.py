@@ -7,8 +7,11 @@ import argparse
 from ._config import COMMAND_TARGET_TIMEOUT
 from ._retry import RetryPolicy
 
-__all__ = ["COMMAND_RETRIES", "add_fetch_limits", "retry_policy"]
+__all__ = ["COMMAND_RETRIES", "EXIT_BUSY", "add_fetch_limits", "retry_policy"]
 
+#: Exit code of ``run`` and ``serve`` when another runner holds the database: nothing was
+#: submitted or served (unlike 1, a job that ran and failed, or another start-up failure).
+EXIT_BUSY = 3
 #: Retries of a target whose attempt failed with a transient error, unless told otherwise.
 COMMAND_RETRIES = 2
 #: How the commands space their retries: 1 s, then 2 s, ... at most 30 s, a server's

@@ -14,9 +14,9 @@ from typing import cast
 import trio
 from starlette.applications import Starlette
 
-from .._command_options import add_fetch_limits, retry_policy
+from .._command_options import EXIT_BUSY, add_fetch_limits, retry_policy
 from .._config import Config
-from .._errors import StoreError
+from .._errors import StoreError, StoreLocked
 from ..fetchers import builtin_fetch, load_fetch
 from ._app import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY, create_app
 from ._auth import Auth, HeaderAuth, TokenAuth
@@ -174,8 +174,8 @@ def run_serve(args: argparse.Namespace) -> int:
     Blocks until SIGINT or SIGTERM, then shuts down cleanly and returns 0. Prints
     ``listening on URL`` to standard output once the runner holds the store and the socket is
     bound. Bad arguments print an error to standard error and return 2; a failure to start
-    (the database held by another runner or unusable, the port in use) prints one line to
-    standard error and returns 1.
+    prints one line to standard error and returns 3 if another runner holds the database (as
+    ``trio-batch run`` does), 1 otherwise (an unusable database, the port in use).
     """
     logging.basicConfig(
         level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -245,7 +245,9 @@ def run_serve(args: argparse.Namespace) -> int:
         if message is None:
             raise
         print(f"trio-batch serve: {message}", file=sys.stderr)
-        return 1
+        # As `trio-batch run`: a database another runner holds is not a failure of this one.
+        held = any(isinstance(leaf, StoreLocked) for leaf in _leaves(exc))
+        return EXIT_BUSY if held else 1
     return 0
 
 
