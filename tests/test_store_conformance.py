@@ -408,6 +408,26 @@ async def test_the_overview_has_sizes_not_results_and_a_target_has_its_result(
     assert await job_store.get_overview("A" * 22, now=T0) is None
 
 
+async def test_outcomes_are_read_in_pages_from_an_index_on(job_store: JobStore) -> None:
+    job, _ = await _create(job_store, n=4)
+    await job_store.record_outcome(_ok(job.id, 0), ttl=TTL, now=T0)
+    await job_store.record_outcome(_err(job.id, 1), ttl=TTL, now=T0)
+    await job_store.record_outcome(_ok(job.id, 2, "y"), ttl=TTL, now=T0)
+    found = await job_store.get_outcomes(job.id, 0, now=T0, limit=10)
+    assert found is not None
+    stored, targets = found
+    assert stored.targets_done == 3  # the job from the same snapshot
+    assert [(t.idx, str(t.status)) for t in targets] == [(0, "done"), (1, "failed"), (2, "done")]
+    assert targets[0].result == Result("x", {"n": 0}) and targets[1].error == "Boom: no"
+    page = await job_store.get_outcomes(job.id, 1, now=T0, limit=1)
+    assert page is not None and [t.idx for t in page[1]] == [1]
+    rest = await job_store.get_outcomes(job.id, 2, now=T0, limit=10)
+    assert rest is not None and [t.idx for t in rest[1]] == [2]  # target 3 is still pending
+    assert await job_store.get_outcomes(job.id, 3, now=T0, limit=10) == (stored, [])
+    assert await job_store.get_outcomes("A" * 22, 0, now=T0, limit=10) is None
+    assert await job_store.get_outcomes(job.id, 0, now=T0 + 10 * TTL, limit=10) is None  # lapsed
+
+
 async def test_a_callers_jobs_come_in_stable_pages_newest_first(job_store: JobStore) -> None:
     ids = []
     for i in range(5):

@@ -46,6 +46,8 @@ __all__ = ["FetchFunc", "Runner"]
 #: Backoff between attempts at a write the database refused, in seconds.
 RETRY_FIRST_DELAY = 0.05
 RETRY_MAX_DELAY = 2.0
+#: Most outcomes a watcher reads at once (a page of results held in memory).
+WATCH_PAGE = 256
 #: Lapsed jobs deleted per purge transaction: keeps the write lock short (a few ms).
 PURGE_BATCH = 20
 
@@ -307,7 +309,7 @@ class Runner:
         self._check_running()
         if not is_job_id(job_id):
             return
-        seen = 0
+        seen = 0  # targets are drained in idx order: the outcomes below this were yielded
         while True:
             drain = self._drains.get(job_id)
             # Taken before the read, so that nothing stored after it is missed.
@@ -316,14 +318,19 @@ class Runner:
                 if drain is None
                 else contextlib.nullcontext(drain.next_stored())
             ) as changed:
-                status = await self._store.get_status(job_id, now=self._now())
-                if status is None:
+                # Only the outcomes not seen yet: re-reading the whole job at every outcome
+                # made following a job of n targets cost n^2 rows.
+                found = await self._store.get_outcomes(
+                    job_id, seen, now=self._now(), limit=WATCH_PAGE
+                )
+                if found is None:
                     return
-                job, targets = status
-                finished = [t for t in targets if t.is_finished]
-                for target in finished[seen:]:
+                job, targets = found
+                for target in targets:
                     yield target
-                seen = len(finished)
+                    seen = target.idx + 1
+                if len(targets) == WATCH_PAGE:
+                    continue  # more were stored than one page holds: read on at once
                 if drain is None:
                     if job.is_terminal and await self._store.drain_over(job_id):
                         yield job

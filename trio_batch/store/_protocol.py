@@ -228,6 +228,15 @@ class JobStore(Protocol):
         is unknown, malformed or lapsed, or has no target ``idx``."""
         ...
 
+    async def get_outcomes(
+        self, job_id: str, start: int, *, now: float, limit: int
+    ) -> tuple[Job, list[TargetStatus]] | None:
+        """The job and, in ``idx`` order, up to ``limit`` of its targets from ``start`` on that
+        have an outcome (``done`` or ``failed``), with their results, from one snapshot; None
+        as ``get_job``. What a watcher reads: only what it has not seen, so following a job
+        costs each outcome one read however many targets the job has."""
+        ...
+
     async def list_jobs(
         self, *, now: float, caller: str | None = None, limit: int = 100
     ) -> list[Job]:

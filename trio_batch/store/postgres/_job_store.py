@@ -371,6 +371,12 @@ class PostgresJobStore(StoreFace):
         """:meth:`PostgresStore.get_target`, from one snapshot."""
         return await self._call(PostgresStore.get_target, job_id, idx, now=now)
 
+    async def get_outcomes(
+        self, job_id: str, start: int, *, now: float, limit: int
+    ) -> tuple[Job, list[TargetStatus]] | None:
+        """:meth:`PostgresStore.get_outcomes`, from one snapshot."""
+        return await self._call(PostgresStore.get_outcomes, job_id, start, now=now, limit=limit)
+
     async def list_caller_jobs(
         self,
         caller: str,

@@ -296,6 +296,11 @@ GET_TARGETS_WITHOUT_RESULTS = (
     "coalesce(length(result), 0) FROM targets WHERE job_id = %s ORDER BY idx"
 )
 GET_ONE_TARGET = f"SELECT {TARGET_COLUMNS} FROM targets WHERE job_id = %s AND idx = %s"
+#: A page of a job's targets that have an outcome, from an index on (a watcher's next read).
+GET_OUTCOMES_FROM = (
+    f"SELECT {TARGET_COLUMNS} FROM targets WHERE job_id = %s AND idx >= %s "
+    "AND status IN ('done', 'failed') ORDER BY idx LIMIT %s"
+)
 #: One page of a caller's unexpired jobs, newest first; the _BEFORE form starts after a job.
 LIST_CALLER_JOBS = (
     f"SELECT {JOB_COLUMNS} FROM jobs WHERE caller = %s AND expires_at > %s "

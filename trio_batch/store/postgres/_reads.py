@@ -119,6 +119,20 @@ class PostgresReads(PostgresConnection):
             return None
         return job, with_running(job, [target_from_row(row)])[0]
 
+    def get_outcomes(
+        self, job_id: str, start: int, *, now: float, limit: int
+    ) -> tuple[Job, list[TargetStatus]] | None:
+        """The job and a page of its targets with an outcome, from ``start``; see ``JobStore``."""
+        found = self._with_job(
+            job_id,
+            now,
+            lambda c: c.execute(q.GET_OUTCOMES_FROM, (job_id, start, limit)).fetchall(),
+        )
+        if found is None:
+            return None
+        job, rows = found
+        return job, [target_from_row(row) for row in rows]
+
     def list_caller_jobs(
         self, caller: str, *, now: float, limit: int, before: tuple[float, str] | None = None
     ) -> list[Job]:

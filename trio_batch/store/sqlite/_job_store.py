@@ -35,7 +35,7 @@ from .._thread import StoreThread
 from ._errors import is_lock_error, translate_errors
 from ._lock import RunnerLock
 from ._store import Store, WouldBeSlow
-from ._views import job_overview, one_target
+from ._views import job_overview, one_target, outcomes_from
 
 __all__ = ["SQLiteJobStore"]
 
@@ -351,6 +351,12 @@ class SQLiteJobStore(StoreFace):
     ) -> tuple[Job, TargetStatus] | None:
         """:func:`one_target`, on the store thread (a result may be large to decode)."""
         return await self._on_thread(one_target, job_id, idx, now=now)
+
+    async def get_outcomes(
+        self, job_id: str, start: int, *, now: float, limit: int
+    ) -> tuple[Job, list[TargetStatus]] | None:
+        """:func:`outcomes_from`, on the store thread (results may be large to decode)."""
+        return await self._on_thread(outcomes_from, job_id, start, now=now, limit=limit)
 
     async def list_caller_jobs(
         self,

@@ -95,6 +95,11 @@ GET_TARGETS_WITHOUT_RESULTS = (
     "coalesce(length(result), 0) FROM targets WHERE job_id = ? ORDER BY idx"
 )
 GET_ONE_TARGET = f"SELECT {TARGET_COLUMNS} FROM targets WHERE job_id = ? AND idx = ?"
+#: A page of a job's targets that have an outcome, from an index on (a watcher's next read).
+GET_OUTCOMES_FROM = (
+    f"SELECT {TARGET_COLUMNS} FROM targets WHERE job_id = ? AND idx >= ? "
+    "AND status IN ('done', 'failed') ORDER BY idx LIMIT ?"
+)
 LIST_JOBS = f"SELECT {JOB_COLUMNS} FROM jobs WHERE expires_at > ? ORDER BY expires_at DESC LIMIT ?"
 LIST_JOBS_OF_CALLER = (
     f"SELECT {JOB_COLUMNS} FROM jobs WHERE caller = ? AND expires_at > ? "

@@ -1,4 +1,5 @@
-"""Reading a job without its results: the small job view, and one target's result at a time.
+"""Reading a job in parts: the small job view, one target's result at a time, and the
+outcomes a watcher has not seen yet.
 
 A job's results can be large (16 targets of 9 MB each); the service's job view reads only
 the targets' statuses and result sizes, and serves each result on its own, so memory stays
@@ -15,7 +16,7 @@ from .._rows import target_from_row as _target
 from . import _queries as q
 from ._store import Store
 
-__all__ = ["job_overview", "one_target"]
+__all__ = ["job_overview", "one_target", "outcomes_from"]
 
 T = TypeVar("T")
 
@@ -49,6 +50,22 @@ def one_target(
         return None
     job, row = found
     return job, with_running(job, [_target(row)])[0]
+
+
+def outcomes_from(
+    store: Store, job_id: str, start: int, *, now: float, limit: int
+) -> tuple[Job, list[TargetStatus]] | None:
+    """The job and up to ``limit`` of its targets from ``start`` on that have an outcome."""
+    found = _with_job(
+        store,
+        job_id,
+        now,
+        lambda: store.db.execute(q.GET_OUTCOMES_FROM, (job_id, start, limit)).fetchall(),
+    )
+    if found is None:
+        return None
+    job, rows = found
+    return job, [_target(row) for row in rows]
 
 
 def _with_job(store: Store, job_id: str, now: float, read: Callable[[], T]) -> tuple[Job, T] | None:
