@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import floor, history, memory, peers, report, run, workloads
+from benchmarks import floor, history, memory, peers, probes, report, run, workloads
 
 
 def db(tmp_path: Path, name: str) -> str:
@@ -90,3 +90,14 @@ def test_whole_round_and_report(tmp_path: Path) -> None:
     assert {t["verdict"] for t in results["targets"]} <= {"PASS", "MISS", "SKIP"}
     assert not math.isnan(results["figures"]["serial.targets_per_s"]["median"])
     assert "floor" in report.render(results)
+
+
+def test_the_probes_run_and_report_each_comparison(capsys: pytest.CaptureFixture[str]) -> None:
+    probes.probe_sql(targets=64, rounds=1)
+    probes.probe_checkpoint(jobs=2, rounds=1)
+    probes.probe_watch(sizes=(8,))
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 3
+    assert all(f"{variant} " in lines[0] for variant in ("returning", "update+select", "neither"))
+    assert "RESTART" in lines[1] and "TRUNCATE" in lines[1]
+    assert lines[2].startswith("8 targets:") and "watched" in lines[2]

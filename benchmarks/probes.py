@@ -1,0 +1,195 @@
+"""Focused measurements behind the performance notes: ``python -m benchmarks.probes [NAME]``.
+
+Not part of ``make bench``; each probe answers one question, alternating what it compares in
+one run (the machine is shared and noisy: read the ratios, not the absolute times).
+
+- ``sql``: the store's outcome statements on a raw ``sqlite3`` connection, beside the floor
+  (:mod:`benchmarks.floor`): with the job row's ``RETURNING``, with an ``UPDATE`` then a
+  ``SELECT`` instead, and with neither (what the runner could not do without).
+- ``checkpoint``: serial throughput with the fast path's WAL checkpoint in ``RESTART`` mode (the
+  store's) and in ``TRUNCATE`` mode (the store's before), and how long the loop waited on it.
+- ``watch``: one job of n targets with a fetch that yields, awaited with and without a
+  :meth:`~trio_batch.Runner.watch` beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from collections.abc import Callable
+
+import trio
+import trio.lowlevel
+
+from trio_batch import Config, Result, Store, Target, open_runner
+from trio_batch.store.sqlite import _job_store
+from trio_batch.store.sqlite import _queries as q
+
+from . import floor
+from .workloads import job_targets, noop_fetch, run_job
+
+_ROUNDS = 3
+
+
+def _scratch(name: str) -> str:
+    return os.path.join(tempfile.mkdtemp(prefix="trio-batch-probe-"), name)
+
+
+# ---------------------------------------------------------------------------------------------
+# sql
+
+
+def _outcome_sql(path: str, variant: str, targets: int = 9_600, per_job: int = 32) -> float:
+    """Targets/s of the store's outcome statements, one transaction each, on a raw connection."""
+    floor.create_db(path)
+    conn = floor.connect(path)
+    bump_only = q.BUMP_JOB.split(" RETURNING")[0]
+    select_job = f"SELECT {q.JOB_COLUMNS} FROM jobs WHERE id = ?"
+    try:
+        now = time.time()
+        work: list[tuple[str, int]] = []
+        conn.execute("BEGIN IMMEDIATE")
+        for j in range(targets // per_job):
+            job_id = floor.new_job_id()
+            row = floor.job_row(job_id, caller=f"probe{j}", targets=per_job, now=now)
+            floor.insert_job(conn, row, per_job)
+            work.extend((job_id, idx) for idx in range(per_job))
+        conn.execute("COMMIT")
+        start = time.perf_counter()
+        for job_id, idx in work:
+            t = time.time()
+            conn.execute("BEGIN IMMEDIATE")
+            if variant == "returning":
+                conn.execute(q.BUMP_JOB, (0, 24, t, t + 86400, job_id, t)).fetchone()
+            elif variant == "update+select":
+                conn.execute(bump_only, (0, 24, t, t + 86400, job_id, t))
+                conn.execute(select_job, (job_id,)).fetchone()
+            else:
+                conn.execute(bump_only, (0, 24, t, t + 86400, job_id, t))
+            outcome = ("done", floor.EMPTY_RESULT, None, None, t, 1, job_id, idx)
+            conn.execute(q.STORE_OUTCOME, outcome)
+            conn.execute("COMMIT")
+        return len(work) / (time.perf_counter() - start)
+    finally:
+        conn.close()
+
+
+def probe_sql(*, targets: int = 9_600, rounds: int = _ROUNDS) -> None:
+    for r in range(rounds):
+        at_floor = floor.floor_throughput(_scratch("floor.db"), targets=targets)
+        cells = [f"round {r + 1}: floor {at_floor:,.0f}/s"]
+        for variant in ("returning", "update+select", "neither"):
+            rate = _outcome_sql(_scratch(f"{variant}.db"), variant, targets=targets)
+            cells.append(f"{variant} {rate / at_floor:.2f}x")
+        print(", ".join(cells), flush=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# checkpoint
+
+
+def _serial(mode: str, jobs: int = 400) -> tuple[float, float]:
+    """(µs per target, µs per target the loop waited on the store thread) in ``mode``."""
+    store = Store.open(_scratch("serial.db"))
+    waited = 0.0
+    real_run = _job_store.StoreThread.run
+    real_checkpoint = Store.checkpoint
+
+    async def timed_run(self: _job_store.StoreThread, fn: Callable[..., object], *a: object,
+                        **k: object) -> object:  # fmt: skip
+        nonlocal waited
+        started = time.perf_counter()
+        try:
+            return await real_run(self, fn, *a, **k)
+        finally:
+            waited += time.perf_counter() - started
+
+    def in_mode(self: Store, _: str = "TRUNCATE") -> None:
+        real_checkpoint(self, mode)
+
+    batches = [job_targets(f"probe/{j}", 32) for j in range(jobs)]
+
+    async def main() -> float:
+        async with open_runner(store, noop_fetch) as runner:
+            await runner.purge_expired()
+            started = time.perf_counter()
+            for targets in batches:
+                await run_job(runner, "probe", targets)
+            return time.perf_counter() - started
+
+    _job_store.StoreThread.run = timed_run  # type: ignore[method-assign]
+    Store.checkpoint = in_mode  # type: ignore[method-assign]
+    try:
+        elapsed = trio.run(main)
+    finally:
+        _job_store.StoreThread.run = real_run  # type: ignore[method-assign]
+        Store.checkpoint = real_checkpoint  # type: ignore[method-assign]
+        store.close()
+    n = jobs * 32
+    return elapsed / n * 1e6, waited / n * 1e6
+
+
+def probe_checkpoint(*, jobs: int = 400, rounds: int = _ROUNDS) -> None:
+    for r in range(rounds):
+        cells = [f"round {r + 1}:"]
+        for mode in ("RESTART", "TRUNCATE"):
+            per_target, waited = _serial(mode, jobs)
+            cells.append(f"{mode} {per_target:.1f} us/target (waited {waited:.1f})")
+        print(" ".join(cells), flush=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# watch
+
+
+async def _yielding_fetch(target: Target) -> Result:
+    await trio.lowlevel.checkpoint()  # as any real fetch does: the watcher wakes in between
+    return Result("x" * 200, {"status": 200})
+
+
+def _follow(n: int, watch: bool) -> float:
+    store = Store.open(_scratch("watch.db"))
+
+    async def main() -> float:
+        async with open_runner(store, _yielding_fetch, Config(targets_per_job=n)) as runner:
+            started = time.perf_counter()
+            targets = [Target(f"https://probe.test/{i}") for i in range(n)]
+            job_id, _ = await runner.submit("probe", "user", targets)
+            if watch:
+                async for _ in runner.watch(job_id):
+                    pass
+            else:
+                await runner.wait(job_id)
+            return time.perf_counter() - started
+
+    try:
+        return trio.run(main)
+    finally:
+        store.close()
+
+
+def probe_watch(*, sizes: tuple[int, ...] = (1_000, 2_000, 4_000)) -> None:
+    for n in sizes:
+        alone, watched = _follow(n, watch=False), _follow(n, watch=True)
+        print(f"{n:,} targets: {alone:.2f} s awaited, {watched:.2f} s watched", flush=True)
+
+
+PROBES = {"sql": probe_sql, "checkpoint": probe_checkpoint, "watch": probe_watch}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.probes", description=__doc__)
+    parser.add_argument("names", nargs="*", metavar="NAME", help=f"of {', '.join(PROBES)} (all)")
+    args = parser.parse_args(argv)
+    unknown = [name for name in args.names if name not in PROBES]
+    if unknown:
+        parser.error(f"no probe named {', '.join(unknown)}; there are {', '.join(PROBES)}")
+    for name in args.names or PROBES:
+        print(f"== {name}", flush=True)
+        PROBES[name]()
+
+
+if __name__ == "__main__":
+    main()
