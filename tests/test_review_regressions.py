@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,7 @@ from trio_batch import (
     JobState,
     Result,
     Runner,
+    SQLiteJobStore,
     Store,
     StoreError,
     TargetState,
@@ -380,3 +383,81 @@ async def test_big_results_are_decoded_on_the_store_thread_small_ones_when_read(
         assert decoded_on_loop == [False, True]  # when read, on the loop: it is small
         assert small[1][0].result is not None
         assert decoded_on_loop == [False, True]  # once
+
+
+# ------------------------------------------------------------------------------------------
+# 9. Ctrl-C on the loop thread's fast path. Trio raises KeyboardInterrupt wherever unprotected
+#    code runs; caught between BEGIN and the block that commits or rolls back, it left the
+#    connection inside a transaction with its lock released, and every later write on that
+#    connection went into a savepoint of it: never committed.
+
+
+class _CtrlCAfter:
+    """A sqlite3 connection that gets a real SIGINT as ``statement`` returns: what Ctrl-C
+    pressed while SQLite runs that statement does (the handler runs as the call returns)."""
+
+    def __init__(self, conn: Any, statement: str) -> None:
+        self._conn = conn
+        self._statement = statement
+        self.fired = False
+
+    def execute(self, sql: str, *args: Any) -> Any:
+        cursor = self._conn.execute(sql, *args)
+        if sql == self._statement and not self.fired:
+            self.fired = True
+            signal.raise_signal(signal.SIGINT)
+        return cursor
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+
+@pytest.mark.parametrize(
+    ("statement", "call"),
+    [
+        ("BEGIN IMMEDIATE", "create_job"),  # a write transaction
+        ("BEGIN", "get_status"),  # a read snapshot
+    ],
+)
+def test_ctrl_c_during_a_fast_path_call_leaves_no_transaction_open(
+    tmp_path: Path, statement: str, call: str
+) -> None:
+    store = Store.open(tmp_path / "jobs.db")
+    job_store = SQLiteJobStore(store)
+    existing, _ = store.create_job(
+        "bob", "user", urls("b"), ttl=100, targets_per_job=10, jobs_per_caller=5, jobs_total=5
+    )
+
+    async def main() -> None:
+        job_store._start()
+        fast = job_store._fast
+        assert fast is not None and fast is not store  # the loop's own connection
+        fast.db.conn = _CtrlCAfter(fast.db.conn, statement)  # type: ignore[assignment]
+        if call == "create_job":
+            await job_store.create_job(
+                "alice", "user", urls("a"), ttl=100, targets_per_job=10, jobs_per_caller=5,
+                jobs_total=5, now=time.time(),
+            )  # fmt: skip
+        else:
+            await job_store.get_status(existing.id, now=time.time())
+        await trio.sleep_forever()  # a Ctrl-C held back until a checkpoint arrives here
+
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            trio.run(main)
+        fast = job_store._fast
+        assert fast is not None
+        proxy = fast.db.conn
+        assert isinstance(proxy, _CtrlCAfter) and proxy.fired
+        assert not proxy.in_transaction, "a transaction was left open"
+        # The connection goes on committing what it writes.
+        job, _ = fast.create_job(
+            "carol", "user", urls("c"), ttl=100, targets_per_job=10, jobs_per_caller=5,
+            jobs_total=5,
+        )  # fmt: skip
+        assert store.get_job(job.id) is not None, "a later write was never committed"
+    finally:
+        job_store._thread.stop()
+        if job_store._fast is not None:
+            job_store._fast.close()
+        store.close()

@@ -190,6 +190,11 @@ class SQLiteJobStore(StoreFace):
         with translate_errors(self.store.busy_timeout):
             return await self._thread.run(fn, self.store, *args, **kwargs)
 
+    # Protected from KeyboardInterrupt: trio raises it wherever unprotected code runs, and
+    # between a BEGIN and the block that ends it, it would leave this connection inside a
+    # transaction that nothing commits. Held back, it arrives at the caller's next checkpoint;
+    # the call never waits (busy timeout 0), so that is soon.
+    @trio.lowlevel.enable_ki_protection
     def _try_fast(
         self, fn: Callable[Concatenate[Store, P], T], /, *args: P.args, **kwargs: P.kwargs
     ) -> T | _Miss:
