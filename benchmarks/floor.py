@@ -91,6 +91,22 @@ def insert_job(
     )
 
 
+def pending_work(
+    conn: sqlite3.Connection, targets: int, targets_per_job: int
+) -> list[tuple[str, int]]:
+    """Insert running jobs holding ``targets`` pending targets; their ``(job_id, idx)`` pairs."""
+    now = time.time()
+    work: list[tuple[str, int]] = []
+    conn.execute("BEGIN IMMEDIATE")
+    for j in range(-(-targets // targets_per_job)):
+        job_id = new_job_id()
+        n = min(targets_per_job, targets - j * targets_per_job)
+        insert_job(conn, job_row(job_id, caller=f"floor{j}", targets=n, now=now), n)
+        work.extend((job_id, idx) for idx in range(n))
+    conn.execute("COMMIT")
+    return work
+
+
 def floor_throughput(path: str, *, targets: int, targets_per_job: int = 32) -> float:
     """Targets/s of one committed transaction per target on a raw connection.
 
@@ -100,15 +116,7 @@ def floor_throughput(path: str, *, targets: int, targets_per_job: int = 32) -> f
     create_db(path)
     conn = connect(path)
     try:
-        now = time.time()
-        work: list[tuple[str, int]] = []
-        conn.execute("BEGIN IMMEDIATE")
-        for j in range(-(-targets // targets_per_job)):
-            job_id = new_job_id()
-            n = min(targets_per_job, targets - j * targets_per_job)
-            insert_job(conn, job_row(job_id, caller=f"floor{j}", targets=n, now=now), n)
-            work.extend((job_id, idx) for idx in range(n))
-        conn.execute("COMMIT")
+        work = pending_work(conn, targets, targets_per_job)
         start = time.perf_counter()
         for job_id, idx in work:
             t = time.time()

@@ -48,15 +48,7 @@ def _outcome_sql(path: str, variant: str, targets: int = 9_600, per_job: int = 3
     bump_only = q.BUMP_JOB.split(" RETURNING")[0]
     select_job = f"SELECT {q.JOB_COLUMNS} FROM jobs WHERE id = ?"
     try:
-        now = time.time()
-        work: list[tuple[str, int]] = []
-        conn.execute("BEGIN IMMEDIATE")
-        for j in range(targets // per_job):
-            job_id = floor.new_job_id()
-            row = floor.job_row(job_id, caller=f"probe{j}", targets=per_job, now=now)
-            floor.insert_job(conn, row, per_job)
-            work.extend((job_id, idx) for idx in range(per_job))
-        conn.execute("COMMIT")
+        work = floor.pending_work(conn, targets, per_job)
         start = time.perf_counter()
         for job_id, idx in work:
             t = time.time()
