@@ -12,8 +12,8 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import TypeVar
 
 import trio
 
@@ -36,6 +36,7 @@ from ._model import (
     with_running,
 )
 from ._retry import RetryNotice
+from ._store_retry import retry_refused
 from ._text import safe_text
 from .store import JobStore
 
@@ -43,9 +44,6 @@ T = TypeVar("T")
 
 __all__ = ["FetchFunc", "Runner"]
 
-#: Backoff between attempts at a write the database refused, in seconds.
-RETRY_FIRST_DELAY = 0.05
-RETRY_MAX_DELAY = 2.0
 #: Most outcomes a watcher reads at once (a page of results held in memory).
 WATCH_PAGE = 256
 #: Lapsed jobs deleted per purge transaction: keeps the write lock short (a few ms).
@@ -387,31 +385,6 @@ class Runner:
         if self._stopped:
             raise RunnerClosed("the runner has stopped; its store answers no more calls")
 
-    async def _retry_store(
-        self,
-        what: str,
-        call: Callable[[], Awaitable[T]],
-        *,
-        give_up_at: float | None,
-        extra: Mapping[str, Any],
-    ) -> T:
-        """``await call()``, retried with backoff while the database refuses it.
-
-        Gives up, re-raising :class:`StoreUnavailable`, once the next attempt would start after
-        ``give_up_at`` (trio time; None: never). Cancellation: the waits between attempts can be
-        cancelled (at shutdown); an attempt itself cannot (store calls run to completion).
-        """
-        delay = RETRY_FIRST_DELAY
-        while True:
-            try:
-                return await call()
-            except StoreUnavailable:
-                if give_up_at is not None and trio.current_time() + delay > give_up_at:
-                    raise
-                self._log.warning(f"could not {what}; retrying", exc_info=True, extra=extra)
-            await trio.sleep(delay)
-            delay = min(delay * 2, RETRY_MAX_DELAY)
-
     async def _drain(self, drain: _Drain) -> None:
         """Fetch the job's targets in order, storing each outcome before the next starts."""
         try:
@@ -467,10 +440,11 @@ class Runner:
         Cancellation (shutdown) stops the retries; the job is then reaped at shutdown or at the
         next start.
         """
-        await self._retry_store(
-            "set the job's status",
+        await retry_refused(
             lambda: self._store.finish_job(drain.job_id, status, error=error, now=self._now()),
+            what="set the job's status",
             give_up_at=None,
+            log=self._log,
             extra={"job_id": drain.job_id, "status": str(status)},
         )
 
@@ -494,10 +468,11 @@ class Runner:
         )
         # Each attempt cannot be cancelled (see JobStore.record_outcome): in effect shielded,
         # and bounded by the store's own timeouts.
-        job = await self._retry_store(
-            "store an outcome",
+        job = await retry_refused(
             lambda: self._store.record_outcome(write, ttl=self._config.ttl, now=self._now()),
+            what="store an outcome",
             give_up_at=trio.current_time() + self._config.store_retry_for,
+            log=self._log,
             extra={"job_id": drain.job_id, "idx": idx},
         )
         drain.notify_stored()
