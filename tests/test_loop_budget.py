@@ -1,0 +1,147 @@
+"""The SQLite fast path spreads its loop-thread work over passes of trio's scheduler.
+
+trio checks timers and sockets only between passes, so store calls piled into one pass delay
+them all; past ``FAST_PASS_BUDGET`` a call waits for a later pass. Passes are counted with an
+instrument (trio waits for I/O once per pass), never with a wall clock.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import trio
+
+from trio_batch import Config, JobState, Result, Store, Target, open_runner
+from trio_batch.store.sqlite import SQLiteJobStore, _job_store
+
+CALLERS = 6
+
+
+class PassCounter(trio.abc.Instrument):
+    """Counts the passes of trio's scheduler."""
+
+    def __init__(self) -> None:
+        self.passes = 0
+
+    def after_io_wait(self, timeout: float) -> None:
+        self.passes += 1
+
+
+async def _job_in(store: SQLiteJobStore) -> str:
+    job, _ = await store.create_job(
+        "alice",
+        "user",
+        [Target("https://example.test/a")],
+        ttl=3600,
+        targets_per_job=10,
+        jobs_per_caller=10,
+        jobs_total=10,
+        now=trio.current_time() + 1e9,  # any clock: only leases compare with it
+    )
+    return job.id
+
+
+async def _passes_of_concurrent_reads(store: SQLiteJobStore, job_id: str) -> set[int]:
+    """The passes in which CALLERS reads, started together, came back."""
+    counter = PassCounter()
+    trio.lowlevel.add_instrument(counter)
+    returned: set[int] = set()
+
+    async def read() -> None:
+        job = await store.get_job(job_id, now=trio.current_time() + 1e9)
+        assert job is not None
+        returned.add(counter.passes)
+
+    try:
+        async with trio.open_nursery() as nursery:
+            for _ in range(CALLERS):
+                nursery.start_soon(read)
+    finally:
+        trio.lowlevel.remove_instrument(counter)
+    return returned
+
+
+async def test_fast_path_calls_past_the_budget_wait_for_later_passes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_job_store, "FAST_PASS_BUDGET", 0.0)  # one call spends a pass's budget
+    async with SQLiteJobStore(Store.open(tmp_path / "jobs.db"), owns_store=True) as store:
+        job_id = await _job_in(store)
+        # One call per pass: six calls started together come back in six passes.
+        assert len(await _passes_of_concurrent_reads(store, job_id)) == CALLERS
+
+
+async def test_fast_path_calls_within_the_budget_share_a_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_job_store, "FAST_PASS_BUDGET", 60.0)
+    async with SQLiteJobStore(Store.open(tmp_path / "jobs.db"), owns_store=True) as store:
+        job_id = await _job_in(store)
+        assert len(await _passes_of_concurrent_reads(store, job_id)) == 1
+
+
+def test_calls_from_another_trio_run_are_never_held_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The budget is refilled only in the run it was installed in: anywhere else it must not
+    # hold calls back, or they would wait for passes that never refill it.
+    monkeypatch.setattr(_job_store, "FAST_PASS_BUDGET", 0.0)
+    store = SQLiteJobStore(Store.open(tmp_path / "jobs.db"), owns_store=True)
+    job_id = trio.run(_job_in, store)  # installs the budget in this first run
+    try:
+        assert len(trio.run(_passes_of_concurrent_reads, store, job_id)) == 1
+    finally:
+        trio.run(store.aclose)
+
+
+async def test_a_call_waiting_for_room_still_runs_when_cancelled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_job_store, "FAST_PASS_BUDGET", 0.0)
+    async with SQLiteJobStore(Store.open(tmp_path / "jobs.db"), owns_store=True) as store:
+        job_id = await _job_in(store)
+        counter = PassCounter()
+        trio.lowlevel.add_instrument(counter)
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            store._budget.used = 1.0  # this pass's budget is spent
+            before = counter.passes
+            job = await store.get_job(job_id, now=trio.current_time() + 1e9)
+            waited = counter.passes - before
+            await trio.lowlevel.checkpoint()  # the cancel arrives here
+        trio.lowlevel.remove_instrument(counter)
+        assert job is not None and job.id == job_id
+        assert waited >= 2  # a pass waiting for room, and the yield after the call
+        assert scope.cancelled_caught
+
+
+async def test_concurrent_jobs_finish_with_every_fast_call_in_a_pass_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Group commits wait for room too: a leader that waits lets the next writers form a batch
+    # of their own. Every outcome must still be stored once, in order, in its job.
+    monkeypatch.setattr(_job_store, "FAST_PASS_BUDGET", 0.0)
+    store = Store.open(tmp_path / "jobs.db")
+
+    async def fetch(target: Target) -> Result:
+        return Result(target.url)
+
+    statuses: list[JobState] = []
+    async with open_runner(store, fetch, Config(jobs_per_caller=1)) as runner:
+
+        async def run_job(caller: str) -> None:
+            targets = [Target(f"https://example.test/{caller}/{i}") for i in range(20)]
+            job_id, _ = await runner.submit(caller, "user", targets)
+            job = await runner.wait(job_id)
+            assert job is not None
+            statuses.append(job.status)
+            answer = await runner.status(job_id)
+            assert answer is not None
+            assert [t.result for t in answer[1]] == [Result(t.url) for t in targets]
+
+        async with trio.open_nursery() as nursery:
+            for c in range(6):
+                nursery.start_soon(run_job, f"caller{c}")
+    store.close()
+    assert statuses == [JobState.DONE] * 6

@@ -1,0 +1,67 @@
+"""How much of one pass of trio's scheduler a store's loop-thread calls may use.
+
+trio runs every task that is runnable at the start of a pass, one after another, and looks at
+its timers and I/O only between passes. A store call made on the loop thread (SQLite's fast
+path) is synchronous: a few of them in one pass, say eight callers submitting the moment their
+jobs finish together, delay every timer and every socket by their sum. :class:`LoopBudget`
+counts the time such calls take in the current pass; once the pass has used its budget, the
+next call yields first, to a later pass, where the budget is whole again. Work is spread over
+passes instead of piling into one; none moves off the loop, so throughput stays.
+"""
+
+from __future__ import annotations
+
+import trio
+
+__all__ = ["LoopBudget"]
+
+#: At most this many passes a call waits for room before it runs anyway: every pass gives
+#: its first call room, so this only bounds a call from a run the budget is not installed in.
+MAX_DEFERRALS = 8
+
+
+class LoopBudget(trio.abc.Instrument):
+    """The loop-thread time left in the current scheduler pass.
+
+    :meth:`install` it in the trio run whose loop it guards; it is refilled after every wait
+    for I/O, which trio makes once per pass. Calls from another run are never held back.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        #: The budget of one pass, in seconds.
+        self.seconds = seconds
+        #: Seconds spent in the current pass so far.
+        self.used = 0.0
+        self._root: trio.lowlevel.Task | None = None
+
+    def after_io_wait(self, timeout: float) -> None:
+        """A new pass begins: the budget is whole again."""
+        self.used = 0.0
+
+    def install(self) -> None:
+        """Guard the current trio run's loop (once; later calls change nothing)."""
+        if self._root is None:
+            self._root = trio.lowlevel.current_root_task()
+            trio.lowlevel.add_instrument(self)
+
+    def uninstall(self) -> None:
+        """Stop guarding, if called from the run it guards (a finished run dropped it)."""
+        root, self._root = self._root, None
+        if root is not None and trio.lowlevel.current_root_task() is root:
+            trio.lowlevel.remove_instrument(self)
+
+    @property
+    def spent(self) -> bool:
+        """True once the current pass has used more than its budget."""
+        return self.used > self.seconds
+
+    async def wait_for_room(self) -> None:
+        """Yield to later passes until one has budget left.
+
+        Cancellation: never raises ``Cancelled`` (the yields are shielded), so a call that
+        waits here still runs; a pending cancel arrives at the caller's next checkpoint.
+        """
+        for _ in range(MAX_DEFERRALS):
+            if not self.spent or trio.lowlevel.current_root_task() is not self._root:
+                return
+            await trio.lowlevel.cancel_shielded_checkpoint()
