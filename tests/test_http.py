@@ -147,10 +147,13 @@ async def test_submit_then_get_then_resubmit(
         assert "result" not in first and first["result_size"] > 0
         r = await svc.client.get(first["result_url"], headers=auth())
         assert r.status_code == 200
-        assert r.json()["result"] == {
+        result = r.json()["result"]
+        assert result == {
             "content": "content of https://example.test/a",
             "meta": {"url": "https://example.test/a"},
         }
+        # As documented: the characters of the result's compact JSON, content and meta.
+        assert first["result_size"] == len(json.dumps(result, separators=(",", ":")))
         assert second["status"] == "failed" and second["result_url"] is None
         assert second["error"] == "Boom: cannot fetch https://example.test/b/fail"
         assert second["hint"] == "check the URL"

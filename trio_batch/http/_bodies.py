@@ -61,7 +61,8 @@ def job_json(job: Job, targets: Sequence[TargetStatus] | None = None) -> dict[st
 
 def target_summary_json(job_id: str, target: TargetStatus, size: int) -> dict[str, Any]:
     """A target in the job view: its status and outcome without the result's content, the
-    result's size in characters, and where to read the result (None without one)."""
+    stored result's size (characters of its compact JSON, content and meta together), and
+    where to read the result (None without one)."""
     out = target.to_json()
     del out["result"]
     out["result_size"] = size

@@ -227,7 +227,11 @@ _SCHEMAS: dict[str, Any] = {
             "error": _nullable({"type": "string"}),
             "hint": _nullable({"type": "string"}),
             "finished_at": _nullable({"type": "number"}),
-            "result_size": {"type": "integer", "description": "The result's characters."},
+            "result_size": {
+                "type": "integer",
+                "description": "Characters of the stored result: the compact JSON text of its "
+                "content and meta together, as the result link returns it; 0 without a result.",
+            },
             "result_url": _nullable({"type": "string"}),
         },
     },
