@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 import threading
 from pathlib import Path
@@ -342,6 +343,97 @@ def test_the_last_outcome_after_a_cancel_keeps_the_job_cancelled(store: Store) -
     assert store.get_job(job.id, now=T0) == updated
 
 
+def _outcome_statements(store: Store, write: Any) -> tuple[Any, list[str]]:
+    """``write()``'s answer, and the statements it ran on the store's connection."""
+    statements: list[str] = []
+    store.db.conn.set_trace_callback(statements.append)
+    try:
+        return write(), statements
+    finally:
+        store.db.conn.set_trace_callback(None)
+
+
+@pytest.mark.parametrize("failures", [set(), {1}, {0, 1, 2}])
+def test_outcomes_written_with_the_job_as_seen_are_not_read_back(
+    store: Store, failures: set[int]
+) -> None:
+    # A drain passes the job as the store last answered; while it is still so, the write bumps
+    # it without a RETURNING and the answer is exactly the stored job, the last one included.
+    seen, _ = create(store, status=JobState.RUNNING)
+    for i in range(3):
+        outcome: dict[str, Any] = {"error": "e"} if i in failures else {"result": Result("ok")}
+        write = functools.partial(
+            store.record_outcome, seen.id, i, ttl=TTL, now=T0 + i, seen=seen, **outcome
+        )
+        seen, statements = _outcome_statements(store, write)
+        assert not [sql for sql in statements if "RETURNING" in sql], statements
+        assert seen is not None and seen == store.get_job(seen.id, now=T0 + i)
+    assert (seen.targets_done, seen.targets_failed, seen.expires_at) == (3, len(failures), T0 + 102)
+    assert seen.status == (
+        JobState.DONE
+        if not failures
+        else JobState.FAILED
+        if len(failures) == 3
+        else JobState.PARTIAL
+    )
+
+
+def _cancelled(store: Store, job: Job) -> None:
+    store.finish_job(job.id, JobState.CANCELLED, now=T0)
+
+
+def _failed(store: Store, job: Job) -> None:
+    store.finish_job(job.id, JobState.FAILED, error="stop", now=T0)
+
+
+def _counted(store: Store, job: Job) -> None:
+    store.record_outcome(job.id, 2, error="elsewhere", ttl=TTL, now=T0)
+
+
+def _purged(store: Store, job: Job) -> None:
+    store.purge_expired(T0 + 2 * TTL)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [_cancelled, _failed, _counted, _purged],
+    ids=["cancelled", "failed with an error", "counted", "purged"],
+)
+def test_a_job_changed_since_it_was_seen_is_read_back(store: Store, change: Any) -> None:
+    # The seen job is stale: the write must answer what the store holds, never the stale job.
+    seen, _ = create(store, status=JobState.RUNNING)
+    change(store, seen)
+    now = T0 + 2 * TTL if change is _purged else T0 + 1
+    fresh = store.get_job(seen.id, now=now)
+    try:
+        answer = store.record_outcome(seen.id, 0, result=Result("r"), ttl=TTL, now=now, seen=seen)
+    except OutcomeExists:
+        pytest.fail("target 0 had no outcome")
+    if fresh is None:
+        assert answer is None
+        return
+    assert answer == store.get_job(seen.id, now=now)
+    assert answer is not None and answer.targets_done == fresh.targets_done + 1
+    assert answer.status == fresh.status and answer.error == fresh.error
+
+
+def test_the_seen_job_of_another_id_is_ignored(store: Store) -> None:
+    job, _ = create(store, status=JobState.RUNNING)
+    other, _ = create(store, "bob", status=JobState.RUNNING)
+    answer = store.record_outcome(job.id, 0, result=Result("r"), ttl=TTL, now=T0, seen=other)
+    assert answer == store.get_job(job.id, now=T0)
+    assert store.get_job(other.id, now=T0) == other  # untouched
+
+
+def test_a_refused_write_with_the_job_as_seen_changes_nothing(store: Store) -> None:
+    job, _ = create(store, status=JobState.RUNNING)
+    seen = store.record_outcome(job.id, 0, result=Result("a"), ttl=TTL, now=T0)
+    assert seen is not None
+    with pytest.raises(OutcomeExists):
+        store.record_outcome(job.id, 0, error="again", ttl=TTL, now=T0 + 1, seen=seen)
+    assert store.get_job(job.id, now=T0 + 1) == seen  # the bump was rolled back with it
+
+
 def test_a_result_that_is_not_json_is_stored_as_a_failure(store: Store) -> None:
     job, _ = create(store)
     store.record_outcome(job.id, 0, result=Result("c", {"s": {1}}), ttl=TTL, now=T0)
@@ -462,8 +554,9 @@ def _exercise_every_method(store: Store) -> None:
         create(store, "a", n=2)  # a's one live job is in the way
     assert busy.value.job_id == job.id
     other, _ = create(store, "b")
-    store.record_outcome(job.id, 0, result=Result("x"), ttl=TTL, now=T0)
-    store.record_outcomes([OutcomeWrite(job.id, 1, error="e")], ttl=TTL, now=T0)
+    seen = store.record_outcome(job.id, 0, result=Result("x"), ttl=TTL, now=T0)
+    # Written with the job as seen: counted in without reading the job back.
+    store.record_outcomes([OutcomeWrite(job.id, 1, error="e", seen=seen)], ttl=TTL, now=T0)
     # Two writes share a commit (savepoints); the last outcome sets the terminal status.
     store.record_outcomes(
         [OutcomeWrite(job.id, 2, result=Result("y")), OutcomeWrite(job.id, 2, error="again")],

@@ -262,6 +262,31 @@ async def test_outcomes_ready_together_each_get_their_own_answer(job_store: JobS
     assert stored_a is not None and (stored_a.targets_done, stored_a.targets_failed) == (2, 1)
 
 
+async def test_the_job_as_seen_changes_no_answer_current_or_stale(job_store: JobStore) -> None:
+    """A writer passes the job as it last saw it (``OutcomeWrite.seen``); whether the store
+    uses it or not, current or stale, every answer is the job as stored."""
+    job, _ = await _create(job_store, n=3)
+    first = await job_store.record_outcome(
+        dataclasses.replace(_ok(job.id, 0), seen=job), ttl=TTL, now=T0 + 1
+    )
+    assert first is not None and first == await job_store.get_job(job.id, now=T0 + 1)
+    assert (first.targets_done, first.expires_at) == (1, T0 + 1 + TTL)
+    assert await job_store.finish_job(job.id, JobState.CANCELLED, now=T0 + 2) is not None
+    # Seen before the cancel: stale.
+    late = await job_store.record_outcome(
+        dataclasses.replace(_err(job.id, 1), seen=first), ttl=TTL, now=T0 + 3
+    )
+    assert late is not None and late == await job_store.get_job(job.id, now=T0 + 3)
+    assert (late.status, late.targets_done, late.targets_failed) == (JobState.CANCELLED, 2, 1)
+    # Another job's: ignored.
+    other, _ = await _create(job_store, caller="bob", n=1)
+    last = await job_store.record_outcome(
+        dataclasses.replace(_ok(job.id, 2), seen=other), ttl=TTL, now=T0 + 4
+    )
+    assert last is not None and last == await job_store.get_job(job.id, now=T0 + 4)
+    assert last.targets_done == 3 and last.status is JobState.CANCELLED
+
+
 async def test_a_lapsed_job_takes_no_outcome_and_reads_as_absent(job_store: JobStore) -> None:
     job, _ = await _create(job_store)
     assert await job_store.record_outcome(_ok(job.id, 0), ttl=TTL, now=T0 + TTL) is None

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import trio
 
-from ._model import Target
+from ._model import Job, Target
 
 __all__ = ["_Drain"]
 
@@ -26,6 +26,9 @@ class _Drain:
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
     stopped: trio.Event = field(default_factory=trio.Event)
     in_flight: int | None = None
+    # The job as the store last answered for it; each outcome write passes it on as ``seen``,
+    # so that the store need not read the job back.
+    job: Job | None = None
     # The CancelScope around the fetch in flight: its deadline is the target timeout, moved
     # earlier by a cancel when Config.cancel_grace is set.
     fetch_scope: trio.CancelScope | None = None

@@ -152,6 +152,7 @@ class Runner:
             if self._closed:
                 # Shutdown began while the job was being created; shutdown marks it failed.
                 raise RunnerClosed("the runner is shutting down; the job was not started")
+            drain.job = job
             self._nursery.start_soon(self._drain, drain, name=f"trio_batch drain {job.id}")
             started = True
         finally:
@@ -465,6 +466,7 @@ class Runner:
             error=failure.error if failure else None,
             hint=failure.hint if failure else None,
             attempts=attempts,
+            seen=drain.job,
         )
         # Each attempt cannot be cancelled (see JobStore.record_outcome): in effect shielded,
         # and bounded by the store's own timeouts.
@@ -475,6 +477,7 @@ class Runner:
             log=self._log,
             extra={"job_id": drain.job_id, "idx": idx},
         )
+        drain.job = job
         drain.notify_stored()
         if self._log.isEnabledFor(logging.DEBUG):
             self._log.debug(

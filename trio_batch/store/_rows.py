@@ -36,6 +36,7 @@ __all__ = [
     "NewJob",
     "check_caps",
     "dumps",
+    "job_after_outcome",
     "job_from_row",
     "new_job",
     "options_from_text",
@@ -62,6 +63,29 @@ def job_from_row(row: Sequence[Any]) -> Job:
         set_field(job, value)
     _set_job_status(job, _JOB_STATES[row[1]])
     return job
+
+
+def job_after_outcome(seen: Job, *, failed: int, now: float, ttl: float) -> Job:
+    """``seen`` once one more outcome (``failed``: 1 if it is a failure) is counted into it at
+    ``now``, with its lease bumped to ``now + ttl``: the job a store wrote, when the write
+    matched the job as seen. Its status is still ``seen``'s (the terminal status is the
+    caller's to set)."""
+    return job_from_row(
+        (
+            seen.id,
+            seen.status.value,
+            seen.error,
+            seen.targets_total,
+            seen.targets_done + 1,
+            seen.targets_failed + failed,
+            seen.caller,
+            seen.caller_class,
+            seen.idem_key,
+            seen.created_at,
+            now,
+            now + ttl,
+        )
+    )
 
 
 def target_from_row(row: Sequence[Any], *, decode: bool = True) -> TargetStatus:

@@ -32,7 +32,7 @@ from ..._model import (
     with_running,
 )
 from .._protocol import StoreCounts
-from .._rows import check_caps, dumps, new_job, outcome_values
+from .._rows import check_caps, dumps, job_after_outcome, new_job, outcome_values
 from .._rows import job_from_row as _job
 from .._rows import target_from_row as _target
 from . import _queries as q
@@ -166,6 +166,7 @@ class Store(Connection):
         attempts: int = 1,
         ttl: float,
         now: float | None = None,
+        seen: Job | None = None,
     ) -> Job | None:
         """Store one target's outcome and bump its job, in one transaction.
 
@@ -180,26 +181,32 @@ class Store(Connection):
         Returns the updated job, or None if the job is unknown or its lease has lapsed (nothing
         is written then). Raises :class:`OutcomeExists` if the target already has an outcome or
         does not exist.
+
+        ``seen``, the job as this store last answered for it, saves reading the job back: the
+        bump is then made only if the job is still exactly as seen (but for its lease), and the
+        answer follows from it. If the job changed meanwhile, it is bumped and read back as
+        without ``seen``; the answer is the same either way.
         """
         status, result_text, error, hint = outcome_values(result, error, hint)
         now = time.time() if now is None else now
         failed = int(error is not None)
         conn = self.db.conn  # the hot path: straight to sqlite3, no wrapper per statement
+        size = 0 if result_text is None else len(result_text)
         with self.transaction():
-            row = conn.execute(
-                q.BUMP_JOB,
-                (
-                    failed,
-                    0 if result_text is None else len(result_text),
-                    now,
-                    now + ttl,
-                    job_id,
-                    now,
-                ),
-            ).fetchone()
-            if row is None:
-                return None
-            job = _job(row)
+            job: Job
+            if (
+                seen is not None
+                and seen.id == job_id
+                and self._bump_as_seen(seen, failed, size, now, ttl)
+            ):
+                job = job_after_outcome(seen, failed=failed, now=now, ttl=ttl)
+            else:
+                row = conn.execute(
+                    q.BUMP_JOB, (failed, size, now, now + ttl, job_id, now)
+                ).fetchone()
+                if row is None:
+                    return None
+                job = _job(row)
             if job.targets_done >= job.targets_total and job.status.is_live:
                 # The last outcome: the terminal status goes in the same transaction. (Kept
                 # out of the bump above, so the status index is only touched once per job.)
@@ -215,6 +222,32 @@ class Store(Connection):
                     f"target {idx} of job {job_id} already has an outcome or does not exist"
                 )
         return job
+
+    def _bump_as_seen(self, seen: Job, failed: int, size: int, now: float, ttl: float) -> bool:
+        """Count one outcome into the job if it is still as ``seen``; True if it was."""
+        return (
+            self.db.conn.execute(
+                q.BUMP_JOB_AS_SEEN,
+                (
+                    failed,
+                    size,
+                    now,
+                    now + ttl,
+                    seen.id,
+                    now,
+                    seen.status.value,
+                    seen.error,
+                    seen.targets_total,
+                    seen.targets_done,
+                    seen.targets_failed,
+                    seen.caller,
+                    seen.caller_class,
+                    seen.idem_key,
+                    seen.created_at,
+                ),
+            ).rowcount
+            == 1
+        )
 
     def record_outcomes(
         self, writes: Sequence[OutcomeWrite], *, ttl: float, now: float | None = None
@@ -242,6 +275,7 @@ class Store(Connection):
                             attempts=w.attempts,
                             ttl=ttl,
                             now=now,
+                            seen=w.seen,
                         )
                     )
                 except (OutcomeExists, ValueError) as exc:
