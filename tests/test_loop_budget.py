@@ -16,6 +16,10 @@ from trio_batch import Config, JobState, Result, Store, Target, open_runner
 from trio_batch.store.sqlite import SQLiteJobStore, _job_store
 
 CALLERS = 6
+#: The time every call is made at: leases compare only with it. (Not trio.current_time(): each
+#: trio run's clock has its own random offset, so a lease taken in one run could have lapsed in
+#: the next.)
+NOW = 1e9
 
 
 class PassCounter(trio.abc.Instrument):
@@ -37,7 +41,7 @@ async def _job_in(store: SQLiteJobStore) -> str:
         targets_per_job=10,
         jobs_per_caller=10,
         jobs_total=10,
-        now=trio.current_time() + 1e9,  # any clock: only leases compare with it
+        now=NOW,
     )
     return job.id
 
@@ -49,7 +53,7 @@ async def _passes_of_concurrent_reads(store: SQLiteJobStore, job_id: str) -> set
     returned: set[int] = set()
 
     async def read() -> None:
-        job = await store.get_job(job_id, now=trio.current_time() + 1e9)
+        job = await store.get_job(job_id, now=NOW)
         assert job is not None
         returned.add(counter.passes)
 
@@ -107,7 +111,7 @@ async def test_a_call_waiting_for_room_still_runs_when_cancelled(
             scope.cancel()
             store._budget.used = 1.0  # this pass's budget is spent
             before = counter.passes
-            job = await store.get_job(job_id, now=trio.current_time() + 1e9)
+            job = await store.get_job(job_id, now=NOW)
             waited = counter.passes - before
             await trio.lowlevel.checkpoint()  # the cancel arrives here
         trio.lowlevel.remove_instrument(counter)
