@@ -7,12 +7,22 @@ instrument (trio waits for I/O once per pass), never with a wall clock.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
 import trio
 
-from trio_batch import Config, JobState, Result, Store, Target, open_runner
+from trio_batch import (
+    Config,
+    JobState,
+    OutcomeWrite,
+    Result,
+    Store,
+    StoreError,
+    Target,
+    open_runner,
+)
 from trio_batch.store.sqlite import SQLiteJobStore, _job_store
 
 CALLERS = 6
@@ -118,6 +128,71 @@ async def test_a_call_waiting_for_room_still_runs_when_cancelled(
         assert job is not None and job.id == job_id
         assert waited >= 2  # a pass waiting for room, and the yield after the call
         assert scope.cancelled_caught
+
+
+_CALLS_THAT_WAIT_FOR_ROOM: dict[str, Callable[[SQLiteJobStore, str], Awaitable[object]]] = {
+    "get_job": lambda store, job_id: store.get_job(job_id, now=NOW),
+    "get_status": lambda store, job_id: store.get_status(job_id, now=NOW),
+    "finish_job": lambda store, job_id: store.finish_job(job_id, JobState.CANCELLED, now=NOW),
+    "record_outcome": lambda store, job_id: store.record_outcome(
+        OutcomeWrite(job_id, 0, result=Result("x")), ttl=3600, now=NOW
+    ),
+}
+
+
+async def _make_the_call(
+    call: str, store: SQLiteJobStore, job_id: str, errors: list[Exception]
+) -> None:
+    """Make ``call``; an error it raises goes to ``errors``."""
+    try:
+        await _CALLS_THAT_WAIT_FOR_ROOM[call](store, job_id)
+    except Exception as exc:
+        errors.append(exc)
+
+
+@pytest.mark.parametrize("owns_store", [False, True], ids=["borrowed", "owned"])
+@pytest.mark.parametrize("call", _CALLS_THAT_WAIT_FOR_ROOM)
+async def test_a_call_waiting_for_room_when_the_store_closes_gets_the_closed_store_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, call: str, owns_store: bool
+) -> None:
+    # Every pass is spent before it starts, so each call waits its full MAX_DEFERRALS passes:
+    # the store is closed while it waits. It must get the store's own "closed" error, as a
+    # call made after the close does, not the stopped thread's or the closed database's.
+    monkeypatch.setattr(_job_store, "FAST_PASS_BUDGET", -1.0)
+    sqlite = Store.open(tmp_path / "jobs.db")
+    store = SQLiteJobStore(sqlite, owns_store=owns_store)
+    job_id = await _job_in(store)
+    errors: list[Exception] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_make_the_call, call, store, job_id, errors)
+        for _ in range(2):  # the call begins, and waits for room
+            await trio.lowlevel.cancel_shielded_checkpoint()
+        await store.aclose()
+    if not owns_store:
+        sqlite.close()
+    assert len(errors) == 1
+    assert type(errors[0]) is StoreError, repr(errors[0])
+    assert "is closed" in str(errors[0])
+
+
+async def test_an_outcome_write_whose_leader_yields_past_the_close_gets_the_closed_store_error(
+    tmp_path: Path,
+) -> None:
+    # The group commit's leader yields once to gather its batch, with room in the pass or not.
+    # Whether the close runs in that yield or before the write began is up to trio's scheduler
+    # (it reverses half its passes), so the race is run often enough to meet both orders.
+    for attempt in range(24):
+        sqlite = Store.open(tmp_path / f"jobs{attempt}.db")
+        store = SQLiteJobStore(sqlite)
+        job_id = await _job_in(store)
+        errors: list[Exception] = []
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_make_the_call, "record_outcome", store, job_id, errors)
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            await store.aclose()
+        sqlite.close()
+        assert len(errors) == 1
+        assert type(errors[0]) is StoreError, repr(errors[0])
 
 
 async def test_concurrent_jobs_finish_with_every_fast_call_in_a_pass_of_its_own(
