@@ -23,6 +23,7 @@ from trio_batch import (
     Target,
     open_runner,
 )
+from trio_batch.store._loop_budget import MAX_DEFERRALS
 from trio_batch.store.sqlite import SQLiteJobStore, _job_store
 
 CALLERS = 6
@@ -128,6 +129,41 @@ async def test_a_call_waiting_for_room_still_runs_when_cancelled(
         assert job is not None and job.id == job_id
         assert waited >= 2  # a pass waiting for room, and the yield after the call
         assert scope.cancelled_caught
+
+
+async def _passes_of(call: Awaitable[object]) -> int:
+    """The passes of trio's scheduler ``call`` took to come back."""
+    counter = PassCounter()
+    trio.lowlevel.add_instrument(counter)
+    try:
+        await call
+    finally:
+        trio.lowlevel.remove_instrument(counter)
+    return counter.passes
+
+
+async def test_a_call_waits_for_room_at_most_max_deferrals_passes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every pass is spent before it starts: room never comes, and the call runs anyway once it
+    # has waited MAX_DEFERRALS passes (then it yields once more, as every call does).
+    monkeypatch.setattr(_job_store, "FAST_PASS_BUDGET", -1.0)
+    async with SQLiteJobStore(Store.open(tmp_path / "jobs.db"), owns_store=True) as store:
+        job_id = await _job_in(store)
+        assert await _passes_of(store.get_job(job_id, now=NOW)) == MAX_DEFERRALS + 1
+
+
+async def test_an_outcome_batch_for_the_store_thread_does_not_wait_for_room(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A result too big for the fast path is written on the store thread, off the loop: waiting
+    # for room first would only delay its commit (and the followers in its batch).
+    monkeypatch.setattr(_job_store, "FAST_PASS_BUDGET", -1.0)
+    async with SQLiteJobStore(Store.open(tmp_path / "jobs.db"), owns_store=True) as store:
+        job_id = await _job_in(store)
+        big = Result("x" * (_job_store.FAST_MAX_CONTENT + 1))
+        write = store.record_outcome(OutcomeWrite(job_id, 0, result=big), ttl=3600, now=NOW)
+        assert await _passes_of(write) < MAX_DEFERRALS
 
 
 _CALLS_THAT_WAIT_FOR_ROOM: dict[str, Callable[[SQLiteJobStore, str], Awaitable[object]]] = {

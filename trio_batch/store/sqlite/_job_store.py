@@ -303,10 +303,14 @@ class SQLiteJobStore(StoreFace):
         self, writes: Sequence[OutcomeWrite], *, ttl: float, now: float
     ) -> list[Job | Exception | None]:
         """:meth:`Store.record_outcomes`: on the fast path when every result is small."""
-        await self._ready_for_fast_call()
+        fast = all(w.result is None or _small(w.result) for w in writes)
+        if fast:
+            await self._ready_for_fast_call()
+        else:
+            self._start()  # off the loop: no room in it to wait for
         with translate_errors(self.store.busy_timeout):
             answers: list[Job | Exception | None] | _Miss = _MISS
-            if all(w.result is None or _small(w.result) for w in writes):
+            if fast:
                 answers = self._try_fast(Store.record_outcomes, writes, ttl=ttl, now=now)
             if isinstance(answers, _Miss):
                 answers = await self._thread.run(
