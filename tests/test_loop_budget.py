@@ -231,7 +231,7 @@ async def test_an_outcome_write_whose_leader_yields_past_the_close_gets_the_clos
         assert type(errors[0]) is StoreError, repr(errors[0])
 
 
-async def test_concurrent_jobs_finish_with_every_fast_call_in_a_pass_of_its_own(
+async def test_concurrent_jobs_store_every_outcome_in_order_while_their_calls_wait_for_room(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Group commits wait for room too: a leader that waits lets the next writers form a batch
