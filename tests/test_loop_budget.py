@@ -7,7 +7,7 @@ instrument (trio waits for I/O once per pass), never with a wall clock.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -142,28 +142,34 @@ async def _passes_of(call: Awaitable[object]) -> int:
     return counter.passes
 
 
-async def test_a_call_waits_for_room_at_most_max_deferrals_passes(
+@pytest.fixture
+async def never_room(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Every pass is spent before it starts: room never comes, and the call runs anyway once it
-    # has waited MAX_DEFERRALS passes (then it yields once more, as every call does).
+) -> AsyncIterator[tuple[SQLiteJobStore, str]]:
+    """A store and a job in it, where every pass is spent before it starts: room never comes."""
     monkeypatch.setattr(_job_store, "FAST_PASS_BUDGET", -1.0)
     async with SQLiteJobStore(Store.open(tmp_path / "jobs.db"), owns_store=True) as store:
-        job_id = await _job_in(store)
-        assert await _passes_of(store.get_job(job_id, now=NOW)) == MAX_DEFERRALS + 1
+        yield store, await _job_in(store)
+
+
+async def test_a_call_waits_for_room_at_most_max_deferrals_passes(
+    never_room: tuple[SQLiteJobStore, str],
+) -> None:
+    # The call runs anyway once it has waited MAX_DEFERRALS passes (then it yields once more,
+    # as every call does).
+    store, job_id = never_room
+    assert await _passes_of(store.get_job(job_id, now=NOW)) == MAX_DEFERRALS + 1
 
 
 async def test_an_outcome_batch_for_the_store_thread_does_not_wait_for_room(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    never_room: tuple[SQLiteJobStore, str],
 ) -> None:
     # A result too big for the fast path is written on the store thread, off the loop: waiting
     # for room first would only delay its commit (and the followers in its batch).
-    monkeypatch.setattr(_job_store, "FAST_PASS_BUDGET", -1.0)
-    async with SQLiteJobStore(Store.open(tmp_path / "jobs.db"), owns_store=True) as store:
-        job_id = await _job_in(store)
-        big = Result("x" * (_job_store.FAST_MAX_CONTENT + 1))
-        write = store.record_outcome(OutcomeWrite(job_id, 0, result=big), ttl=3600, now=NOW)
-        assert await _passes_of(write) < MAX_DEFERRALS
+    store, job_id = never_room
+    big = Result("x" * (_job_store.FAST_MAX_CONTENT + 1))
+    write = store.record_outcome(OutcomeWrite(job_id, 0, result=big), ttl=3600, now=NOW)
+    assert await _passes_of(write) < MAX_DEFERRALS
 
 
 _CALLS_THAT_WAIT_FOR_ROOM: dict[str, Callable[[SQLiteJobStore, str], Awaitable[object]]] = {
