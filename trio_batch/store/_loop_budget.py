@@ -15,8 +15,10 @@ import trio
 
 __all__ = ["LoopBudget"]
 
-#: At most this many passes a call waits for room before it runs anyway: every pass gives
-#: its first call room, so this only bounds a call from a run the budget is not installed in.
+#: At most this many passes a call waits for room before it runs anyway. Every pass gives its
+#: first call room, but the calls waiting race for it with each other and with new ones (trio
+#: varies the order it runs a pass's tasks in), so under load a call can find pass after pass
+#: spent; this bounds its wait. (A call from a run the budget is not installed in never waits.)
 MAX_DEFERRALS = 8
 
 
@@ -56,7 +58,7 @@ class LoopBudget(trio.abc.Instrument):
         return self.used > self.seconds
 
     async def wait_for_room(self) -> None:
-        """Yield to later passes until one has budget left.
+        """Yield to later passes until one has budget left, or :data:`MAX_DEFERRALS` have gone.
 
         Cancellation: never raises ``Cancelled`` (the yields are shielded), so a call that
         waits here still runs; a pending cancel arrives at the caller's next checkpoint.

@@ -181,18 +181,35 @@ class SQLiteJobStore(StoreFace):
     ) -> T:
         """``fn(store, ...)``: on the fast path if it can run there, else on the thread.
 
+        Raises :class:`StoreError` if the store is closed, or closes while the call waits for
+        room in the loop (see :meth:`_ready_for_fast_call`).
+
         Cancellation: as :meth:`StoreThread.run`: once started, the call completes, and
         ``Cancelled`` is raised at the caller's next checkpoint.
         """
-        self._start()
-        if self._budget.spent:
-            await self._budget.wait_for_room()
+        await self._ready_for_fast_call()
         with translate_errors(self.store.busy_timeout):
             result = self._try_fast(fn, *args, **kwargs)
             if isinstance(result, _Miss):
                 return await self._thread.run(fn, self.store, *args, **kwargs)
         await trio.lowlevel.cancel_shielded_checkpoint()  # an async call always yields once
         return result
+
+    async def _ready_for_fast_call(self) -> None:
+        """Check that the store is open (starting it), and wait for room in a later pass of the
+        loop if this pass has spent its budget.
+
+        Raises :class:`StoreError` if the store is closed, also when :meth:`aclose` ran while
+        the call waited (or while a group commit's leader yielded to gather its batch): the
+        call must get the closed store's error, not the stopped thread's or the closed
+        database's.
+
+        Cancellation: never raises ``Cancelled`` (see :meth:`LoopBudget.wait_for_room`).
+        """
+        self._start()
+        if self._budget.spent:
+            await self._budget.wait_for_room()
+            self._start()  # aclose may have run meanwhile
 
     async def _on_thread(
         self, fn: Callable[Concatenate[Store, P], T], /, *args: P.args, **kwargs: P.kwargs
@@ -298,11 +315,14 @@ class SQLiteJobStore(StoreFace):
         self, writes: Sequence[OutcomeWrite], *, ttl: float, now: float
     ) -> list[Job | Exception | None]:
         """:meth:`Store.record_outcomes`: on the fast path when every result is small."""
-        if self._budget.spent:
-            await self._budget.wait_for_room()
+        fast = all(w.result is None or _small(w.result) for w in writes)
+        if fast:
+            await self._ready_for_fast_call()
+        else:
+            self._start()  # off the loop: no room in it to wait for
         with translate_errors(self.store.busy_timeout):
             answers: list[Job | Exception | None] | _Miss = _MISS
-            if all(w.result is None or _small(w.result) for w in writes):
+            if fast:
                 answers = self._try_fast(Store.record_outcomes, writes, ttl=ttl, now=now)
             if isinstance(answers, _Miss):
                 answers = await self._thread.run(
@@ -356,9 +376,7 @@ class SQLiteJobStore(StoreFace):
 
     async def get_status(self, job_id: str, *, now: float) -> tuple[Job, list[TargetStatus]] | None:
         """:meth:`Store.get_status`; on the fast path unless the job holds big results."""
-        self._start()
-        if self._budget.spent:
-            await self._budget.wait_for_room()
+        await self._ready_for_fast_call()
         with translate_errors(self.store.busy_timeout):
             result = self._try_fast(
                 Store.get_status, job_id, now=now, max_results_size=FAST_MAX_RESULTS
