@@ -6,10 +6,8 @@ one run (the machine is shared and noisy: read the ratios, not the absolute time
 - ``sql``: the store's outcome statements on a raw ``sqlite3`` connection, beside the floor
   (:mod:`benchmarks.floor`): with the job row's ``RETURNING``, with an ``UPDATE`` then a
   ``SELECT`` instead, and with neither (what the runner could not do without).
-- ``checkpoint``: serial throughput with the fast path's WAL checkpoint as the store makes it (a
-  ``PASSIVE`` copy while the loop goes on writing, then a ``RESTART``), as it made it before (a
-  ``RESTART`` alone, which the loop waits for whole) and in ``TRUNCATE`` mode (before that), and
-  how long the loop waited on the store thread.
+- ``checkpoint``: serial throughput with the fast path's WAL checkpoint in ``RESTART`` mode (the
+  store's) and in ``TRUNCATE`` mode (the store's before), and how long the loop waited on it.
 - ``watch``: one job of n targets with a fetch that yields, awaited with and without a
   :meth:`~trio_batch.Runner.watch` beside it.
 """
@@ -84,17 +82,8 @@ def probe_sql(*, targets: int = 9_600, rounds: int = _ROUNDS) -> None:
 # checkpoint
 
 
-#: How each variant runs the store's two checkpoint calls (PASSIVE, then RESTART): as they are,
-#: or the PASSIVE skipped and the RESTART made in a mode of its own.
-_CHECKPOINTS = {
-    "PASSIVE+RESTART": {"PASSIVE": "PASSIVE", "RESTART": "RESTART"},
-    "RESTART": {"PASSIVE": None, "RESTART": "RESTART"},
-    "TRUNCATE": {"PASSIVE": None, "RESTART": "TRUNCATE"},
-}
-
-
-def _serial(variant: str, jobs: int = 400) -> tuple[float, float]:
-    """(µs per target, µs per target the loop waited on the store thread) in ``variant``."""
+def _serial(mode: str, jobs: int = 400) -> tuple[float, float]:
+    """(µs per target, µs per target the loop waited on the store thread) in ``mode``."""
     store = Store.open(_scratch("serial.db"))
     waited = 0.0
     real_run = _job_store.StoreThread.run
@@ -109,10 +98,8 @@ def _serial(variant: str, jobs: int = 400) -> tuple[float, float]:
         finally:
             waited += time.perf_counter() - started
 
-    def in_mode(self: Store, mode: str = "TRUNCATE") -> None:
-        made = _CHECKPOINTS[variant].get(mode, mode)
-        if made is not None:
-            real_checkpoint(self, made)
+    def in_mode(self: Store, _: str = "TRUNCATE") -> None:
+        real_checkpoint(self, mode)
 
     batches = [job_targets(f"probe/{j}", 32) for j in range(jobs)]
 
@@ -139,9 +126,9 @@ def _serial(variant: str, jobs: int = 400) -> tuple[float, float]:
 def probe_checkpoint(*, jobs: int = 400, rounds: int = _ROUNDS) -> None:
     for r in range(rounds):
         cells = [f"round {r + 1}:"]
-        for variant in _CHECKPOINTS:
-            per_target, waited = _serial(variant, jobs)
-            cells.append(f"{variant} {per_target:.1f} us/target (waited {waited:.1f})")
+        for mode in ("RESTART", "TRUNCATE"):
+            per_target, waited = _serial(mode, jobs)
+            cells.append(f"{mode} {per_target:.1f} us/target (waited {waited:.1f})")
         print(" ".join(cells), flush=True)
 
 
