@@ -112,8 +112,7 @@ class SQLiteJobStore(StoreFace):
         self._fast: Store | None = None
         self._owns_fast = False
         self._commits_since_checkpoint = 0
-        self._checkpoint_scheduled = False  # a checkpoint is queued or running on the thread
-        self._checkpoint_pending = False  # ...and restarting the WAL: the fast path waits
+        self._checkpoint_pending = False
         self._budget = LoopBudget(FAST_PASS_BUDGET)
 
     # ----------------------------------------------------------------------------------------
@@ -245,35 +244,24 @@ class SQLiteJobStore(StoreFace):
             fast._lock.release()
             self._budget.used += time.perf_counter() - started
         self._commits_since_checkpoint += 1
-        if (
-            self._commits_since_checkpoint >= CHECKPOINT_EVERY
-            and self._owns_fast
-            and not self._checkpoint_scheduled
-        ):
+        if self._commits_since_checkpoint >= CHECKPOINT_EVERY and self._owns_fast:
             self._commits_since_checkpoint = 0
-            self._checkpoint_scheduled = True
+            # RESTART: a passive checkpoint racing constant writes never restarts the WAL, so
+            # it would grow without end. (Not TRUNCATE: growing the emptied file again made
+            # every outcome write 20% slower.) Until it is done, calls go to the thread and
+            # queue behind it, so it gets the lock at once instead of racing the loop for it.
+            self._checkpoint_pending = True
             self._thread.run_soon(self._checkpoint)
         return result
 
     def _checkpoint(self) -> None:
-        """On the store thread: copy the WAL into the database, then restart it from its
-        beginning (its file keeps its size, up to the journal size limit).
-
-        In two steps, so that the loop's writes wait only for the second. ``PASSIVE`` takes no
-        write lock: it copies the bulk while the fast path goes on writing, but racing constant
-        writes it never restarts the WAL, which would grow without end. ``RESTART`` then copies
-        what was written meanwhile and restarts the WAL; from the moment it is due, the loop's
-        calls go to this thread and queue behind it, so it gets the write lock at once instead
-        of racing the loop for it. (Not ``TRUNCATE``: growing the emptied file again made
-        every outcome write 20% slower.)
-        """
+        """On the store thread: copy the WAL into the database and restart it from its
+        beginning (its file keeps its size, up to the journal size limit), then let the fast
+        path go on."""
         try:
-            self.store.checkpoint("PASSIVE")
-            self._checkpoint_pending = True  # one bool each, read by the loop thread
             self.store.checkpoint("RESTART")
         finally:
-            self._checkpoint_pending = False
-            self._checkpoint_scheduled = False
+            self._checkpoint_pending = False  # one bool, read by the loop thread
 
     # ----------------------------------------------------------------------------------------
     # JobStore
