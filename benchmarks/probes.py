@@ -4,8 +4,11 @@ Not part of ``make bench``; each probe answers one question, alternating what it
 one run (the machine is shared and noisy: read the ratios, not the absolute times).
 
 - ``sql``: the store's outcome statements on a raw ``sqlite3`` connection, beside the floor
-  (:mod:`benchmarks.floor`): with the job row's ``RETURNING``, with an ``UPDATE`` then a
-  ``SELECT`` instead, and with neither (what the runner could not do without).
+  (:mod:`benchmarks.floor`): bumping the job as last seen (``BUMP_JOB_AS_SEEN``, what the store
+  runs), with the job row's ``RETURNING`` (its fallback when the job changed), with an
+  ``UPDATE`` then a ``SELECT`` instead, and with neither (no answer at all).
+- ``budget``: 8 concurrent jobs beside a 1 ms heartbeat, with the fast path's loop budget
+  (``FAST_PASS_BUDGET``) and without it: throughput, and how late the heartbeat woke.
 - ``checkpoint``: serial throughput with the fast path's WAL checkpoint in ``RESTART`` mode (the
   store's) and in ``TRUNCATE`` mode (the store's before), and how long the loop waited on it.
 - ``watch``: one job of n targets with a fetch that yields, awaited with and without a
@@ -28,7 +31,7 @@ from trio_batch.store.sqlite import _job_store
 from trio_batch.store.sqlite import _queries as q
 
 from . import floor
-from .workloads import job_targets, noop_fetch, run_job
+from .workloads import job_targets, measure_concurrent, noop_fetch, run_job
 
 _ROUNDS = 3
 
@@ -49,11 +52,18 @@ def _outcome_sql(path: str, variant: str, targets: int = 9_600, per_job: int = 3
     select_job = f"SELECT {q.JOB_COLUMNS} FROM jobs WHERE id = ?"
     try:
         work = floor.pending_work(conn, targets, per_job)
+        seen = {row[0]: row for row in conn.execute(f"SELECT {q.JOB_COLUMNS} FROM jobs")}
+        done = dict.fromkeys(seen, 0)
         start = time.perf_counter()
         for job_id, idx in work:
             t = time.time()
             conn.execute("BEGIN IMMEDIATE")
-            if variant == "returning":
+            if variant == "as seen":
+                job = seen[job_id]
+                match = (job[0], t, job[1], job[2], job[3], done[job_id], 0, *job[6:10])
+                conn.execute(q.BUMP_JOB_AS_SEEN, (0, 24, t, t + 86400, *match))
+                done[job_id] += 1
+            elif variant == "returning":
                 conn.execute(q.BUMP_JOB, (0, 24, t, t + 86400, job_id, t)).fetchone()
             elif variant == "update+select":
                 conn.execute(bump_only, (0, 24, t, t + 86400, job_id, t))
@@ -72,7 +82,7 @@ def probe_sql(*, targets: int = 9_600, rounds: int = _ROUNDS) -> None:
     for r in range(rounds):
         at_floor = floor.floor_throughput(_scratch("floor.db"), targets=targets)
         cells = [f"round {r + 1}: floor {at_floor:,.0f}/s"]
-        for variant in ("returning", "update+select", "neither"):
+        for variant in ("as seen", "returning", "update+select", "neither"):
             rate = _outcome_sql(_scratch(f"{variant}.db"), variant, targets=targets)
             cells.append(f"{variant} {rate / at_floor:.2f}x")
         print(", ".join(cells), flush=True)
@@ -133,6 +143,35 @@ def probe_checkpoint(*, jobs: int = 400, rounds: int = _ROUNDS) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# budget
+
+
+def _beside_8_jobs(budget: float, jobs_per_caller: int) -> tuple[float, list[float]]:
+    """(targets/s, heartbeat lateness in seconds) of 8 concurrent callers at ``budget``."""
+    saved = _job_store.FAST_PASS_BUDGET
+    _job_store.FAST_PASS_BUDGET = budget
+    try:
+        got = measure_concurrent(
+            _scratch("budget.db"), jobs_per_caller=jobs_per_caller, heartbeat=True
+        )
+    finally:
+        _job_store.FAST_PASS_BUDGET = saved
+    return got.targets_per_s, got.lateness
+
+
+def probe_budget(*, jobs_per_caller: int = 25, rounds: int = _ROUNDS) -> None:
+    variants = {"with the budget": _job_store.FAST_PASS_BUDGET, "without": float("inf")}
+    for r in range(rounds):
+        cells = [f"round {r + 1}:"]
+        for name, budget in variants.items():
+            rate, lateness = _beside_8_jobs(budget, jobs_per_caller)
+            late = sorted(lateness)
+            p99 = late[int(0.99 * (len(late) - 1))] * 1e3
+            cells.append(f"{name} {rate:,.0f}/s, p99 {p99:.2f} ms, max {late[-1] * 1e3:.2f} ms")
+        print(" ".join(cells), flush=True)
+
+
+# ---------------------------------------------------------------------------------------------
 # watch
 
 
@@ -168,7 +207,12 @@ def probe_watch(*, sizes: tuple[int, ...] = (1_000, 2_000, 4_000)) -> None:
         print(f"{n:,} targets: {alone:.2f} s awaited, {watched:.2f} s watched", flush=True)
 
 
-PROBES = {"sql": probe_sql, "checkpoint": probe_checkpoint, "watch": probe_watch}
+PROBES = {
+    "sql": probe_sql,
+    "checkpoint": probe_checkpoint,
+    "budget": probe_budget,
+    "watch": probe_watch,
+}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -95,9 +95,12 @@ def test_whole_round_and_report(tmp_path: Path) -> None:
 def test_the_probes_run_and_report_each_comparison(capsys: pytest.CaptureFixture[str]) -> None:
     probes.probe_sql(targets=64, rounds=1)
     probes.probe_checkpoint(jobs=2, rounds=1)
+    probes.probe_budget(jobs_per_caller=1, rounds=1)
     probes.probe_watch(sizes=(8,))
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 3
-    assert all(f"{variant} " in lines[0] for variant in ("returning", "update+select", "neither"))
+    assert len(lines) == 4
+    variants = ("as seen", "returning", "update+select", "neither")
+    assert all(f"{variant} " in lines[0] for variant in variants)
     assert "RESTART" in lines[1] and "TRUNCATE" in lines[1]
-    assert lines[2].startswith("8 targets:") and "watched" in lines[2]
+    assert "with the budget" in lines[2] and "without" in lines[2] and "p99" in lines[2]
+    assert lines[3].startswith("8 targets:") and "watched" in lines[3]
