@@ -77,23 +77,21 @@ async def _passes_of_concurrent_reads(store: SQLiteJobStore, job_id: str) -> set
     return returned
 
 
+@pytest.mark.parametrize(
+    ("budget", "passes"),
+    [
+        (0.0, CALLERS),  # one call spends a pass's budget: six calls come back in six passes
+        (60.0, 1),  # within the budget, calls started together share a pass
+    ],
+    ids=["past the budget", "within it"],
+)
 async def test_fast_path_calls_past_the_budget_wait_for_later_passes(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, budget: float, passes: int
 ) -> None:
-    monkeypatch.setattr(_job_store, "FAST_PASS_BUDGET", 0.0)  # one call spends a pass's budget
+    monkeypatch.setattr(_job_store, "FAST_PASS_BUDGET", budget)
     async with SQLiteJobStore(Store.open(tmp_path / "jobs.db"), owns_store=True) as store:
         job_id = await _job_in(store)
-        # One call per pass: six calls started together come back in six passes.
-        assert len(await _passes_of_concurrent_reads(store, job_id)) == CALLERS
-
-
-async def test_fast_path_calls_within_the_budget_share_a_pass(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(_job_store, "FAST_PASS_BUDGET", 60.0)
-    async with SQLiteJobStore(Store.open(tmp_path / "jobs.db"), owns_store=True) as store:
-        job_id = await _job_in(store)
-        assert len(await _passes_of_concurrent_reads(store, job_id)) == 1
+        assert len(await _passes_of_concurrent_reads(store, job_id)) == passes
 
 
 def test_calls_from_another_trio_run_are_never_held_back(

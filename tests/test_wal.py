@@ -11,6 +11,10 @@ from trio_batch import Config, Result, Store, Target, open_runner
 from trio_batch.store.sqlite import _job_store
 
 
+async def _fetch(target: Target) -> Result:
+    return Result("x" * 1000)
+
+
 async def test_the_wal_is_checkpointed_and_stays_bounded_under_load(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -18,12 +22,8 @@ async def test_the_wal_is_checkpointed_and_stays_bounded_under_load(
     monkeypatch.setattr(_job_store, "CHECKPOINT_EVERY", 100)
     path = tmp_path / "jobs.db"
     store = Store.open(path)
-
-    async def fetch(target: Target) -> Result:
-        return Result("x" * 1000)
-
     config = Config(targets_per_job=500, jobs_per_caller=8)
-    async with open_runner(store, fetch, config) as runner:
+    async with open_runner(store, _fetch, config) as runner:
         for job in range(6):
             job_id, _ = await runner.submit(
                 "a", "user", [Target(f"u{job}/{i}") for i in range(500)]
@@ -41,8 +41,7 @@ async def test_the_loop_never_writes_while_the_wal_is_checkpointed(
     # in the kernel for those flushes, on the loop thread. So while one runs, the loop's calls
     # go to the store thread, and queue behind it there.
     monkeypatch.setattr(_job_store, "CHECKPOINT_EVERY", 5)
-    path = tmp_path / "jobs.db"
-    store = Store.open(path)
+    store = Store.open(tmp_path / "jobs.db")
     checkpoints: list[tuple[str, bool]] = []
     faces: list[_job_store.SQLiteJobStore] = []
     real_checkpoint = Store.checkpoint
@@ -53,11 +52,7 @@ async def test_the_loop_never_writes_while_the_wal_is_checkpointed(
         real_checkpoint(self, mode)
 
     monkeypatch.setattr(Store, "checkpoint", checkpoint)
-
-    async def fetch(target: Target) -> Result:
-        return Result("x" * 100)
-
-    async with open_runner(store, fetch, Config(targets_per_job=60)) as runner:
+    async with open_runner(store, _fetch, Config(targets_per_job=60)) as runner:
         face = runner.store
         assert isinstance(face, _job_store.SQLiteJobStore)
         faces.append(face)
