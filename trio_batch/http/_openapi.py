@@ -33,6 +33,7 @@ _UNAUTHORIZED = _problem(
     "Missing or invalid credentials.",
     **{"WWW-Authenticate": {"schema": {"type": "string"}}},
 )
+_RESULT_SIZE = "Characters of the result's compact JSON (content and meta); 0 without one."
 _NOT_FOUND = _problem("No such job for this caller (unknown, lapsed, or another caller's).")
 _UNAVAILABLE = _problem("The service is shutting down or its store cannot be used.")
 _JOB_ID = {
@@ -227,11 +228,7 @@ _SCHEMAS: dict[str, Any] = {
             "error": _nullable({"type": "string"}),
             "hint": _nullable({"type": "string"}),
             "finished_at": _nullable({"type": "number"}),
-            "result_size": {
-                "type": "integer",
-                "description": "Characters of the stored result: the compact JSON text of its "
-                "content and meta together, as the result link returns it; 0 without a result.",
-            },
+            "result_size": {"type": "integer", "description": _RESULT_SIZE},
             "result_url": _nullable({"type": "string"}),
         },
     },
