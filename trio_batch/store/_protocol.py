@@ -120,6 +120,8 @@ class JobStore(Protocol):
         Raises :class:`~trio_batch.OutcomeExists` if the target already has an outcome. The
         backend may share one commit among outcomes that are ready together (group commit);
         each write stays all-or-nothing on its own, and this returns once it is committed.
+        ``write.seen`` (the job as last answered) may spare the backend reading the job back;
+        the answer must be the stored job whether it is current, stale or absent.
         """
         ...
 
