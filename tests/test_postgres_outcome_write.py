@@ -4,7 +4,8 @@ Each outcome is one data-modifying statement (``RECORD_OUTCOME``) that stores th
 if it is pending and its job unexpired and this runner's, bumps the job and sets its terminal
 status with its last outcome. A refused write changes nothing and raises nothing, so a shared
 commit needs no savepoint per write; a write whose values the database refuses aborts the
-transaction, which is made again without it. On a real throw-away server (see pg_server.py).
+transaction, which is made again without it. A shared commit's writes go out together, in
+psycopg's pipeline mode. On a real throw-away server (see pg_server.py).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
+import psycopg
 import pytest
 
 from trio_batch import Job, JobState, OutcomeExists, OutcomeWrite, Result, StoreError
@@ -168,3 +170,85 @@ def _runner_store(dsn: str) -> Iterator[PostgresStore]:
         yield store
     finally:
         store.close()
+
+
+@pytest.fixture
+def pipelines(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the pipelines the store opens (one entry each)."""
+    opened: list[int] = []
+    real = psycopg.Connection.pipeline
+
+    def counting(self: psycopg.Connection[Any]) -> Any:
+        opened.append(1)
+        return real(self)
+
+    monkeypatch.setattr(psycopg.Connection, "pipeline", counting)
+    return opened
+
+
+def test_a_batch_goes_out_in_one_pipeline_and_each_write_gets_its_answer(
+    store: PostgresStore, pipelines: list[int]
+) -> None:
+    """Several writes are sent together (pipeline mode), not each after the answer to the one
+    before; every answer is still the write's own: a job, OutcomeExists, None, a ValueError."""
+    a = create(store, "a", 2)
+    b = create(store, "b", 1)
+    store.record_outcomes([OutcomeWrite(a.id, 0, result=Result("a0"))], **_at(T0))
+    assert pipelines == []  # one write alone: one statement, nothing to pipeline
+    answers = store.record_outcomes(
+        [
+            OutcomeWrite(a.id, 0, result=Result("again")),  # stored already
+            OutcomeWrite(b.id, 0, error="boom"),
+            OutcomeWrite("unknown-job-id-0000000", 0, result=Result("x")),
+            OutcomeWrite(a.id, 1, result=Result("a1")),
+            OutcomeWrite(a.id, 1),  # neither a result nor an error
+        ],
+        **_at(T0 + 1),
+    )
+    assert pipelines == [1]
+    assert isinstance(answers[0], OutcomeExists)
+    assert isinstance(answers[1], Job) and answers[1].status == JobState.FAILED
+    assert answers[2] is None
+    assert isinstance(answers[3], Job) and (answers[3].status, answers[3].targets_done) == (
+        JobState.DONE,
+        2,
+    )
+    assert isinstance(answers[4], ValueError)
+    assert stored_row(store, a.id)[:3] == ("done", 2, 0)
+    assert stored_row(store, b.id)[:3] == ("failed", 1, 1)
+
+
+def test_a_refused_value_in_a_pipeline_sends_the_batch_again_one_write_at_a_time(
+    store: PostgresStore, pipelines: list[int]
+) -> None:
+    a = create(store, "a", 1)
+    b = create(store, "b", 1)
+    answers = store.record_outcomes(
+        [
+            OutcomeWrite(a.id, 0, result=Result("a0")),
+            OutcomeWrite(b.id, 0, result=Result("b0"), attempts=2**31),
+        ],
+        **_at(T0 + 1),
+    )
+    assert pipelines == [1]  # tried together first, then one at a time
+    assert isinstance(answers[0], Job) and answers[0].targets_done == 1
+    assert isinstance(answers[1], StoreError) and "refused this outcome" in str(answers[1])
+    assert stored_row(store, a.id)[:3] == ("done", 1, 0)  # stored once
+    assert stored_row(store, b.id)[:3] == ("running", 0, 0)
+
+
+def test_a_batch_with_a_write_in_doubt_goes_one_write_at_a_time(
+    store: PostgresStore, pipelines: list[int]
+) -> None:
+    """A retry in doubt may need its stored outcome read before its answer is known."""
+    a = create(store, "a", 1)
+    b = create(store, "b", 1)
+    write = OutcomeWrite(a.id, 0, result=Result("a0"))
+    store.record_outcomes([write], **_at(T0))
+    store._maybe_committed.add((a.id, 0))
+    answers = store.record_outcomes(
+        [write, OutcomeWrite(b.id, 0, result=Result("b0"))], **_at(T0 + 1)
+    )
+    assert pipelines == []
+    assert isinstance(answers[0], Job) and answers[0].targets_done == 1  # recognised, once
+    assert isinstance(answers[1], Job) and answers[1].targets_done == 1

@@ -48,6 +48,24 @@ __all__ = ["PostgresStore"]
 T = TypeVar("T")
 
 
+#: psycopg's pipeline mode needs libpq 14 or newer (psycopg[binary] ships one).
+_PIPELINE_SUPPORTED = psycopg.Pipeline.is_supported()
+
+
+def _outcome_answer(write: OutcomeWrite, row: Any) -> Job | OutcomeExists | None:
+    """What ``RECORD_OUTCOME``'s one row says of ``write``: the job it bumped, None (the job is
+    unknown, lapsed or not this runner's), or OutcomeExists (the target was not pending)."""
+    assert row is not None  # the statement always answers one row
+    owned, *job_row = row
+    if job_row[0] is not None:
+        return job_from_row(job_row)
+    if not owned:
+        return None
+    return OutcomeExists(
+        f"target {write.idx} of job {write.job_id} already has an outcome or does not exist"
+    )
+
+
 class _Refused(Exception):
     """The database refused one write's values, aborting the transaction: make it again
     without that write (``index`` in the batch)."""
@@ -227,13 +245,23 @@ class PostgresStore(PostgresReads):
         written), or the exception that refused it alone (:class:`OutcomeExists`, ValueError,
         :class:`StoreError` for values the database refused). A refused write changes nothing,
         so the writes need no savepoints; a write whose values the database refuses aborts the
-        transaction, which is then made again without it. A single write runs in autocommit,
-        its own transaction. If the commit is cut off by a lost connection the writes may have
+        transaction, which is then made again without it. Several writes go out in psycopg's
+        pipeline mode, together, instead of each waiting for the answer to the one before; a
+        refused value there sends the batch again one write at a time, to tell which it was.
+        A single write runs in autocommit, its own transaction. If the commit is cut off by a
+        lost connection the writes may have
         committed: a retry of such a write that finds its very outcome stored answers the job
         instead of :class:`OutcomeExists`, so nothing is lost or counted twice.
         """
         answers: list[Job | Exception | None] = [None] * len(writes)
         todo = list(range(len(writes)))
+
+        def pipelined(conn: Conn) -> None:
+            try:
+                answers[:] = self._record_pipelined(conn, writes, ttl, now)
+                todo.clear()
+            except psycopg.DataError:
+                pass  # rolled back: one write at a time below, to tell which was refused
 
         def record(conn: Conn) -> None:
             with contextlib.nullcontext() if len(todo) == 1 else conn.transaction():
@@ -249,6 +277,8 @@ class PostgresStore(PostgresReads):
                         raise _Refused(i) from exc
 
         try:
+            if self._can_pipeline(writes):
+                self._run(pipelined)
             while todo:
                 try:
                     self._run(record)
@@ -263,42 +293,71 @@ class PostgresStore(PostgresReads):
             self._maybe_committed.discard((write.job_id, write.idx))
         return answers
 
+    def _can_pipeline(self, writes: Sequence[OutcomeWrite]) -> bool:
+        """Whether ``writes`` can go to the server in one pipeline: several of them, and none
+        a retry in doubt (whose answer may need its stored outcome read, one at a time)."""
+        return (
+            len(writes) > 1
+            and _PIPELINE_SUPPORTED
+            and not any((w.job_id, w.idx) in self._maybe_committed for w in writes)
+        )
+
+    def _record_pipelined(
+        self, conn: Conn, writes: Sequence[OutcomeWrite], ttl: float, now: float
+    ) -> list[Job | Exception | None]:
+        """Several writes in one transaction, sent in psycopg's pipeline mode: each statement
+        goes out without waiting for the answer to the one before, so the batch costs about
+        one round trip instead of one per write. Raises ``psycopg.DataError`` (the transaction
+        rolled back) if the database refused a write's values: which one is not known here.
+        """
+        answers: list[Job | Exception | None] = [None] * len(writes)
+        with conn.transaction(), conn.pipeline():
+            sent: list[tuple[int, OutcomeWrite, psycopg.Cursor[Any]]] = []
+            for i, write in enumerate(writes):
+                try:
+                    values = self._outcome_values(write, ttl=ttl, now=now)
+                except ValueError as exc:  # refused before any SQL: nothing sent
+                    answers[i] = exc
+                    continue
+                sent.append((i, write, conn.execute(q.RECORD_OUTCOME, values)))
+            for i, write, cursor in sent:
+                answers[i] = _outcome_answer(write, cursor.fetchone())
+        return answers
+
+    def _outcome_values(self, write: OutcomeWrite, *, ttl: float, now: float) -> dict[str, Any]:
+        """``RECORD_OUTCOME``'s parameters for ``write``; ValueError for a write that cannot
+        be stored (see :func:`write_values`)."""
+        status, result_text, error, hint = write_values(write)
+        return {
+            "job_id": write.job_id,
+            "idx": write.idx,
+            "now": now,
+            "expires": now + ttl,
+            "runner": self.runner_id,
+            "status": status.value,
+            "result": result_text,
+            "error": error,
+            "hint": hint,
+            "attempts": write.attempts,
+            "failed": int(error is not None),
+            "size": 0 if result_text is None else len(result_text),
+        }
+
     def _record_one(
         self, conn: Conn, write: OutcomeWrite, *, ttl: float, now: float
     ) -> Job | OutcomeExists | None:
         """One write, one statement: the job, None (not this runner's), or OutcomeExists."""
-        status, result_text, error, hint = write_values(write)
-        row = conn.execute(
-            q.RECORD_OUTCOME,
-            {
-                "job_id": write.job_id,
-                "idx": write.idx,
-                "now": now,
-                "expires": now + ttl,
-                "runner": self.runner_id,
-                "status": status.value,
-                "result": result_text,
-                "error": error,
-                "hint": hint,
-                "attempts": write.attempts,
-                "failed": int(error is not None),
-                "size": 0 if result_text is None else len(result_text),
-            },
-        ).fetchone()
-        assert row is not None  # the statement always answers one row
-        owned, *job_row = row
-        if job_row[0] is not None:
-            return job_from_row(job_row)
-        if not owned:
-            return None
-        if (write.job_id, write.idx) in self._maybe_committed and conn.execute(
-            q.GET_OUTCOME, (write.job_id, write.idx)
-        ).fetchone() == (status.value, result_text, error, hint):
+        values = self._outcome_values(write, ttl=ttl, now=now)
+        answer = _outcome_answer(write, conn.execute(q.RECORD_OUTCOME, values).fetchone())
+        if (
+            isinstance(answer, OutcomeExists)
+            and (write.job_id, write.idx) in self._maybe_committed
+            and conn.execute(q.GET_OUTCOME, (write.job_id, write.idx)).fetchone()
+            == (values["status"], values["result"], values["error"], values["hint"])
+        ):
             # The first attempt of this retried write committed before its answer was lost.
             return self._get_job(conn, write.job_id, now)
-        return OutcomeExists(
-            f"target {write.idx} of job {write.job_id} already has an outcome or does not exist"
-        )
+        return answer
 
     def finish_job(
         self, job_id: str, status: JobState, *, now: float, error: str | None = None
