@@ -11,6 +11,7 @@ psycopg's pipeline mode. On a real throw-away server (see pg_server.py).
 from __future__ import annotations
 
 import contextlib
+import select
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,7 +20,7 @@ import pytest
 
 from trio_batch import Job, JobState, OutcomeExists, OutcomeWrite, Result, StoreError
 from trio_batch._model import final_status
-from trio_batch.store.postgres import PostgresStore
+from trio_batch.store.postgres import PostgresStore, _store
 from trio_batch.store.postgres import _queries as q
 
 from .conftest import T0
@@ -252,3 +253,143 @@ def test_a_batch_with_a_write_in_doubt_goes_one_write_at_a_time(
     assert pipelines == []
     assert isinstance(answers[0], Job) and answers[0].targets_done == 1  # recognised, once
     assert isinstance(answers[1], Job) and answers[1].targets_done == 1
+
+
+def _idle(store: PostgresStore) -> bool:
+    """The store's connection is open and in no transaction (nothing left half done)."""
+    return store.connection().info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
+@pytest.mark.parametrize(
+    "refused",
+    [{0}, {2}, {4}, {0, 4}, {1, 2, 3}, {0, 1, 2, 3, 4}],
+    ids=["first", "middle", "last", "first-and-last", "three", "all"],
+)
+def test_refused_values_anywhere_in_a_pipeline_fail_those_writes_alone(
+    store: PostgresStore, pipelines: list[int], refused: set[int]
+) -> None:
+    jobs = [create(store, caller, 1) for caller in "abcde"]
+    writes = [
+        OutcomeWrite(job.id, 0, result=Result("r"), attempts=2**31 if i in refused else 1)
+        for i, job in enumerate(jobs)
+    ]
+    answers = store.record_outcomes(writes, **_at(T0 + 1))
+    assert pipelines == [1]
+    for i, (job, answer) in enumerate(zip(jobs, answers, strict=True)):
+        if i in refused:
+            assert isinstance(answer, StoreError) and "refused this outcome" in str(answer)
+            assert stored_row(store, job.id)[:3] == ("running", 0, 0)
+        else:
+            assert isinstance(answer, Job) and answer.targets_done == 1
+            assert stored_row(store, job.id)[:3] == ("done", 1, 0)
+    assert _idle(store)
+
+
+def test_a_refusal_read_while_the_pipeline_is_still_sending_is_told_apart_too(
+    store: PostgresStore, pipelines: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """psycopg reads answers that have arrived whenever it sends: a refusal can be raised by
+    a later write's execute, not by a fetch. Here the server's refusal of the first write is
+    waited for before the second is sent, so it is always read there."""
+    jobs = [create(store, caller, 1) for caller in "abc"]
+    writes = [
+        OutcomeWrite(job.id, 0, result=Result("r"), attempts=2**31 if i == 0 else 1)
+        for i, job in enumerate(jobs)
+    ]
+    conn = store.connection()
+    real_values = PostgresStore._outcome_values
+    seen: list[OutcomeWrite] = []
+
+    def values_after_the_refusal(self: PostgresStore, write: OutcomeWrite, **kw: Any) -> Any:
+        seen.append(write)
+        if len(seen) == 2 and conn._pipeline is not None:  # the first write is sent
+            # Bounded only so a broken server cannot hang the suite; not a speed assertion.
+            assert select.select([conn.fileno()], [], [], 30)[0], "the refusal never came"
+        return real_values(self, write, **kw)
+
+    raised_by_a_send: list[type[Exception]] = []
+    real_execute = psycopg.Connection.execute
+
+    def execute(self: psycopg.Connection[Any], *args: Any, **kwargs: Any) -> Any:
+        try:
+            return real_execute(self, *args, **kwargs)
+        except psycopg.Error as exc:
+            if self._pipeline is not None:
+                raised_by_a_send.append(type(exc))
+            raise
+
+    monkeypatch.setattr(PostgresStore, "_outcome_values", values_after_the_refusal)
+    monkeypatch.setattr(psycopg.Connection, "execute", execute)
+    answers = store.record_outcomes(writes, **_at(T0 + 1))
+    assert pipelines == [1]
+    assert raised_by_a_send == [psycopg.errors.NumericValueOutOfRange]  # by the second send
+    assert isinstance(answers[0], StoreError)
+    assert all(isinstance(a, Job) and a.targets_done == 1 for a in answers[1:])
+    assert _idle(store)
+
+
+@pytest.mark.parametrize("cut", ["sending", "answering", "committing"])
+def test_a_connection_lost_mid_pipeline_leaves_the_writes_in_doubt_and_a_retry_stores_each_once(
+    store: PostgresStore,
+    pg_dsn: str,
+    pipelines: list[int],
+    monkeypatch: pytest.MonkeyPatch,
+    cut: str,
+) -> None:
+    """The server ends the store's connection (pg_terminate_backend, as a restart does) while
+    the writes are being sent, while their answers are read, or before COMMIT: the call
+    fails, every write is kept as maybe committed, and the retry goes one write at a time."""
+    a = create(store, "a", 2)
+    b = create(store, "b", 1)
+    writes = [
+        OutcomeWrite(a.id, 0, result=Result("a0")),
+        OutcomeWrite(a.id, 1, error="boom"),
+        OutcomeWrite(b.id, 0, result=Result("b0")),
+    ]
+    pid = store.connection().info.backend_pid
+    cuts: list[str] = []
+
+    def cut_off(where: str) -> None:
+        if where == cut and not cuts:
+            cuts.append(where)
+            with psycopg.connect(pg_dsn, autocommit=True) as admin:
+                # Waits (up to 10 s) until the server process is gone.
+                admin.execute("SELECT pg_terminate_backend(%s, 10000)", (pid,))
+
+    real_values, real_pipeline = PostgresStore._outcome_values, psycopg.Connection.pipeline
+
+    def values(self: PostgresStore, write: OutcomeWrite, **kw: Any) -> Any:
+        if write is writes[1]:
+            cut_off("sending")  # the first write is sent
+        return real_values(self, write, **kw)
+
+    def answer(write: OutcomeWrite, row: Any) -> Any:
+        cut_off("answering")  # the first answer is read
+        return real_answer(write, row)
+
+    @contextlib.contextmanager
+    def pipeline(self: psycopg.Connection[Any]) -> Iterator[Any]:
+        with real_pipeline(self) as opened:
+            yield opened
+        cut_off("committing")  # every answer is read; COMMIT comes next
+
+    real_answer = _store._outcome_answer
+    monkeypatch.setattr(PostgresStore, "_outcome_values", values)
+    monkeypatch.setattr(_store, "_outcome_answer", answer)
+    monkeypatch.setattr(psycopg.Connection, "pipeline", pipeline)
+
+    with pytest.raises(psycopg.OperationalError):
+        store.record_outcomes(writes, **_at(T0 + 1))
+    assert cuts == [cut]
+    assert store._conn is None  # dropped: the next call reconnects
+    assert store._maybe_committed == {(w.job_id, w.idx) for w in writes}
+    assert stored_row(store, a.id)[:3] == ("running", 0, 0)  # the commit never happened
+
+    opened = len(pipelines)
+    answers = store.record_outcomes(writes, **_at(T0 + 2))
+    assert len(pipelines) == opened  # in doubt: one write at a time
+    assert [a.targets_done for a in answers if isinstance(a, Job)] == [1, 2, 1]
+    assert stored_row(store, a.id)[1:3] == (2, 1)
+    assert stored_row(store, b.id)[:3] == ("done", 1, 0)
+    assert store._maybe_committed == set()
+    assert _idle(store)
