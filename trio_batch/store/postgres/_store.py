@@ -249,9 +249,9 @@ class PostgresStore(PostgresReads):
         pipeline mode, together, instead of each waiting for the answer to the one before; a
         refused value there sends the batch again one write at a time, to tell which it was.
         A single write runs in autocommit, its own transaction. If the commit is cut off by a
-        lost connection the writes may have
-        committed: a retry of such a write that finds its very outcome stored answers the job
-        instead of :class:`OutcomeExists`, so nothing is lost or counted twice.
+        lost connection the writes may have committed: a retry of such a write (sent one at a
+        time) that finds its very outcome stored answers the job instead of
+        :class:`OutcomeExists`, so nothing is lost or counted twice.
         """
         answers: list[Job | Exception | None] = [None] * len(writes)
         todo = list(range(len(writes)))
@@ -306,9 +306,12 @@ class PostgresStore(PostgresReads):
         self, conn: Conn, writes: Sequence[OutcomeWrite], ttl: float, now: float
     ) -> list[Job | Exception | None]:
         """Several writes in one transaction, sent in psycopg's pipeline mode: each statement
-        goes out without waiting for the answer to the one before, so the batch costs about
-        one round trip instead of one per write. Raises ``psycopg.DataError`` (the transaction
-        rolled back) if the database refused a write's values: which one is not known here.
+        goes out without waiting for the answer to the one before, so the writes cost one
+        round trip together instead of one each (BEGIN, the pipeline's Sync and COMMIT add
+        three more, whatever the batch's size). Raises ``psycopg.DataError`` (the transaction
+        rolled back) if the database refused a write's values, from a fetch or from a later
+        write's send (psycopg reads the answers that have come whenever it sends): which
+        write it was is not known here.
         """
         answers: list[Job | Exception | None] = [None] * len(writes)
         with conn.transaction(), conn.pipeline():
