@@ -38,6 +38,16 @@ class FakeClock:
         self.now += seconds
 
 
+class PassCounter(trio.abc.Instrument):
+    """Counts the passes of trio's scheduler (install with ``trio.lowlevel.add_instrument``)."""
+
+    def __init__(self) -> None:
+        self.passes = 0
+
+    def after_io_wait(self, timeout: float) -> None:
+        self.passes += 1
+
+
 class Boom(Exception):
     """A fetch failure that carries a hint, as real fetchers' errors may."""
 

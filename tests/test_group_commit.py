@@ -32,9 +32,10 @@ from trio_batch import (
     TargetState,
     open_runner,
 )
+from trio_batch.store._group_commit import GroupCommit
 from trio_batch.store.postgres import PostgresStore
 
-from .conftest import T0, FakeClock, ScriptedFetch, urls
+from .conftest import T0, FakeClock, PassCounter, ScriptedFetch, urls
 
 TTL = 100.0
 CAPS: dict[str, Any] = {"ttl": TTL, "targets_per_job": 8, "jobs_per_caller": 1, "jobs_total": 8}
@@ -284,3 +285,21 @@ def test_a_read_rolled_back_by_sqlite_raises_its_own_error_not_a_commit_error() 
         assert not store.db.conn.in_transaction
     finally:
         store.close()
+
+
+async def _echo_commit(writes: list[int]) -> list[int | Exception]:
+    return list(writes)
+
+
+async def test_a_lone_writer_commits_in_one_pass_per_write() -> None:
+    """A lone writer (a serial drain) pays one pass of the scheduler per write: the leader's
+    one yield to gather the batch, and nothing more."""
+    group: GroupCommit[int, int] = GroupCommit(_echo_commit)
+    counter = PassCounter()
+    trio.lowlevel.add_instrument(counter)
+    try:
+        for i in range(50):
+            assert await group.write(i) == i
+    finally:
+        trio.lowlevel.remove_instrument(counter)
+    assert counter.passes == 50

@@ -26,21 +26,13 @@ from trio_batch import (
 from trio_batch.store._loop_budget import MAX_DEFERRALS
 from trio_batch.store.sqlite import SQLiteJobStore, _job_store
 
+from .conftest import PassCounter
+
 CALLERS = 6
 #: The time every call is made at: leases compare only with it. (Not trio.current_time(): each
 #: trio run's clock has its own random offset, so a lease taken in one run could have lapsed in
 #: the next.)
 NOW = 1e9
-
-
-class PassCounter(trio.abc.Instrument):
-    """Counts the passes of trio's scheduler."""
-
-    def __init__(self) -> None:
-        self.passes = 0
-
-    def after_io_wait(self, timeout: float) -> None:
-        self.passes += 1
 
 
 async def _job_in(store: SQLiteJobStore) -> str:
