@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 
-from trio_batch import Config, Result, Store, Target, open_runner
+from trio_batch import Config, Job, OutcomeWrite, Result, Store, Target, open_runner
 from trio_batch.store.sqlite import _job_store
+
+TTL = 3600.0
+#: The time every call is made at (leases compare only with it).
+NOW = 1e9
 
 
 async def _fetch(target: Target) -> Result:
@@ -38,18 +44,29 @@ async def test_the_loop_never_writes_while_the_wal_is_checkpointed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A checkpoint syncs the WAL and the database file; a fast-path write beside it could wait
-    # in the kernel for those flushes, on the loop thread. So while one runs, the loop's calls
-    # go to the store thread, and queue behind it there.
+    # in the kernel for those flushes, on the loop thread. So while one runs, the loop makes no
+    # call on the fast connection: its calls go off the loop.
     monkeypatch.setattr(_job_store, "CHECKPOINT_EVERY", 5)
     store = Store.open(tmp_path / "jobs.db")
     checkpoints: list[tuple[str, bool]] = []
     faces: list[_job_store.SQLiteJobStore] = []
+    in_checkpoint = threading.Event()
+    loop_thread = threading.get_ident()
+    on_loop_in_checkpoint: list[str] = []
     real_checkpoint = Store.checkpoint
 
     def checkpoint(self: Store, mode: str = "TRUNCATE") -> None:
         # On the store thread: is the fast path shut for the whole checkpoint?
         checkpoints.append((mode, all(face._checkpoint_pending for face in faces)))
-        real_checkpoint(self, mode)
+        in_checkpoint.set()
+        try:
+            real_checkpoint(self, mode)
+        finally:
+            in_checkpoint.clear()
+
+    def traced(sql: str) -> None:
+        if in_checkpoint.is_set() and threading.get_ident() == loop_thread:
+            on_loop_in_checkpoint.append(sql)
 
     monkeypatch.setattr(Store, "checkpoint", checkpoint)
     async with open_runner(store, _fetch, Config(targets_per_job=60)) as runner:
@@ -57,8 +74,117 @@ async def test_the_loop_never_writes_while_the_wal_is_checkpointed(
         assert isinstance(face, _job_store.SQLiteJobStore)
         faces.append(face)
         job_id, _ = await runner.submit("a", "user", [Target(f"u/{i}") for i in range(60)])
+        assert face._fast is not None
+        face._fast.db.conn.set_trace_callback(traced)  # before the drain's first outcome
         job = await runner.wait(job_id)
     store.close()
     assert job is not None and job.targets_done == 60
-    assert len(checkpoints) >= 5
+    assert len(checkpoints) >= 10
     assert all(shut for _, shut in checkpoints), checkpoints
+    # Two steps each: the copy, then the restart.
+    assert [mode for mode, _ in checkpoints[:4]] == ["PASSIVE", "RESTART"] * 2
+    assert on_loop_in_checkpoint == []
+
+
+class _HeldCheckpoint:
+    """Holds the first checkpoint's ``step`` (PASSIVE or RESTART) on the store thread until
+    released, and notes whether it was released (not given up on after ``GIVE_UP`` seconds,
+    which guards against a hang: the test then fails, it does not wait on)."""
+
+    GIVE_UP = 30.0
+
+    def __init__(self, step: str) -> None:
+        self.step = step
+        self.holding = threading.Event()
+        self.release = threading.Event()
+        self.released: bool | None = None
+        self.steps: list[str] = []
+        self._real = Store.checkpoint
+
+    def checkpoint(self, store: Store, mode: str = "TRUNCATE") -> None:
+        """Stands in for :meth:`Store.checkpoint`."""
+        self.steps.append(mode)
+        if mode == self.step and self.released is None:
+            self.holding.set()
+            self.released = self.release.wait(self.GIVE_UP)
+        self._real(store, mode)
+
+
+async def _store_with_a_held_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, held: _HeldCheckpoint
+) -> tuple[_job_store.SQLiteJobStore, str, list[int]]:
+    """A store whose first call (a job's creation) starts a checkpoint, which is then held;
+    and the threads each statement on the fast connection runs on from then on."""
+    monkeypatch.setattr(_job_store, "CHECKPOINT_EVERY", 1)
+
+    def checkpoint(store: Store, mode: str = "TRUNCATE") -> None:
+        held.checkpoint(store, mode)
+
+    monkeypatch.setattr(Store, "checkpoint", checkpoint)
+    store = _job_store.SQLiteJobStore(Store.open(tmp_path / "jobs.db"), owns_store=True)
+    job, _ = await store.create_job(
+        "alice",
+        "user",
+        [Target("u/0"), Target("u/1")],
+        ttl=TTL,
+        targets_per_job=10,
+        jobs_per_caller=10,
+        jobs_total=10,
+        now=NOW,
+    )
+    await trio.to_thread.run_sync(held.holding.wait)
+    threads: list[int] = []
+    assert store._fast is not None
+    store._fast.db.conn.set_trace_callback(lambda _: threads.append(threading.get_ident()))
+    return store, job.id, threads
+
+
+async def test_outcomes_and_reads_go_on_while_a_checkpoint_copies_the_wal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The copy step takes no lock: while it runs, the calls the loop would have made go on
+    beside it, on the fast connection but off the loop, instead of waiting for the whole
+    checkpoint on the store thread (a serial drain would stand still meanwhile)."""
+    held = _HeldCheckpoint("PASSIVE")
+    store, job_id, threads = await _store_with_a_held_checkpoint(tmp_path, monkeypatch, held)
+    async with store:
+        job = await store.record_outcome(
+            OutcomeWrite(job_id, 0, result=Result("a")), ttl=TTL, now=NOW
+        )
+        status = await store.get_status(job_id, now=NOW)
+        answered_while_held = held.released is None
+        held.release.set()
+    assert answered_while_held
+    assert held.released is True
+    assert job is not None and job.targets_done == 1
+    assert status is not None and status[1][0].result == Result("a")
+    assert threads, "the fast connection answered nothing"
+    assert threading.get_ident() not in threads  # never on the loop
+    assert held.steps == ["PASSIVE", "RESTART"]
+
+
+async def test_no_call_uses_the_fast_connection_while_a_checkpoint_restarts_the_wal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The restart step waits for writers: from the moment it is due, calls queue behind it on
+    the store thread, and the fast connection (loop or side thread) makes none."""
+    held = _HeldCheckpoint("RESTART")
+    store, job_id, threads = await _store_with_a_held_checkpoint(tmp_path, monkeypatch, held)
+    async with store, trio.open_nursery() as nursery:
+        answers: list[Job | None] = []
+
+        async def write() -> None:
+            answers.append(
+                await store.record_outcome(
+                    OutcomeWrite(job_id, 0, result=Result("a")), ttl=TTL, now=NOW
+                )
+            )
+
+        nursery.start_soon(write)
+        await trio.testing.wait_all_tasks_blocked()
+        assert answers == []  # queued behind the restart
+        held.release.set()
+    assert held.released is True
+    job = answers[0]
+    assert job is not None and job.targets_done == 1
+    assert threads == []

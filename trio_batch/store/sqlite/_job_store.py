@@ -1,6 +1,6 @@
 """The SQLite backend's :class:`~trio_batch.store.JobStore`: the event loop never waits on SQLite.
 
-Two paths to the synchronous :class:`~trio_batch.Store`:
+Three paths to the synchronous :class:`~trio_batch.Store`:
 
 - **The fast path**, on the loop thread, for a small call that cannot wait: a second connection
   to the same file with a busy timeout of 0 and automatic WAL checkpoints off. Under
@@ -12,6 +12,9 @@ Two paths to the synchronous :class:`~trio_batch.Store`:
 - **The store thread** (:class:`~trio_batch.store._thread.StoreThread`) for everything else:
   calls that may wait on a lock or a disk flush (``synchronous=FULL``), big results, purges and
   checkpoints.
+- **The side thread**, only while a checkpoint copies the WAL into the database (the loop must
+  not write beside its disk flushes, and the store thread is busy with it): the calls the fast
+  path declined, on the fast-path connection.
 
 Outcome writes are grouped (:class:`~trio_batch.store._face.StoreFace`, which both backends
 share): drains whose outcomes are ready at the same moment share one transaction, each write
@@ -112,7 +115,12 @@ class SQLiteJobStore(StoreFace):
         self._fast: Store | None = None
         self._owns_fast = False
         self._commits_since_checkpoint = 0
+        # A checkpoint is queued or running: the loop makes no call on the fast connection.
         self._checkpoint_pending = False
+        # ...and it is at its first step, the copy: calls may use the fast connection off the
+        # loop, on the side thread (see _off_loop).
+        self._checkpoint_copying = False
+        self._side_thread = StoreThread(name="trio_batch store, beside a checkpoint")
         self._budget = LoopBudget(FAST_PASS_BUDGET)
 
     # ----------------------------------------------------------------------------------------
@@ -131,6 +139,7 @@ class SQLiteJobStore(StoreFace):
                 with translate_errors(self.store.busy_timeout):
                     self._fast = self.store.reopen(busy_timeout=0, wal_autocheckpoint=False)
                 self._owns_fast = True
+                self._side_thread.start()
         self._budget.install()
         self._thread.start()
         self._started = True
@@ -145,11 +154,12 @@ class SQLiteJobStore(StoreFace):
             return
         self._closed = True
         self._budget.uninstall()
-        if self._owns_fast and self._fast is not None:
-            self._fast.close()
-        self._fast = None
+        fast, self._fast = self._fast, None
         if self._started:
             with trio.CancelScope(shield=True):
+                if self._owns_fast and fast is not None:
+                    await self._side_thread.run(fast.close)  # after every queued call
+                    self._side_thread.stop()
                 if self._owns_store:
                     await self._thread.run(self.store.close)  # after every queued call
             self._thread.stop()
@@ -190,7 +200,7 @@ class SQLiteJobStore(StoreFace):
         with translate_errors(self.store.busy_timeout):
             result = self._try_fast(fn, *args, **kwargs)
             if isinstance(result, _Miss):
-                return await self._thread.run(fn, self.store, *args, **kwargs)
+                return await self._off_loop(fn, *args, **kwargs)
         await trio.lowlevel.cancel_shielded_checkpoint()  # an async call always yields once
         return result
 
@@ -217,6 +227,51 @@ class SQLiteJobStore(StoreFace):
         self._start()
         with translate_errors(self.store.busy_timeout):
             return await self._thread.run(fn, self.store, *args, **kwargs)
+
+    async def _off_loop(
+        self, fn: Callable[Concatenate[Store, P], T], /, *args: P.args, **kwargs: P.kwargs
+    ) -> T:
+        """``fn(store, ...)`` off the loop, for a call the fast path declined: on the side thread
+        with the fast connection while a checkpoint copies the WAL, else on the store thread.
+
+        The store thread is busy with the checkpoint then, and a call queued there would wait
+        for all of it. The copy step takes no lock, so other connections may go on writing
+        beside it, off the loop (see :meth:`_checkpoint`).
+
+        Cancellation: as :meth:`StoreThread.run`, on either thread.
+        """
+        with translate_errors(self.store.busy_timeout):
+            if self._checkpoint_copying:
+                result = await self._side_thread.run(self._fast_beside_checkpoint, fn, args, kwargs)
+                if not isinstance(result, _Miss):
+                    return result
+                self._start()  # aclose may have run meanwhile: the closed store's error
+            return await self._thread.run(fn, self.store, *args, **kwargs)
+
+    def _fast_beside_checkpoint(
+        self, fn: Callable[..., T], args: tuple[object, ...], kwargs: dict[str, object]
+    ) -> T | _Miss:
+        """On the side thread: ``fn(fast, ...)`` if the checkpoint is still copying the WAL.
+
+        Once it restarts the WAL, no other connection may write (its ``RESTART`` waits for
+        them), so calls go to the store thread and queue behind it. A write that races the
+        restart is refused at ``BEGIN IMMEDIATE``, having written nothing, and goes there too.
+        """
+        fast = self._fast
+        if fast is None or not self._checkpoint_copying:
+            return _MISS
+        with fast._lock:
+            if not self._checkpoint_copying:
+                return _MISS
+            try:
+                result = fn(fast, *args, **kwargs)
+            except WouldBeSlow:
+                return _MISS
+            except sqlite3.OperationalError as exc:
+                if is_lock_error(exc):
+                    return _MISS
+                raise
+        return result
 
     # Protected from KeyboardInterrupt: trio raises it wherever unprotected code runs, and
     # between a BEGIN and the block that ends it, it would leave this connection inside a
@@ -246,26 +301,36 @@ class SQLiteJobStore(StoreFace):
         self._commits_since_checkpoint += 1
         if self._commits_since_checkpoint >= CHECKPOINT_EVERY and self._owns_fast:
             self._commits_since_checkpoint = 0
-            # RESTART: a passive checkpoint racing constant writes never restarts the WAL, so
-            # it would grow without end. (Not TRUNCATE: growing the emptied file again made
-            # every outcome write 20% slower.) Until it is done, calls go to the thread and
-            # queue behind it, so it gets the lock at once instead of racing the loop for it,
-            # and the loop never writes while it runs: a checkpoint syncs the WAL and the
-            # database to disk, and a write beside those flushes could wait on them in the
-            # kernel (measured: the loop stalled up to 13 ms when the fast path kept writing
-            # during a PASSIVE copy).
+            # Until it is done, the loop makes no call on the fast connection: a checkpoint
+            # syncs the WAL and the database to disk, and a write beside those flushes could
+            # wait on them in the kernel (measured: the loop stalled up to 13 ms when the fast
+            # path kept writing during a PASSIVE copy). Calls go off the loop instead.
             self._checkpoint_pending = True
+            self._checkpoint_copying = True
             self._thread.run_soon(self._checkpoint)
         return result
 
     def _checkpoint(self) -> None:
         """On the store thread: copy the WAL into the database and restart it from its
         beginning (its file keeps its size, up to the journal size limit), then let the fast
-        path go on."""
+        path go on.
+
+        In two steps. ``PASSIVE`` copies the bulk and takes no write lock: meanwhile the calls
+        the loop would have made run on the side thread, with the fast connection, so drains
+        go on storing outcomes instead of waiting for the whole checkpoint. Racing constant
+        writes, it never restarts the WAL, which would then grow without end, so ``RESTART``
+        follows: it copies what was written meanwhile, waits for writers to finish, and
+        restarts the WAL. Calls go to this thread then, and queue behind it, so it gets the
+        write lock at once. (Not ``TRUNCATE``: growing the emptied file again made every
+        outcome write 20% slower.)
+        """
         try:
+            self.store.checkpoint("PASSIVE")
+            self._checkpoint_copying = False
             self.store.checkpoint("RESTART")
         finally:
-            self._checkpoint_pending = False  # one bool, read by the loop thread
+            self._checkpoint_copying = False
+            self._checkpoint_pending = False  # one bool each, read by the loop thread
 
     # ----------------------------------------------------------------------------------------
     # JobStore
@@ -317,9 +382,7 @@ class SQLiteJobStore(StoreFace):
             if fast:
                 answers = self._try_fast(Store.record_outcomes, writes, ttl=ttl, now=now)
             if isinstance(answers, _Miss):
-                answers = await self._thread.run(
-                    Store.record_outcomes, self.store, writes, ttl=ttl, now=now
-                )
+                answers = await self._off_loop(Store.record_outcomes, writes, ttl=ttl, now=now)
         return answers
 
     async def finish_job(
@@ -374,7 +437,7 @@ class SQLiteJobStore(StoreFace):
                 Store.get_status, job_id, now=now, max_results_size=FAST_MAX_RESULTS
             )
         if isinstance(result, _Miss):
-            return await self._on_thread(Store.get_status, job_id, now=now)
+            return await self._off_loop(Store.get_status, job_id, now=now)
         await trio.lowlevel.cancel_shielded_checkpoint()
         return result
 
