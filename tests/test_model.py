@@ -136,6 +136,32 @@ def test_result_json_round_trip_and_refusals() -> None:
         Result(b"bytes").to_json_text()  # type: ignore[arg-type]
 
 
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@given(content=st.text(), meta=st.dictionaries(st.text(), json_values, max_size=4))
+def test_a_result_is_stored_as_its_whole_json_object(content: str, meta: dict[str, Any]) -> None:
+    """to_json_text encodes in parts; the text is still the whole object's compact JSON,
+    which the stored result_size counts."""
+    try:
+        expected = json.dumps(
+            {"content": content, "meta": meta},
+            ensure_ascii=False,
+            allow_nan=False,
+            separators=(",", ":"),
+        )
+        expected.encode("utf-8")
+    except (ValueError, UnicodeEncodeError):  # lone surrogates, infinities: refused both ways
+        with pytest.raises(ValueError):
+            Result(content, meta).to_json_text()
+        return
+    assert Result(content, meta).to_json_text() == expected
+
+
 # ---------------------------------------------------------------------------------------------
 # idem_key properties
 
