@@ -11,6 +11,7 @@ loop-thread fast path, on the store thread and on an in-memory store alike.
 
 from __future__ import annotations
 
+import itertools
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -291,15 +292,53 @@ async def _echo_commit(writes: list[int]) -> list[int | Exception]:
     return list(writes)
 
 
-async def test_a_lone_writer_commits_in_one_pass_per_write() -> None:
-    """A lone writer (a serial drain) pays one pass of the scheduler per write: the leader's
-    one yield to gather the batch, and nothing more."""
+async def test_a_lone_writer_yields_to_gather_only_once() -> None:
+    """A writer alone (a serial drain) does not pay a pass of the scheduler per write to
+    gather a batch nobody else joins: only its first write yields."""
     group: GroupCommit[int, int] = GroupCommit(_echo_commit)
     counter = PassCounter()
     trio.lowlevel.add_instrument(counter)
     try:
         for i in range(50):
-            assert await group.write(i) == i
+            assert await group.write(i, writer="a") == i
     finally:
         trio.lowlevel.remove_instrument(counter)
-    assert counter.passes == 50
+    assert counter.passes == 1
+
+
+def test_a_writer_alone_in_a_commit_still_waits_for_writers_yet_to_resume() -> None:
+    """trio runs the tasks woken in one pass in either order in the next, so a leader often
+    resumes ahead of the writers the last commit woke, and commits alone. Its next write must
+    still yield to them, although it was alone: skipping that yield, it would commit alone
+    again and again while they wait (here: all its writes, since nothing else yields)."""
+
+    async def two_writers() -> list[list[str]]:
+        committed: list[list[str]] = []
+
+        async def commit(writes: list[str]) -> list[str | Exception]:
+            committed.append(sorted(writes))
+            return list(writes)
+
+        group: GroupCommit[str, str] = GroupCommit(commit)
+
+        async def writer(name: str) -> None:
+            for i in range(10):
+                await group.write(f"{name}{i}", writer=name)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(writer, "a")
+            nursery.start_soon(writer, "b")
+        return committed
+
+    for _ in range(20):  # each run orders the passes at random
+        committed = trio.run(two_writers)
+        assert sorted(w for writes in committed for w in writes) == sorted(
+            f"{name}{i}" for name in "ab" for i in range(10)
+        )
+        for before, after in itertools.pairwise(committed):
+            if len(before) == len(after) == 1 and before[0][0] == after[0][0]:
+                # Two commits of one writer in a row: only once the other has finished.
+                other = "b" if before[0][0] == "a" else "a"
+                assert f"{other}9" in {
+                    w for writes in committed[: committed.index(after)] for w in writes
+                }, committed

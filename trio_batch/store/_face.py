@@ -51,12 +51,15 @@ class StoreFace:
         job is unknown or lapsed, or not this runner's: nothing written), or it raises the
         error that refused it (such as :class:`~trio_batch.OutcomeExists`).
 
+        A drain alone in the last commit does not yield to gather others (see
+        :meth:`GroupCommit.write`): the call may then return without a schedule point.
+
         Cancellation: this call cannot be cancelled; it returns (or raises) once the outcome is
         committed or has failed, and a pending ``Cancelled`` is raised at the caller's next
         checkpoint.
         """
         self._start()
-        return await self._group.write((write, ttl, now))
+        return await self._group.write((write, ttl, now), writer=write.job_id)
 
     async def _commit(self, batch: list[_TimedWrite]) -> list[Job | Exception | None]:
         # One commit, one moment: the first write's (the leader's) ttl and time serve for all.
