@@ -77,6 +77,23 @@ class _Miss:
 _MISS = _Miss()
 
 
+def _run_unless_declined(
+    fn: Callable[..., T], store: Store, args: tuple[object, ...], kwargs: dict[str, object]
+) -> T | _Miss:
+    """``fn(store, ...)`` on a connection that never waits, or :data:`_MISS` if it declined:
+    the job's results are too big for the loop (:class:`WouldBeSlow`), or a lock was refused
+    at ``BEGIN IMMEDIATE`` or rolled the call back. A store call is one transaction, so nothing
+    was written, and the store thread can run it again."""
+    try:
+        return fn(store, *args, **kwargs)
+    except WouldBeSlow:
+        return _MISS
+    except sqlite3.OperationalError as exc:
+        if is_lock_error(exc):
+            return _MISS
+        raise
+
+
 def _small(result: Result) -> bool:
     """Cheap to encode and write on the loop: short content and a small, flat ``meta``."""
     content, meta = result.content, result.meta
@@ -263,15 +280,7 @@ class SQLiteJobStore(StoreFace):
         with fast._lock:
             if not self._checkpoint_copying:
                 return _MISS
-            try:
-                result = fn(fast, *args, **kwargs)
-            except WouldBeSlow:
-                return _MISS
-            except sqlite3.OperationalError as exc:
-                if is_lock_error(exc):
-                    return _MISS
-                raise
-        return result
+            return _run_unless_declined(fn, fast, args, kwargs)
 
     # Protected from KeyboardInterrupt: trio raises it wherever unprotected code runs, and
     # between a BEGIN and the block that ends it, it would leave this connection inside a
@@ -286,18 +295,12 @@ class SQLiteJobStore(StoreFace):
             return _MISS
         started = time.perf_counter()
         try:
-            result = fn(fast, *args, **kwargs)
-        except WouldBeSlow:
-            return _MISS
-        except sqlite3.OperationalError as exc:
-            if is_lock_error(exc):
-                # Refused at BEGIN IMMEDIATE, or rolled back: a store call is one transaction,
-                # so nothing was written and the thread can run it again.
-                return _MISS
-            raise
+            result = _run_unless_declined(fn, fast, args, kwargs)
         finally:
             fast._lock.release()
             self._budget.used += time.perf_counter() - started
+        if isinstance(result, _Miss):
+            return result
         self._commits_since_checkpoint += 1
         if self._commits_since_checkpoint >= CHECKPOINT_EVERY and self._owns_fast:
             self._commits_since_checkpoint = 0
