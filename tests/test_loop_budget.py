@@ -8,6 +8,7 @@ instrument (trio waits for I/O once per pass), never with a wall clock.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -96,6 +97,42 @@ def test_calls_from_another_trio_run_are_never_held_back(
     job_id = trio.run(_job_in, store)  # installs the budget in this first run
     try:
         assert len(trio.run(_passes_of_concurrent_reads, store, job_id)) == 1
+    finally:
+        trio.run(store.aclose)
+
+
+def test_a_serial_drain_in_another_trio_run_still_lets_a_cancel_in_between_targets(
+    tmp_path: Path,
+) -> None:
+    # A drain alone skips the group commit's gathering yield, counting on the budget to end
+    # the pass; the budget cannot in a run it does not guard. There each fast-path outcome
+    # write must still yield, or a fetch that never yields would hold the loop for the whole
+    # job: no cancel, no timer, no socket until it ends.
+    store = SQLiteJobStore(Store.open(tmp_path / "jobs.db"), owns_store=True)
+    trio.run(partial(store.list_jobs, now=NOW))  # installs the budget in this first run
+    targets = [Target(f"https://example.test/{i}") for i in range(100)]
+
+    async def drain_and_cancel() -> JobState:
+        second_fetched = trio.Event()
+        fetched = 0
+
+        async def fetch(target: Target) -> Result:  # never yields
+            nonlocal fetched
+            fetched += 1
+            if fetched == 2:
+                second_fetched.set()
+            return Result("x")
+
+        async with open_runner(store, fetch, Config(targets_per_job=len(targets))) as runner:
+            job_id, _ = await runner.submit("alice", "user", targets)
+            await second_fetched.wait()
+            assert await runner.cancel(job_id), "the job ran to its end before the cancel"
+            job = await runner.wait(job_id)
+        assert job is not None and job.targets_done < len(targets)
+        return job.status
+
+    try:
+        assert trio.run(drain_and_cancel) is JobState.CANCELLED
     finally:
         trio.run(store.aclose)
 

@@ -53,6 +53,12 @@ class LoopBudget(trio.abc.Instrument):
             trio.lowlevel.remove_instrument(self)
 
     @property
+    def guards_this_run(self) -> bool:
+        """True if called from the trio run the budget is installed in, the only one whose
+        passes refill it."""
+        return self._root is not None and trio.lowlevel.current_root_task() is self._root
+
+    @property
     def spent(self) -> bool:
         """True once the current pass has used more than its budget."""
         return self.used > self.seconds
@@ -64,6 +70,6 @@ class LoopBudget(trio.abc.Instrument):
         waits here still runs; a pending cancel arrives at the caller's next checkpoint.
         """
         for _ in range(MAX_DEFERRALS):
-            if not self.spent or trio.lowlevel.current_root_task() is not self._root:
+            if not self.spent or not self.guards_this_run:
                 return
             await trio.lowlevel.cancel_shielded_checkpoint()
