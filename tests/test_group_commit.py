@@ -11,6 +11,7 @@ loop-thread fast path, on the store thread and on an in-memory store alike.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import sqlite3
 from collections.abc import Iterator
@@ -342,3 +343,21 @@ def test_a_writer_alone_in_a_commit_still_waits_for_writers_yet_to_resume() -> N
                 assert f"{other}9" in {
                     w for writes in committed[: committed.index(after)] for w in writes
                 }, committed
+
+
+async def test_a_shared_commit_cannot_be_cut_by_ctrl_c() -> None:
+    """Regression (review): a KeyboardInterrupt raised inside write, between the leader taking
+    its batch and waking the followers, would leave them waiting for good; they cannot be
+    cancelled, so shutdown would hang. write runs protected from it, its commit included."""
+    seen: list[bool] = []
+
+    async def commit(writes: list[int]) -> list[int | Exception]:
+        seen.append(trio.lowlevel.currently_ki_protected())
+        return await _echo_commit(writes)
+
+    group: GroupCommit[int, int] = GroupCommit(commit)
+    async with trio.open_nursery() as nursery:
+        for i in range(3):
+            nursery.start_soon(functools.partial(group.write, i, writer=i))
+    assert seen and all(seen)
+    assert not trio.lowlevel.currently_ki_protected()

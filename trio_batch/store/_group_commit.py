@@ -47,6 +47,11 @@ class GroupCommit(Generic[W, A]):
         # pass of its scheduler, before or after whoever leads the next commit.
         self._waking = 0
 
+    # Protected from KeyboardInterrupt: raised between the leader taking its batch and the
+    # block that wakes the followers, it would leave them waiting for good (they cannot be
+    # cancelled), and shutdown with them. Held back, it arrives at the main task's next
+    # checkpoint; a write is bounded by the store's timeouts.
+    @trio.lowlevel.enable_ki_protection
     async def write(self, write: W, *, writer: Hashable) -> A:
         """Commit ``write`` with whatever else is ready now; return or raise its own answer.
 
