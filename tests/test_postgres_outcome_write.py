@@ -11,6 +11,7 @@ psycopg's pipeline mode. On a real throw-away server (see pg_server.py).
 from __future__ import annotations
 
 import contextlib
+import logging
 import select
 from collections.abc import Iterator
 from typing import Any
@@ -266,8 +267,12 @@ def _idle(store: PostgresStore) -> bool:
     ids=["first", "middle", "last", "first-and-last", "three", "all"],
 )
 def test_refused_values_anywhere_in_a_pipeline_fail_those_writes_alone(
-    store: PostgresStore, pipelines: list[int], refused: set[int]
+    store: PostgresStore,
+    pipelines: list[int],
+    refused: set[int],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    caplog.set_level(logging.WARNING, logger="psycopg")
     jobs = [create(store, caller, 1) for caller in "abcde"]
     writes = [
         OutcomeWrite(job.id, 0, result=Result("r"), attempts=2**31 if i in refused else 1)
@@ -283,14 +288,21 @@ def test_refused_values_anywhere_in_a_pipeline_fail_those_writes_alone(
             assert isinstance(answer, Job) and answer.targets_done == 1
             assert stored_row(store, job.id)[:3] == ("done", 1, 0)
     assert _idle(store)
+    # Regression: psycopg logged "error ignored terminating Pipeline ... pipeline aborted" as a
+    # warning for each refusal, which the store handles.
+    assert _psycopg_warnings(caplog) == []
 
 
 def test_a_refusal_read_while_the_pipeline_is_still_sending_is_told_apart_too(
-    store: PostgresStore, pipelines: list[int], monkeypatch: pytest.MonkeyPatch
+    store: PostgresStore,
+    pipelines: list[int],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """psycopg reads answers that have arrived whenever it sends: a refusal can be raised by
     a later write's execute, not by a fetch. Here the server's refusal of the first write is
     waited for before the second is sent, so it is always read there."""
+    caplog.set_level(logging.WARNING, logger="psycopg")
     jobs = [create(store, caller, 1) for caller in "abc"]
     writes = [
         OutcomeWrite(job.id, 0, result=Result("r"), attempts=2**31 if i == 0 else 1)
@@ -326,6 +338,11 @@ def test_a_refusal_read_while_the_pipeline_is_still_sending_is_told_apart_too(
     assert isinstance(answers[0], StoreError)
     assert all(isinstance(a, Job) and a.targets_done == 1 for a in answers[1:])
     assert _idle(store)
+    assert _psycopg_warnings(caplog) == []
+
+
+def _psycopg_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name.startswith("psycopg")]
 
 
 @pytest.mark.parametrize("cut", ["sending", "answering", "committing"])

@@ -314,17 +314,29 @@ class PostgresStore(PostgresReads):
         write it was is not known here.
         """
         answers: list[Job | Exception | None] = [None] * len(writes)
-        with conn.transaction(), conn.pipeline():
-            sent: list[tuple[int, OutcomeWrite, psycopg.Cursor[Any]]] = []
-            for i, write in enumerate(writes):
+        with conn.transaction():
+            refused: psycopg.DataError | None = None
+            with conn.pipeline() as pipeline:
                 try:
-                    values = self._outcome_values(write, ttl=ttl, now=now)
-                except ValueError as exc:  # refused before any SQL: nothing sent
-                    answers[i] = exc
-                    continue
-                sent.append((i, write, conn.execute(q.RECORD_OUTCOME, values)))
-            for i, write, cursor in sent:
-                answers[i] = _outcome_answer(write, cursor.fetchone())
+                    sent: list[tuple[int, OutcomeWrite, psycopg.Cursor[Any]]] = []
+                    for i, write in enumerate(writes):
+                        try:
+                            values = self._outcome_values(write, ttl=ttl, now=now)
+                        except ValueError as exc:  # refused before any SQL: nothing sent
+                            answers[i] = exc
+                            continue
+                        sent.append((i, write, conn.execute(q.RECORD_OUTCOME, values)))
+                    for i, write, cursor in sent:
+                        answers[i] = _outcome_answer(write, cursor.fetchone())
+                except psycopg.DataError as exc:
+                    refused = exc
+                    # Read what the aborted pipeline still owes here: left to the block's
+                    # end, psycopg would log its "pipeline aborted" as a warning, for a
+                    # refusal the caller handles.
+                    with contextlib.suppress(psycopg.errors.PipelineAborted):
+                        pipeline.sync()
+            if refused is not None:
+                raise refused  # rolls the transaction back
         return answers
 
     def _outcome_values(self, write: OutcomeWrite, *, ttl: float, now: float) -> dict[str, Any]:
