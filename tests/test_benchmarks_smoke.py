@@ -101,6 +101,6 @@ def test_the_probes_run_and_report_each_comparison(capsys: pytest.CaptureFixture
     assert len(lines) == 4
     variants = ("as seen", "returning", "update+select", "neither")
     assert all(f"{variant} " in lines[0] for variant in variants)
-    assert "RESTART" in lines[1] and "TRUNCATE" in lines[1]
+    assert "two steps" in lines[1] and "RESTART alone" in lines[1]
     assert "with the budget" in lines[2] and "without" in lines[2] and "p99" in lines[2]
     assert lines[3].startswith("8 targets:") and "watched" in lines[3]
