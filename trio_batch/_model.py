@@ -342,13 +342,13 @@ class Result:
         if not isinstance(self.meta, dict):
             raise ValueError(f"Result.meta must be a dict, not {type(self.meta).__name__}")
         try:
-            # Encoded in parts, to the text the whole object encodes to: a str goes straight to
-            # the C string encoder, and an empty meta (the common case) costs nothing, where
-            # the whole object set up the full encoder on every outcome.
+            # In parts, to the whole object's text: a str goes straight to the C string encoder,
+            # an empty meta costs nothing (the whole object set up the full encoder each time).
             meta = self.meta
             meta_text = "{}" if type(meta) is dict and not meta else _RESULT_ENCODER.encode(meta)
-            content_text = _RESULT_ENCODER.encode(self.content)
-            text = '{"content":' + content_text + ',"meta":' + meta_text + "}"
+            text = (
+                '{"content":' + _RESULT_ENCODER.encode(self.content) + ',"meta":' + meta_text + "}"
+            )
             text.encode("utf-8")
         except Exception as exc:  # whatever a hostile dict subclass or __str__ may raise
             raise ValueError(f"{type(exc).__name__}: {safe_text(exc)}") from None
