@@ -60,7 +60,7 @@ class GroupCommit(Generic[W, A]):
 
         ``writer`` names who writes (a drain: its job's id). A writer that was alone in the last
         commit does not yield to gather, unless writers woken by a commit have yet to resume:
-        nobody else is writing, and the yield cost a pass of trio's scheduler per outcome, 6%
+        nobody else is writing, and the yield cost a pass of trio's scheduler per outcome, 5%
         of a serial drain's time. Its call is then no schedule point. The commit itself yields
         when it awaits a thread or a socket, and the SQLite fast path bounds the loop time
         such calls take in one pass (:class:`~trio_batch.store._loop_budget.LoopBudget`; in a
