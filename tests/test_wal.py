@@ -3,13 +3,24 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
 import trio.testing
 
-from trio_batch import Config, Job, OutcomeWrite, Result, Store, Target, open_runner
+from trio_batch import (
+    Config,
+    Job,
+    OutcomeWrite,
+    Result,
+    Store,
+    StoreError,
+    Target,
+    open_runner,
+)
 from trio_batch.store.sqlite import _job_store
 
 TTL = 3600.0
@@ -69,20 +80,21 @@ async def test_the_loop_never_writes_while_the_wal_is_checkpointed(
             on_loop_in_checkpoint.append(sql)
 
     monkeypatch.setattr(Store, "checkpoint", checkpoint)
-    async with open_runner(store, _fetch, Config(targets_per_job=60)) as runner:
+    async with open_runner(store, _fetch, Config(targets_per_job=200)) as runner:
         face = runner.store
         assert isinstance(face, _job_store.SQLiteJobStore)
         faces.append(face)
-        job_id, _ = await runner.submit("a", "user", [Target(f"u/{i}") for i in range(60)])
+        job_id, _ = await runner.submit("a", "user", [Target(f"u/{i}") for i in range(200)])
         assert face._fast is not None
         face._fast.db.conn.set_trace_callback(traced)  # before the drain's first outcome
         job = await runner.wait(job_id)
     store.close()
-    assert job is not None and job.targets_done == 60
-    assert len(checkpoints) >= 10
+    assert job is not None and job.targets_done == 200
+    # How many depends on timing: the calls made while one runs go off the loop, uncounted.
+    assert len(checkpoints) >= 4
     assert all(shut for _, shut in checkpoints), checkpoints
     # Two steps each: the copy, then the restart.
-    assert [mode for mode, _ in checkpoints[:4]] == ["PASSIVE", "RESTART"] * 2
+    assert [mode for mode, _ in checkpoints] == ["PASSIVE", "RESTART"] * (len(checkpoints) // 2)
     assert on_loop_in_checkpoint == []
 
 
@@ -188,3 +200,53 @@ async def test_no_call_uses_the_fast_connection_while_a_checkpoint_restarts_the_
     job = answers[0]
     assert job is not None and job.targets_done == 1
     assert threads == []
+
+
+async def test_calls_beside_a_checkpoint_when_the_store_closes_get_the_closed_stores_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """aclose while the side thread is busy with one call and has another queued: both get
+    the closed store's StoreError (not a closed connection's error, nor a stopped thread's),
+    the fast connection closes after them, and aclose returns once the checkpoint ends."""
+    held = _HeldCheckpoint("PASSIVE")
+    store, job_id, _ = await _store_with_a_held_checkpoint(tmp_path, monkeypatch, held)
+    side_busy = threading.Event()
+    release_side = threading.Event()
+    real_beside = _job_store.SQLiteJobStore._fast_beside_checkpoint
+
+    def beside(self: _job_store.SQLiteJobStore, *args: Any) -> Any:
+        if not side_busy.is_set():  # hold the first call, so the next one queues behind it
+            side_busy.set()
+            release_side.wait(_HeldCheckpoint.GIVE_UP)
+        return real_beside(self, *args)
+
+    monkeypatch.setattr(_job_store.SQLiteJobStore, "_fast_beside_checkpoint", beside)
+    outcomes: list[BaseException | object] = []
+
+    async def call(make: Callable[[], Awaitable[object]]) -> None:
+        try:
+            outcomes.append(await make())
+        except Exception as exc:
+            outcomes.append(exc)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(
+            call,
+            lambda: store.record_outcome(
+                OutcomeWrite(job_id, 0, result=Result("a")), ttl=TTL, now=NOW
+            ),
+        )
+        await trio.to_thread.run_sync(side_busy.wait)
+        nursery.start_soon(call, lambda: store.get_status(job_id, now=NOW))
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(store.aclose)
+        await trio.testing.wait_all_tasks_blocked()
+        release_side.set()
+        held.release.set()
+    assert len(outcomes) == 2
+    for outcome in outcomes:
+        assert type(outcome) is StoreError, outcomes
+        assert "is closed" in str(outcome)
+    assert held.released is True
+    with pytest.raises(StoreError, match="is closed"):
+        await store.get_job(job_id, now=NOW)
