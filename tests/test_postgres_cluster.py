@@ -314,7 +314,7 @@ def test_a_killed_runners_jobs_are_reaped_and_the_others_finish(
 def test_a_runner_paused_past_runner_timeout_writes_nothing_into_its_reaped_jobs(
     spawn: Callable[..., Child], pg_dsn: str
 ) -> None:
-    a, _b = spawn(), spawn()  # B reaps A
+    a, b = spawn(), spawn()  # B reaps A
     job_id = a.call("submit", caller="alice", urls=_urls("p", *["sleep-0.1"] * 30))["job"]
     _until(lambda: _job(pg_dsn, job_id)[2] >= 2, "two of A's targets to be stored")
     os.kill(a.proc.pid, signal.SIGSTOP)
@@ -328,7 +328,15 @@ def test_a_runner_paused_past_runner_timeout_writes_nothing_into_its_reaped_jobs
     _until(lambda: job_id not in a.call("drains"), "A's drain of the reaped job to stop")
     assert _outcomes(pg_dsn, job_id) == reaped
     assert _job(pg_dsn, job_id)[:2] == ("failed", "restart")
-    # ... and it carries on serving, as a fresh runner.
+    # ... and it carries on serving, as a fresh runner, once registered again. (Until its next
+    # heartbeat does that, a submit is refused with StoreUnavailable, "submit it again"; the
+    # drain may stop first, on the news that its job was reaped.)
+    _until(
+        lambda: (
+            {row[0] for row in _sql(pg_dsn, "SELECT id FROM runners")} - {a.runner_id, b.runner_id}
+        ),
+        "A to register again under a new id",
+    )
     new_job = a.call("submit", caller="alice2", urls=_urls("p2", "sleep-0", "sleep-0"))["job"]
     assert a.call("wait", job=new_job)["status"] == "done"
     (owner,) = _sql(pg_dsn, "SELECT owner FROM jobs WHERE id = %s", (new_job,))[0]
