@@ -128,30 +128,24 @@ class Attempts:
     async def _fetch_one(self, drain: _Drain, idx: int, target: Target) -> Result | Failure:
         """Run the fetch function on one target; every way it can fail becomes a Failure."""
         timeout = self.config.target_timeout
-        # A scope of its own only when something may cut the fetch short: it costs on every
-        # target.
-        scope = (
-            trio.CancelScope()
-            if timeout is not None or self.config.cancel_grace is not None
-            else contextlib.nullcontext()
-        )
-        with scope:
-            if isinstance(scope, trio.CancelScope):
-                if timeout is not None:
-                    scope.deadline = trio.current_time() + timeout
-                drain.fetch_scope = scope
+        if timeout is None and self.config.cancel_grace is None:
+            # Nothing may cut the fetch short: no scope of its own (one costs on every target).
             try:
                 result = await self.fetch(target)
             except Exception as exc:
-                failure = failure_from_exception(exc)
-                self.log.info(
-                    "target failed",
-                    extra={"job_id": drain.job_id, "idx": idx, "error": failure.error},
-                )
-                return failure
+                return self._failed(drain, idx, exc)
+            return _checked(result)
+        with trio.CancelScope() as scope:
+            if timeout is not None:
+                scope.deadline = trio.current_time() + timeout
+            drain.fetch_scope = scope
+            try:
+                result = await self.fetch(target)
+            except Exception as exc:
+                return self._failed(drain, idx, exc)
             finally:
                 drain.fetch_scope = None
-        if isinstance(scope, trio.CancelScope) and scope.cancelled_caught:
+        if scope.cancelled_caught:
             if drain.cancel_deadline is not None and trio.current_time() >= drain.cancel_deadline:
                 return Failure(
                     "cancelled",
@@ -164,9 +158,22 @@ class Attempts:
                 "raise Config.target_timeout if the target is just slow",
                 retryable=True,
             )
-        if not isinstance(result, Result):
-            return Failure(
-                f"the fetch function returned {safe_text(type(result).__name__)}, not a Result",
-                hint="return trio_batch.Result(content, meta) from the fetch function",
-            )
-        return result
+        return _checked(result)
+
+    def _failed(self, drain: _Drain, idx: int, exc: Exception) -> Failure:
+        """The failure of a fetch that raised ``exc``, logged."""
+        failure = failure_from_exception(exc)
+        self.log.info(
+            "target failed", extra={"job_id": drain.job_id, "idx": idx, "error": failure.error}
+        )
+        return failure
+
+
+def _checked(result: object) -> Result | Failure:
+    """``result`` if the fetch function returned a Result, else the failure saying so."""
+    if not isinstance(result, Result):
+        return Failure(
+            f"the fetch function returned {safe_text(type(result).__name__)}, not a Result",
+            hint="return trio_batch.Result(content, meta) from the fetch function",
+        )
+    return result

@@ -70,10 +70,13 @@ def job_after_outcome(seen: Job, *, failed: int, now: float, ttl: float) -> Job:
     ``now``, with its lease bumped to ``now + ttl``: the job a store wrote, when the write
     matched the job as seen. Its status is still ``seen``'s (the terminal status is the
     caller's to set)."""
-    return job_from_row(
+    # Once per stored outcome: the slots set directly, as in job_from_row.
+    job = _new(Job)
+    for set_field, value in zip(
+        _JOB_SETTERS,
         (
             seen.id,
-            seen.status.value,
+            seen.status,
             seen.error,
             seen.targets_total,
             seen.targets_done + 1,
@@ -84,8 +87,11 @@ def job_after_outcome(seen: Job, *, failed: int, now: float, ttl: float) -> Job:
             seen.created_at,
             now,
             now + ttl,
-        )
-    )
+        ),
+        strict=True,
+    ):
+        set_field(job, value)
+    return job
 
 
 def target_from_row(row: Sequence[Any], *, decode: bool = True) -> TargetStatus:

@@ -101,7 +101,7 @@ def _small(result: Result) -> bool:
         return False
     if not isinstance(meta, dict) or len(meta) > FAST_MAX_META_ITEMS:
         return False  # the thread finds out what is wrong with it, off the loop
-    return all(
+    return not meta or all(
         value is None
         or isinstance(value, bool | int | float)
         or (isinstance(value, str) and len(value) <= FAST_MAX_META_TEXT)
@@ -375,7 +375,11 @@ class SQLiteJobStore(StoreFace):
         self, writes: Sequence[OutcomeWrite], *, ttl: float, now: float
     ) -> list[Job | Exception | None]:
         """:meth:`Store.record_outcomes`: on the fast path when every result is small."""
-        fast = all(w.result is None or _small(w.result) for w in writes)
+        fast = True
+        for w in writes:  # a loop, not all(): most batches hold one write
+            if w.result is not None and not _small(w.result):
+                fast = False
+                break
         if fast:
             await self._ready_for_fast_call()
         else:

@@ -14,7 +14,6 @@ Every method that needs the time takes ``now=``; it defaults to ``time.time()``.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import time
 from collections.abc import Sequence
@@ -215,7 +214,8 @@ class Store(Connection):
                 job = dataclasses.replace(job, status=final)
             updated = conn.execute(
                 q.STORE_OUTCOME,
-                (status.value, result_text, error, hint, now, attempts, job_id, idx),
+                # The StrEnum members are their str values to sqlite3; .value costs more.
+                (status, result_text, error, hint, now, attempts, job_id, idx),
             ).rowcount
             if updated != 1:
                 raise OutcomeExists(
@@ -235,7 +235,7 @@ class Store(Connection):
                     now + ttl,
                     seen.id,
                     now,
-                    seen.status.value,
+                    seen.status,
                     seen.error,
                     seen.targets_total,
                     seen.targets_done,
@@ -260,27 +260,27 @@ class Store(Connection):
         commit; if that commit fails, the error is raised and nothing is stored.
         """
         now = time.time() if now is None else now
-        answers: list[Job | Exception | None] = []
-        # One write needs no savepoint: record_outcome is its own transaction.
-        with self.transaction() if len(writes) > 1 else contextlib.nullcontext():
-            for w in writes:
-                try:
-                    answers.append(
-                        self.record_outcome(
-                            w.job_id,
-                            w.idx,
-                            result=w.result,
-                            error=w.error,
-                            hint=w.hint,
-                            attempts=w.attempts,
-                            ttl=ttl,
-                            now=now,
-                            seen=w.seen,
-                        )
-                    )
-                except (OutcomeExists, ValueError) as exc:
-                    answers.append(exc)
-        return answers
+        if len(writes) == 1:  # needs no savepoint: record_outcome is its own transaction
+            return [self._record_write(writes[0], ttl, now)]
+        with self.transaction():
+            return [self._record_write(w, ttl, now) for w in writes]
+
+    def _record_write(self, w: OutcomeWrite, ttl: float, now: float) -> Job | Exception | None:
+        """One write of :meth:`record_outcomes`: its answer, or the error that refused it."""
+        try:
+            return self.record_outcome(
+                w.job_id,
+                w.idx,
+                result=w.result,
+                error=w.error,
+                hint=w.hint,
+                attempts=w.attempts,
+                ttl=ttl,
+                now=now,
+                seen=w.seen,
+            )
+        except (OutcomeExists, ValueError) as exc:
+            return exc
 
     def finish_job(
         self,
