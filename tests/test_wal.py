@@ -23,9 +23,9 @@ from trio_batch import (
 )
 from trio_batch.store.sqlite import _job_store
 
+from .conftest import T0 as NOW  # the time every call is made at: leases compare only with it
+
 TTL = 3600.0
-#: The time every call is made at (leases compare only with it).
-NOW = 1e9
 
 
 async def _fetch(target: Target) -> Result:
@@ -123,10 +123,11 @@ class _HeldCheckpoint:
 
 
 async def _store_with_a_held_checkpoint(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, held: _HeldCheckpoint
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, held: _HeldCheckpoint, *, every: int = 1000
 ) -> tuple[_job_store.SQLiteJobStore, str, list[int]]:
     """A store whose first call (a job's creation) starts a checkpoint, which is then held;
-    and the threads each statement on the fast connection runs on from then on."""
+    and the threads each statement on the fast connection runs on from then on. From then on
+    ``CHECKPOINT_EVERY`` is ``every`` (the side thread makes up to half as many calls)."""
     monkeypatch.setattr(_job_store, "CHECKPOINT_EVERY", 1)
 
     def checkpoint(store: Store, mode: str = "TRUNCATE") -> None:
@@ -145,6 +146,7 @@ async def _store_with_a_held_checkpoint(
         now=NOW,
     )
     await trio.to_thread.run_sync(held.holding.wait)
+    monkeypatch.setattr(_job_store, "CHECKPOINT_EVERY", every)
     threads: list[int] = []
     assert store._fast is not None
     store._fast.db.conn.set_trace_callback(lambda _: threads.append(threading.get_ident()))
@@ -173,6 +175,45 @@ async def test_outcomes_and_reads_go_on_while_a_checkpoint_copies_the_wal(
     assert threads, "the fast connection answered nothing"
     assert threading.get_ident() not in threads  # never on the loop
     assert held.steps == ["PASSIVE", "RESTART"]
+
+
+async def test_calls_beside_one_copy_are_capped_so_the_wal_stays_bounded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """However long the copy takes (a slow disk), the side thread makes at most
+    CHECKPOINT_EVERY // 2 calls beside it; later ones wait for the checkpoint, so the WAL
+    holds at most 1.5 x CHECKPOINT_EVERY commits when it restarts. (Uncapped, the WAL of a
+    test writing through slow checkpoints grew past its bound.)"""
+    held = _HeldCheckpoint("PASSIVE")
+    store, job_id, threads = await _store_with_a_held_checkpoint(
+        tmp_path, monkeypatch, held, every=4
+    )
+    async with store, trio.open_nursery() as nursery:
+        for _ in range(2):  # the two calls allowed beside this copy
+            assert await store.get_job(job_id, now=NOW) is not None
+        assert threads and threading.get_ident() not in threads  # on the side thread
+        answered_while_held = held.released is None
+        beside = len(threads)
+        answers: list[Job | None] = []
+
+        async def write() -> None:
+            answers.append(
+                await store.record_outcome(
+                    OutcomeWrite(job_id, 0, result=Result("a")), ttl=TTL, now=NOW
+                )
+            )
+
+        nursery.start_soon(write)
+        await trio.testing.wait_all_tasks_blocked()
+        await store._side_thread.run(lambda: None)  # after whatever the side thread was given
+        third_ran_beside = len(threads) > beside
+        held.release.set()
+    assert answered_while_held
+    assert not third_ran_beside  # it waited for the checkpoint, on the store thread
+    assert held.released is True
+    job = answers[0]
+    assert job is not None and job.targets_done == 1
+    assert len(threads) == beside
 
 
 async def test_no_call_uses_the_fast_connection_while_a_checkpoint_restarts_the_wal(

@@ -59,7 +59,9 @@ FAST_MAX_TARGETS = 64
 FAST_MAX_RESULTS = 256 * 1024
 #: Fast-path calls between two WAL checkpoints run on the store thread. The fast connection
 #: never checkpoints (that would wait on a disk flush on the loop thread), so this bounds the
-#: WAL: about 1000 commits of a few pages each, some MB.
+#: WAL: about 1000 commits of a few pages each, some MB. While a checkpoint copies the WAL, the
+#: side thread makes at most half as many calls, and later ones wait for it: the WAL holds at
+#: most 1.5 times this many commits when it restarts, however long a slow disk makes the copy.
 CHECKPOINT_EVERY = 1000
 #: Loop-thread time (seconds) the fast path may use in one pass of trio's scheduler; past it,
 #: the next call waits for a later pass (:class:`~trio_batch.store._loop_budget.LoopBudget`).
@@ -137,6 +139,7 @@ class SQLiteJobStore(StoreFace):
         # ...and it is at its first step, the copy: calls may use the fast connection off the
         # loop, on the side thread (see _off_loop).
         self._checkpoint_copying = False
+        self._calls_beside_checkpoint = 0  # by the side thread, during this copy
         self._side_thread = StoreThread(name="trio_batch store, beside a checkpoint")
         self._budget = LoopBudget(FAST_PASS_BUDGET)
 
@@ -273,13 +276,18 @@ class SQLiteJobStore(StoreFace):
         Once it restarts the WAL, no other connection may write (its ``RESTART`` waits for
         them), so calls go to the store thread and queue behind it. A write that races the
         restart is refused at ``BEGIN IMMEDIATE``, having written nothing, and goes there too.
+        So do calls past ``CHECKPOINT_EVERY // 2`` in one copy, which bounds the WAL.
         """
         fast = self._fast
         if fast is None or not self._checkpoint_copying:
             return _MISS
         with fast._lock:
-            if not self._checkpoint_copying:
+            if (
+                not self._checkpoint_copying
+                or self._calls_beside_checkpoint >= CHECKPOINT_EVERY // 2
+            ):
                 return _MISS
+            self._calls_beside_checkpoint += 1
             return _run_unless_declined(fn, fast, args, kwargs)
 
     # Protected from KeyboardInterrupt: trio raises it wherever unprotected code runs, and
@@ -309,6 +317,7 @@ class SQLiteJobStore(StoreFace):
             # wait on them in the kernel (measured: the loop stalled up to 13 ms when the fast
             # path kept writing during a PASSIVE copy). Calls go off the loop instead.
             self._checkpoint_pending = True
+            self._calls_beside_checkpoint = 0
             self._checkpoint_copying = True
             self._thread.run_soon(self._checkpoint)
         return result
