@@ -153,6 +153,15 @@ async def _store_with_a_held_checkpoint(
     return store, job.id, threads
 
 
+async def _store_target_0(
+    store: _job_store.SQLiteJobStore, job_id: str, answers: list[Job | None]
+) -> None:
+    """Store target 0's outcome; its answer goes to ``answers``."""
+    answers.append(
+        await store.record_outcome(OutcomeWrite(job_id, 0, result=Result("a")), ttl=TTL, now=NOW)
+    )
+
+
 async def test_outcomes_and_reads_go_on_while_a_checkpoint_copies_the_wal(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -195,15 +204,7 @@ async def test_calls_beside_one_copy_are_capped_so_the_wal_stays_bounded(
         answered_while_held = held.released is None
         beside = len(threads)
         answers: list[Job | None] = []
-
-        async def write() -> None:
-            answers.append(
-                await store.record_outcome(
-                    OutcomeWrite(job_id, 0, result=Result("a")), ttl=TTL, now=NOW
-                )
-            )
-
-        nursery.start_soon(write)
+        nursery.start_soon(_store_target_0, store, job_id, answers)
         await trio.testing.wait_all_tasks_blocked()
         await store._side_thread.run(lambda: None)  # after whatever the side thread was given
         third_ran_beside = len(threads) > beside
@@ -225,15 +226,7 @@ async def test_no_call_uses_the_fast_connection_while_a_checkpoint_restarts_the_
     store, job_id, threads = await _store_with_a_held_checkpoint(tmp_path, monkeypatch, held)
     async with store, trio.open_nursery() as nursery:
         answers: list[Job | None] = []
-
-        async def write() -> None:
-            answers.append(
-                await store.record_outcome(
-                    OutcomeWrite(job_id, 0, result=Result("a")), ttl=TTL, now=NOW
-                )
-            )
-
-        nursery.start_soon(write)
+        nursery.start_soon(_store_target_0, store, job_id, answers)
         await trio.testing.wait_all_tasks_blocked()
         assert answers == []  # queued behind the restart
         held.release.set()
