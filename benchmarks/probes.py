@@ -15,6 +15,8 @@ one run (the machine is shared and noisy: read the ratios, not the absolute time
   long the loop waited for calls made off it.
 - ``watch``: one job of n targets with a fetch that yields, awaited with and without a
   :meth:`~trio_batch.Runner.watch` beside it.
+- ``minimal``: serial and 8 concurrent jobs in the least trio code that keeps the guarantees
+  (:mod:`benchmarks.minimal`), with and without savepoints, beside trio_batch and the floor.
 """
 
 from __future__ import annotations
@@ -32,8 +34,8 @@ from trio_batch import Config, Result, Store, Target, open_runner
 from trio_batch.store.sqlite import _job_store
 from trio_batch.store.sqlite import _queries as q
 
-from . import floor
-from .workloads import job_targets, measure_concurrent, noop_fetch, run_job
+from . import floor, minimal
+from .workloads import job_targets, measure_concurrent, measure_serial, noop_fetch, run_job
 
 _ROUNDS = 3
 
@@ -218,11 +220,35 @@ def probe_watch(*, sizes: tuple[int, ...] = (1_000, 2_000, 4_000)) -> None:
         print(f"{n:,} targets: {alone:.2f} s awaited, {watched:.2f} s watched", flush=True)
 
 
+# ---------------------------------------------------------------------------------------------
+# minimal
+
+
+def probe_minimal(*, jobs: int = 40, rounds: int = _ROUNDS) -> None:
+    for r in range(rounds):
+        at_floor = floor.floor_throughput(_scratch("floor.db"), targets=9_600)
+        cells = [f"round {r + 1}: floor {at_floor:,.0f}/s;"]
+        for name, callers in (("serial", 1), ("8 jobs", 8)):
+            n = jobs * 8 // callers  # the same number of targets either way
+            least = minimal.measure(_scratch("minimal.db"), callers=callers, jobs=n)
+            bare = minimal.measure(_scratch("bare.db"), callers=callers, jobs=n, savepoints=False)
+            if callers == 1:
+                runner = measure_serial(_scratch("runner.db"), jobs=n)
+            else:
+                runner = measure_concurrent(_scratch("runner.db"), jobs_per_caller=n).targets_per_s
+            cells.append(
+                f"{name}: minimal {least / at_floor:.2f}x (without savepoints "
+                f"{bare / at_floor:.2f}x), trio_batch {runner / at_floor:.2f}x;"
+            )
+        print(" ".join(cells), flush=True)
+
+
 PROBES = {
     "sql": probe_sql,
     "checkpoint": probe_checkpoint,
     "budget": probe_budget,
     "watch": probe_watch,
+    "minimal": probe_minimal,
 }
 
 

@@ -1,0 +1,139 @@
+"""The least trio code that does what trio_batch's drains must: a reference for the runner.
+
+:mod:`benchmarks.floor` times the SQL of storing outcomes alone, one commit per target, with
+nothing around it. This module adds the least that trio_batch's guarantees take on top, with
+none of a library's layers (the store seam, retries, timeouts, cancellation, observers):
+
+- each job is submitted in one ``BEGIN IMMEDIATE`` transaction: the idempotency lookup, the
+  two live-job counts of the caps, the job row and its targets' rows;
+- each job is drained by a task of its own, spawned into a long-lived nursery, that fetches its
+  targets in order through an ``async`` fetch function returning ``""``;
+- each outcome (the result's JSON, the job's counters and lease) is committed before that job's
+  next target starts, the job's terminal status in the same transaction as its last outcome;
+- outcomes of drains ready at the same moment share one commit, each write in its own savepoint
+  (with ``savepoints=False``, without: no write could then fail alone);
+- the caller waits for the drain to finish (an event).
+
+Everything runs on the loop thread on one raw connection with the store's PRAGMAs, as the floor
+does (SQLite's automatic WAL checkpoints included, on the loop thread). What trio_batch does in
+its place costs more by design (a checkpoint off the loop, a compare-and-set on the job as the
+drain saw it, a fallback for every refusal): read the ratio between this and the runner as
+the price of the library's layers, and this one against the floor as what trio and the
+guarantees cost at the least.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+
+import trio
+import trio.lowlevel
+
+from trio_batch.store.sqlite import _queries as q
+
+from . import floor
+
+_TTL = 86400.0
+#: A job's bump: its counters and lease (the floor's statement).
+_BUMP = (
+    "UPDATE jobs SET targets_done = targets_done + 1, updated_at = ?, expires_at = ? "
+    "WHERE id = ? AND expires_at > ?"
+)
+_STORE = (
+    "UPDATE targets SET status = 'done', result = ?, finished_at = ?, attempts = 1 "
+    "WHERE job_id = ? AND idx = ? AND status = 'pending'"
+)
+
+
+def _aborted(_: object) -> trio.lowlevel.Abort:
+    return trio.lowlevel.Abort.FAILED
+
+
+def measure(
+    path: str, *, callers: int, jobs: int, targets_per_job: int = 32, savepoints: bool = True
+) -> float:
+    """Targets/s of ``callers`` concurrent callers, each running ``jobs`` jobs back to back
+    (``callers=1``: the serial case), on a fresh database at ``path``."""
+    floor.create_db(path)
+    conn = floor.connect(path)
+    # (job_id, idx, result JSON, last?) and the task waiting for its commit (None: the leader)
+    batch: list[tuple[tuple[str, int, str, bool], trio.lowlevel.Task | None]] = []
+
+    def commit(writes: list[tuple[tuple[str, int, str, bool], trio.lowlevel.Task | None]]) -> None:
+        t = time.time()
+        conn.execute("BEGIN IMMEDIATE")
+        for (job_id, idx, text, last), _ in writes:
+            if savepoints:
+                conn.execute("SAVEPOINT write")
+            conn.execute(_BUMP, (t, t + _TTL, job_id, t))
+            if last:
+                conn.execute(q.SET_STATUS, ("done", job_id))
+            conn.execute(_STORE, (text, t, job_id, idx))
+            if savepoints:
+                conn.execute("RELEASE write")
+        conn.execute("COMMIT")
+
+    async def store(write: tuple[str, int, str, bool]) -> None:
+        if batch:  # a leader is gathering: join its commit
+            batch.append((write, trio.lowlevel.current_task()))
+            await trio.lowlevel.wait_task_rescheduled(_aborted)
+            return
+        batch.append((write, None))
+        await trio.lowlevel.cancel_shielded_checkpoint()  # let the others' outcomes join
+        writes = batch[:]
+        batch.clear()
+        commit(writes)
+        for _, task in writes:
+            if task is not None:
+                trio.lowlevel.reschedule(task)
+
+    async def fetch(url: str) -> str:
+        return ""
+
+    def submit(caller: str, urls: list[str]) -> str:
+        now = time.time()
+        job_id = floor.new_job_id()
+        key = hashlib.sha256(json.dumps(urls).encode()).hexdigest()
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute(q.FIND_REUSABLE, (caller, key, now)).fetchone()
+        conn.execute(q.COUNT_LIVE_OF_CALLER, (caller,)).fetchone()
+        conn.execute(q.COUNT_LIVE).fetchone()
+        job = (job_id, "running", None, len(urls), 0, 0, caller, "bench", key, now, now)
+        conn.execute(q.INSERT_JOB, (*job, now + _TTL))
+        conn.executemany(
+            q.INSERT_TARGET, [(job_id, idx, url, "{}", "pending") for idx, url in enumerate(urls)]
+        )
+        conn.execute("COMMIT")
+        return job_id
+
+    async def drain(job_id: str, urls: list[str], stopped: trio.Event) -> None:
+        last = len(urls) - 1
+        for idx, url in enumerate(urls):
+            content = await fetch(url)
+            text = json.dumps({"content": content, "meta": {}}, separators=(",", ":"))
+            await store((job_id, idx, text, idx == last))
+        stopped.set()
+
+    async def caller(c: int, nursery: trio.Nursery) -> None:
+        for j in range(jobs):
+            urls = [f"https://minimal.test/{c}/{j}/{idx}" for idx in range(targets_per_job)]
+            job_id = submit(f"caller{c}", urls)
+            stopped = trio.Event()
+            nursery.start_soon(drain, job_id, urls, stopped)
+            await stopped.wait()
+
+    async def main() -> float:
+        async with trio.open_nursery() as drains:
+            start = time.perf_counter()
+            async with trio.open_nursery() as nursery:
+                for c in range(callers):
+                    nursery.start_soon(caller, c, drains)
+            return time.perf_counter() - start
+
+    try:
+        elapsed = trio.run(main)
+    finally:
+        conn.close()
+    return callers * jobs * targets_per_job / elapsed
