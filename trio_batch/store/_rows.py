@@ -240,9 +240,12 @@ class NewJob:
 
     def target_params(self) -> list[tuple[str, int, str, str, str]]:
         """``(job_id, idx, url, options, status)`` per target, all ``pending``."""
+        # Once per target of every submit: the job's id and the status looked up once (an enum
+        # member's .value alone cost more than the rest of a row). The text, not the member:
+        # psycopg writes an Enum member as its name.
+        job_id, pending = self.job.id, TargetState.PENDING.value
         return [
-            (self.job.id, i, t.url, options_text(t.options), TargetState.PENDING.value)
-            for i, t in enumerate(self.targets)
+            (job_id, i, t.url, options_text(t.options), pending) for i, t in enumerate(self.targets)
         ]
 
 
