@@ -515,6 +515,65 @@ async def test_class_limits_override_the_caps_for_a_caller_class(
         await runner.submit("member", "user", urls("w/hang"))
 
 
+class _TimedPurges(SQLiteJobStore):
+    """Each purge batch takes 10 ms of trio time; once armed, records when each began and ended.
+
+    A batch runs on the loop thread: a call to the store thread would leave every task blocked,
+    and the autojump clock would leap to the runner's next periodic purge meanwhile.
+    """
+
+    def __init__(self, store: Store, clock: trio.testing.MockClock) -> None:
+        super().__init__(store)
+        self.clock = clock
+        self.first_round_over = trio.Event()  # the runner's own purge, at open, found nothing
+        self.armed = False
+        self.batches: list[tuple[float, float]] = []
+
+    async def purge_expired(self, *, now: float, batch_size: int) -> int:
+        start = trio.current_time()
+        purged = self.store.purge_expired(now, batch_size=batch_size, max_batches=1)
+        self.clock.jump(0.010)
+        if self.armed:
+            self.batches.append((start, trio.current_time()))
+        self.first_round_over.set()
+        return purged
+
+
+@pytest.mark.parametrize(("draining", "pause"), [(False, 1.0), (True, 3.0)])
+async def test_the_purge_pauses_longer_between_batches_while_jobs_drain(
+    store: Store,
+    fetch: ScriptedFetch,
+    clock: FakeClock,
+    autojump_clock: trio.testing.MockClock,
+    draining: bool,
+    pause: float,
+) -> None:
+    timed = _TimedPurges(store, autojump_clock)
+    config = Config(ttl=100, jobs_per_caller=100, jobs_total=100)
+    async with open_runner(timed, fetch, config, now=clock) as runner:
+        await timed.first_round_over.wait()
+        if draining:
+            await runner.submit("alice", "user", urls("x/hang"))
+        batch = trio_batch._runner.PURGE_BATCH
+        for i in range(2 * batch + 1):  # three batches: two full ones, then the last job
+            store.create_job(
+                f"old{i}",
+                "user",
+                urls("a"),
+                ttl=100,
+                targets_per_job=8,
+                jobs_per_caller=1,
+                jobs_total=1000,
+                now=clock.now - 1000,
+            )
+        timed.armed = True
+        assert await runner.purge_expired() == 2 * batch + 1
+    # The pause after each full batch is the batch's own time, times the pause for the case.
+    (s0, e0), (s1, e1), (s2, _) = timed.batches
+    assert (s1 - e0) / (e0 - s0) == pytest.approx(pause)
+    assert (s2 - e1) / (e1 - s1) == pytest.approx(pause)
+
+
 async def test_lapsed_jobs_are_purged_now_and_periodically(
     store: Store,
     fetch: ScriptedFetch,

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TypeVar
 
@@ -48,6 +47,11 @@ __all__ = ["FetchFunc", "Runner"]
 WATCH_PAGE = 256
 #: Lapsed jobs deleted per purge transaction: keeps the write lock short (a few ms).
 PURGE_BATCH = 20
+#: How long the purge pauses after a batch, as a multiple of the time the batch took: while
+#: this runner drains jobs (the purge then takes at most a quarter of the database's time, and
+#: a drain's write that meets a batch waits for it), and while it drains none (half).
+PURGE_PAUSE_BUSY = 3.0
+PURGE_PAUSE_IDLE = 1.0
 
 
 class Runner:
@@ -348,19 +352,28 @@ class Runner:
         """Delete every job whose lease has lapsed, with its targets; returns how many.
 
         Works in small batches, each its own short transaction on the store thread, so target
-        writes are never held up for more than a few milliseconds; between batches it pauses as
-        long as the batch took, so a big backlog takes at most half of the database's time.
-        The runner also does this every ``Config.purge_interval`` seconds.
+        writes are never held up for more than a few milliseconds. Between batches it pauses:
+        three times as long as the batch took while this runner drains jobs, so a big backlog
+        takes at most a quarter of the database's time then, and as long as the batch took
+        while it drains none (half). The runner also does this every ``Config.purge_interval``
+        seconds.
+
+        Cancellation: a batch in progress completes (store calls do); the pause between batches
+        can be cancelled, and what was deleted so far stays deleted.
         """
         self._check_running()
         purged = 0
         while True:
-            started = time.perf_counter()
+            started = trio.current_time()
             batch = await self._store.purge_expired(now=self._now(), batch_size=PURGE_BATCH)
             purged += batch
             if batch < PURGE_BATCH:
                 return purged
-            await trio.sleep(time.perf_counter() - started)
+            # Jobs draining meanwhile: their writes wait for a batch that holds the lock (1.33x
+            # the time per serial target beside the purge of a 1M-row backlog, against 1.14x
+            # pausing three times as long; medians of 13 alternations).
+            pause = PURGE_PAUSE_BUSY if self._drains else PURGE_PAUSE_IDLE
+            await trio.sleep(pause * (trio.current_time() - started))
 
     async def _purge_periodically(self) -> None:
         while True:
