@@ -224,9 +224,9 @@ def probe_watch(*, sizes: tuple[int, ...] = (1_000, 2_000, 4_000)) -> None:
 # minimal
 
 
-def probe_minimal(*, jobs: int = 40, rounds: int = _ROUNDS) -> None:
+def probe_minimal(*, jobs: int = 40, targets: int = 9_600, rounds: int = _ROUNDS) -> None:
     for r in range(rounds):
-        at_floor = floor.floor_throughput(_scratch("floor.db"), targets=9_600)
+        at_floor = floor.floor_throughput(_scratch("floor.db"), targets=targets)
         cells = [f"round {r + 1}: floor {at_floor:,.0f}/s;"]
         for name, callers in (("serial", 1), ("8 jobs", 8)):
             n = jobs * 8 // callers  # the same number of targets either way

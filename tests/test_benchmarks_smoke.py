@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import floor, history, memory, peers, probes, report, run, workloads
+from benchmarks import floor, history, memory, minimal, peers, probes, report, run, workloads
 
 
 def db(tmp_path: Path, name: str) -> str:
@@ -97,10 +97,32 @@ def test_the_probes_run_and_report_each_comparison(capsys: pytest.CaptureFixture
     probes.probe_checkpoint(jobs=2, rounds=1)
     probes.probe_budget(jobs_per_caller=1, rounds=1)
     probes.probe_watch(sizes=(8,))
+    probes.probe_minimal(jobs=1, targets=64, rounds=1)
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 4
+    assert len(lines) == 5
     variants = ("as seen", "returning", "update+select", "neither")
     assert all(f"{variant} " in lines[0] for variant in variants)
     assert "two steps" in lines[1] and "RESTART alone" in lines[1]
     assert "with the budget" in lines[2] and "without" in lines[2] and "p99" in lines[2]
     assert lines[3].startswith("8 targets:") and "watched" in lines[3]
+    assert "serial: minimal" in lines[4] and "8 jobs: minimal" in lines[4]
+    assert lines[4].count("trio_batch") == 2 and lines[4].count("without savepoints") == 2
+
+
+@pytest.mark.parametrize("savepoints", [True, False])
+def test_the_minimal_reference_stores_what_the_runner_would(
+    tmp_path: Path, savepoints: bool
+) -> None:
+    path = db(tmp_path, "minimal")
+    assert minimal.measure(path, callers=3, jobs=2, targets_per_job=4, savepoints=savepoints) > 0
+    conn = floor.connect(path)
+    try:
+        jobs = conn.execute(
+            "SELECT status, targets_done, targets_total, expires_at - created_at > 86400 FROM jobs"
+        ).fetchall()
+        targets = conn.execute("SELECT status, result, attempts FROM targets").fetchall()
+    finally:
+        conn.close()
+    # Every job drained to its end, its terminal status set, its lease bumped by the writes.
+    assert jobs == [("done", 4, 4, 1)] * 6
+    assert targets == [("done", floor.EMPTY_RESULT, 1)] * 24
