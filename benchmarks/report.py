@@ -27,6 +27,10 @@ RATIOS = (
     ("serial_vs_floor", "serial.targets_per_s", "floor.targets_per_s"),
     ("concurrent_vs_floor", "concurrent.targets_per_s", "floor.targets_per_s"),
     ("concurrent_heartbeat_vs_floor", "concurrent_heartbeat.targets_per_s", "floor.targets_per_s"),
+    ("minimal_serial_vs_floor", "minimal.serial.targets_per_s", "floor.targets_per_s"),
+    ("minimal_concurrent_vs_floor", "minimal.concurrent.targets_per_s", "floor.targets_per_s"),
+    ("serial_vs_minimal", "serial.targets_per_s", "minimal.serial.targets_per_s"),
+    ("concurrent_vs_minimal", "concurrent.targets_per_s", "minimal.concurrent.targets_per_s"),
     ("submit_vs_raw.p50", "submit.p50_us", "raw_submit.p50_us"),
     ("submit_vs_raw.p99", "submit.p99_us", "raw_submit.p99_us"),
     ("status_vs_raw.p50", "status.p50_us", "raw_status.p50_us"),
@@ -61,6 +65,10 @@ RATIOS = (
     ("concurrent_vs_huey", "concurrent.targets_per_s", "huey.items_per_s"),
     ("serial_vs_dbos", "serial.targets_per_s", "dbos.items_per_s"),
     ("concurrent_vs_dbos", "concurrent.targets_per_s", "dbos.items_per_s"),
+    ("minimal_serial_vs_huey", "minimal.serial.targets_per_s", "huey.items_per_s"),
+    ("minimal_concurrent_vs_huey", "minimal.concurrent.targets_per_s", "huey.items_per_s"),
+    ("minimal_serial_vs_dbos", "minimal.serial.targets_per_s", "dbos.items_per_s"),
+    ("minimal_concurrent_vs_dbos", "minimal.concurrent.targets_per_s", "dbos.items_per_s"),
 )
 
 #: (target, ratio or figure name, ">=" or "<=" or "<", threshold, how it is judged).
@@ -270,6 +278,14 @@ def render(results: dict[str, Any]) -> str:
         f"| concurrent, with 1 ms heartbeat | "
         f"{_n(g('concurrent_heartbeat.targets_per_s', math.nan))} "
         f"| {_x(rat.get('concurrent_heartbeat_vs_floor', math.nan))} floor | | |",
+        f"| least trio code with the same guarantees (benchmarks/minimal.py), serial | "
+        f"{_n(g('minimal.serial.targets_per_s', math.nan))} "
+        f"| {_x(rat.get('minimal_serial_vs_floor', math.nan))} floor "
+        f"(trio_batch: {_x(rat.get('serial_vs_minimal', math.nan))} of it) | | |",
+        f"| least trio code with the same guarantees, 8 jobs | "
+        f"{_n(g('minimal.concurrent.targets_per_s', math.nan))} "
+        f"| {_x(rat.get('minimal_concurrent_vs_floor', math.nan))} floor "
+        f"(trio_batch: {_x(rat.get('concurrent_vs_minimal', math.nan))} of it) | | |",
         f"| serial at {hist} history rows, lapsed half being purged | "
         f"{_n(g('history.serial.targets_per_s', math.nan))} "
         f"| {_x(rat.get('history_slowdown.serial', math.nan))} empty's time per target | <= 1.2x "
@@ -358,8 +374,9 @@ def render(results: dict[str, Any]) -> str:
     lines += [
         "",
         "| peer (WAL + synchronous=NORMAL) | items/s | trio_batch serial / peer "
-        "| trio_batch 8 jobs / peer | target | verdict |",
-        "|---|---:|---:|---:|---|---|",
+        "| trio_batch 8 jobs / peer | least trio code: serial / peer, 8 jobs / peer "
+        "| target | verdict |",
+        "|---|---:|---:|---:|---:|---|---|",
     ]
     for peer, label, targets in (
         (
@@ -374,12 +391,14 @@ def render(results: dict[str, Any]) -> str:
         ),
     ):
         if f"{peer}.items_per_s" not in fig:
-            lines.append(f"| {label} | skipped (not installed) | | | | SKIP |")
+            lines.append(f"| {label} | skipped (not installed) | | | | | SKIP |")
             continue
         lines.append(
             f"| {label} | {_n(fig[f'{peer}.items_per_s'])} "
             f"| {_x(rat.get(f'serial_vs_{peer}', math.nan))} "
             f"| {_x(rat.get(f'concurrent_vs_{peer}', math.nan))} "
+            f"| {_x(rat.get(f'minimal_serial_vs_{peer}', math.nan))}, "
+            f"{_x(rat.get(f'minimal_concurrent_vs_{peer}', math.nan))} "
             f"| {', '.join(targets)} | {' / '.join(verdict[t] for t in targets)} |"
         )
     passed = sum(t["verdict"] == "PASS" for t in results["targets"])
@@ -436,6 +455,8 @@ def chart(results: dict[str, Any], path: Path) -> bool:
         ("raw sqlite3 floor", "floor.targets_per_s", "#888888"),
         ("trio_batch serial", "serial.targets_per_s", "#1f77b4"),
         ("trio_batch 8 jobs", "concurrent.targets_per_s", "#1f77b4"),
+        ("least trio code, serial", "minimal.serial.targets_per_s", "#9467bd"),
+        ("least trio code, 8 jobs", "minimal.concurrent.targets_per_s", "#9467bd"),
         (f"trio_batch serial, {hist} rows, purging", "history.serial.targets_per_s", "#6baed6"),
         (f"... {hist} rows, purge settled", "settled.serial.targets_per_s", "#6baed6"),
         ("Huey SqliteHuey", "huey.items_per_s", "#ff7f0e"),

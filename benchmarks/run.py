@@ -22,7 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import floor, history, memory, peers, report, workloads
+from trio_batch import Config
+
+from . import floor, history, memory, minimal, peers, report, workloads
 from .stats import micros, percentile
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -174,7 +176,24 @@ def run_round(
             else:
                 rec.add("concurrent.targets_per_s", got.targets_per_s)
 
-        _in_turn(r, floor_, serial, lambda: concurrent(False))
+        def least(callers: int) -> None:
+            # The least trio code that keeps the same guarantees: how far trio_batch could go.
+            with scratch.db("minimal") as path:
+                jobs = sizes.serial_jobs if callers == 1 else sizes.concurrent_jobs_per_caller
+                name = "serial" if callers == 1 else "concurrent"
+                rec.add(
+                    f"minimal.{name}.targets_per_s",
+                    minimal.measure(path, callers=callers, jobs=jobs, targets_per_job=per_job),
+                )
+
+        _in_turn(
+            r,
+            floor_,
+            serial,
+            lambda: concurrent(False),
+            lambda: least(1),
+            lambda: least(Config().jobs_total),
+        )
         concurrent(True)
         with scratch.db("idle") as path:
             rec.pool(

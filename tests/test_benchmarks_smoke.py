@@ -89,7 +89,11 @@ def test_whole_round_and_report(tmp_path: Path) -> None:
     assert (tmp_path / "quick.json").exists()
     assert {t["verdict"] for t in results["targets"]} <= {"PASS", "MISS", "SKIP"}
     assert not math.isnan(results["figures"]["serial.targets_per_s"]["median"])
-    assert "floor" in report.render(results)
+    for name in ("minimal.serial", "minimal.concurrent"):
+        assert results["figures"][f"{name}.targets_per_s"]["median"] > 0
+    assert not math.isnan(results["ratios"]["concurrent_vs_minimal"]["median"])
+    table = report.render(results)
+    assert "floor" in table and "least trio code with the same guarantees, 8 jobs" in table
 
 
 def test_the_probes_run_and_report_each_comparison(capsys: pytest.CaptureFixture[str]) -> None:
