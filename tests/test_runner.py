@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -516,40 +517,55 @@ async def test_class_limits_override_the_caps_for_a_caller_class(
 
 
 class _TimedPurges(SQLiteJobStore):
-    """Each purge batch takes 10 ms of trio time; once armed, records when each began and ended.
+    """Purge batches of growing length (10 ms, 20 ms, ...) on trio's clock and on the one the
+    runner reads as real time; once armed, records when each began and ended, and how long it
+    took. ``leap``: trio's clock also leaps that far during each batch, as an autojump clock
+    does to the next timer while a batch is on the store thread.
 
     A batch runs on the loop thread: a call to the store thread would leave every task blocked,
     and the autojump clock would leap to the runner's next periodic purge meanwhile.
     """
 
-    def __init__(self, store: Store, clock: trio.testing.MockClock) -> None:
+    def __init__(self, store: Store, clock: trio.testing.MockClock, leap: float) -> None:
         super().__init__(store)
         self.clock = clock
+        self.leap = leap
+        self.real = 0.0  # what the runner reads as time.perf_counter()
         self.first_round_over = trio.Event()  # the runner's own purge, at open, found nothing
         self.armed = False
-        self.batches: list[tuple[float, float]] = []
+        self.batches: list[tuple[float, float, float]] = []
 
     async def purge_expired(self, *, now: float, batch_size: int) -> int:
         start = trio.current_time()
         purged = self.store.purge_expired(now, batch_size=batch_size, max_batches=1)
-        self.clock.jump(0.010)
+        took = 0.010 * (len(self.batches) + 1)
+        self.real += took
+        self.clock.jump(took + self.leap)
         if self.armed:
-            self.batches.append((start, trio.current_time()))
+            self.batches.append((start, trio.current_time(), took))
         self.first_round_over.set()
         return purged
 
 
-@pytest.mark.parametrize(("draining", "pause"), [(False, 1.0), (True, 3.0)])
+@pytest.mark.parametrize(
+    ("draining", "leap", "pause"), [(False, 0.0, 1.0), (True, 0.0, 3.0), (True, 300.0, 3.0)]
+)
 async def test_the_purge_pauses_longer_between_batches_while_jobs_drain(
     store: Store,
     fetch: ScriptedFetch,
     clock: FakeClock,
     autojump_clock: trio.testing.MockClock,
+    monkeypatch: pytest.MonkeyPatch,
     draining: bool,
+    leap: float,
     pause: float,
 ) -> None:
-    timed = _TimedPurges(store, autojump_clock)
-    config = Config(ttl=100, jobs_per_caller=100, jobs_total=100)
+    timed = _TimedPurges(store, autojump_clock, leap)
+    monkeypatch.setattr(
+        trio_batch._runner, "time", SimpleNamespace(perf_counter=lambda: timed.real)
+    )
+    # The periodic purge stays asleep through the leaps.
+    config = Config(ttl=100, jobs_per_caller=100, jobs_total=100, purge_interval=86400)
     async with open_runner(timed, fetch, config, now=clock) as runner:
         await timed.first_round_over.wait()
         if draining:
@@ -568,10 +584,10 @@ async def test_the_purge_pauses_longer_between_batches_while_jobs_drain(
             )
         timed.armed = True
         assert await runner.purge_expired() == 2 * batch + 1
-    # The pause after each full batch is the batch's own time, times the pause for the case.
-    (s0, e0), (s1, e1), (s2, _) = timed.batches
-    assert (s1 - e0) / (e0 - s0) == pytest.approx(pause)
-    assert (s2 - e1) / (e1 - s1) == pytest.approx(pause)
+    # After each full batch, a pause of the batch's own time (not the leap) times the case's.
+    (_, end0, took0), (start1, end1, took1), (start2, _, _) = timed.batches
+    assert start1 - end0 == pytest.approx(pause * took0)
+    assert start2 - end1 == pytest.approx(pause * took1)
 
 
 async def test_lapsed_jobs_are_purged_now_and_periodically(

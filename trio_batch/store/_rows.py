@@ -242,7 +242,7 @@ class NewJob:
         """``(job_id, idx, url, options, status)`` per target, all ``pending``."""
         # Once per target of every submit: the job's id and the status looked up once (an enum
         # member's .value alone cost more than the rest of a row). The text, not the member:
-        # psycopg writes an Enum member as its name.
+        # what both backends' drivers take alike (psycopg dumps a plain Enum by its name).
         job_id, pending = self.job.id, TargetState.PENDING.value
         return [
             (job_id, i, t.url, options_text(t.options), pending) for i, t in enumerate(self.targets)
