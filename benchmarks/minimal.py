@@ -10,8 +10,11 @@ none of a library's layers (the store seam, retries, timeouts, cancellation, obs
   targets in order through an ``async`` fetch function returning ``""``;
 - each outcome (the result's JSON, the job's counters and lease) is committed before that job's
   next target starts, the job's terminal status in the same transaction as its last outcome;
+- each write is checked as the store checks it (the job known and unexpired, the target still
+  pending, the terminal status set only on a live job) and, refused, changes nothing;
 - outcomes of drains ready at the same moment share one commit, each write in its own savepoint
-  (with ``savepoints=False``, without: no write could then fail alone);
+  when it shares it, as the store does (with ``savepoints=False``, none: a refused write then
+  fails the whole commit);
 - the caller waits for the drain to finish (an event).
 
 Everything runs on the loop thread on one raw connection with the store's PRAGMAs, as the floor
@@ -28,6 +31,7 @@ import hashlib
 import json
 import time
 
+import outcome
 import trio
 import trio.lowlevel
 
@@ -45,6 +49,8 @@ _STORE = (
     "UPDATE targets SET status = 'done', result = ?, finished_at = ?, attempts = 1 "
     "WHERE job_id = ? AND idx = ? AND status = 'pending'"
 )
+#: The terminal status, with the last outcome, only while the job is live.
+_FINISH = "UPDATE jobs SET status = ? WHERE id = ? AND status IN ('queued', 'running')"
 
 
 def _aborted(_: object) -> trio.lowlevel.Abort:
@@ -61,19 +67,44 @@ def measure(
     # (job_id, idx, result JSON, last?) and the task waiting for its commit (None: the leader)
     batch: list[tuple[tuple[str, int, str, bool], trio.lowlevel.Task | None]] = []
 
-    def commit(writes: list[tuple[tuple[str, int, str, bool], trio.lowlevel.Task | None]]) -> None:
+    def store_one(job_id: str, idx: int, text: str, last: bool, t: float) -> None:
+        """One write, checked as the store checks it (raises, for the caller to undo it)."""
+        if conn.execute(_BUMP, (t, t + _TTL, job_id, t)).rowcount != 1:
+            raise LookupError(f"job {job_id} is unknown or lapsed")
+        if last:
+            conn.execute(_FINISH, ("done", job_id))
+        if conn.execute(_STORE, (text, t, job_id, idx)).rowcount != 1:
+            raise LookupError(f"target {idx} of job {job_id} already has an outcome")
+
+    def commit(
+        writes: list[tuple[tuple[str, int, str, bool], trio.lowlevel.Task | None]],
+    ) -> list[outcome.Outcome[None]]:
+        """One transaction; each write all-or-nothing (a savepoint when it shares the commit)."""
         t = time.time()
+        shared = savepoints and len(writes) > 1
+        answers: list[outcome.Outcome[None]] = []
         conn.execute("BEGIN IMMEDIATE")
-        for (job_id, idx, text, last), _ in writes:
-            if savepoints:
-                conn.execute("SAVEPOINT write")
-            conn.execute(_BUMP, (t, t + _TTL, job_id, t))
-            if last:
-                conn.execute(q.SET_STATUS, ("done", job_id))
-            conn.execute(_STORE, (text, t, job_id, idx))
-            if savepoints:
-                conn.execute("RELEASE write")
-        conn.execute("COMMIT")
+        try:
+            for (job_id, idx, text, last), _ in writes:
+                if shared:
+                    conn.execute("SAVEPOINT write")
+                try:
+                    store_one(job_id, idx, text, last, t)
+                except LookupError as exc:
+                    if not shared:
+                        raise
+                    conn.execute("ROLLBACK TO write")
+                    answers.append(outcome.Error(exc))
+                else:
+                    answers.append(outcome.Value(None))
+                if shared:
+                    conn.execute("RELEASE write")
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        return answers
 
     async def store(write: tuple[str, int, str, bool]) -> None:
         if batch:  # a leader is gathering: join its commit
@@ -84,10 +115,15 @@ def measure(
         await trio.lowlevel.cancel_shielded_checkpoint()  # let the others' outcomes join
         writes = batch[:]
         batch.clear()
-        commit(writes)
-        for _, task in writes:
+        try:
+            answers = commit(writes)
+        except Exception as exc:  # the whole commit failed: every writer gets its error
+            answers = [outcome.Error(exc) for _ in writes]  # an outcome unwraps only once
+        for (_, task), answer in zip(writes, answers, strict=True):
             if task is not None:
-                trio.lowlevel.reschedule(task)
+                trio.lowlevel.reschedule(task, answer)
+            else:
+                answer.unwrap()
 
     async def fetch(url: str) -> str:
         return ""
