@@ -22,6 +22,7 @@ from trio_batch import (
     InvalidTargets,
     JobState,
     JobStore,
+    Options,
     OutcomeExists,
     OutcomeWrite,
     Result,
@@ -199,6 +200,23 @@ async def test_targets_read_back_are_plain_target_status_values(job_store: JobSt
     )  # fmt: skip
     assert failed == failed_by_hand and hash(failed) == hash(failed_by_hand)
     assert pending.result is None and pending.status is TargetState.RUNNING  # the one due next
+
+
+async def test_targets_read_back_with_the_options_they_were_submitted_with(
+    job_store: JobStore,
+) -> None:
+    targets = [
+        Target("u:0"),  # the default options, stored as "{}"
+        Target("u:1", Options(mode="text", context=True)),
+        Target("u:2", Options()),  # equal to the default, though not the same object
+    ]
+    job, _ = await job_store.create_job(
+        "alice", "default", targets, **{**CAPS, "now": T0, "status": JobState.RUNNING}
+    )
+    status = await job_store.get_status(job.id, now=T0 + 1)
+    assert status is not None
+    assert [t.options for t in status[1]] == [Options(), targets[1].options, Options()]
+    assert status[1][1].options.to_json() == {"mode": "text", "context": True}
 
 
 @pytest.mark.parametrize(

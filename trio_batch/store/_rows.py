@@ -117,7 +117,8 @@ def target_from_row(row: Sequence[Any], *, decode: bool = True) -> TargetStatus:
         _set_result_text(target, result)
     _set_error(target, error)
     _set_hint(target, hint)
-    _set_options(target, options_from_text(options))
+    # Most targets have the default options, stored as "{}": a comparison, not a cache lookup.
+    _set_options(target, DEFAULT_OPTIONS if options == "{}" else options_from_text(options))
     _set_finished_at(target, finished_at)
     _set_attempts(target, attempts)
     return target
