@@ -11,6 +11,7 @@ import pytest
 import trio
 import trio.testing
 
+import trio_batch._purge
 import trio_batch._runner
 from trio_batch import (
     Busy,
@@ -561,16 +562,14 @@ async def test_the_purge_pauses_longer_between_batches_while_jobs_drain(
     pause: float,
 ) -> None:
     timed = _TimedPurges(store, autojump_clock, leap)
-    monkeypatch.setattr(
-        trio_batch._runner, "time", SimpleNamespace(perf_counter=lambda: timed.real)
-    )
+    monkeypatch.setattr(trio_batch._purge, "time", SimpleNamespace(perf_counter=lambda: timed.real))
     # The periodic purge stays asleep through the leaps.
     config = Config(ttl=100, jobs_per_caller=100, jobs_total=100, purge_interval=86400)
     async with open_runner(timed, fetch, config, now=clock) as runner:
         await timed.first_round_over.wait()
         if draining:
             await runner.submit("alice", "user", urls("x/hang"))
-        batch = trio_batch._runner.PURGE_BATCH
+        batch = trio_batch._purge.PURGE_BATCH
         for i in range(2 * batch + 1):  # three batches: two full ones, then the last job
             store.create_job(
                 f"old{i}",

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TypeVar
 
@@ -35,6 +34,7 @@ from ._model import (
     new_job_id,
     with_running,
 )
+from ._purge import purge_lapsed
 from ._retry import RetryNotice
 from ._store_retry import retry_refused
 from ._text import safe_text
@@ -46,13 +46,6 @@ __all__ = ["FetchFunc", "Runner"]
 
 #: Most outcomes a watcher reads at once (a page of results held in memory).
 WATCH_PAGE = 256
-#: Lapsed jobs deleted per purge transaction: keeps the write lock short (a few ms).
-PURGE_BATCH = 20
-#: How long the purge pauses after a batch, as a multiple of the time the batch took: while
-#: this runner drains jobs (the purge then takes at most a quarter of the database's time, and
-#: a drain's write that meets a batch waits for it), and while it drains none (half).
-PURGE_PAUSE_BUSY = 3.0
-PURGE_PAUSE_IDLE = 1.0
 
 
 class Runner:
@@ -352,35 +345,15 @@ class Runner:
     async def purge_expired(self) -> int:
         """Delete every job whose lease has lapsed, with its targets; returns how many.
 
-        Works in small batches, each its own short transaction on the store thread, so target
-        writes are never held up for more than a few milliseconds. Between batches it pauses:
-        three times as long as the batch took while this runner drains jobs, so this runner's
-        purge takes at most a quarter of the database's time then (SQLite: a drain's write that
-        meets a batch waits for its lock), and as long as the batch took while it drains none
-        (half). On PostgreSQL each runner purges its own batches (they skip each other's), each
-        at that pace. The runner also does this every ``Config.purge_interval`` seconds.
+        In small batches that yield to the jobs this runner drains (see
+        :func:`~trio_batch._purge.purge_lapsed`). The runner also does this every
+        ``Config.purge_interval`` seconds.
 
         Cancellation: a batch in progress completes (store calls do); the pause between batches
         can be cancelled, and what was deleted so far stays deleted.
         """
         self._check_running()
-        purged = 0
-        while True:
-            started, started_real = trio.current_time(), time.perf_counter()
-            batch = await self._store.purge_expired(now=self._now(), batch_size=PURGE_BATCH)
-            purged += batch
-            if batch < PURGE_BATCH:
-                return purged
-            # The batch's time on trio's clock, but never more than it really took: a test's
-            # autojump clock leaps to the next timer while the batch is on the store thread, and
-            # a pause stretched by the leap would let other timers fire. (With trio's own clock
-            # the two are the same; a clock that stands still gives no pause.)
-            took = min(trio.current_time() - started, time.perf_counter() - started_real)
-            # Jobs draining meanwhile: their writes wait for a batch that holds the lock (1.33x
-            # the time per serial target beside the purge of a 1M-row backlog, against 1.14x
-            # pausing three times as long; medians of 13 alternations).
-            pause = PURGE_PAUSE_BUSY if self._drains else PURGE_PAUSE_IDLE
-            await trio.sleep(pause * took)
+        return await purge_lapsed(self._store, self._now, draining=lambda: bool(self._drains))
 
     async def _purge_periodically(self) -> None:
         while True:
