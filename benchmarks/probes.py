@@ -31,7 +31,7 @@ import trio
 import trio.lowlevel
 
 from trio_batch import Config, Result, Store, Target, open_runner
-from trio_batch.store.sqlite import _job_store
+from trio_batch.store.sqlite import _fast_path, _job_store
 from trio_batch.store.sqlite import _queries as q
 
 from . import floor, minimal
@@ -135,7 +135,7 @@ def _serial(variant: str, jobs: int = 400) -> tuple[float, float]:
     _job_store.StoreThread.run = timed_run  # type: ignore[method-assign]
     if variant == "RESTART alone":
         store_class._checkpoint = _restart_alone  # type: ignore[method-assign]
-        store_class._fast_beside_checkpoint = lambda *_: _job_store._MISS  # type: ignore[method-assign]
+        store_class._fast_beside_checkpoint = lambda *_: _fast_path.MISS  # type: ignore[method-assign]
     try:
         elapsed = trio.run(main)
     finally:

@@ -25,7 +25,7 @@ from trio_batch import (
     open_runner,
 )
 from trio_batch.store._loop_budget import MAX_DEFERRALS
-from trio_batch.store.sqlite import SQLiteJobStore, _job_store
+from trio_batch.store.sqlite import SQLiteJobStore, _fast_path, _job_store
 
 from .conftest import PassCounter
 
@@ -194,7 +194,7 @@ async def test_an_outcome_batch_for_the_store_thread_does_not_wait_for_room(
     # A result too big for the fast path is written on the store thread, off the loop: waiting
     # for room first would only delay its commit (and the followers in its batch).
     store, job_id = never_room
-    big = Result("x" * (_job_store.FAST_MAX_CONTENT + 1))
+    big = Result("x" * (_fast_path.FAST_MAX_CONTENT + 1))
     write = store.record_outcome(OutcomeWrite(job_id, 0, result=big), ttl=3600, now=NOW)
     assert await _passes_of(write) < MAX_DEFERRALS
 

@@ -37,7 +37,7 @@ from trio_batch import (
     TargetStatus,
     open_runner,
 )
-from trio_batch.store.sqlite._job_store import FAST_MAX_CONTENT, FAST_MAX_RESULTS
+from trio_batch.store.sqlite._fast_path import FAST_MAX_CONTENT, FAST_MAX_RESULTS
 from trio_batch.store.sqlite._store import WouldBeSlow
 
 from .conftest import FakeClock, ScriptedFetch, urls

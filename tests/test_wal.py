@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import trio.testing
 from trio_batch import (
     Config,
     Job,
+    JobState,
     OutcomeWrite,
     Result,
     Store,
@@ -96,6 +98,46 @@ async def test_the_loop_never_writes_while_the_wal_is_checkpointed(
     # Two steps each: the copy, then the restart.
     assert [mode for mode, _ in checkpoints] == ["PASSIVE", "RESTART"] * (len(checkpoints) // 2)
     assert on_loop_in_checkpoint == []
+
+
+@pytest.mark.parametrize(("outcomes", "checkpoints"), [(8, 1), (7, 0)])
+async def test_outcomes_sharing_a_commit_each_count_toward_the_next_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, outcomes: int, checkpoints: int
+) -> None:
+    # A shared commit writes a page or two per outcome: counted as one call, 8 jobs' commits
+    # let the WAL grow several times as large between two checkpoints.
+    monkeypatch.setattr(_job_store, "CHECKPOINT_EVERY", 9)  # the read that starts it, 8 more
+    steps: list[str] = []
+    real_checkpoint = Store.checkpoint
+
+    def checkpoint(self: Store, mode: str = "TRUNCATE") -> None:
+        steps.append(mode)
+        real_checkpoint(self, mode)
+
+    monkeypatch.setattr(Store, "checkpoint", checkpoint)
+    store = Store.open(tmp_path / "jobs.db")
+    jobs = [  # made on the Store itself: nothing counted toward a checkpoint yet
+        store.create_job(
+            f"c{i}", "user", [Target("u")], ttl=TTL, targets_per_job=1, jobs_per_caller=1,
+            jobs_total=100, status=JobState.RUNNING, now=NOW,
+        )[0]
+        for i in range(outcomes)
+    ]  # fmt: skip
+    face = _job_store.SQLiteJobStore(store, owns_store=True)
+    commits: list[str] = []
+    async with face:
+        await face.get_job(jobs[0].id, now=NOW)  # starts the store (its fast connection): 1
+        assert face._fast is not None
+        face._fast.db.conn.set_trace_callback(
+            lambda sql: commits.append(sql) if sql == "COMMIT" else None
+        )
+        async with trio.open_nursery() as nursery:
+            for job in jobs:  # all ready in the same pass: one shared commit
+                write = OutcomeWrite(job.id, 0, result=Result("x"), seen=job)
+                nursery.start_soon(partial(face.record_outcome, write, ttl=TTL, now=NOW))
+        await face.counts(now=NOW)  # on the store thread, after a checkpoint queued there
+    assert len(commits) == 1
+    assert steps == ["PASSIVE", "RESTART"] * checkpoints
 
 
 class _HeldCheckpoint:

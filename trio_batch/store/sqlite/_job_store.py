@@ -24,7 +24,6 @@ atomic in its own savepoint.
 from __future__ import annotations
 
 import contextlib
-import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from typing import Concatenate, ParamSpec, TypeVar
@@ -32,14 +31,22 @@ from typing import Concatenate, ParamSpec, TypeVar
 import trio
 
 from ..._errors import StoreError
-from ..._model import Job, JobState, OutcomeWrite, Result, Target, TargetStatus
+from ..._model import Job, JobState, OutcomeWrite, Target, TargetStatus
 from .._face import StoreFace
 from .._loop_budget import LoopBudget
 from .._protocol import ChangeObserver, DrainChanges, StoreCounts
 from .._thread import StoreThread
-from ._errors import is_lock_error, translate_errors
+from ._errors import translate_errors
+from ._fast_path import (
+    FAST_MAX_RESULTS,
+    FAST_MAX_TARGETS,
+    MISS,
+    Miss,
+    cheap_result,
+    run_unless_declined,
+)
 from ._lock import RunnerLock
-from ._store import Store, WouldBeSlow
+from ._store import Store
 from ._views import job_overview, one_target, outcomes_from
 
 __all__ = ["SQLiteJobStore"]
@@ -47,21 +54,15 @@ __all__ = ["SQLiteJobStore"]
 P = ParamSpec("P")
 T = TypeVar("T")
 
-#: Largest result content (characters) written on the loop thread; bigger ones go to the thread.
-FAST_MAX_CONTENT = 64 * 1024
-#: A result's meta is written on the loop thread only if it has at most this many items, each
-#: a number, a boolean, None or a string of at most FAST_MAX_META_TEXT characters.
-FAST_MAX_META_ITEMS = 32
-FAST_MAX_META_TEXT = 4096
-#: Largest job (targets) created on the loop thread.
-FAST_MAX_TARGETS = 64
-#: Largest stored results (characters, whole job) read back on the loop thread.
-FAST_MAX_RESULTS = 256 * 1024
-#: Fast-path calls between two WAL checkpoints run on the store thread. The fast connection
-#: never checkpoints (that would wait on a disk flush on the loop thread), so this bounds the
-#: WAL: about 1000 commits of a few pages each, some MB. While a checkpoint copies the WAL, the
-#: side thread makes at most half as many calls, and later ones wait for it: the WAL holds at
-#: most 1.5 times this many commits when it restarts, however long a slow disk makes the copy.
+#: Fast-path writes between two WAL checkpoints run on the store thread: a call counts one, an
+#: outcome write one per outcome in its commit (a shared commit writes a page or two per
+#: outcome). The fast connection never checkpoints (that would wait on a disk flush on the loop
+#: thread), so this bounds the WAL: about 1000 outcomes' pages, some MB. While a checkpoint
+#: copies the WAL, the side thread makes at most half as many calls, and later ones wait for
+#: it: the WAL holds at most 1.5 times this many commits when it restarts, however long a slow
+#: disk makes the copy. (Counted per commit, 8 jobs' shared commits let the WAL grow five times
+#: as large, and each write and copy slower: 0.617x the floor against 0.654x counted per
+#: outcome, medians of 10 alternations.)
 CHECKPOINT_EVERY = 1000
 #: Loop-thread time (seconds) the fast path may use in one pass of trio's scheduler; past it,
 #: the next call waits for a later pass (:class:`~trio_batch.store._loop_budget.LoopBudget`).
@@ -70,45 +71,6 @@ FAST_PASS_BUDGET = 0.00015
 
 
 _NO_CHANGES = DrainChanges()
-
-
-class _Miss:
-    """The fast path declined; nothing was done."""
-
-
-_MISS = _Miss()
-
-
-def _run_unless_declined(
-    fn: Callable[..., T], store: Store, args: tuple[object, ...], kwargs: dict[str, object]
-) -> T | _Miss:
-    """``fn(store, ...)`` on a connection that never waits, or :data:`_MISS` if it declined:
-    the job's results are too big for the loop (:class:`WouldBeSlow`), or a lock was refused
-    at ``BEGIN IMMEDIATE`` or rolled the call back. A store call is one transaction, so nothing
-    was written, and the store thread can run it again."""
-    try:
-        return fn(store, *args, **kwargs)
-    except WouldBeSlow:
-        return _MISS
-    except sqlite3.OperationalError as exc:
-        if is_lock_error(exc):
-            return _MISS
-        raise
-
-
-def _small(result: Result) -> bool:
-    """Cheap to encode and write on the loop: short content and a small, flat ``meta``."""
-    content, meta = result.content, result.meta
-    if isinstance(content, str) and len(content) > FAST_MAX_CONTENT:
-        return False
-    if not isinstance(meta, dict) or len(meta) > FAST_MAX_META_ITEMS:
-        return False  # the thread finds out what is wrong with it, off the loop
-    return not meta or all(
-        value is None
-        or isinstance(value, bool | int | float)
-        or (isinstance(value, str) and len(value) <= FAST_MAX_META_TEXT)
-        for value in meta.values()
-    )
 
 
 class SQLiteJobStore(StoreFace):
@@ -133,7 +95,7 @@ class SQLiteJobStore(StoreFace):
         self._closed = False
         self._fast: Store | None = None
         self._owns_fast = False
-        self._commits_since_checkpoint = 0
+        self._writes_since_checkpoint = 0
         # A checkpoint is queued or running: the loop makes no call on the fast connection.
         self._checkpoint_pending = False
         # ...and it is at its first step, the copy: calls may use the fast connection off the
@@ -218,8 +180,8 @@ class SQLiteJobStore(StoreFace):
         """
         await self._ready_for_fast_call()
         with translate_errors(self.store.busy_timeout):
-            result = self._try_fast(fn, *args, **kwargs)
-            if isinstance(result, _Miss):
+            result = self._try_fast(1, fn, *args, **kwargs)
+            if isinstance(result, Miss):
                 return await self._off_loop(fn, *args, **kwargs)
         await trio.lowlevel.cancel_shielded_checkpoint()  # an async call always yields once
         return result
@@ -263,14 +225,14 @@ class SQLiteJobStore(StoreFace):
         with translate_errors(self.store.busy_timeout):
             if self._checkpoint_copying:
                 result = await self._side_thread.run(self._fast_beside_checkpoint, fn, args, kwargs)
-                if not isinstance(result, _Miss):
+                if not isinstance(result, Miss):
                     return result
                 self._start()  # aclose may have run meanwhile: the closed store's error
             return await self._thread.run(fn, self.store, *args, **kwargs)
 
     def _fast_beside_checkpoint(
         self, fn: Callable[..., T], args: tuple[object, ...], kwargs: dict[str, object]
-    ) -> T | _Miss:
+    ) -> T | Miss:
         """On the side thread: ``fn(fast, ...)`` if the checkpoint is still copying the WAL.
 
         Once it restarts the WAL, no other connection may write (its ``RESTART`` waits for
@@ -280,15 +242,15 @@ class SQLiteJobStore(StoreFace):
         """
         fast = self._fast
         if fast is None or not self._checkpoint_copying:
-            return _MISS
+            return MISS
         with fast._lock:
             if (
                 not self._checkpoint_copying
                 or self._calls_beside_checkpoint >= CHECKPOINT_EVERY // 2
             ):
-                return _MISS
+                return MISS
             self._calls_beside_checkpoint += 1
-            return _run_unless_declined(fn, fast, args, kwargs)
+            return run_unless_declined(fn, fast, args, kwargs)
 
     # Protected from KeyboardInterrupt: trio raises it wherever unprotected code runs, and
     # between a BEGIN and the block that ends it, it would leave this connection inside a
@@ -296,22 +258,29 @@ class SQLiteJobStore(StoreFace):
     # the call never waits (busy timeout 0), so that is soon.
     @trio.lowlevel.enable_ki_protection
     def _try_fast(
-        self, fn: Callable[Concatenate[Store, P], T], /, *args: P.args, **kwargs: P.kwargs
-    ) -> T | _Miss:
+        self,
+        writes: int,
+        fn: Callable[Concatenate[Store, P], T],
+        /,
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T | Miss:
+        """``fn(fast, ...)`` on the loop thread, or :data:`MISS` if it would wait; ``writes``
+        is what it counts toward the next checkpoint (see :data:`CHECKPOINT_EVERY`)."""
         fast = self._fast
         if fast is None or self._checkpoint_pending or not fast._lock.acquire(blocking=False):
-            return _MISS
+            return MISS
         started = time.perf_counter()
         try:
-            result = _run_unless_declined(fn, fast, args, kwargs)
+            result = run_unless_declined(fn, fast, args, kwargs)
         finally:
             fast._lock.release()
             self._budget.used += time.perf_counter() - started
-        if isinstance(result, _Miss):
+        if isinstance(result, Miss):
             return result
-        self._commits_since_checkpoint += 1
-        if self._commits_since_checkpoint >= CHECKPOINT_EVERY and self._owns_fast:
-            self._commits_since_checkpoint = 0
+        self._writes_since_checkpoint += writes
+        if self._writes_since_checkpoint >= CHECKPOINT_EVERY and self._owns_fast:
+            self._writes_since_checkpoint = 0
             # Until it is done, the loop makes no call on the fast connection: a checkpoint
             # syncs the WAL and the database to disk, and a write beside those flushes could
             # wait on them in the kernel (measured: the loop stalled up to 13 ms when the fast
@@ -386,7 +355,7 @@ class SQLiteJobStore(StoreFace):
         """:meth:`Store.record_outcomes`: on the fast path when every result is small."""
         fast = True
         for w in writes:  # a loop, not all(): most batches hold one write
-            if w.result is not None and not _small(w.result):
+            if w.result is not None and not cheap_result(w.result):
                 fast = False
                 break
         if fast:
@@ -394,10 +363,12 @@ class SQLiteJobStore(StoreFace):
         else:
             self._start()  # off the loop: no room in it to wait for
         with translate_errors(self.store.busy_timeout):
-            answers: list[Job | Exception | None] | _Miss = _MISS
+            answers: list[Job | Exception | None] | Miss = MISS
             if fast:
-                answers = self._try_fast(Store.record_outcomes, writes, ttl=ttl, now=now)
-            if isinstance(answers, _Miss):
+                answers = self._try_fast(
+                    len(writes), Store.record_outcomes, writes, ttl=ttl, now=now
+                )
+            if isinstance(answers, Miss):
                 return await self._off_loop(Store.record_outcomes, writes, ttl=ttl, now=now)
         if not self._budget.guards_this_run:
             # A drain alone in its commits skips the group commit's gathering yield, counting
@@ -455,9 +426,9 @@ class SQLiteJobStore(StoreFace):
         await self._ready_for_fast_call()
         with translate_errors(self.store.busy_timeout):
             result = self._try_fast(
-                Store.get_status, job_id, now=now, max_results_size=FAST_MAX_RESULTS
+                1, Store.get_status, job_id, now=now, max_results_size=FAST_MAX_RESULTS
             )
-        if isinstance(result, _Miss):
+        if isinstance(result, Miss):
             return await self._off_loop(Store.get_status, job_id, now=now)
         await trio.lowlevel.cancel_shielded_checkpoint()
         return result

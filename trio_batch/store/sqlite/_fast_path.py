@@ -1,0 +1,81 @@
+"""What the SQLite store runs on the event loop's thread, and how such a call declines.
+
+A call made on the loop thread (the fast path of
+:class:`~trio_batch.store.sqlite.SQLiteJobStore`) must never wait: it is small (the limits
+below), and the moment it would wait on a lock, or turns out too big, it declines having
+written nothing, so that the store thread can run it again.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from typing import TypeVar
+
+from ..._model import Result
+from ._errors import is_lock_error
+from ._store import Store, WouldBeSlow
+
+__all__ = [
+    "FAST_MAX_CONTENT",
+    "FAST_MAX_META_ITEMS",
+    "FAST_MAX_META_TEXT",
+    "FAST_MAX_RESULTS",
+    "FAST_MAX_TARGETS",
+    "MISS",
+    "Miss",
+    "cheap_result",
+    "run_unless_declined",
+]
+
+T = TypeVar("T")
+
+#: Largest result content (characters) written on the loop thread; bigger ones go to the thread.
+FAST_MAX_CONTENT = 64 * 1024
+#: A result's meta is written on the loop thread only if it has at most this many items, each
+#: a number, a boolean, None or a string of at most FAST_MAX_META_TEXT characters.
+FAST_MAX_META_ITEMS = 32
+FAST_MAX_META_TEXT = 4096
+#: Largest job (targets) created on the loop thread.
+FAST_MAX_TARGETS = 64
+#: Largest stored results (characters, whole job) read back on the loop thread.
+FAST_MAX_RESULTS = 256 * 1024
+
+
+class Miss:
+    """The fast path declined; nothing was done."""
+
+
+MISS = Miss()
+
+
+def run_unless_declined(
+    fn: Callable[..., T], store: Store, args: tuple[object, ...], kwargs: dict[str, object]
+) -> T | Miss:
+    """``fn(store, ...)`` on a connection that never waits, or :data:`MISS` if it declined:
+    the job's results are too big for the loop (:class:`WouldBeSlow`), or a lock was refused
+    at ``BEGIN IMMEDIATE`` or rolled the call back. A store call is one transaction, so nothing
+    was written, and the store thread can run it again."""
+    try:
+        return fn(store, *args, **kwargs)
+    except WouldBeSlow:
+        return MISS
+    except sqlite3.OperationalError as exc:
+        if is_lock_error(exc):
+            return MISS
+        raise
+
+
+def cheap_result(result: Result) -> bool:
+    """Cheap to encode and write on the loop: short content and a small, flat ``meta``."""
+    content, meta = result.content, result.meta
+    if isinstance(content, str) and len(content) > FAST_MAX_CONTENT:
+        return False
+    if not isinstance(meta, dict) or len(meta) > FAST_MAX_META_ITEMS:
+        return False  # the thread finds out what is wrong with it, off the loop
+    return not meta or all(
+        value is None
+        or isinstance(value, bool | int | float)
+        or (isinstance(value, str) and len(value) <= FAST_MAX_META_TEXT)
+        for value in meta.values()
+    )
