@@ -61,8 +61,8 @@ T = TypeVar("T")
 #: copies the WAL, the side thread makes at most half as many calls, and later ones wait for
 #: it: the WAL holds at most 1.5 times this many commits when it restarts, however long a slow
 #: disk makes the copy. (Counted per commit, 8 jobs' shared commits let the WAL grow five times
-#: as large, and each write and copy slower: 0.617x the floor against 0.654x counted per
-#: outcome, medians of 10 alternations.)
+#: as large, and each write and copy slower: 8 jobs ran at 0.619x the floor against 0.702x
+#: counted per outcome, medians of 5 alternations.)
 CHECKPOINT_EVERY = 1000
 #: Loop-thread time (seconds) the fast path may use in one pass of trio's scheduler; past it,
 #: the next call waits for a later pass (:class:`~trio_batch.store._loop_budget.LoopBudget`).
