@@ -37,6 +37,7 @@ from trio_batch import (
     Config,
     InvalidRequest,
     Job,
+    JobLive,
     Options,
     Result,
     Runner,
@@ -250,6 +251,8 @@ callers = st.one_of(good_callers, hostile_text, json_values)
 good_classes = st.sampled_from(["user", "anonymous"])
 caller_classes = st.one_of(good_classes, hostile_text, json_values)
 job_ids = st.one_of(st.integers(0, 7).map(lambda i: ("known", i)), hostile_text, json_values)
+#: Target indexes: in range, past the end, negative, past any store's column, and not ints.
+target_indexes = st.one_of(st.integers(-3, 40), st.integers(2**31 - 2, 2**70), json_values)
 
 
 @dataclass(frozen=True)
@@ -266,6 +269,9 @@ ops = st.one_of(
     st.builds(lambda i: Op("status", (i,)), job_ids),
     st.builds(lambda i: Op("cancel", (i,)), job_ids),
     st.builds(lambda i: Op("wait", (i,)), job_ids),
+    st.builds(lambda i: Op("overview", (i,)), job_ids),
+    st.builds(lambda i, n: Op("target", (i, n)), job_ids, target_indexes),
+    st.builds(lambda i: Op("forget", (i,)), job_ids),
 )
 
 
@@ -364,6 +370,37 @@ async def run_op(runner: Runner, example: Example, op: Op) -> None:
     elif op.kind == "cancel":
         answer = await runner.cancel(job_id)  # type: ignore[arg-type]
         assert answer is True or answer is False
+    elif op.kind == "overview":
+        found = await runner.overview(job_id)  # type: ignore[arg-type]
+        check_answer(None if found is None else found[:2])
+        answer = found
+    elif op.kind == "target":
+        idx = op.args[1]
+        one = await runner.target(job_id, idx)  # type: ignore[arg-type]
+        check_answer(None if one is None else (one[0], [one[1]]))
+        # Only a known job's existing target is found; every job has a target 0.
+        assert one is None or (known and type(idx) is int and one[1].idx == idx)
+        if known and type(idx) is int and idx == 0:
+            assert one is not None, "target 0 of a known job was not found"
+        seen(op.kind)
+        came_out("None/False" if one is None else "a value")
+        return
+    elif op.kind == "forget":
+        try:
+            forgotten = await runner.forget(job_id)  # type: ignore[arg-type]
+        except JobLive:
+            assert known, "an unknown id was called live"
+            seen("forget refused (JobLive)")
+            came_out("BatchError")
+            return
+        if forgotten is not None:  # gone: no longer known, and its rows deleted
+            example.known = [k for k in example.known if k != forgotten.id]
+            example.created -= 1
+        answer = forgotten
+        if known:
+            seen(op.kind)
+            came_out("None/False" if answer is None else "a value")
+            return
     else:
         job = await runner.wait(job_id)  # type: ignore[arg-type]
         assert job is None or job.is_terminal

@@ -517,6 +517,33 @@ async def test_class_limits_override_the_caps_for_a_caller_class(
         await runner.submit("member", "user", urls("w/hang"))
 
 
+@pytest.mark.parametrize("call", ["submit", "cancel", "forget", "status", "overview", "target"])
+async def test_each_call_is_a_cancel_point_before_it_does_anything(
+    store: Store, fetch: ScriptedFetch, clock: FakeClock, call: str
+) -> None:
+    # Store calls run to completion once started, so a loop of them could never be cancelled
+    # if the call did not check for a cancel first.
+    async with open_runner(store, fetch, CONFIG, now=clock) as runner:
+        done = await run_job(runner, urls("done"), caller="bob")
+        live, _ = await runner.submit("alice", "user", urls("x/hang"))
+        calls = {
+            "submit": lambda: runner.submit("carol", "user", urls("new")),
+            "cancel": lambda: runner.cancel(live),
+            "forget": lambda: runner.forget(done),
+            "status": lambda: runner.status(done),
+            "overview": lambda: runner.overview(done),
+            "target": lambda: runner.target(done, 0),
+        }
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await calls[call]()
+        assert scope.cancelled_caught
+        # Nothing was done: no job created, none cancelled, none forgotten.
+        jobs = {row[0]: row[1] for row in store.db.execute("SELECT caller, status FROM jobs")}
+        assert jobs == {"bob": "done", "alice": "running"}
+        await runner.cancel(live)
+
+
 class _TimedPurges(SQLiteJobStore):
     """Purge batches of growing length (10 ms, 20 ms, ...) on trio's clock and on the one the
     runner reads as real time; once armed, records when each began and ended, and how long it

@@ -219,6 +219,16 @@ async def test_targets_read_back_with_the_options_they_were_submitted_with(
     assert status[1][1].options.to_json() == {"mode": "text", "context": True}
 
 
+@pytest.mark.parametrize("idx", [-1, 2, 2**31, 2**70, True, "0", 0.0, None, [0]])
+async def test_a_target_index_that_cannot_exist_reads_as_absent(
+    job_store: JobStore, idx: object
+) -> None:
+    job, _ = await _create(job_store, n=2)
+    assert await job_store.get_target(job.id, idx, now=T0 + 1) is None  # type: ignore[arg-type]
+    found = await job_store.get_target(job.id, 1, now=T0 + 1)
+    assert found is not None and found[1].idx == 1
+
+
 @pytest.mark.parametrize(
     ("failures", "final"),
     [(0, JobState.DONE), (1, JobState.PARTIAL), (2, JobState.FAILED)],

@@ -72,6 +72,15 @@ def is_job_id(value: object) -> bool:
     return isinstance(value, str) and _JOB_ID.fullmatch(value) is not None
 
 
+def is_target_index(value: object) -> bool:
+    """True if ``value`` can be a target's index: an int from 0 up to what every store's
+    column holds (a bool is not one)."""
+    return type(value) is int and 0 <= value <= _MAX_TARGET_INDEX
+
+
+_MAX_TARGET_INDEX = 2**31 - 1  # PostgreSQL's integer column
+
+
 # --------------------------------------------------------------------------------------------
 # Statuses
 

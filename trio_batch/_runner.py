@@ -31,6 +31,7 @@ from ._model import (
     check_caller,
     check_targets,
     is_job_id,
+    is_target_index,
     new_job_id,
     with_running,
 )
@@ -116,7 +117,9 @@ class Runner:
         Cancellation: once the job is being created, the creation and the start of its drain
         task complete even if this call is cancelled (``Cancelled`` is then raised at the
         caller's next checkpoint), so a created job is never left without its drain task.
+        A cancel that came before the call raises ``Cancelled`` at once, nothing created.
         """
+        await trio.lowlevel.checkpoint_if_cancelled()
         self._check_open()
         caller = check_caller(caller)
         caller_class = check_caller(caller_class, "caller_class")
@@ -172,7 +175,12 @@ class Runner:
         If the database refuses the write, :class:`StoreUnavailable` is raised; the drain task
         still stops before its next target and marks the job cancelled once the database
         accepts it.
+
+        Cancellation: a cancel that came before the call raises ``Cancelled`` at once, nothing
+        done; once the job is being marked, the write completes (``Cancelled`` is then raised
+        at the caller's next checkpoint).
         """
+        await trio.lowlevel.checkpoint_if_cancelled()
         self._check_running()
         if not is_job_id(job_id):
             return False
@@ -203,7 +211,10 @@ class Runner:
         stored, raises :class:`JobLive`: cancel it and :meth:`wait` for it first. On
         cancellation the delete has either happened whole or not at all.
         """
+        await trio.lowlevel.checkpoint_if_cancelled()
         self._check_open()
+        if not is_job_id(job_id):
+            return None
         if job_id in self._drains:
             raise JobLive(
                 f"job {job_id} is still running or storing its last target; wait for it to end"
@@ -214,7 +225,11 @@ class Runner:
         """The job and its targets as stored, or None for an unknown or lapsed id.
 
         The target being fetched reads as ``running``.
+
+        Cancellation: a cancel raises ``Cancelled`` before the read, not after it (a read
+        started completes), so a loop of reads can be cancelled.
         """
+        await trio.lowlevel.checkpoint_if_cancelled()
         self._check_running()
         if not is_job_id(job_id):
             return None
@@ -232,8 +247,11 @@ class Runner:
     async def overview(self, job_id: str) -> tuple[Job, list[TargetStatus], list[int]] | None:
         """Like :meth:`status` without the results: each target's ``result`` is None, and the
         third item gives each result's size in characters. Costs the same however big the
-        results are; read one with :meth:`target`."""
+        results are; read one with :meth:`target`. Cancellation: as :meth:`status`."""
+        await trio.lowlevel.checkpoint_if_cancelled()
         self._check_running()
+        if not is_job_id(job_id):
+            return None
         drain = self._drains.get(job_id)
         in_flight = None if drain is None else drain.in_flight
         found = await self._store.get_overview(job_id, now=self._now())
@@ -243,8 +261,14 @@ class Runner:
         return job, with_running(job, targets, in_flight), sizes
 
     async def target(self, job_id: str, idx: int) -> tuple[Job, TargetStatus] | None:
-        """The job and one of its targets with its result; None for an unknown job or index."""
+        """The job and one of its targets with its result; None for an unknown job or index.
+
+        Cancellation: as :meth:`status`.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
         self._check_running()
+        if not is_job_id(job_id) or not is_target_index(idx):
+            return None
         drain = self._drains.get(job_id)
         in_flight = None if drain is None else drain.in_flight
         found = await self._store.get_target(job_id, idx, now=self._now())

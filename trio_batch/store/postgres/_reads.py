@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from ..._errors import JobLive
-from ..._model import Job, JobState, TargetStatus, is_job_id, with_running
+from ..._model import Job, JobState, TargetStatus, is_job_id, is_target_index, with_running
 from .._protocol import StoreCounts
 from .._rows import job_from_row, target_from_row
 from . import _queries as q
@@ -109,6 +109,8 @@ class PostgresReads(PostgresConnection):
 
     def get_target(self, job_id: str, idx: int, *, now: float) -> tuple[Job, TargetStatus] | None:
         """The job and one target with its result; see ``JobStore``."""
+        if not is_target_index(idx):
+            return None
         found = self._with_job(
             job_id, now, lambda c: c.execute(q.GET_ONE_TARGET, (job_id, idx)).fetchone()
         )

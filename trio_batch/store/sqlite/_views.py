@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
-from ..._model import Job, TargetStatus, is_job_id, with_running
+from ..._model import Job, TargetStatus, is_job_id, is_target_index, with_running
 from .._rows import target_from_row as _target
 from . import _queries as q
 from ._store import Store
@@ -43,6 +43,8 @@ def one_target(
     store: Store, job_id: str, idx: int, *, now: float
 ) -> tuple[Job, TargetStatus] | None:
     """The job and one of its targets with its result; None if either is unknown."""
+    if not is_target_index(idx):
+        return None
     found = _with_job(
         store, job_id, now, lambda: store.db.execute(q.GET_ONE_TARGET, (job_id, idx)).fetchone()
     )
