@@ -106,7 +106,7 @@ async def test_outcomes_sharing_a_commit_each_count_toward_the_next_checkpoint(
 ) -> None:
     # A shared commit writes a page or two per outcome: counted as one call, 8 jobs' commits
     # let the WAL grow several times as large between two checkpoints.
-    monkeypatch.setattr(_job_store, "CHECKPOINT_EVERY", 9)  # the read that starts it, 8 more
+    monkeypatch.setattr(_job_store, "CHECKPOINT_EVERY", 8)
     steps: list[str] = []
     real_checkpoint = Store.checkpoint
 
@@ -126,7 +126,7 @@ async def test_outcomes_sharing_a_commit_each_count_toward_the_next_checkpoint(
     face = _job_store.SQLiteJobStore(store, owns_store=True)
     commits: list[str] = []
     async with face:
-        await face.get_job(jobs[0].id, now=NOW)  # starts the store (its fast connection): 1
+        await face.get_job(jobs[0].id, now=NOW)  # starts the store: a read counts nothing
         assert face._fast is not None
         face._fast.db.conn.set_trace_callback(
             lambda sql: commits.append(sql) if sql == "COMMIT" else None
@@ -195,15 +195,6 @@ async def _store_with_a_held_checkpoint(
     return store, job.id, threads
 
 
-async def _store_target_0(
-    store: _job_store.SQLiteJobStore, job_id: str, answers: list[Job | None]
-) -> None:
-    """Store target 0's outcome; its answer goes to ``answers``."""
-    answers.append(
-        await store.record_outcome(OutcomeWrite(job_id, 0, result=Result("a")), ttl=TTL, now=NOW)
-    )
-
-
 async def test_outcomes_and_reads_go_on_while_a_checkpoint_copies_the_wal(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -228,35 +219,73 @@ async def test_outcomes_and_reads_go_on_while_a_checkpoint_copies_the_wal(
     assert held.steps == ["PASSIVE", "RESTART"]
 
 
-async def test_calls_beside_one_copy_are_capped_so_the_wal_stays_bounded(
+async def _store_outcome(
+    store: _job_store.SQLiteJobStore, job_id: str, idx: int, answers: list[Job | None]
+) -> None:
+    """Store target ``idx``'s outcome; its answer goes to ``answers``."""
+    write = OutcomeWrite(job_id, idx, result=Result("a"))
+    answers.append(await store.record_outcome(write, ttl=TTL, now=NOW))
+
+
+async def test_writes_beside_one_copy_are_capped_so_the_wal_stays_bounded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """However long the copy takes (a slow disk), the side thread makes at most
-    CHECKPOINT_EVERY // 2 calls beside it; later ones wait for the checkpoint, so the WAL
-    holds at most 1.5 x CHECKPOINT_EVERY commits when it restarts. (Uncapped, the WAL of a
-    test writing through slow checkpoints grew past its bound.)"""
+    CHECKPOINT_EVERY // 2 writes beside it; later ones wait for the checkpoint, so the WAL
+    holds at most 1.5 x CHECKPOINT_EVERY writes when it restarts. Reads write nothing: they go
+    on beside it. (Uncapped, the WAL of a test writing through slow checkpoints grew past its
+    bound.)"""
     held = _HeldCheckpoint("PASSIVE")
     store, job_id, threads = await _store_with_a_held_checkpoint(
-        tmp_path, monkeypatch, held, every=4
+        tmp_path, monkeypatch, held, every=2
     )
     async with store, trio.open_nursery() as nursery:
-        for _ in range(2):  # the two calls allowed beside this copy
+        answers: list[Job | None] = []
+        await _store_outcome(store, job_id, 0, answers)  # the one write allowed beside it
+        for _ in range(3):  # and reads, past the cap
             assert await store.get_job(job_id, now=NOW) is not None
         assert threads and threading.get_ident() not in threads  # on the side thread
         answered_while_held = held.released is None
         beside = len(threads)
-        answers: list[Job | None] = []
-        nursery.start_soon(_store_target_0, store, job_id, answers)
+        nursery.start_soon(_store_outcome, store, job_id, 1, answers)
         await trio.testing.wait_all_tasks_blocked()
         await store._side_thread.run(lambda: None)  # after whatever the side thread was given
-        third_ran_beside = len(threads) > beside
+        second_ran_beside = len(threads) > beside
         held.release.set()
     assert answered_while_held
-    assert not third_ran_beside  # it waited for the checkpoint, on the store thread
+    assert not second_ran_beside  # it waited for the checkpoint, on the store thread
     assert held.released is True
-    job = answers[0]
-    assert job is not None and job.targets_done == 1
+    assert answers[1] is not None and answers[1].targets_done == 2
     assert len(threads) == beside
+
+
+async def test_a_shared_commit_bigger_than_the_cap_waits_for_the_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cap counts a shared commit's outcomes, not the commit: 3 outcomes in one commit
+    are past a cap of 2 writes beside the copy, so they wait for the checkpoint."""
+    held = _HeldCheckpoint("PASSIVE")
+    store, job_id, threads = await _store_with_a_held_checkpoint(
+        tmp_path, monkeypatch, held, every=4
+    )
+    others = [  # made on the Store itself: nothing counted
+        store.store.create_job(
+            f"c{i}", "user", [Target("u")], ttl=TTL, targets_per_job=1, jobs_per_caller=1,
+            jobs_total=100, status=JobState.RUNNING, now=NOW,
+        )[0].id
+        for i in range(2)
+    ]  # fmt: skip
+    async with store, trio.open_nursery() as nursery:
+        answers: list[Job | None] = []
+        for job in (job_id, *others):  # ready in the same pass: one commit of 3
+            nursery.start_soon(_store_outcome, store, job, 0, answers)
+        await trio.testing.wait_all_tasks_blocked()
+        await store._side_thread.run(lambda: None)  # after whatever the side thread was given
+        ran_beside = bool(threads)
+        held.release.set()
+    assert not ran_beside  # the whole commit waited for the checkpoint, on the store thread
+    assert held.released is True
+    assert len(answers) == 3 and all(job is not None for job in answers)
 
 
 async def test_no_call_uses_the_fast_connection_while_a_checkpoint_restarts_the_wal(
@@ -268,7 +297,7 @@ async def test_no_call_uses_the_fast_connection_while_a_checkpoint_restarts_the_
     store, job_id, threads = await _store_with_a_held_checkpoint(tmp_path, monkeypatch, held)
     async with store, trio.open_nursery() as nursery:
         answers: list[Job | None] = []
-        nursery.start_soon(_store_target_0, store, job_id, answers)
+        nursery.start_soon(_store_outcome, store, job_id, 0, answers)
         await trio.testing.wait_all_tasks_blocked()
         assert answers == []  # queued behind the restart
         held.release.set()

@@ -24,6 +24,7 @@ atomic in its own savepoint.
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from typing import Concatenate, ParamSpec, TypeVar
@@ -36,15 +37,9 @@ from .._face import StoreFace
 from .._loop_budget import LoopBudget
 from .._protocol import ChangeObserver, DrainChanges, StoreCounts
 from .._thread import StoreThread
+from . import _fast_path
 from ._errors import translate_errors
-from ._fast_path import (
-    FAST_MAX_RESULTS,
-    FAST_MAX_TARGETS,
-    MISS,
-    Miss,
-    cheap_result,
-    run_unless_declined,
-)
+from ._fast_path import MISS, Miss, cheap_result, run_unless_declined
 from ._lock import RunnerLock
 from ._store import Store
 from ._views import job_overview, one_target, outcomes_from
@@ -54,16 +49,17 @@ __all__ = ["SQLiteJobStore"]
 P = ParamSpec("P")
 T = TypeVar("T")
 
-#: Fast-path writes between two WAL checkpoints run on the store thread: a call counts one, an
-#: outcome write one per outcome in its commit (a shared commit writes a page or two per
-#: outcome). The fast connection never checkpoints (that would wait on a disk flush on the loop
-#: thread), so this bounds the WAL: about 1000 outcomes' pages, some MB. While a checkpoint
-#: copies the WAL, the side thread makes at most half as many calls, and later ones wait for
-#: it: the WAL holds at most 1.5 times this many commits when it restarts, however long a slow
-#: disk makes the copy. (Counted per commit, 8 jobs' shared commits let the WAL reach about
-#: 7,000 frames between checkpoints, each copy taking 22-29 ms; counted per outcome, 1,700
-#: frames and 5 ms. Throughput barely moved: 19,630 against 19,321 targets/s, medians of 12
-#: alternations, the new count winning 7.)
+#: Fast-path writes between two WAL checkpoints run on the store thread: an outcome write
+#: counts one per outcome in its commit (a shared commit writes a page or two per outcome),
+#: another write (a job created or finished) one, a read none. The fast connection never
+#: checkpoints (that would wait on a disk flush on the loop thread), so this bounds the WAL:
+#: about 1000 outcomes' pages, some MB. While a checkpoint copies the WAL, the side thread
+#: makes at most half as many writes, and later ones wait for it: the WAL holds at most 1.5
+#: times this many writes when it restarts, however long a slow disk makes the copy. (Counted
+#: per commit, 8 jobs' shared commits let the WAL reach about 7,000 frames between
+#: checkpoints, each copy taking 22-29 ms; counted per outcome, 1,700 frames and 5 ms.
+#: Throughput barely moved: 19,630 against 19,321 targets/s, medians of 12 alternations, the
+#: new count winning 7.)
 CHECKPOINT_EVERY = 1000
 #: Loop-thread time (seconds) the fast path may use in one pass of trio's scheduler; past it,
 #: the next call waits for a later pass (:class:`~trio_batch.store._loop_budget.LoopBudget`).
@@ -102,7 +98,7 @@ class SQLiteJobStore(StoreFace):
         # ...and it is at its first step, the copy: calls may use the fast connection off the
         # loop, on the side thread (see _off_loop).
         self._checkpoint_copying = False
-        self._calls_beside_checkpoint = 0  # by the side thread, during this copy
+        self._writes_beside_checkpoint = 0  # by the side thread, during this copy
         self._side_thread = StoreThread(name="trio_batch store, beside a checkpoint")
         self._budget = LoopBudget(FAST_PASS_BUDGET)
 
@@ -169,9 +165,15 @@ class SQLiteJobStore(StoreFace):
     # The two paths
 
     async def _call(
-        self, fn: Callable[Concatenate[Store, P], T], /, *args: P.args, **kwargs: P.kwargs
+        self,
+        writes: int,
+        fn: Callable[Concatenate[Store, P], T],
+        /,
+        *args: P.args,
+        **kwargs: P.kwargs,
     ) -> T:
         """``fn(store, ...)``: on the fast path if it can run there, else on the thread.
+        ``writes``: what it counts toward the next checkpoint (see :data:`CHECKPOINT_EVERY`).
 
         Raises :class:`StoreError` if the store is closed, or closes while the call waits for
         room in the loop (see :meth:`_ready_for_fast_call`).
@@ -181,9 +183,9 @@ class SQLiteJobStore(StoreFace):
         """
         await self._ready_for_fast_call()
         with translate_errors(self.store.busy_timeout):
-            result = self._try_fast(1, fn, *args, **kwargs)
+            result = self._try_fast(writes, fn, *args, **kwargs)
             if isinstance(result, Miss):
-                return await self._off_loop(fn, *args, **kwargs)
+                return await self._off_loop(writes, fn, *args, **kwargs)
         await trio.lowlevel.cancel_shielded_checkpoint()  # an async call always yields once
         return result
 
@@ -212,7 +214,12 @@ class SQLiteJobStore(StoreFace):
             return await self._thread.run(fn, self.store, *args, **kwargs)
 
     async def _off_loop(
-        self, fn: Callable[Concatenate[Store, P], T], /, *args: P.args, **kwargs: P.kwargs
+        self,
+        writes: int,
+        fn: Callable[Concatenate[Store, P], T],
+        /,
+        *args: P.args,
+        **kwargs: P.kwargs,
     ) -> T:
         """``fn(store, ...)`` off the loop, for a call the fast path declined: on the side thread
         with the fast connection while a checkpoint copies the WAL, else on the store thread.
@@ -225,32 +232,38 @@ class SQLiteJobStore(StoreFace):
         """
         with translate_errors(self.store.busy_timeout):
             if self._checkpoint_copying:
-                result = await self._side_thread.run(self._fast_beside_checkpoint, fn, args, kwargs)
+                result = await self._side_thread.run(
+                    self._fast_beside_checkpoint, writes, fn, args, kwargs
+                )
                 if not isinstance(result, Miss):
                     return result
                 self._start()  # aclose may have run meanwhile: the closed store's error
             return await self._thread.run(fn, self.store, *args, **kwargs)
 
     def _fast_beside_checkpoint(
-        self, fn: Callable[..., T], args: tuple[object, ...], kwargs: dict[str, object]
+        self,
+        writes: int,
+        fn: Callable[..., T],
+        args: tuple[object, ...],
+        kwargs: dict[str, object],
     ) -> T | Miss:
         """On the side thread: ``fn(fast, ...)`` if the checkpoint is still copying the WAL.
 
         Once it restarts the WAL, no other connection may write (its ``RESTART`` waits for
         them), so calls go to the store thread and queue behind it. A write that races the
         restart is refused at ``BEGIN IMMEDIATE``, having written nothing, and goes there too.
-        So do calls past ``CHECKPOINT_EVERY // 2`` in one copy, which bounds the WAL.
+        So do writes past ``CHECKPOINT_EVERY // 2`` in one copy (counted as the loop counts
+        them: a shared commit of outcomes one per outcome), which bounds the WAL.
         """
         fast = self._fast
         if fast is None or not self._checkpoint_copying:
             return MISS
         with fast._lock:
-            if (
-                not self._checkpoint_copying
-                or self._calls_beside_checkpoint >= CHECKPOINT_EVERY // 2
+            if not self._checkpoint_copying or (
+                writes and self._writes_beside_checkpoint + writes > CHECKPOINT_EVERY // 2
             ):
                 return MISS
-            self._calls_beside_checkpoint += 1
+            self._writes_beside_checkpoint += writes
             return run_unless_declined(fn, fast, args, kwargs)
 
     # Protected from KeyboardInterrupt: trio raises it wherever unprotected code runs, and
@@ -287,7 +300,7 @@ class SQLiteJobStore(StoreFace):
             # wait on them in the kernel (measured: the loop stalled up to 13 ms when the fast
             # path kept writing during a PASSIVE copy). Calls go off the loop instead.
             self._checkpoint_pending = True
-            self._calls_beside_checkpoint = 0
+            self._writes_beside_checkpoint = 0
             self._checkpoint_copying = True
             self._thread.run_soon(self._checkpoint)
         return result
@@ -332,13 +345,11 @@ class SQLiteJobStore(StoreFace):
         job_id: str | None = None,
     ) -> tuple[Job, bool]:
         """:meth:`Store.create_job`; on the fast path when the job is small."""
-        call = self._call if len(targets) <= FAST_MAX_TARGETS else self._on_thread
-        start = self._observe_start()
-        answer = await call(
+        create = functools.partial(
             Store.create_job,
-            caller,
-            caller_class,
-            targets,
+            caller=caller,
+            caller_class=caller_class,
+            targets=targets,
             ttl=ttl,
             targets_per_job=targets_per_job,
             jobs_per_caller=jobs_per_caller,
@@ -347,6 +358,11 @@ class SQLiteJobStore(StoreFace):
             job_id=job_id,
             now=now,
         )
+        start = self._observe_start()
+        if len(targets) <= _fast_path.FAST_MAX_TARGETS:
+            answer = await self._call(1, create)  # one write toward the next checkpoint
+        else:
+            answer = await self._on_thread(create)
         self._observe("create_job", start)
         return answer
 
@@ -370,7 +386,9 @@ class SQLiteJobStore(StoreFace):
                     len(writes), Store.record_outcomes, writes, ttl=ttl, now=now
                 )
             if isinstance(answers, Miss):
-                return await self._off_loop(Store.record_outcomes, writes, ttl=ttl, now=now)
+                return await self._off_loop(
+                    len(writes), Store.record_outcomes, writes, ttl=ttl, now=now
+                )
         if not self._budget.guards_this_run:
             # A drain alone in its commits skips the group commit's gathering yield, counting
             # on the budget to end the pass; in a run the budget does not guard, nothing else
@@ -382,7 +400,7 @@ class SQLiteJobStore(StoreFace):
         self, job_id: str, status: JobState, *, now: float, error: str | None = None
     ) -> Job | None:
         """:meth:`Store.finish_job`."""
-        return await self._call(Store.finish_job, job_id, status, error=error, now=now)
+        return await self._call(1, Store.finish_job, job_id, status, error=error, now=now)
 
     async def reap_orphans(self, *, now: float) -> int:
         """Fail every live job as ``"restart"``: with the claim held, no runner drains them."""
@@ -420,17 +438,17 @@ class SQLiteJobStore(StoreFace):
 
     async def get_job(self, job_id: str, *, now: float) -> Job | None:
         """:meth:`Store.get_job`."""
-        return await self._call(Store.get_job, job_id, now=now)
+        return await self._call(0, Store.get_job, job_id, now=now)
 
     async def get_status(self, job_id: str, *, now: float) -> tuple[Job, list[TargetStatus]] | None:
         """:meth:`Store.get_status`; on the fast path unless the job holds big results."""
         await self._ready_for_fast_call()
         with translate_errors(self.store.busy_timeout):
             result = self._try_fast(
-                1, Store.get_status, job_id, now=now, max_results_size=FAST_MAX_RESULTS
+                0, Store.get_status, job_id, now=now, max_results_size=_fast_path.FAST_MAX_RESULTS
             )
         if isinstance(result, Miss):
-            return await self._off_loop(Store.get_status, job_id, now=now)
+            return await self._off_loop(0, Store.get_status, job_id, now=now)
         await trio.lowlevel.cancel_shielded_checkpoint()
         return result
 
