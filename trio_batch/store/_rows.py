@@ -54,13 +54,19 @@ _TARGET_STATES = {state.value: state for state in TargetState}
 _DECODER = json.JSONDecoder()
 
 
+def _job_of(values: Sequence[Any]) -> Job:
+    """A :class:`Job` of ``values`` in field order, its slots set directly: it is made with
+    every stored outcome, and the frozen dataclass __init__ costs an object.__setattr__ per
+    field."""
+    job = _new(Job)
+    for set_field, value in zip(_JOB_SETTERS, values, strict=True):
+        set_field(job, value)
+    return job
+
+
 def job_from_row(row: Sequence[Any]) -> Job:
     """A :class:`Job` from a row of the job columns, in the dataclass's order."""
-    # Read with every stored outcome: set the slots directly rather than through the frozen
-    # dataclass __init__ (an object.__setattr__ per field).
-    job = _new(Job)
-    for set_field, value in zip(_JOB_SETTERS, row, strict=True):
-        set_field(job, value)
+    job = _job_of(row)
     _set_job_status(job, _JOB_STATES[row[1]])
     return job
 
@@ -70,10 +76,7 @@ def job_after_outcome(seen: Job, *, failed: int, now: float, ttl: float) -> Job:
     ``now``, with its lease bumped to ``now + ttl``: the job a store wrote, when the write
     matched the job as seen. Its status is still ``seen``'s (the terminal status is the
     caller's to set)."""
-    # Once per stored outcome: the slots set directly, as in job_from_row.
-    job = _new(Job)
-    for set_field, value in zip(
-        _JOB_SETTERS,
+    return _job_of(
         (
             seen.id,
             seen.status,
@@ -87,11 +90,8 @@ def job_after_outcome(seen: Job, *, failed: int, now: float, ttl: float) -> Job:
             seen.created_at,
             now,
             now + ttl,
-        ),
-        strict=True,
-    ):
-        set_field(job, value)
-    return job
+        )
+    )
 
 
 def target_from_row(row: Sequence[Any], *, decode: bool = True) -> TargetStatus:
