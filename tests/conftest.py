@@ -1,111 +1,24 @@
-"""Shared test fixtures: a fake wall clock and a scriptable fetch function."""
+"""Shared fixtures: a fake wall clock, a scriptable fetch, an in-memory store, PostgreSQL."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
-
 import pytest
-import trio
 from hypothesis import settings
 
-from trio_batch import Result, Store, Target
+from trio_batch import Store
+
+from .support.fakes import FakeClock, ScriptedFetch
 
 # The hardening suites' figures: a fixture, and a hook that repeats them in the summary.
-from .figures import figures, pytest_terminal_summary  # noqa: F401
+from .support.figures import figures, pytest_terminal_summary  # noqa: F401
 
 # A throw-away PostgreSQL server for the session, a fresh database per test (pg_server.py).
-from .pg_server import pg_dsn, pg_server  # noqa: F401
+from .support.pg_server import pg_dsn, pg_server  # noqa: F401
 
 # Hypothesis' per-example deadline is a wall-clock threshold; on shared, loaded machines it
 # fails correct code. Speed is measured in benchmarks/, never asserted in tests.
 settings.register_profile("trio_batch", deadline=None)
 settings.load_profile("trio_batch")
-
-T0 = 1_700_000_000.0
-
-
-@dataclass
-class FakeClock:
-    """An injected wall clock for leases: time moves only when a test says so."""
-
-    now: float = T0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
-class PassCounter(trio.abc.Instrument):
-    """Counts the passes of trio's scheduler (install with ``trio.lowlevel.add_instrument``)."""
-
-    def __init__(self) -> None:
-        self.passes = 0
-
-    def after_io_wait(self, timeout: float) -> None:
-        self.passes += 1
-
-
-class Boom(Exception):
-    """A fetch failure that carries a hint, as real fetchers' errors may."""
-
-    hint = "check the URL"
-
-
-@dataclass
-class ScriptedFetch:
-    """A fetch function whose behaviour is chosen per URL, recording what it was asked.
-
-    The URL's last path segment picks the behaviour: ``fail`` raises :class:`Boom`, ``hang``
-    sleeps forever, ``none`` returns None, ``dict`` returns a dict, ``badmeta`` returns a Result
-    whose meta is not JSON, ``gate`` waits until the test sets :attr:`gates` for that URL.
-    Anything else returns ``Result("content of <url>")``.
-    """
-
-    calls: list[str] = field(default_factory=list)
-    in_flight: int = 0
-    peak_in_flight: int = 0
-    gates: dict[str, trio.Event] = field(default_factory=dict)
-    started: dict[str, trio.Event] = field(default_factory=dict)
-    custom: dict[str, Callable[[], object]] = field(default_factory=dict)
-
-    def watch(self, url: str) -> trio.Event:
-        """An event set when the fetch of ``url`` starts."""
-        return self.started.setdefault(url, trio.Event())
-
-    def gate(self, url: str) -> tuple[trio.Event, trio.Event]:
-        """(started, release) events: the fetch of ``url`` waits until ``release`` is set."""
-        self.gates[url] = trio.Event()
-        return self.watch(url), self.gates[url]
-
-    async def __call__(self, target: Target) -> Result:
-        self.calls.append(target.url)
-        self.in_flight += 1
-        self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
-        try:
-            await trio.lowlevel.checkpoint()
-            if target.url in self.started:
-                self.started[target.url].set()
-            if target.url in self.gates:
-                await self.gates[target.url].wait()
-            kind = target.url.rsplit("/", 1)[-1]
-            if target.url in self.custom:
-                return self.custom[target.url]()  # type: ignore[return-value]
-            if kind == "fail":
-                raise Boom(f"cannot fetch {target.url}")
-            if kind == "hang":
-                await trio.sleep_forever()
-            if kind == "none":
-                return None  # type: ignore[return-value]
-            if kind == "dict":
-                return {"content": "x"}  # type: ignore[return-value]
-            if kind == "badmeta":
-                return Result("x", {"nan": float("nan")})
-            return Result(f"content of {target.url}", {"url": target.url})
-        finally:
-            self.in_flight -= 1
 
 
 @pytest.fixture
@@ -121,8 +34,3 @@ def fetch() -> ScriptedFetch:
 @pytest.fixture
 def store() -> Store:
     return Store.open()
-
-
-def urls(*names: str) -> list[Target]:
-    """Targets ``https://example.test/<name>`` for each name."""
-    return [Target(f"https://example.test/{name}") for name in names]

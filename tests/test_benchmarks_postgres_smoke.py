@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from benchmarks import postgres, workloads
 
-from .pg_server import PgServer
+from .support.pg_server import PgServer
 
 
 def test_each_postgres_row_runs(pg_server: PgServer) -> None:

@@ -48,7 +48,7 @@ from trio_batch import (
     open_runner,
 )
 
-from .figures import Figures, scaled
+from .support.figures import Figures, scaled
 
 MB = 1_000_000
 OPTION_NAMES = ("mode", "question", "pages", "grep", "jq", "context", "recover")

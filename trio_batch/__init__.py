@@ -6,7 +6,8 @@ completes (SQLite by default), and answers status queries from the store.
 
 The packages, in the one direction imports flow: the model (``_model``, ``_errors``,
 ``_config``), the store (``store/``: the :class:`JobStore` interface and its backends), the
-runner (``_runner``, ``_open_runner``), and the front ends (``cli``, ``http/``, ``fetchers/``).
+runner (``runner/``), and the front ends (``cli/``, ``http/``, ``fetchers/``); an
+import-linter contract in ``pyproject.toml`` holds that order.
 """
 
 from ._config import ClassLimits, Config
@@ -36,9 +37,9 @@ from ._model import (
     TargetStatus,
     idem_key,
 )
-from ._open_runner import open_runner
 from ._retry import RetryableError, RetryNotice, RetryPolicy
-from ._runner import FetchFunc, Runner
+from ._version import __version__ as __version__
+from .runner import FetchFunc, Runner, open_runner
 from .store import SCHEMA_VERSION, JobStore, SQLiteJobStore, Store, StoreCounts, open_store
 
 __all__ = [
@@ -79,5 +80,3 @@ __all__ = [
     "open_runner",
     "open_store",
 ]
-
-__version__ = "0.1.0"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 from typing import Any, cast
 
-from .._runner import FetchFunc
+from ..runner import FetchFunc
 from ._http import HttpFetcher
 from ._ssrf import DestinationPolicy
 

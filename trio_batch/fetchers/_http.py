@@ -20,9 +20,9 @@ from urllib.request import url2pathname
 import httpx
 import trio
 
-from .. import __version__
 from .._model import Result, Target
 from .._text import parse_count
+from .._version import __version__
 from ._body import Body
 from ._bounded import process_bounded
 from ._errors import (

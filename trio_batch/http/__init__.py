@@ -22,22 +22,22 @@ Errors are RFC 9457 problem documents (``application/problem+json``). Callers au
 header naming the caller (:class:`HeaderAuth`); a caller only ever sees its own jobs.
 
 Build an application in-process with :func:`create_app` and serve it with :func:`serve`; the
-command line is :func:`serve_main` (``python -m trio_batch.http --help``).
+command line is ``trio-batch serve`` (:mod:`trio_batch.cli`).
 
 The package's modules: ``_auth`` (who a request comes from), ``_problems`` (problem documents:
 the table from typed errors to status, kind and title), ``_bodies`` (the JSON read and
 written), ``_service`` (what the handlers share), ``_events`` (the event stream), ``_metrics``
 (Prometheus), ``_dashboard`` (the dashboard's files in ``static/`` and their headers), ``_app``
-(:func:`create_app`: routes, handlers, lifespan), ``_serve`` (:func:`serve` and the command
-line) and ``_openapi`` (the OpenAPI document). The built-in fetch function and the SSRF policy
-live in :mod:`trio_batch.fetchers`.
+(:func:`create_app`: routes, handlers, lifespan), ``_serve`` (:func:`serve`) and ``_openapi``
+(the OpenAPI document). The built-in fetch function and the SSRF policy live in
+:mod:`trio_batch.fetchers`.
 """
 
 from ..fetchers import DestinationPolicy, DestinationRefused, builtin_fetch, load_fetch
 from ._app import DEFAULT_MAX_BODY, create_app
 from ._auth import DEFAULT_CALLER_CLASS, MIN_TOKEN_LENGTH, Auth, Caller, HeaderAuth, TokenAuth
 from ._problems import PROBLEM_JSON
-from ._serve import add_serve_arguments, run_serve, serve, serve_main
+from ._serve import serve
 
 __all__ = [
     "DEFAULT_CALLER_CLASS",
@@ -50,11 +50,8 @@ __all__ = [
     "DestinationRefused",
     "HeaderAuth",
     "TokenAuth",
-    "add_serve_arguments",
     "builtin_fetch",
     "create_app",
     "load_fetch",
-    "run_serve",
     "serve",
-    "serve_main",
 ]

@@ -20,9 +20,8 @@ from starlette.routing import Route
 
 from .._config import Config
 from .._errors import BatchError
-from .._open_runner import open_runner
-from .._runner import FetchFunc
 from .._text import parse_count
+from ..runner import FetchFunc, open_runner
 from ..store import JobStore, open_store
 from ._auth import HeaderAuth, TokenAuth
 from ._bodies import (

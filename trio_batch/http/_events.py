@@ -12,7 +12,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from .._model import Job, TargetStatus
-from .._runner import Runner
+from ..runner import Runner
 from ._bodies import job_json
 from ._service import Service
 

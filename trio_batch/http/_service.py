@@ -12,7 +12,7 @@ from starlette.requests import Request
 from .._config import Config
 from .._errors import RunnerClosed
 from .._model import Job
-from .._runner import FetchFunc, Runner
+from ..runner import FetchFunc, Runner
 from ._auth import Auth, Caller
 from ._metrics import Metrics
 from ._problems import Problem, not_found

@@ -1,0 +1,363 @@
+"""Group commit: outcomes ready at the same moment share one commit, each write on its own.
+
+``record_outcomes`` runs several writes in one transaction, each on its own (SQLite: a
+savepoint; PostgreSQL: one statement, see test_postgres_outcome_write.py):
+a refused write (the target already has an outcome, or does not exist), a write for a lapsed
+job, or a malformed one answers for itself and changes nothing, while the others are stored; a
+database error (a full disk, say) fails the whole commit with that error, and stores nothing.
+Through the runner, each drain whose outcome shared a commit gets its own answer back, on the
+loop-thread fast path, on the store thread and on an in-memory store alike.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import trio
+
+from trio_batch import (
+    Config,
+    Job,
+    JobState,
+    OutcomeExists,
+    OutcomeWrite,
+    Result,
+    Store,
+    Target,
+    TargetState,
+    open_runner,
+)
+from trio_batch.store._group_commit import GroupCommit
+from trio_batch.store.postgres import PostgresStore
+
+from ..support.fakes import T0, FakeClock, PassCounter, ScriptedFetch, urls
+
+TTL = 100.0
+CAPS: dict[str, Any] = {"ttl": TTL, "targets_per_job": 8, "jobs_per_caller": 1, "jobs_total": 8}
+
+
+@pytest.fixture(params=["memory", "file"])
+def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    path = ":memory:" if request.param == "memory" else tmp_path / "jobs.db"
+    with Store.open(path) as store:
+        yield store
+
+
+@pytest.fixture(params=["memory", "file", "postgres"])
+def sql_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store | PostgresStore]:
+    """Each backend's synchronous store, whose ``record_outcomes`` is the shared commit."""
+    if request.param == "postgres":
+        store = PostgresStore.open(request.getfixturevalue("pg_dsn"))
+        try:
+            yield store
+        finally:
+            store.close()
+    else:
+        with Store.open(":memory:" if request.param == "memory" else tmp_path / "jobs.db") as db:
+            yield db
+
+
+def _read(store: Store | PostgresStore, sql: str, params: tuple[Any, ...]) -> list[Any]:
+    """Rows of ``sql`` (``?`` placeholders) on either backend's own connection."""
+    if isinstance(store, PostgresStore):
+        return store.connection().execute(sql.replace("?", "%s"), params).fetchall()
+    return store.db.execute(sql, params).fetchall()
+
+
+def _in_transaction(store: Store | PostgresStore) -> bool:
+    if isinstance(store, PostgresStore):
+        status = store.connection().info.transaction_status
+        return bool(status != psycopg.pq.TransactionStatus.IDLE)
+    return store.db.conn.in_transaction
+
+
+def create(store: Store | PostgresStore, caller: str, n: int, *, now: float = T0) -> Job:
+    job, reused = store.create_job(
+        caller,
+        "user",
+        [Target(f"https://{caller}.test/{i}") for i in range(n)],
+        status=JobState.RUNNING,
+        now=now,
+        **CAPS,
+    )
+    assert not reused
+    return job
+
+
+def stored_row(store: Store | PostgresStore, job_id: str) -> tuple[Any, ...]:
+    """The job's row and its targets as stored, read past any lease."""
+    [job] = _read(
+        store,
+        "SELECT status, targets_done, targets_failed, results_size, updated_at, expires_at "
+        "FROM jobs WHERE id = ?",
+        (job_id,),
+    )
+    targets = _read(
+        store,
+        "SELECT status, result, error, attempts FROM targets WHERE job_id = ? ORDER BY idx",
+        (job_id,),
+    )
+    return (*job, tuple(tuple(t) for t in targets))
+
+
+def test_each_write_in_a_shared_commit_stands_or_falls_on_its_own(
+    sql_store: Store | PostgresStore,
+) -> None:
+    store = sql_store
+    a = create(store, "a", 2)
+    b = create(store, "b", 2)
+    store.record_outcomes([OutcomeWrite(b.id, 0, result=Result("first"))], ttl=TTL, now=T0)
+    b_before = stored_row(store, b.id)
+    lapsed = create(store, "c", 1, now=T0 - TTL - 1)  # its lease ran out at T0 - 1
+    lapsed_before = stored_row(store, lapsed.id)
+
+    answers = store.record_outcomes(
+        [
+            OutcomeWrite(a.id, 0, result=Result("a0"), attempts=2),
+            # Refused: b's target 0 has its outcome. Were it not rolled back, this write would
+            # bump b to 2 of 2 outcomes and make it terminal.
+            OutcomeWrite(b.id, 0, error="again"),
+            OutcomeWrite(lapsed.id, 0, result=Result("too late")),
+            OutcomeWrite(a.id, 9, result=Result("no such target")),
+            OutcomeWrite(a.id, 1, error="boom", hint="h"),  # a's last outcome: a turns partial
+            OutcomeWrite(b.id, 1),  # neither a result nor an error
+        ],
+        ttl=TTL,
+        now=T0 + 1,
+    )
+
+    first, refused, too_late, missing, last, malformed = answers
+    assert isinstance(first, Job) and (first.id, first.targets_done) == (a.id, 1)
+    assert first.status == JobState.RUNNING
+    assert isinstance(refused, OutcomeExists)
+    assert too_late is None
+    assert isinstance(missing, OutcomeExists)
+    assert isinstance(last, Job) and last.id == a.id
+    assert (last.status, last.targets_done, last.targets_failed) == (JobState.PARTIAL, 2, 1)
+    assert isinstance(malformed, ValueError)
+    # What was stored: exactly the two good writes.
+    a0 = Result("a0").to_json_text()
+    assert stored_row(store, a.id) == (
+        "partial",
+        2,
+        1,
+        len(a0),
+        T0 + 1,
+        T0 + 1 + TTL,
+        (("done", a0, None, 2), ("failed", None, "boom", 1)),
+    )
+    assert stored_row(store, b.id) == b_before  # not even its lease moved
+    assert stored_row(store, lapsed.id) == lapsed_before
+    assert not _in_transaction(store)
+    # The refused and malformed writes left b writable: its next outcome lands as usual.
+    [after] = store.record_outcomes(
+        [OutcomeWrite(b.id, 1, result=Result("second"))], ttl=TTL, now=T0 + 2
+    )
+    assert isinstance(after, Job) and (after.status, after.targets_done) == (JobState.DONE, 2)
+
+
+def test_a_database_error_in_a_shared_commit_stores_none_of_it(
+    any_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = any_store
+    a = create(store, "a", 1)
+    b = create(store, "b", 1)
+    before = stored_row(store, a.id), stored_row(store, b.id)
+    real = Store.record_outcome
+
+    def failing_on_b(self: Store, job_id: str, idx: int, **kwargs: Any) -> Job | None:
+        answer = real(self, job_id, idx, **kwargs)  # written, inside the shared transaction
+        if job_id == b.id:
+            raise sqlite3.OperationalError("disk I/O error")
+        return answer
+
+    monkeypatch.setattr(Store, "record_outcome", failing_on_b)
+    with pytest.raises(sqlite3.OperationalError, match="disk I/O error"):
+        store.record_outcomes(
+            [OutcomeWrite(a.id, 0, result=Result("a0")), OutcomeWrite(b.id, 0, error="e")],
+            ttl=TTL,
+            now=T0,
+        )
+    assert (stored_row(store, a.id), stored_row(store, b.id)) == before
+    assert not store.db.conn.in_transaction
+
+
+@pytest.mark.parametrize("kind", ["fast path", "store thread", "memory"])
+async def test_drains_sharing_a_commit_each_get_their_own_answer(
+    kind: str, tmp_path: Path, fetch: ScriptedFetch, clock: FakeClock
+) -> None:
+    """Three drains' outcomes land in one commit: a's last, b's first, and c's, refused
+    because another writer stored c's target 0 while it was being fetched."""
+    if kind == "memory":
+        store = other_writer = Store.open()
+    else:
+        # synchronous=FULL keeps every write off the loop thread (the store thread's path).
+        sync = "NORMAL" if kind == "fast path" else "FULL"
+        store = Store.open(tmp_path / "jobs.db", synchronous=sync)
+        other_writer = store.reopen()
+    a, b, c = urls("a0"), urls("b0", "b1"), urls("c0", "c1")
+    release = trio.Event()
+    for target in (a[0], b[0], c[0]):
+        fetch.watch(target.url)
+        fetch.gates[target.url] = release  # one event: the three fetches return together
+    commits: list[str] = []
+    config = Config(ttl=TTL, jobs_per_caller=1, jobs_total=8)
+    async with open_runner(
+        store, fetch, config, now=clock, on_store_write=lambda op, _: commits.append(op)
+    ) as runner:
+        ids = [
+            (await runner.submit(name, "user", ts))[0]
+            for name, ts in zip("abc", (a, b, c), strict=True)
+        ]
+        for target in (a[0], b[0], c[0]):
+            await fetch.started[target.url].wait()
+        elsewhere = other_writer.record_outcome(
+            ids[2], 0, result=Result("from elsewhere"), ttl=TTL, now=clock()
+        )
+        assert elsewhere is not None
+        release.set()
+        jobs = [await runner.wait(job_id) for job_id in ids]
+        statuses = [await runner.status(job_id) for job_id in ids]
+    if other_writer is not store:
+        other_writer.close()
+    store.close()
+
+    # a0, b0 and c0 shared the first commit; b1 had one of its own.
+    assert commits.count("record_outcomes") == 2
+    job_a, job_b, job_c = jobs
+    assert job_a is not None and (job_a.status, job_a.targets_done) == (JobState.DONE, 1)
+    assert job_b is not None and (job_b.status, job_b.targets_done) == (JobState.DONE, 2)
+    # c's drain was told its write was refused: it stopped and failed the job, saying why.
+    assert job_c is not None and job_c.status == JobState.FAILED
+    assert job_c.error is not None and "OutcomeExists" in job_c.error
+    assert (job_c.targets_done, job_c.targets_failed) == (1, 0)
+    status_b, status_c = statuses[1], statuses[2]
+    assert status_b is not None and status_c is not None
+    fetched_b = [Result(f"content of {t.url}", {"url": t.url}) for t in b]
+    assert [t.result for t in status_b[1]] == fetched_b
+    assert [t.status for t in status_c[1]] == [TargetState.DONE, TargetState.PENDING]
+    assert status_c[1][0].result == Result("from elsewhere")
+    assert c[1].url not in fetch.calls
+
+
+def test_a_full_disk_in_a_shared_commit_raises_the_full_disk_error(any_store: Store) -> None:
+    """Regression: SQLite rolls the whole transaction back on a full disk, savepoint and all;
+    rolling back to the savepoint then failed with "no such savepoint", hiding the cause."""
+    store = any_store
+    a = create(store, "a", 1)
+    b = create(store, "b", 1)
+    before = stored_row(store, a.id), stored_row(store, b.id)
+    pages = store.db.execute("PRAGMA page_count").fetchone()[0]
+    store.db.execute(f"PRAGMA max_page_count = {pages + 2}")
+    with pytest.raises(sqlite3.OperationalError, match="database or disk is full"):
+        store.record_outcomes(
+            [
+                OutcomeWrite(a.id, 0, result=Result("small")),
+                OutcomeWrite(b.id, 0, result=Result("x" * 100_000)),
+            ],
+            ttl=TTL,
+            now=T0,
+        )
+    assert (stored_row(store, a.id), stored_row(store, b.id)) == before
+    assert not store.db.conn.in_transaction
+    store.db.execute("PRAGMA max_page_count = 1000000")
+    answers = store.record_outcomes(
+        [OutcomeWrite(a.id, 0, result=Result("small")), OutcomeWrite(b.id, 0, error="e")],
+        ttl=TTL,
+        now=T0,
+    )
+    assert [answer.status for answer in answers] == [JobState.DONE, JobState.FAILED]  # type: ignore[union-attr]
+
+
+def test_a_read_rolled_back_by_sqlite_raises_its_own_error_not_a_commit_error() -> None:
+    """The sibling of the savepoint case: a read snapshot whose transaction SQLite already
+    rolled back (as it does on an I/O error) must let the real error through."""
+    store = Store.open(":memory:")
+    try:
+        with pytest.raises(RuntimeError, match="the real cause"), store._snapshot():
+            store.db.conn.execute("ROLLBACK")  # what SQLite does by itself on an I/O error
+            raise RuntimeError("the real cause")
+        assert not store.db.conn.in_transaction
+    finally:
+        store.close()
+
+
+async def _echo_commit(writes: list[int]) -> list[int | Exception]:
+    return list(writes)
+
+
+async def test_a_lone_writer_yields_to_gather_only_once() -> None:
+    """A writer alone (a serial drain) does not pay a pass of the scheduler per write to
+    gather a batch nobody else joins: only its first write yields."""
+    group: GroupCommit[int, int] = GroupCommit(_echo_commit)
+    counter = PassCounter()
+    trio.lowlevel.add_instrument(counter)
+    try:
+        for i in range(50):
+            assert await group.write(i, writer="a") == i
+    finally:
+        trio.lowlevel.remove_instrument(counter)
+    assert counter.passes == 1
+
+
+def test_a_writer_alone_in_a_commit_still_waits_for_writers_yet_to_resume() -> None:
+    """trio runs the tasks woken in one pass in either order in the next, so a leader often
+    resumes ahead of the writers the last commit woke, and commits alone. Its next write must
+    still yield to them, although it was alone: skipping that yield, it would commit alone
+    again and again while they wait (here: all its writes, since nothing else yields)."""
+
+    async def two_writers() -> list[list[str]]:
+        committed: list[list[str]] = []
+
+        async def commit(writes: list[str]) -> list[str | Exception]:
+            committed.append(sorted(writes))
+            return list(writes)
+
+        group: GroupCommit[str, str] = GroupCommit(commit)
+
+        async def writer(name: str) -> None:
+            for i in range(10):
+                await group.write(f"{name}{i}", writer=name)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(writer, "a")
+            nursery.start_soon(writer, "b")
+        return committed
+
+    for _ in range(20):  # each run orders the passes at random
+        committed = trio.run(two_writers)
+        assert sorted(w for writes in committed for w in writes) == sorted(
+            f"{name}{i}" for name in "ab" for i in range(10)
+        )
+        for before, after in itertools.pairwise(committed):
+            if len(before) == len(after) == 1 and before[0][0] == after[0][0]:
+                # Two commits of one writer in a row: only once the other has finished.
+                other = "b" if before[0][0] == "a" else "a"
+                assert f"{other}9" in {
+                    w for writes in committed[: committed.index(after)] for w in writes
+                }, committed
+
+
+async def test_a_shared_commit_cannot_be_cut_by_ctrl_c() -> None:
+    """Regression (review): a KeyboardInterrupt raised inside write, between the leader taking
+    its batch and waking the followers, would leave them waiting for good; they cannot be
+    cancelled, so shutdown would hang. write runs protected from it, its commit included."""
+    seen: list[bool] = []
+
+    async def commit(writes: list[int]) -> list[int | Exception]:
+        seen.append(trio.lowlevel.currently_ki_protected())
+        return await _echo_commit(writes)
+
+    group: GroupCommit[int, int] = GroupCommit(commit)
+    async with trio.open_nursery() as nursery:
+        for i in range(3):
+            nursery.start_soon(functools.partial(group.write, i, writer=i))
+    assert seen and all(seen)
+    assert not trio.lowlevel.currently_ki_protected()

@@ -1,0 +1,238 @@
+"""Runners wake each other with LISTEN/NOTIFY: a cancel, wait or watch across runners reacts at
+once, not at the next poll.
+
+The runners here poll every ``POLL_NEVER`` seconds, twice as long as any wait of these tests may
+last (``DEADLINE``, after which it fails): whatever they react to in time, they learnt of from a
+notification. With LISTEN off (``?listen=off``, as behind PgBouncer) the same works by the poll.
+Latencies are measured and printed as figures, never asserted.
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.parse
+from collections.abc import Callable
+from pathlib import Path
+
+import psycopg
+import pytest
+import trio
+
+from trio_batch import Config, JobState, open_runner, open_store
+from trio_batch.store.postgres import PostgresJobStore
+from trio_batch.store.postgres._listen import split_listen_option
+
+from ..runner import test_postgres_cluster as cluster
+from ..runner.test_postgres_cluster import DEADLINE, Child, _outcomes, _sql, _until, _urls
+from ..support.fakes import ScriptedFetch, urls
+from ..support.figures import Figures
+
+#: Runner processes on the test's database: the multi-runner tests' fixture.
+spawn = cluster.spawn
+
+#: A poll so rare that no test here could see its effect before its deadline.
+POLL_NEVER = 2 * DEADLINE
+#: The application name of a runner's listening connection, as the server lists it.
+LISTENER = "trio_batch listen"
+
+
+def _listeners(dsn: str) -> int:
+    """How many runners' listening connections the test's database has."""
+    rows = _sql(
+        dsn,
+        "SELECT count(*) FROM pg_stat_activity "
+        "WHERE application_name = %s AND datname = current_database()",
+        (LISTENER,),
+    )
+    return int(rows[0][0])
+
+
+def _with_listen(dsn: str, value: str) -> str:
+    parts = urllib.parse.urlsplit(dsn)
+    query = "&".join(filter(None, [parts.query, f"listen={value}"]))
+    return urllib.parse.urlunsplit(parts._replace(query=query))
+
+
+def _cancel_in_flight(a: Child, b: Child, dsn: str, gates: Path) -> tuple[float, float]:
+    """B cancels A's job while its first target is in flight; seconds until A learnt of it,
+    and until B's wait returned once the target is let go. Checks the outcomes."""
+    job_id = a.call("submit", caller="alice", urls=_urls("n", "gate-g0", "gate-g1"))["job"]
+    _until(lambda: (gates / "g0.started").exists(), "target 0 to start")
+    waiting = b.send("wait", job=job_id)
+    assert b.call("cancel", job=job_id) is True
+    cancelled = time.monotonic()
+    a.wait_log("job cancelled through another runner", job_id)
+    learnt = time.monotonic() - cancelled
+    # A learnt of it while target 0 was still in flight (not from that target's write).
+    assert [o[1] for o in _outcomes(dsn, job_id)] == ["pending", "pending"]
+    (gates / "g0").touch()
+    released = time.monotonic()
+    assert b.answer(waiting)["ok"]["status"] == "cancelled"
+    ended = time.monotonic() - released
+    # The target in flight was stored; the next one never started.
+    assert [o[1] for o in _outcomes(dsn, job_id)] == ["done", "pending"]
+    assert not (gates / "g1.started").exists()
+    assert job_id not in a.call("drains")
+    return learnt, ended
+
+
+def test_a_cancel_through_another_runner_reaches_the_fetch_in_flight_by_notification(
+    spawn: Callable[..., Child], pg_dsn: str, tmp_path: Path, figures: Figures
+) -> None:
+    a, b = spawn(poll_interval=POLL_NEVER), spawn(poll_interval=POLL_NEVER)
+    _until(lambda: _listeners(pg_dsn) == 2, "both runners to listen")
+    learnt, ended = _cancel_in_flight(a, b, pg_dsn, tmp_path)
+    figures.add(
+        f"postgres LISTEN: cancel through B seen by A after {learnt * 1000:.0f} ms; B's wait "
+        f"ended {ended * 1000:.0f} ms after A's fetch returned (poll_interval {POLL_NEVER:g} s)"
+    )
+
+
+def test_a_cancel_through_another_runner_honours_cancel_grace_by_notification(
+    spawn: Callable[..., Child], pg_dsn: str, tmp_path: Path, figures: Figures
+) -> None:
+    grace = 0.3
+    a = spawn(poll_interval=POLL_NEVER, cancel_grace=grace)
+    b = spawn(poll_interval=POLL_NEVER)
+    job_id = a.call("submit", caller="alice", urls=_urls("x", "gate-never", "sleep-0"))["job"]
+    _until(lambda: (tmp_path / "never.started").exists(), "target 0 to start")
+    waiting = b.send("wait", job=job_id)
+    assert b.call("cancel", job=job_id) is True
+    cancelled = time.monotonic()
+    assert b.answer(waiting)["ok"]["status"] == "cancelled"
+    stopped = time.monotonic() - cancelled
+    outcomes = _outcomes(pg_dsn, job_id)
+    assert [(o[1], o[3]) for o in outcomes] == [("failed", "cancelled"), ("pending", None)]
+    figures.add(
+        f"postgres LISTEN: cancel through B to A's drain stopped (B's wait returned) "
+        f"{stopped * 1000:.0f} ms, cancel_grace {grace * 1000:.0f} ms included"
+    )
+
+
+def test_wait_and_watch_on_another_runner_end_when_its_job_finishes_by_notification(
+    spawn: Callable[..., Child], pg_dsn: str, tmp_path: Path, figures: Figures
+) -> None:
+    a, b = spawn(poll_interval=POLL_NEVER), spawn(poll_interval=POLL_NEVER)
+    job_id = a.call("submit", caller="alice", urls=_urls("w", "sleep-0", "gate-end"))["job"]
+    _until(lambda: (tmp_path / "end.started").exists(), "the last target to start")
+    waiting, watching = b.send("wait", job=job_id), b.send("watch", job=job_id)
+    _until(lambda: b.call("waiting", job=job_id) == 2, "B's wait and watch to be under way")
+    # B's store calls run in order on one connection: once this read is answered, the first
+    # reads of the wait and the watch are done, and saw the job running.
+    assert b.call("status", job=job_id)["status"] == "running"
+    (tmp_path / "end").touch()
+    released = time.monotonic()
+    finished = b.answer(waiting)["ok"]
+    ended = time.monotonic() - released
+    assert (finished["status"], finished["done"]) == ("done", 2)
+    items = b.answer(watching)["ok"]
+    assert items[:-1] == [{"idx": 0, "status": "done"}, {"idx": 1, "status": "done"}]
+    assert items[-1]["status"] == "done"
+    figures.add(
+        f"postgres LISTEN: B's wait on A's job ended {ended * 1000:.0f} ms after A's last "
+        f"fetch returned (poll_interval {POLL_NEVER:g} s)"
+    )
+
+
+def test_a_listener_whose_connection_is_cut_reconnects_and_misses_nothing(
+    spawn: Callable[..., Child], pg_dsn: str, tmp_path: Path
+) -> None:
+    a, b = spawn(poll_interval=POLL_NEVER), spawn(poll_interval=POLL_NEVER)
+    _until(lambda: _listeners(pg_dsn) == 2, "both runners to listen")
+    job_id = a.call("submit", caller="alice", urls=_urls("r", "gate-g0", "gate-g1"))["job"]
+    _until(lambda: (tmp_path / "g0.started").exists(), "target 0 to start")
+    # Cut every listening connection; the cancel's notification may reach nobody.
+    _sql(
+        pg_dsn,
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+        "WHERE application_name = %s AND datname = current_database()",
+        (LISTENER,),
+    )
+    assert b.call("cancel", job=job_id) is True
+    # A reconnects and reads again what it may have missed, long before its poll.
+    a.wait_log("job cancelled through another runner", job_id)
+    assert any(m["log"].startswith("lost the connection listening") for m in a.logs)
+    _until(lambda: _listeners(pg_dsn) == 2, "both runners to listen again")
+    (tmp_path / "g0").touch()
+    assert b.call("wait", job=job_id)["status"] == "cancelled"
+    assert [o[1] for o in _outcomes(pg_dsn, job_id)] == ["done", "pending"]
+    assert not (tmp_path / "g1.started").exists()
+
+
+def test_with_listen_off_a_cancel_and_a_wait_across_runners_work_by_polling(
+    spawn: Callable[..., Child], pg_dsn: str, tmp_path: Path, figures: Figures
+) -> None:
+    poll = 1.0
+    url = _with_listen(pg_dsn, "off")
+    a, b = spawn(url, poll_interval=poll), spawn(url, poll_interval=poll)
+    learnt, ended = _cancel_in_flight(a, b, pg_dsn, tmp_path)
+    assert _listeners(pg_dsn) == 0  # no LISTEN connection: usable behind PgBouncer
+    figures.add(
+        f"postgres listen=off: cancel through B seen by A after {learnt * 1000:.0f} ms; B's "
+        f"wait ended {ended * 1000:.0f} ms after A's fetch returned (poll_interval {poll:g} s)"
+    )
+
+
+async def test_outcome_writes_notify_once_per_finished_job_never_per_outcome(
+    pg_dsn: str,
+) -> None:
+    listener = psycopg.connect(pg_dsn, autocommit=True)
+    listener.execute("LISTEN trio_batch")
+    fetch = ScriptedFetch()
+    started, release = fetch.gate("https://example.test/gated")
+    store = PostgresJobStore.open(pg_dsn)
+    try:
+        async with open_runner(store, fetch, Config(jobs_per_caller=2)) as runner:
+            done_id, _ = await runner.submit("alice", "user", urls(*[f"t{i}" for i in range(6)]))
+            finished = await runner.wait(done_id)
+            assert finished is not None and finished.status is JobState.DONE
+            cancelled_id, _ = await runner.submit("alice", "user", urls("gated", "later"))
+            await started.wait()
+            assert await runner.cancel(cancelled_id)
+            release.set()
+            stopped = await runner.wait(cancelled_id)
+            assert stopped is not None and stopped.status is JobState.CANCELLED
+        await trio.to_thread.run_sync(_sql, pg_dsn, "NOTIFY trio_batch, 'end'")
+        payloads = []
+        for notification in listener.notifies(timeout=DEADLINE):
+            if notification.payload == "end":
+                break
+            payloads.append(notification.payload)
+    finally:
+        await store.aclose()
+        listener.close()
+    # Six outcomes, one notification: the job's end. The cancel and the release: one each.
+    assert payloads == [done_id, cancelled_id, cancelled_id]
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("postgresql://u@h/db?listen=off", ("postgresql://u@h/db", False)),
+        (
+            "postgres://u@/db?host=/run/pg&listen=no&sslmode=disable",
+            ("postgres://u@/db?host=/run/pg&sslmode=disable", False),
+        ),
+        ("postgresql://u@h/db?listen=ON", ("postgresql://u@h/db", True)),
+        ("postgresql://u@h/db?host=/tmp", ("postgresql://u@h/db?host=/tmp", None)),
+        ("host=/tmp dbname=db", ("host=/tmp dbname=db", None)),
+    ],
+)
+def test_the_listen_url_option_is_taken_out_of_the_url(
+    url: str, expected: tuple[str, bool | None]
+) -> None:
+    assert split_listen_option(url) == expected
+
+
+def test_a_bad_listen_value_is_refused_with_the_values_it_takes(pg_dsn: str) -> None:
+    with pytest.raises(ValueError, match=r"listen='maybe'.*listen=off"):
+        open_store(_with_listen(pg_dsn, "maybe"))
+
+
+async def test_a_store_opened_with_listen_off_does_not_listen(pg_dsn: str) -> None:
+    async with open_store(_with_listen(pg_dsn, "off")) as store:
+        assert isinstance(store, PostgresJobStore) and store.listen is False
+        # Returns at once instead of listening until cancelled.
+        await store.listen_changes(lambda _: None)
+    async with open_store(pg_dsn) as store:
+        assert isinstance(store, PostgresJobStore) and store.listen is True

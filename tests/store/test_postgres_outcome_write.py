@@ -1,0 +1,412 @@
+"""PostgreSQL's outcome write: one statement per outcome, several in one shared commit.
+
+Each outcome is one data-modifying statement (``RECORD_OUTCOME``) that stores the target only
+if it is pending and its job unexpired and this runner's, bumps the job and sets its terminal
+status with its last outcome. A refused write changes nothing and raises nothing, so a shared
+commit needs no savepoint per write; a write whose values the database refuses aborts the
+transaction, which is made again without it. A shared commit's writes go out together, in
+psycopg's pipeline mode. On a real throw-away server (see pg_server.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import select
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from trio_batch import Job, JobState, OutcomeExists, OutcomeWrite, Result, StoreError
+from trio_batch._model import final_status
+from trio_batch.store.postgres import PostgresStore, _store
+from trio_batch.store.postgres import _queries as q
+
+from ..support.fakes import T0
+from .test_group_commit import TTL, create  # the same jobs as the shared-commit test
+
+
+@pytest.fixture
+def store(pg_dsn: str) -> Iterator[PostgresStore]:
+    opened = PostgresStore.open(pg_dsn)
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+def stored_row(store: PostgresStore, job_id: str) -> tuple[Any, ...]:
+    """The job's row and its targets as stored, read past any lease."""
+    conn = store.connection()
+    job = conn.execute(
+        "SELECT status, targets_done, targets_failed, results_size, updated_at, expires_at, "
+        "owner FROM jobs WHERE id = %s",
+        (job_id,),
+    ).fetchone()
+    assert job is not None
+    targets = conn.execute(
+        "SELECT status, result, error, attempts FROM targets WHERE job_id = %s ORDER BY idx",
+        (job_id,),
+    ).fetchall()
+    return (*job, tuple(targets))
+
+
+def test_the_terminal_status_sql_is_final_status(store: PostgresStore) -> None:
+    """The SQL CASE the write sets the status with agrees with the model's rule everywhere."""
+    cases = [(total, failed) for total in range(1, 8) for failed in range(total + 1)]
+    sql = "SELECT " + q.final_status_case("%(total)s::integer", "%(failed)s::integer")
+    conn = store.connection()
+    for total, failed in cases:
+        row = conn.execute(sql, {"total": total, "failed": failed}).fetchone()
+        assert row is not None
+        assert row[0] == final_status(total, failed).value, (total, failed)
+
+
+@pytest.mark.parametrize("failures", [0, 1, 2, 3])
+def test_the_last_outcome_sets_the_models_final_status(store: PostgresStore, failures: int) -> None:
+    job = create(store, "a", 3)
+    answers = store.record_outcomes(
+        [
+            OutcomeWrite(job.id, i, error="boom")
+            if i < failures
+            else OutcomeWrite(job.id, i, result=Result("ok"))
+            for i in range(3)
+        ],
+        ttl=TTL,
+        now=T0 + 1,
+    )
+    statuses = [a.status for a in answers if isinstance(a, Job)]
+    assert statuses == [JobState.RUNNING, JobState.RUNNING, final_status(3, failures)]
+
+
+# A refused write in a shared commit changes nothing: test_group_commit.py, on every backend.
+
+
+def test_a_write_for_another_runners_job_changes_nothing(pg_dsn: str) -> None:
+    with _runner_store(pg_dsn) as mine, _runner_store(pg_dsn) as theirs:
+        ours = create(mine, "ours", 2)
+        other = create(theirs, "theirs", 2)
+        before = stored_row(mine, other.id)
+        answers = mine.record_outcomes(
+            [OutcomeWrite(other.id, 0, result=Result("x")), OutcomeWrite(ours.id, 0, error="e")],
+            **_at(T0 + 1),
+        )
+        assert answers[0] is None
+        assert isinstance(answers[1], Job) and answers[1].targets_failed == 1
+        assert stored_row(mine, other.id) == before
+
+
+def test_a_cancelled_job_stays_cancelled_when_its_last_outcome_lands(store: PostgresStore) -> None:
+    job = create(store, "a", 1)
+    assert store.finish_job(job.id, JobState.CANCELLED, now=T0 + 1) is not None
+    [answer] = store.record_outcomes([OutcomeWrite(job.id, 0, result=Result("late"))], **_at(T0))
+    assert isinstance(answer, Job)
+    assert (answer.status, answer.targets_done) == (JobState.CANCELLED, 1)
+    assert stored_row(store, job.id)[0] == "cancelled"
+
+
+def test_values_the_database_refuses_fail_that_write_alone(store: PostgresStore) -> None:
+    """Too many attempts for the integer column: the server aborts the transaction; the batch
+    is made again without that write, and the others are stored once each."""
+    a = create(store, "a", 2)
+    b = create(store, "b", 2)
+    answers = store.record_outcomes(
+        [
+            OutcomeWrite(a.id, 0, result=Result("a0")),
+            OutcomeWrite(b.id, 0, result=Result("b0"), attempts=2**31),
+            OutcomeWrite(a.id, 1, result=Result("a1")),
+        ],
+        **_at(T0 + 1),
+    )
+    assert isinstance(answers[0], Job) and answers[0].targets_done == 1
+    assert isinstance(answers[1], StoreError) and "refused this outcome" in str(answers[1])
+    assert isinstance(answers[2], Job) and answers[2].status == JobState.DONE
+    assert stored_row(store, a.id)[:3] == ("done", 2, 0)
+    assert stored_row(store, b.id)[:3] == ("running", 0, 0)
+    # Alone (autocommit), the same write answers the same, and b takes its outcome after.
+    [alone] = store.record_outcomes(
+        [OutcomeWrite(b.id, 0, result=Result("b0"), attempts=2**31)], **_at(T0 + 2)
+    )
+    assert isinstance(alone, StoreError)
+    [fine] = store.record_outcomes([OutcomeWrite(b.id, 0, result=Result("b0"))], **_at(T0 + 2))
+    assert isinstance(fine, Job) and fine.targets_done == 1
+
+
+def test_a_retried_write_whose_first_attempt_committed_answers_the_job(
+    store: PostgresStore,
+) -> None:
+    """After a commit cut off by a lost connection the store keeps the writes as maybe
+    committed (``_maybe_committed``, as ``record_outcomes`` sets it when the connection drops);
+    a retry that finds its very outcome stored answers the job, counted once."""
+    job = create(store, "a", 2)
+    write = OutcomeWrite(job.id, 0, error="boom", hint="h", attempts=3)
+    store.record_outcomes([write], **_at(T0 + 1))
+    after_first = stored_row(store, job.id)
+    store._maybe_committed.add((job.id, 0))
+
+    [retried] = store.record_outcomes([write], **_at(T0 + 2))
+    assert isinstance(retried, Job)
+    assert (retried.targets_done, retried.targets_failed) == (1, 1)
+    assert stored_row(store, job.id) == after_first  # nothing written twice
+    assert (job.id, 0) not in store._maybe_committed  # answered: no longer in doubt
+
+    # A different outcome for that target is still refused, in doubt or not.
+    store._maybe_committed.add((job.id, 0))
+    [other] = store.record_outcomes([OutcomeWrite(job.id, 0, error="other")], **_at(T0 + 2))
+    assert isinstance(other, OutcomeExists)
+    assert stored_row(store, job.id) == after_first
+
+
+def _at(now: float) -> dict[str, float]:
+    return {"ttl": TTL, "now": now}
+
+
+@contextlib.contextmanager
+def _runner_store(dsn: str) -> Iterator[PostgresStore]:
+    """A store registered as a runner: its jobs are owned, its writes fenced."""
+    store = PostgresStore.open(dsn)
+    try:
+        store.runner_id = store.register_runner()
+        yield store
+    finally:
+        store.close()
+
+
+@pytest.fixture
+def pipelines(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the pipelines the store opens (one entry each)."""
+    opened: list[int] = []
+    real = psycopg.Connection.pipeline
+
+    def counting(self: psycopg.Connection[Any]) -> Any:
+        opened.append(1)
+        return real(self)
+
+    monkeypatch.setattr(psycopg.Connection, "pipeline", counting)
+    return opened
+
+
+def test_a_batch_goes_out_in_one_pipeline_and_each_write_gets_its_answer(
+    store: PostgresStore, pipelines: list[int]
+) -> None:
+    """Several writes are sent together (pipeline mode), not each after the answer to the one
+    before; every answer is still the write's own: a job, OutcomeExists, None, a ValueError."""
+    a = create(store, "a", 2)
+    b = create(store, "b", 1)
+    store.record_outcomes([OutcomeWrite(a.id, 0, result=Result("a0"))], **_at(T0))
+    assert pipelines == []  # one write alone: one statement, nothing to pipeline
+    answers = store.record_outcomes(
+        [
+            OutcomeWrite(a.id, 0, result=Result("again")),  # stored already
+            OutcomeWrite(b.id, 0, error="boom"),
+            OutcomeWrite("unknown-job-id-0000000", 0, result=Result("x")),
+            OutcomeWrite(a.id, 1, result=Result("a1")),
+            OutcomeWrite(a.id, 1),  # neither a result nor an error
+        ],
+        **_at(T0 + 1),
+    )
+    assert pipelines == [1]
+    assert isinstance(answers[0], OutcomeExists)
+    assert isinstance(answers[1], Job) and answers[1].status == JobState.FAILED
+    assert answers[2] is None
+    assert isinstance(answers[3], Job) and (answers[3].status, answers[3].targets_done) == (
+        JobState.DONE,
+        2,
+    )
+    assert isinstance(answers[4], ValueError)
+    assert stored_row(store, a.id)[:3] == ("done", 2, 0)
+    assert stored_row(store, b.id)[:3] == ("failed", 1, 1)
+
+
+def test_a_refused_value_in_a_pipeline_sends_the_batch_again_one_write_at_a_time(
+    store: PostgresStore, pipelines: list[int]
+) -> None:
+    a = create(store, "a", 1)
+    b = create(store, "b", 1)
+    answers = store.record_outcomes(
+        [
+            OutcomeWrite(a.id, 0, result=Result("a0")),
+            OutcomeWrite(b.id, 0, result=Result("b0"), attempts=2**31),
+        ],
+        **_at(T0 + 1),
+    )
+    assert pipelines == [1]  # tried together first, then one at a time
+    assert isinstance(answers[0], Job) and answers[0].targets_done == 1
+    assert isinstance(answers[1], StoreError) and "refused this outcome" in str(answers[1])
+    assert stored_row(store, a.id)[:3] == ("done", 1, 0)  # stored once
+    assert stored_row(store, b.id)[:3] == ("running", 0, 0)
+
+
+def test_a_batch_with_a_write_in_doubt_goes_one_write_at_a_time(
+    store: PostgresStore, pipelines: list[int]
+) -> None:
+    """A retry in doubt may need its stored outcome read before its answer is known."""
+    a = create(store, "a", 1)
+    b = create(store, "b", 1)
+    write = OutcomeWrite(a.id, 0, result=Result("a0"))
+    store.record_outcomes([write], **_at(T0))
+    store._maybe_committed.add((a.id, 0))
+    answers = store.record_outcomes(
+        [write, OutcomeWrite(b.id, 0, result=Result("b0"))], **_at(T0 + 1)
+    )
+    assert pipelines == []
+    assert isinstance(answers[0], Job) and answers[0].targets_done == 1  # recognised, once
+    assert isinstance(answers[1], Job) and answers[1].targets_done == 1
+
+
+def _idle(store: PostgresStore) -> bool:
+    """The store's connection is open and in no transaction (nothing left half done)."""
+    return store.connection().info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
+@pytest.mark.parametrize(
+    "refused",
+    [{0}, {2}, {4}, {0, 4}, {1, 2, 3}, {0, 1, 2, 3, 4}],
+    ids=["first", "middle", "last", "first-and-last", "three", "all"],
+)
+def test_refused_values_anywhere_in_a_pipeline_fail_those_writes_alone(
+    store: PostgresStore,
+    pipelines: list[int],
+    refused: set[int],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="psycopg")
+    jobs = [create(store, caller, 1) for caller in "abcde"]
+    writes = [
+        OutcomeWrite(job.id, 0, result=Result("r"), attempts=2**31 if i in refused else 1)
+        for i, job in enumerate(jobs)
+    ]
+    answers = store.record_outcomes(writes, **_at(T0 + 1))
+    assert pipelines == [1]
+    for i, (job, answer) in enumerate(zip(jobs, answers, strict=True)):
+        if i in refused:
+            assert isinstance(answer, StoreError) and "refused this outcome" in str(answer)
+            assert stored_row(store, job.id)[:3] == ("running", 0, 0)
+        else:
+            assert isinstance(answer, Job) and answer.targets_done == 1
+            assert stored_row(store, job.id)[:3] == ("done", 1, 0)
+    assert _idle(store)
+    # Regression: psycopg logged "error ignored terminating Pipeline ... pipeline aborted" as a
+    # warning for each refusal, which the store handles.
+    assert _psycopg_warnings(caplog) == []
+
+
+def test_a_refusal_read_while_the_pipeline_is_still_sending_is_told_apart_too(
+    store: PostgresStore,
+    pipelines: list[int],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """psycopg reads answers that have arrived whenever it sends: a refusal can be raised by
+    a later write's execute, not by a fetch. Here the server's refusal of the first write is
+    waited for before the second is sent, so it is always read there."""
+    caplog.set_level(logging.WARNING, logger="psycopg")
+    jobs = [create(store, caller, 1) for caller in "abc"]
+    writes = [
+        OutcomeWrite(job.id, 0, result=Result("r"), attempts=2**31 if i == 0 else 1)
+        for i, job in enumerate(jobs)
+    ]
+    conn = store.connection()
+    real_values = PostgresStore._outcome_values
+    seen: list[OutcomeWrite] = []
+
+    def values_after_the_refusal(self: PostgresStore, write: OutcomeWrite, **kw: Any) -> Any:
+        seen.append(write)
+        if len(seen) == 2 and conn._pipeline is not None:  # the first write is sent
+            # Bounded only so a broken server cannot hang the suite; not a speed assertion.
+            assert select.select([conn.fileno()], [], [], 30)[0], "the refusal never came"
+        return real_values(self, write, **kw)
+
+    raised_by_a_send: list[type[Exception]] = []
+    real_execute = psycopg.Connection.execute
+
+    def execute(self: psycopg.Connection[Any], *args: Any, **kwargs: Any) -> Any:
+        try:
+            return real_execute(self, *args, **kwargs)
+        except psycopg.Error as exc:
+            if self._pipeline is not None:
+                raised_by_a_send.append(type(exc))
+            raise
+
+    monkeypatch.setattr(PostgresStore, "_outcome_values", values_after_the_refusal)
+    monkeypatch.setattr(psycopg.Connection, "execute", execute)
+    answers = store.record_outcomes(writes, **_at(T0 + 1))
+    assert pipelines == [1]
+    assert raised_by_a_send == [psycopg.errors.NumericValueOutOfRange]  # by the second send
+    assert isinstance(answers[0], StoreError)
+    assert all(isinstance(a, Job) and a.targets_done == 1 for a in answers[1:])
+    assert _idle(store)
+    assert _psycopg_warnings(caplog) == []
+
+
+def _psycopg_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name.startswith("psycopg")]
+
+
+@pytest.mark.parametrize("cut", ["sending", "answering", "committing"])
+def test_a_connection_lost_mid_pipeline_leaves_the_writes_in_doubt_and_a_retry_stores_each_once(
+    store: PostgresStore,
+    pg_dsn: str,
+    pipelines: list[int],
+    monkeypatch: pytest.MonkeyPatch,
+    cut: str,
+) -> None:
+    """The server ends the store's connection (pg_terminate_backend, as a restart does) while
+    the writes are being sent, while their answers are read, or before COMMIT: the call
+    fails, every write is kept as maybe committed, and the retry goes one write at a time."""
+    a = create(store, "a", 2)
+    b = create(store, "b", 1)
+    writes = [
+        OutcomeWrite(a.id, 0, result=Result("a0")),
+        OutcomeWrite(a.id, 1, error="boom"),
+        OutcomeWrite(b.id, 0, result=Result("b0")),
+    ]
+    pid = store.connection().info.backend_pid
+    cuts: list[str] = []
+
+    def cut_off(where: str) -> None:
+        if where == cut and not cuts:
+            cuts.append(where)
+            with psycopg.connect(pg_dsn, autocommit=True) as admin:
+                # Waits (up to 10 s) until the server process is gone.
+                admin.execute("SELECT pg_terminate_backend(%s, 10000)", (pid,))
+
+    real_values, real_pipeline = PostgresStore._outcome_values, psycopg.Connection.pipeline
+
+    def values(self: PostgresStore, write: OutcomeWrite, **kw: Any) -> Any:
+        if write is writes[1]:
+            cut_off("sending")  # the first write is sent
+        return real_values(self, write, **kw)
+
+    def answer(write: OutcomeWrite, row: Any) -> Any:
+        cut_off("answering")  # the first answer is read
+        return real_answer(write, row)
+
+    @contextlib.contextmanager
+    def pipeline(self: psycopg.Connection[Any]) -> Iterator[Any]:
+        with real_pipeline(self) as opened:
+            yield opened
+        cut_off("committing")  # every answer is read; COMMIT comes next
+
+    real_answer = _store._outcome_answer
+    monkeypatch.setattr(PostgresStore, "_outcome_values", values)
+    monkeypatch.setattr(_store, "_outcome_answer", answer)
+    monkeypatch.setattr(psycopg.Connection, "pipeline", pipeline)
+
+    with pytest.raises(psycopg.OperationalError):
+        store.record_outcomes(writes, **_at(T0 + 1))
+    assert cuts == [cut]
+    assert store._conn is None  # dropped: the next call reconnects
+    assert store._maybe_committed == {(w.job_id, w.idx) for w in writes}
+    assert stored_row(store, a.id)[:3] == ("running", 0, 0)  # the commit never happened
+
+    opened = len(pipelines)
+    answers = store.record_outcomes(writes, **_at(T0 + 2))
+    assert len(pipelines) == opened  # in doubt: one write at a time
+    assert [a.targets_done for a in answers if isinstance(a, Job)] == [1, 2, 1]
+    assert stored_row(store, a.id)[1:3] == (2, 1)
+    assert stored_row(store, b.id)[:3] == ("done", 1, 0)
+    assert store._maybe_committed == set()
+    assert _idle(store)

@@ -1,0 +1,351 @@
+"""The PostgreSQL store's own behaviour, on a real throw-away server (see pg_server.py).
+
+Several store objects stand for several runners: each has its own connection and thread, as
+runners on different hosts do. What every backend must do alike is in the conformance suite.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import AsyncIterator
+
+import psycopg
+import pytest
+import trio
+
+from trio_batch import (
+    Busy,
+    CallerBusy,
+    JobState,
+    OutcomeWrite,
+    Result,
+    SchemaVersionError,
+    StoreError,
+    StoreUnavailable,
+    open_store,
+)
+from trio_batch.store import DrainChanges
+from trio_batch.store.postgres import SCHEMA_VERSION, PostgresJobStore, PostgresStore
+
+from ..support.fakes import T0, urls
+
+TTL = 3600.0
+
+
+def _caps(**overrides: int) -> dict[str, int]:
+    caps = {"targets_per_job": 32, "jobs_per_caller": 1, "jobs_total": 8}
+    caps.update(overrides)
+    return caps
+
+
+@pytest.fixture
+async def stores(pg_dsn: str) -> AsyncIterator[list[PostgresJobStore]]:
+    """Four stores on one database: four connections, as four runners would have."""
+    opened = [PostgresJobStore.open(pg_dsn) for _ in range(4)]
+    try:
+        yield opened
+    finally:
+        for store in opened:
+            await store.aclose()
+
+
+def _sql(dsn: str, sql: str, params: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+    """Run one statement on a connection of its own (the test's view of the database)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        cur = conn.execute(sql, params)
+        return cur.fetchall() if cur.description else []
+
+
+async def test_open_store_takes_a_postgresql_url(pg_dsn: str) -> None:
+    async with open_store(pg_dsn) as store:
+        assert isinstance(store, PostgresJobStore)
+        assert "password" not in store.location
+        job, reused = await store.create_job("alice", "user", urls("a"), ttl=TTL, now=T0, **_caps())
+        assert not reused
+        stored = await store.record_outcome(
+            OutcomeWrite(job.id, 0, result=Result("hello", {"n": 1})), ttl=TTL, now=T0 + 1
+        )
+        assert stored is not None and stored.status is JobState.DONE
+        status = await store.get_status(job.id, now=T0 + 2)
+        assert status is not None
+        assert status[1][0].result == Result("hello", {"n": 1})
+    async with open_store(pg_dsn.replace("postgresql://", "postgres://", 1)) as store:
+        assert (await store.get_job(job.id, now=T0 + 2)) == stored
+
+
+async def test_a_missing_driver_is_named_with_the_extra(
+    pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in [m for m in sys.modules if m.startswith("trio_batch.store.postgres")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # import psycopg -> ImportError
+    with pytest.raises(StoreError, match=r"postgres extra"):
+        open_store(pg_dsn)
+
+
+async def test_caps_hold_across_runners_submitting_at_once(
+    stores: list[PostgresJobStore], pg_dsn: str
+) -> None:
+    outcomes: list[str] = []
+
+    async def submit(store: PostgresJobStore, caller: str) -> None:
+        try:
+            await store.create_job(
+                caller, "user", urls(caller), ttl=TTL, now=T0, **_caps(jobs_total=5)
+            )
+            outcomes.append("created")
+        except Busy:
+            outcomes.append("busy")
+
+    async with trio.open_nursery() as nursery:
+        for i in range(24):
+            nursery.start_soon(submit, stores[i % len(stores)], f"caller{i}")
+    assert outcomes.count("created") == 5
+    assert outcomes.count("busy") == 19
+    live = _sql(pg_dsn, "SELECT count(*) FROM jobs WHERE status IN ('queued', 'running')")
+    assert live == [(5,)]
+
+
+async def test_one_job_per_caller_and_targets_from_every_runner(
+    stores: list[PostgresJobStore], pg_dsn: str
+) -> None:
+    answers: list[tuple[str, bool]] = []
+
+    async def submit(store: PostgresJobStore) -> None:
+        job, reused = await store.create_job(
+            "alice", "user", urls("a", "b"), ttl=TTL, now=T0, **_caps(jobs_per_caller=4)
+        )
+        answers.append((job.id, reused))
+
+    async with trio.open_nursery() as nursery:
+        for i in range(16):
+            nursery.start_soon(submit, stores[i % len(stores)])
+    assert len({job_id for job_id, _ in answers}) == 1
+    assert sorted(reused for _, reused in answers) == [False] + [True] * 15
+    assert _sql(pg_dsn, "SELECT count(*) FROM jobs") == [(1,)]
+
+
+async def test_the_per_caller_cap_holds_across_runners(stores: list[PostgresJobStore]) -> None:
+    created = 0
+    refused = 0
+
+    async def submit(store: PostgresJobStore, i: int) -> None:
+        nonlocal created, refused
+        try:
+            await store.create_job(
+                "alice", "user", urls(f"t{i}"), ttl=TTL, now=T0, **_caps(jobs_per_caller=2)
+            )
+            created += 1
+        except CallerBusy:
+            refused += 1
+
+    async with trio.open_nursery() as nursery:
+        for i in range(12):
+            nursery.start_soon(submit, stores[i % len(stores)], i)
+    assert (created, refused) == (2, 10)
+
+
+def test_concurrent_first_use_creates_the_schema_once(pg_dsn: str) -> None:
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(6)
+
+    def first_use() -> None:
+        try:
+            barrier.wait()
+            PostgresStore.open(pg_dsn).close()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=first_use) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert _sql(pg_dsn, "SELECT version FROM trio_batch_schema") == [(SCHEMA_VERSION,)]
+
+
+def test_a_newer_schema_is_refused(pg_dsn: str) -> None:
+    PostgresStore.open(pg_dsn).close()
+    _sql(pg_dsn, "UPDATE trio_batch_schema SET version = %s", (SCHEMA_VERSION + 1,))
+    with pytest.raises(SchemaVersionError, match="newer"):
+        PostgresStore.open(pg_dsn)
+
+
+def test_a_database_with_foreign_tables_is_refused(pg_dsn: str) -> None:
+    _sql(pg_dsn, "CREATE TABLE jobs (id int)")
+    with pytest.raises(SchemaVersionError, match="not a trio_batch database"):
+        PostgresStore.open(pg_dsn)
+    assert _sql(pg_dsn, "SELECT to_regclass('trio_batch_schema') IS NULL") == [(True,)]
+
+
+async def test_a_lost_connection_fails_one_call_then_reconnects(
+    stores: list[PostgresJobStore], pg_dsn: str
+) -> None:
+    store = stores[0]
+    job, _ = await store.create_job("alice", "user", urls("a"), ttl=TTL, now=T0, **_caps())
+    _sql(
+        pg_dsn,
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+        "WHERE application_name = 'trio_batch' AND datname = current_database()",
+    )
+    with pytest.raises(StoreUnavailable, match="connection"):
+        await store.get_job(job.id, now=T0)
+    assert await store.get_job(job.id, now=T0) == job
+
+
+def _age_runner(dsn: str, runner_id: str | None) -> None:
+    """Make ``runner_id`` look silent for an hour: what a SIGSTOP or a partition leaves."""
+    assert runner_id is not None
+    _sql(
+        dsn,
+        "UPDATE runners SET heartbeat_at = now() - interval '1 hour' WHERE id = %s",
+        (runner_id,),
+    )
+
+
+async def test_a_reaped_runner_writes_nothing_into_its_old_jobs(
+    stores: list[PostgresJobStore], pg_dsn: str
+) -> None:
+    a, b = stores[0], stores[1]
+    async with a.claim(heartbeat_interval=60, runner_timeout=120):
+        a_id = a.runner_id
+        a_job, _ = await a.create_job("alice", "user", urls("a", "b"), ttl=TTL, now=T0, **_caps())
+        stored = await a.record_outcome(
+            OutcomeWrite(a_job.id, 0, result=Result("one")), ttl=TTL, now=T0 + 1
+        )
+        assert stored is not None and stored.targets_done == 1
+        async with b.claim(heartbeat_interval=60, runner_timeout=120):
+            b_job, _ = await b.create_job("bob", "user", urls("c"), ttl=TTL, now=T0, **_caps())
+            assert await b.reap_orphans(now=T0 + 2) == 0  # A is alive: nothing reaped
+            _age_runner(pg_dsn, a_id)
+            assert await b.reap_orphans(now=T0 + 3) == 1
+            reaped = await b.get_job(a_job.id, now=T0 + 4)
+            assert reaped is not None
+            assert (reaped.status, reaped.error, reaped.targets_done) == (
+                JobState.FAILED,
+                "restart",
+                1,
+            )
+            # A comes back: its write is refused and changes nothing.
+            late = await a.record_outcome(
+                OutcomeWrite(a_job.id, 1, result=Result("two")), ttl=TTL, now=T0 + 5
+            )
+            assert late is None
+            status = await b.get_status(a_job.id, now=T0 + 6)
+            assert status is not None
+            assert [t.status for t in status[1]] == ["done", "pending"]
+            assert status[0] == reaped
+            # B's job is untouched, and B's shutdown fails only its own.
+            b_now = await b.get_job(b_job.id, now=T0 + 6)
+            assert b_now is not None and b_now.status is JobState.QUEUED
+            assert await a.fail_own_jobs("shutdown", now=T0 + 7) == 0
+            b_now = await b.get_job(b_job.id, now=T0 + 7)
+            assert b_now is not None and b_now.status is JobState.QUEUED
+            assert await b.fail_own_jobs("shutdown", now=T0 + 8) == 1
+    assert _sql(pg_dsn, "SELECT count(*) FROM runners") == [(0,)]
+
+
+async def test_a_reaped_runner_creates_no_job_until_it_is_registered_again(
+    stores: list[PostgresJobStore], pg_dsn: str
+) -> None:
+    a = stores[0]
+    async with a.claim(heartbeat_interval=60, runner_timeout=120):
+        # What another runner's reap does to A's registration while A is paused.
+        _sql(pg_dsn, "DELETE FROM runners WHERE id = %s", (a.runner_id,))
+        with pytest.raises(StoreUnavailable, match="taken for dead"):
+            await a.create_job("alice", "user", urls("a"), ttl=TTL, now=T0, **_caps())
+    assert _sql(pg_dsn, "SELECT count(*) FROM jobs") == [(0,)]
+
+
+async def test_shutdown_fails_only_the_runners_own_jobs(stores: list[PostgresJobStore]) -> None:
+    a, b = stores[0], stores[1]
+    async with a.claim(), b.claim():
+        a_job, _ = await a.create_job("alice", "user", urls("a"), ttl=TTL, now=T0, **_caps())
+        b_job, _ = await b.create_job("bob", "user", urls("b"), ttl=TTL, now=T0, **_caps())
+        assert await a.fail_own_jobs("shutdown", now=T0 + 1) == 1
+        a_now = await b.get_job(a_job.id, now=T0 + 2)
+        b_now = await b.get_job(b_job.id, now=T0 + 2)
+    assert a_now is not None and (a_now.status, a_now.error) == (JobState.FAILED, "shutdown")
+    assert b_now is not None and b_now.status is JobState.QUEUED
+
+
+async def test_a_runner_reaped_while_silent_registers_again_under_a_new_id(
+    stores: list[PostgresJobStore], pg_dsn: str
+) -> None:
+    a, b = stores[0], stores[1]
+    async with a.claim(heartbeat_interval=0.05, runner_timeout=60):
+        first_id = a.runner_id
+        job, _ = await a.create_job("alice", "user", urls("a"), ttl=TTL, now=T0, **_caps())
+        _age_runner(pg_dsn, first_id)
+        async with b.claim(heartbeat_interval=30, runner_timeout=60):
+            # Either B's reap or A's own heartbeat task (which reaps too) fails A's job; A's
+            # next heartbeat finds itself gone and registers again.
+            await b.reap_orphans(now=T0 + 1)
+            with trio.fail_after(30):  # a hang guard, not a speed check
+                while a.runner_id == first_id:  # noqa: ASYNC110 (no event to wait on)
+                    await trio.sleep(0.05)
+        assert a.runner_id is not None and a.runner_id != first_id
+        reaped = await a.get_job(job.id, now=T0 + 2)
+        assert reaped is not None and (reaped.status, reaped.error) == (JobState.FAILED, "restart")
+        # As the new runner it writes its new jobs as usual.
+        fresh, _ = await a.create_job("carol", "user", urls("c"), ttl=TTL, now=T0, **_caps())
+        done = await a.record_outcome(
+            OutcomeWrite(fresh.id, 0, result=Result("x")), ttl=TTL, now=T0 + 3
+        )
+        assert done is not None and done.status is JobState.DONE
+        # B has shut down; A's first registration is gone, its second stays until A's claim ends.
+        assert _sql(pg_dsn, "SELECT id FROM runners") == [(a.runner_id,)]
+    assert _sql(pg_dsn, "SELECT count(*) FROM runners") == [(0,)]
+
+
+async def test_the_unique_index_refuses_a_second_current_job_of_a_key(
+    stores: list[PostgresJobStore], pg_dsn: str
+) -> None:
+    # The second line of defence, for a writer that skipped the creation lock.
+    job, _ = await stores[0].create_job("alice", "user", urls("a"), ttl=TTL, now=T0, **_caps())
+    with pytest.raises(psycopg.errors.UniqueViolation):
+        _sql(
+            pg_dsn,
+            "INSERT INTO jobs (id, status, targets_total, caller, caller_class, idem_key, "
+            "created_at, updated_at, expires_at) "
+            "SELECT 'B' || substr(id, 2), 'queued', 1, caller, caller_class, idem_key, "
+            "created_at, updated_at, expires_at FROM jobs WHERE id = %s",
+            (job.id,),
+        )
+    # Once the lease lapses, a new job of the key replaces it as current.
+    later, reused = await stores[1].create_job(
+        "alice", "user", urls("a"), ttl=TTL, now=T0 + TTL + 1, **_caps(jobs_per_caller=2)
+    )
+    assert not reused
+    assert _sql(pg_dsn, "SELECT id FROM jobs WHERE current") == [(later.id,)]
+
+
+async def test_a_runner_learns_of_cancels_and_reaps_by_others_and_waiters_of_its_drains(
+    stores: list[PostgresJobStore], pg_dsn: str
+) -> None:
+    a, b = stores[0], stores[1]
+    async with (
+        a.claim(heartbeat_interval=60, runner_timeout=120),
+        b.claim(heartbeat_interval=60, runner_timeout=120),
+    ):
+        assert a.can_start_target()  # its registration counts as a heartbeat
+        one, _ = await a.create_job("alice", "user", urls("a", "b"), ttl=TTL, now=T0, **_caps())
+        two, _ = await a.create_job("carol", "user", urls("c"), ttl=TTL, now=T0, **_caps())
+        assert await a.drain_changes([one.id, two.id]) == DrainChanges()
+        assert not await b.drain_over(one.id)  # A drains it
+        assert await b.finish_job(one.id, JobState.CANCELLED, now=T0 + 1) is not None
+        assert await a.drain_changes([one.id, two.id]) == DrainChanges(
+            cancelled=frozenset({one.id})
+        )
+        assert not await b.drain_over(one.id)  # cancelled, but A's drain has not stopped yet
+        assert await a.drain_over(one.id)  # A's own drains are A's to know about
+        await a.release_job(one.id)
+        assert await b.drain_over(one.id)
+        # A is taken for dead: its live job is reaped, and A learns it lost it.
+        a_id = a.runner_id
+        _age_runner(pg_dsn, a_id)
+        assert await b.reap_orphans(now=T0 + 2) == 1
+        assert await a.drain_changes([two.id]) == DrainChanges(lost=frozenset({two.id}))
+        assert await b.drain_over(two.id)

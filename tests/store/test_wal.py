@@ -1,0 +1,357 @@
+"""The WAL stays bounded while the runner writes on the loop thread's fast path."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Awaitable, Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from trio_batch import (
+    Config,
+    Job,
+    JobState,
+    OutcomeWrite,
+    Result,
+    Store,
+    StoreError,
+    Target,
+    open_runner,
+)
+from trio_batch.store.sqlite import _job_store
+
+from ..support.fakes import T0 as NOW  # the time every call is made at: leases compare only with it
+
+TTL = 3600.0
+
+
+async def _fetch(target: Target) -> Result:
+    return Result("x" * 1000)
+
+
+async def test_the_wal_is_checkpointed_and_stays_bounded_under_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The fast connection never checkpoints itself; the store thread must, often enough.
+    monkeypatch.setattr(_job_store, "CHECKPOINT_EVERY", 100)
+    path = tmp_path / "jobs.db"
+    store = Store.open(path)
+    config = Config(targets_per_job=500, jobs_per_caller=8)
+    async with open_runner(store, _fetch, config) as runner:
+        for job in range(6):
+            job_id, _ = await runner.submit(
+                "a", "user", [Target(f"u{job}/{i}") for i in range(500)]
+            )
+            await runner.wait(job_id)
+        wal = (await trio.Path(f"{path}-wal").stat()).st_size
+    # 3,000 commits of several pages each would be tens of MB if the WAL were never reset.
+    assert wal < 4 * 1024 * 1024, f"the WAL grew to {wal:,} bytes"
+
+
+async def test_the_loop_never_writes_while_the_wal_is_checkpointed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A checkpoint syncs the WAL and the database file; a fast-path write beside it could wait
+    # in the kernel for those flushes, on the loop thread. So while one runs, the loop makes no
+    # call on the fast connection: its calls go off the loop.
+    monkeypatch.setattr(_job_store, "CHECKPOINT_EVERY", 5)
+    store = Store.open(tmp_path / "jobs.db")
+    checkpoints: list[tuple[str, bool]] = []
+    faces: list[_job_store.SQLiteJobStore] = []
+    in_checkpoint = threading.Event()
+    loop_thread = threading.get_ident()
+    on_loop_in_checkpoint: list[str] = []
+    real_checkpoint = Store.checkpoint
+
+    def checkpoint(self: Store, mode: str = "TRUNCATE") -> None:
+        # On the store thread: is the fast path shut for the whole checkpoint?
+        checkpoints.append((mode, all(face._checkpoint_pending for face in faces)))
+        in_checkpoint.set()
+        try:
+            real_checkpoint(self, mode)
+        finally:
+            in_checkpoint.clear()
+
+    def traced(sql: str) -> None:
+        if in_checkpoint.is_set() and threading.get_ident() == loop_thread:
+            on_loop_in_checkpoint.append(sql)
+
+    monkeypatch.setattr(Store, "checkpoint", checkpoint)
+    async with open_runner(store, _fetch, Config(targets_per_job=200)) as runner:
+        face = runner.store
+        assert isinstance(face, _job_store.SQLiteJobStore)
+        faces.append(face)
+        job_id, _ = await runner.submit("a", "user", [Target(f"u/{i}") for i in range(200)])
+        assert face._fast is not None
+        face._fast.db.conn.set_trace_callback(traced)  # before the drain's first outcome
+        job = await runner.wait(job_id)
+    store.close()
+    assert job is not None and job.targets_done == 200
+    # How many depends on timing: the calls made while one runs go off the loop, uncounted.
+    assert len(checkpoints) >= 4
+    assert all(shut for _, shut in checkpoints), checkpoints
+    # Two steps each: the copy, then the restart.
+    assert [mode for mode, _ in checkpoints] == ["PASSIVE", "RESTART"] * (len(checkpoints) // 2)
+    assert on_loop_in_checkpoint == []
+
+
+@pytest.mark.parametrize(("outcomes", "checkpoints"), [(8, 1), (7, 0)])
+async def test_outcomes_sharing_a_commit_each_count_toward_the_next_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, outcomes: int, checkpoints: int
+) -> None:
+    # A shared commit writes a page or two per outcome: counted as one call, 8 jobs' commits
+    # let the WAL grow several times as large between two checkpoints.
+    monkeypatch.setattr(_job_store, "CHECKPOINT_EVERY", 8)
+    steps: list[str] = []
+    real_checkpoint = Store.checkpoint
+
+    def checkpoint(self: Store, mode: str = "TRUNCATE") -> None:
+        steps.append(mode)
+        real_checkpoint(self, mode)
+
+    monkeypatch.setattr(Store, "checkpoint", checkpoint)
+    store = Store.open(tmp_path / "jobs.db")
+    jobs = [  # made on the Store itself: nothing counted toward a checkpoint yet
+        store.create_job(
+            f"c{i}", "user", [Target("u")], ttl=TTL, targets_per_job=1, jobs_per_caller=1,
+            jobs_total=100, status=JobState.RUNNING, now=NOW,
+        )[0]
+        for i in range(outcomes)
+    ]  # fmt: skip
+    face = _job_store.SQLiteJobStore(store, owns_store=True)
+    commits: list[str] = []
+    async with face:
+        await face.get_job(jobs[0].id, now=NOW)  # starts the store: a read counts nothing
+        assert face._fast is not None
+        face._fast.db.conn.set_trace_callback(
+            lambda sql: commits.append(sql) if sql == "COMMIT" else None
+        )
+        async with trio.open_nursery() as nursery:
+            for job in jobs:  # all ready in the same pass: one shared commit
+                write = OutcomeWrite(job.id, 0, result=Result("x"), seen=job)
+                nursery.start_soon(partial(face.record_outcome, write, ttl=TTL, now=NOW))
+        await face.counts(now=NOW)  # on the store thread, after a checkpoint queued there
+    assert len(commits) == 1
+    assert steps == ["PASSIVE", "RESTART"] * checkpoints
+
+
+class _HeldCheckpoint:
+    """Holds the first checkpoint's ``step`` (PASSIVE or RESTART) on the store thread until
+    released, and notes whether it was released (not given up on after ``GIVE_UP`` seconds,
+    which guards against a hang: the test then fails, it does not wait on)."""
+
+    GIVE_UP = 30.0
+
+    def __init__(self, step: str) -> None:
+        self.step = step
+        self.holding = threading.Event()
+        self.release = threading.Event()
+        self.released: bool | None = None
+        self.steps: list[str] = []
+        self._real = Store.checkpoint
+
+    def checkpoint(self, store: Store, mode: str = "TRUNCATE") -> None:
+        """Stands in for :meth:`Store.checkpoint`."""
+        self.steps.append(mode)
+        if mode == self.step and self.released is None:
+            self.holding.set()
+            self.released = self.release.wait(self.GIVE_UP)
+        self._real(store, mode)
+
+
+async def _store_with_a_held_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, held: _HeldCheckpoint, *, every: int = 1000
+) -> tuple[_job_store.SQLiteJobStore, str, list[int]]:
+    """A store whose first call (a job's creation) starts a checkpoint, which is then held;
+    and the threads each statement on the fast connection runs on from then on. From then on
+    ``CHECKPOINT_EVERY`` is ``every`` (the side thread makes up to half as many calls)."""
+    monkeypatch.setattr(_job_store, "CHECKPOINT_EVERY", 1)
+
+    def checkpoint(store: Store, mode: str = "TRUNCATE") -> None:
+        held.checkpoint(store, mode)
+
+    monkeypatch.setattr(Store, "checkpoint", checkpoint)
+    store = _job_store.SQLiteJobStore(Store.open(tmp_path / "jobs.db"), owns_store=True)
+    job, _ = await store.create_job(
+        "alice",
+        "user",
+        [Target("u/0"), Target("u/1")],
+        ttl=TTL,
+        targets_per_job=10,
+        jobs_per_caller=10,
+        jobs_total=10,
+        now=NOW,
+    )
+    await trio.to_thread.run_sync(held.holding.wait)
+    monkeypatch.setattr(_job_store, "CHECKPOINT_EVERY", every)
+    threads: list[int] = []
+    assert store._fast is not None
+    store._fast.db.conn.set_trace_callback(lambda _: threads.append(threading.get_ident()))
+    return store, job.id, threads
+
+
+async def test_outcomes_and_reads_go_on_while_a_checkpoint_copies_the_wal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The copy step takes no lock: while it runs, the calls the loop would have made go on
+    beside it, on the fast connection but off the loop, instead of waiting for the whole
+    checkpoint on the store thread (a serial drain would stand still meanwhile)."""
+    held = _HeldCheckpoint("PASSIVE")
+    store, job_id, threads = await _store_with_a_held_checkpoint(tmp_path, monkeypatch, held)
+    async with store:
+        job = await store.record_outcome(
+            OutcomeWrite(job_id, 0, result=Result("a")), ttl=TTL, now=NOW
+        )
+        status = await store.get_status(job_id, now=NOW)
+        answered_while_held = held.released is None
+        held.release.set()
+    assert answered_while_held
+    assert held.released is True
+    assert job is not None and job.targets_done == 1
+    assert status is not None and status[1][0].result == Result("a")
+    assert threads, "the fast connection answered nothing"
+    assert threading.get_ident() not in threads  # never on the loop
+    assert held.steps == ["PASSIVE", "RESTART"]
+
+
+async def _store_outcome(
+    store: _job_store.SQLiteJobStore, job_id: str, idx: int, answers: list[Job | None]
+) -> None:
+    """Store target ``idx``'s outcome; its answer goes to ``answers``."""
+    write = OutcomeWrite(job_id, idx, result=Result("a"))
+    answers.append(await store.record_outcome(write, ttl=TTL, now=NOW))
+
+
+async def test_writes_beside_one_copy_are_capped_so_the_wal_stays_bounded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """However long the copy takes (a slow disk), the side thread makes at most
+    CHECKPOINT_EVERY // 2 writes beside it; later ones wait for the checkpoint, so the WAL
+    holds at most 1.5 x CHECKPOINT_EVERY writes when it restarts. Reads write nothing: they go
+    on beside it. (Uncapped, the WAL of a test writing through slow checkpoints grew past its
+    bound.)"""
+    held = _HeldCheckpoint("PASSIVE")
+    store, job_id, threads = await _store_with_a_held_checkpoint(
+        tmp_path, monkeypatch, held, every=2
+    )
+    async with store, trio.open_nursery() as nursery:
+        answers: list[Job | None] = []
+        await _store_outcome(store, job_id, 0, answers)  # the one write allowed beside it
+        for _ in range(3):  # and reads, past the cap
+            assert await store.get_job(job_id, now=NOW) is not None
+        assert threads and threading.get_ident() not in threads  # on the side thread
+        answered_while_held = held.released is None
+        beside = len(threads)
+        nursery.start_soon(_store_outcome, store, job_id, 1, answers)
+        await trio.testing.wait_all_tasks_blocked()
+        await store._side_thread.run(lambda: None)  # after whatever the side thread was given
+        second_ran_beside = len(threads) > beside
+        held.release.set()
+    assert answered_while_held
+    assert not second_ran_beside  # it waited for the checkpoint, on the store thread
+    assert held.released is True
+    assert answers[1] is not None and answers[1].targets_done == 2
+    assert len(threads) == beside
+
+
+async def test_a_shared_commit_bigger_than_the_cap_waits_for_the_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cap counts a shared commit's outcomes, not the commit: 3 outcomes in one commit
+    are past a cap of 2 writes beside the copy, so they wait for the checkpoint."""
+    held = _HeldCheckpoint("PASSIVE")
+    store, job_id, threads = await _store_with_a_held_checkpoint(
+        tmp_path, monkeypatch, held, every=4
+    )
+    others = [  # made on the Store itself: nothing counted
+        store.store.create_job(
+            f"c{i}", "user", [Target("u")], ttl=TTL, targets_per_job=1, jobs_per_caller=1,
+            jobs_total=100, status=JobState.RUNNING, now=NOW,
+        )[0].id
+        for i in range(2)
+    ]  # fmt: skip
+    async with store, trio.open_nursery() as nursery:
+        answers: list[Job | None] = []
+        for job in (job_id, *others):  # ready in the same pass: one commit of 3
+            nursery.start_soon(_store_outcome, store, job, 0, answers)
+        await trio.testing.wait_all_tasks_blocked()
+        await store._side_thread.run(lambda: None)  # after whatever the side thread was given
+        ran_beside = bool(threads)
+        held.release.set()
+    assert not ran_beside  # the whole commit waited for the checkpoint, on the store thread
+    assert held.released is True
+    assert len(answers) == 3 and all(job is not None for job in answers)
+
+
+async def test_no_call_uses_the_fast_connection_while_a_checkpoint_restarts_the_wal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The restart step waits for writers: from the moment it is due, calls queue behind it on
+    the store thread, and the fast connection (loop or side thread) makes none."""
+    held = _HeldCheckpoint("RESTART")
+    store, job_id, threads = await _store_with_a_held_checkpoint(tmp_path, monkeypatch, held)
+    async with store, trio.open_nursery() as nursery:
+        answers: list[Job | None] = []
+        nursery.start_soon(_store_outcome, store, job_id, 0, answers)
+        await trio.testing.wait_all_tasks_blocked()
+        assert answers == []  # queued behind the restart
+        held.release.set()
+    assert held.released is True
+    job = answers[0]
+    assert job is not None and job.targets_done == 1
+    assert threads == []
+
+
+async def test_calls_beside_a_checkpoint_when_the_store_closes_get_the_closed_stores_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """aclose while the side thread is busy with one call and has another queued: both get
+    the closed store's StoreError (not a closed connection's error, nor a stopped thread's),
+    the fast connection closes after them, and aclose returns once the checkpoint ends."""
+    held = _HeldCheckpoint("PASSIVE")
+    store, job_id, _ = await _store_with_a_held_checkpoint(tmp_path, monkeypatch, held)
+    side_busy = threading.Event()
+    release_side = threading.Event()
+    real_beside = _job_store.SQLiteJobStore._fast_beside_checkpoint
+
+    def beside(self: _job_store.SQLiteJobStore, *args: Any) -> Any:
+        if not side_busy.is_set():  # hold the first call, so the next one queues behind it
+            side_busy.set()
+            release_side.wait(_HeldCheckpoint.GIVE_UP)
+        return real_beside(self, *args)
+
+    monkeypatch.setattr(_job_store.SQLiteJobStore, "_fast_beside_checkpoint", beside)
+    outcomes: list[BaseException | object] = []
+
+    async def call(make: Callable[[], Awaitable[object]]) -> None:
+        try:
+            outcomes.append(await make())
+        except Exception as exc:
+            outcomes.append(exc)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(
+            call,
+            lambda: store.record_outcome(
+                OutcomeWrite(job_id, 0, result=Result("a")), ttl=TTL, now=NOW
+            ),
+        )
+        await trio.to_thread.run_sync(side_busy.wait)
+        nursery.start_soon(call, lambda: store.get_status(job_id, now=NOW))
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(store.aclose)
+        await trio.testing.wait_all_tasks_blocked()
+        release_side.set()
+        held.release.set()
+    assert len(outcomes) == 2
+    for outcome in outcomes:
+        assert type(outcome) is StoreError, outcomes
+        assert "is closed" in str(outcome)
+    assert held.released is True
+    with pytest.raises(StoreError, match="is closed"):
+        await store.get_job(job_id, now=NOW)

@@ -1,0 +1,390 @@
+"""The ``trio-batch`` command: run a batch file, then inspect jobs and results.
+
+::
+
+    trio-batch run FILE [--db PATH] [--caller NAME] [--class NAME] [--json] [--quiet]
+    trio-batch status JOB [--db PATH]
+    trio-batch results JOB [--db PATH] [--json]
+    trio-batch jobs [--db PATH] [--caller NAME] [--json]
+    trio-batch forget JOB [--db PATH]
+    trio-batch gc [--db PATH]
+
+Also ``python -m trio_batch``. Exit codes: 0 the job is done; 1 it ended partial or failed (or,
+for the other commands, the job does not exist); 2 a usage or input error; 3 another run holds
+the database (nothing was submitted; try again when it ends); 130 the job was cancelled with
+Ctrl-C.
+
+Argument parsing uses :mod:`argparse`: five subcommands with a handful of options each need
+nothing more, it keeps the command free of another dependency, and its usage errors already
+exit with status 2, the code this command promises for them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import time
+from collections.abc import Sequence
+
+import trio
+
+from .._config import Config
+from .._errors import BatchError, JobLive
+from .._model import Job, TargetStatus, is_job_id
+from .._version import __version__
+from ..store import JobStore
+from ._common import (
+    EXIT_BUSY,
+    EXIT_CANCELLED,
+    EXIT_DONE,
+    EXIT_FAILED,
+    EXIT_USAGE,
+    UsageError,
+    ask,
+    db_target,
+    default_db,
+    open_db,
+    print_json,
+    report_error,
+    stderr_console,
+    stdout_console,
+    targets_json,
+)
+from ._options import add_fetch_limits
+from ._run import cmd_run
+
+__all__ = [
+    "EXIT_BUSY",
+    "EXIT_CANCELLED",
+    "EXIT_DONE",
+    "EXIT_FAILED",
+    "EXIT_USAGE",
+    "default_db",
+    "main",
+]
+
+
+#: Lapsed jobs deleted per transaction by `trio-batch gc`.
+GC_BATCH = 100
+
+
+_EPILOG = """\
+exit codes: 0 done, 1 partial or failed (or no such job), 2 usage or input error,
+3 another run holds the database (nothing submitted), 130 cancelled with Ctrl-C.
+
+database: every command takes --db PATH. Without it, $TRIO_BATCH_DB is used, else
+trio-batch.db in your user data directory (on Linux ~/.local/share/trio-batch/). A per-user
+file rather than ./trio-batch.db, so that re-running a batch, `status` and `results` find your
+jobs whichever directory you run them from, and no database files are scattered over (or
+committed with) your project folders. Pass --db ./trio-batch.db to keep one per project.
+"""
+
+
+# --------------------------------------------------------------------------------------------
+# Argument parsing
+
+
+def _parser() -> argparse.ArgumentParser:
+    db = argparse.ArgumentParser(add_help=False)
+    db.add_argument(
+        "--db",
+        metavar="PATH|URL",
+        type=db_target,
+        help="SQLite database, or a postgresql:// URL (default: $TRIO_BATCH_DB, else "
+        "trio-batch.db in your user data directory; see `trio-batch --help`)",
+    )
+    parser = argparse.ArgumentParser(
+        prog="trio-batch",
+        description="Run batches of URL fetches with trio and keep every result in SQLite.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = sub.add_parser(
+        "run",
+        parents=[db],
+        help="submit a batch file and fetch it, showing progress",
+        description="Submit the targets in FILE as one job and fetch them one by one, showing "
+        "progress, then print a table of the outcomes. Running the same file again (same "
+        "caller) while the job's lease lasts fetches nothing: it shows the stored job. "
+        "Ctrl-C cancels: the target being fetched finishes and is stored, the rest stay "
+        "pending, and the exit code is 130; a second Ctrl-C stops at once.",
+        epilog="FILE formats: a JSON array of targets; or one target per line, either a JSON "
+        'object {"url": ..., "options": {...}} or a bare URL (lines starting with # are '
+        "comments). Options: mode (raw|text), grep, context, jq, pages.\n\n" + _EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    run.add_argument("file", metavar="FILE", help="the batch file, or - for standard input")
+    run.add_argument(
+        "--caller",
+        default=None,
+        help="who submits (default: your login name); part of the idempotency key",
+    )
+    run.add_argument(
+        "--class", dest="caller_class", default="cli", help="the caller's class (default: cli)"
+    )
+    run.add_argument(
+        "--json", action="store_true", help="print the job and its targets as JSON on stdout"
+    )
+    run.add_argument("-q", "--quiet", action="store_true", help="show no progress")
+    run.add_argument(
+        "--ttl",
+        type=float,
+        default=Config().ttl,
+        metavar="SECONDS",
+        help="how long the job and its results are kept after its last activity "
+        "(default: %(default)g)",
+    )
+    add_fetch_limits(run)
+
+    status = sub.add_parser("status", parents=[db], help="show a job and its targets' statuses")
+    _add_job_argument(status)
+
+    results = sub.add_parser("results", parents=[db], help="print a job's stored results")
+    _add_job_argument(results)
+    results.add_argument("--json", action="store_true", help="print JSON")
+
+    jobs = sub.add_parser("jobs", parents=[db], help="list the jobs whose lease has not lapsed")
+    jobs.add_argument("--caller", default=None, help="only this caller's jobs")
+    jobs.add_argument("--limit", type=int, default=100, help="at most this many (default 100)")
+    jobs.add_argument("--json", action="store_true", help="print JSON")
+
+    forget = sub.add_parser(
+        "forget",
+        parents=[db],
+        help="delete a finished job and its results, so its targets can be run again",
+        description="Delete a finished (done, partial, failed or cancelled) job and its "
+        "results now, instead of when its lease lapses, so that `trio-batch run` of the same "
+        "targets by the same caller fetches them again. A live job is refused: wait for it.",
+    )
+    _add_job_argument(forget)
+
+    sub.add_parser("gc", parents=[db], help="delete the jobs whose lease has lapsed")
+
+    # The service's options live in trio_batch.http (the http extra); they are parsed there.
+    serve = sub.add_parser(
+        "serve",
+        add_help=False,
+        help="serve the HTTP API (needs the http extra; `trio-batch serve --help`)",
+    )
+    serve.add_argument("serve_args", nargs=argparse.REMAINDER)  # main() hands them over
+    return parser
+
+
+#: The commands that take a job id.
+_JOB_COMMANDS = ("status", "results", "forget")
+
+
+def _add_job_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "job", metavar="JOB", nargs="?", help="the job id (any id also works as --job=ID)"
+    )
+    parser.add_argument("--job", dest="job_option", metavar="ID", help=argparse.SUPPRESS)
+
+
+def _job_ids_as_options(argv: list[str]) -> list[str]:
+    """Rewrite a job id that starts with ``-`` (``status -hY...``) as ``--job=-hY...``.
+
+    argparse reads any word starting with ``-`` as an option, so ids of older databases (ids
+    are no longer drawn that way) could not be passed as the positional JOB. Only words of a
+    job id's exact shape are rewritten, never the value of ``--db`` nor anything after ``--``.
+    """
+    if not argv or argv[0] not in _JOB_COMMANDS:
+        return argv
+    out = argv[:1]
+    for i, word in enumerate(argv[1:], start=1):
+        if word == "--":
+            out.extend(argv[i:])
+            break
+        if word.startswith("-") and is_job_id(word) and argv[i - 1] != "--db":
+            if out[-1] == "--job":
+                out.pop()  # --job -hY...: argparse would refuse a value that looks like an option
+            out.append(f"--job={word}")
+        else:
+            out.append(word)
+    return out
+
+
+def _job_id(args: argparse.Namespace) -> str:
+    """The job id given as JOB or --job; exactly one is required."""
+    if (args.job is None) == (args.job_option is None):
+        raise UsageError(f"{args.command} takes one job id: JOB, or --job ID")
+    return str(args.job if args.job is not None else args.job_option)
+
+
+# --------------------------------------------------------------------------------------------
+# Entry point
+
+
+def _serve(argv: list[str]) -> int:
+    # Its options need the http extra (Starlette, Hypercorn), so it parses them itself.
+    try:
+        from ._serve import serve_main
+    except ImportError as exc:
+        report_error(
+            f"{exc.name} is not installed; the HTTP service needs the http extra: "
+            "pip install 'trio-batch[http]'"
+        )
+        return EXIT_USAGE
+    return serve_main(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code (the console script exits with it)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["serve"]:
+        return _serve(argv[1:])
+    parser = _parser()
+    args = parser.parse_args(_job_ids_as_options(argv))
+    if args.command in _JOB_COMMANDS:
+        try:
+            args.job = _job_id(args)
+        except UsageError as exc:
+            report_error(str(exc))
+            return EXIT_USAGE
+    try:
+        import rich  # noqa: F401
+
+        if args.command == "run":
+            import trio_batch.fetchers  # noqa: F401 - httpx and friends
+    except ImportError as exc:
+        report_error(
+            f"{exc.name} is not installed; the command line needs the cli extra: "
+            "pip install 'trio-batch[cli]'"
+        )
+        return EXIT_USAGE
+    try:
+        if args.command == "run":
+            return cmd_run(args)
+        with open_db(args.db, create=False) as store:
+            if store is None:
+                return _no_database(args)
+            if args.command == "status":
+                return _cmd_status(store, args)
+            if args.command == "results":
+                return _cmd_results(store, args)
+            if args.command == "jobs":
+                return _cmd_jobs(store, args)
+            if args.command == "forget":
+                return _cmd_forget(store, args)
+            return _cmd_gc(store)
+    except UsageError as exc:
+        report_error(str(exc))
+        return EXIT_USAGE
+    except BatchError as exc:
+        # A database that refused a call (locked past the busy timeout, full, failing): one
+        # line, as every other error, never a traceback.
+        report_error(str(exc))
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        report_error("interrupted")
+        return EXIT_CANCELLED
+    except BrokenPipeError:
+        # `trio-batch results JOB | head`: the reader went away; that is not an error.
+        with contextlib.suppress(OSError):
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at exit
+        return EXIT_DONE
+
+
+def _no_database(args: argparse.Namespace) -> int:
+    db = args.db or default_db()
+    if args.command in _JOB_COMMANDS:
+        report_error(f"no job {args.job}: there is no database at {db}")
+        return EXIT_FAILED
+    if args.command == "jobs":
+        if args.json:
+            print("[]")
+        else:
+            stderr_console().print(f"no jobs (there is no database at {db})", markup=False)
+        return EXIT_DONE
+    print("purged 0 expired job(s)")
+    return EXIT_DONE
+
+
+# --------------------------------------------------------------------------------------------
+# run
+
+
+# --------------------------------------------------------------------------------------------
+# status, results, jobs, gc
+
+
+def _get(store: JobStore, job_id: str) -> tuple[Job, list[TargetStatus]] | None:
+    found = ask(store, lambda s: s.get_status(job_id, now=time.time()))
+    if found is None:
+        report_error(f"no job {job_id} in {store.location} (unknown id, or its lease has lapsed)")
+    return found
+
+
+def _cmd_status(store: JobStore, args: argparse.Namespace) -> int:
+    from . import _console
+
+    found = _get(store, args.job)
+    if found is None:
+        return EXIT_FAILED
+    job, targets = found
+    out = stdout_console()
+    out.print(_console.job_details(job))
+    out.print()
+    out.print(_console.results_table(targets))
+    return EXIT_DONE
+
+
+def _cmd_results(store: JobStore, args: argparse.Namespace) -> int:
+    from . import _console
+
+    found = _get(store, args.job)
+    if found is None:
+        return EXIT_FAILED
+    job, targets = found
+    if args.json:
+        print_json({"job": job.to_json(), "targets": targets_json(targets)})
+    else:
+        _console.print_results(stdout_console(), targets)
+    return EXIT_DONE
+
+
+def _cmd_jobs(store: JobStore, args: argparse.Namespace) -> int:
+    from . import _console
+
+    if args.limit < 1:
+        raise UsageError("--limit must be at least 1")
+    jobs = ask(store, lambda s: s.list_jobs(caller=args.caller, limit=args.limit, now=time.time()))
+    if args.json:
+        print_json([job.to_json() for job in jobs])
+    elif not jobs:
+        stderr_console().print("no jobs", markup=False)
+    else:
+        stdout_console().print(_console.jobs_table(jobs))
+    return EXIT_DONE
+
+
+def _cmd_forget(store: JobStore, args: argparse.Namespace) -> int:
+    try:
+        job = ask(store, lambda s: s.forget_job(args.job, now=time.time()))
+    except JobLive as exc:
+        report_error(f"{exc} (trio-batch run is still working on it)")
+        return EXIT_FAILED
+    if job is None:
+        report_error(f"no job {args.job} in {store.location} (unknown id, or its lease has lapsed)")
+        return EXIT_FAILED
+    print(f"forgot job {job.id} ({job.status}, {job.targets_total} target(s))")
+    return EXIT_DONE
+
+
+def _cmd_gc(store: JobStore) -> int:
+    async def purge() -> int:
+        purged = 0
+        while True:
+            batch = await store.purge_expired(now=time.time(), batch_size=GC_BATCH)
+            purged += batch
+            if batch < GC_BATCH:
+                return purged
+
+    purged = trio.run(purge)
+    print(f"purged {purged} expired job(s)")
+    return EXIT_DONE

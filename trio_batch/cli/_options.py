@@ -1,0 +1,56 @@
+"""Options that ``trio-batch run`` and ``trio-batch serve`` share, defined once for both."""
+
+from __future__ import annotations
+
+import argparse
+
+from .._config import COMMAND_TARGET_TIMEOUT
+from .._retry import RetryPolicy
+
+__all__ = ["COMMAND_RETRIES", "EXIT_BUSY", "add_fetch_limits", "retry_policy"]
+
+#: Exit code of ``run`` and ``serve`` when another runner holds the database: nothing was
+#: submitted or served (unlike 1, a job that ran and failed, or another start-up failure).
+EXIT_BUSY = 3
+#: Retries of a target whose attempt failed with a transient error, unless told otherwise.
+COMMAND_RETRIES = 2
+#: How the commands space their retries: 1 s, then 2 s, ... at most 30 s, a server's
+#: Retry-After honoured up to that cap, with 10% jitter.
+_FIRST_DELAY = 1.0
+_MAX_DELAY = 30.0
+
+
+def retry_policy(retries: int) -> RetryPolicy | None:
+    """The commands' policy for ``retries`` retries (``retries + 1`` attempts); 0: none."""
+    if retries == 0:
+        return None
+    return RetryPolicy(attempts=retries + 1, first_delay=_FIRST_DELAY, max_delay=_MAX_DELAY)
+
+
+def _retries(text: str) -> int:
+    if not (text.isascii() and text.isdigit()) or int(text) > 100:
+        raise argparse.ArgumentTypeError(f"expected a whole number from 0 to 100, not {text!r}")
+    return int(text)
+
+
+def add_fetch_limits(parser: argparse.ArgumentParser) -> None:
+    """``--target-timeout`` and ``--retries``."""
+    parser.add_argument(
+        "--target-timeout",
+        type=float,
+        default=COMMAND_TARGET_TIMEOUT,
+        metavar="SECONDS",
+        help="an attempt at a target taking longer fails with error 'timeout' "
+        "(default: %(default)g)",
+    )
+    parser.add_argument(
+        "--retries",
+        type=_retries,
+        default=COMMAND_RETRIES,
+        metavar="N",
+        help="retry a target up to N times when an attempt fails with a transient error (a "
+        "refused or reset connection, a timeout, HTTP 408, 425, 429, 500, 502, 503 or 504), "
+        f"waiting {_FIRST_DELAY:g} s, then twice as long each time, at most {_MAX_DELAY:g} s, "
+        "or as long as the server's Retry-After asks within that; 0 turns retries off "
+        "(default: %(default)s)",
+    )

@@ -1,0 +1,261 @@
+"""``trio-batch run``: submit a batch file, show its progress, print its results."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import logging
+import math
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from .._config import Config
+from .._errors import BatchError, InvalidRequest, StoreLocked
+from .._model import Job, JobState, Target, TargetStatus
+from .._retry import RetryNotice
+from ..store import JobStore
+from ._common import (
+    EXIT_BUSY,
+    EXIT_CANCELLED,
+    EXIT_DONE,
+    EXIT_FAILED,
+    UsageError,
+    ask,
+    open_db,
+    print_json,
+    report_error,
+    stderr_console,
+    stdout_console,
+    targets_json,
+)
+from ._input import InputError, parse_targets
+from ._options import retry_policy
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+
+__all__ = ["cmd_run"]
+
+
+def _default_caller() -> str:
+    try:
+        return getpass.getuser() or "cli"
+    except (OSError, KeyError):  # no login name in some containers
+        return "cli"
+
+
+def _read_input(name: str) -> str:
+    try:
+        if name == "-":
+            return sys.stdin.read()
+        return Path(name).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot read {name}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{name} is not UTF-8 text: {exc}") from None
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    text = _read_input(args.file)
+    label = "<stdin>" if args.file == "-" else args.file
+    try:
+        targets, _lines = parse_targets(text)
+    except InputError as exc:
+        where = f"{label}:{exc.line}" if exc.line is not None else label
+        raise UsageError(f"{where}: {exc}") from None
+    for flag, value in (("--ttl", args.ttl), ("--target-timeout", args.target_timeout)):
+        if not (value > 0 and math.isfinite(value)):
+            raise UsageError(f"{flag} must be a positive number of seconds")
+    caller = args.caller if args.caller is not None else _default_caller()
+    _configure_logging()
+    with open_db(args.db, create=True) as store:
+        assert store is not None  # created if missing
+        config = Config(
+            ttl=args.ttl,
+            targets_per_job=max(Config().targets_per_job, len(targets)),
+            target_timeout=args.target_timeout,
+            retry=retry_policy(args.retries),
+        )
+        try:
+            outcome = trio.run(_run_job, store, config, caller, args, targets)
+        except StoreLocked:
+            # The runner allows one runner per database: a second one would reap the first
+            # one's live jobs as "restart".
+            report_error(
+                f"another trio-batch run (or runner) is using {store.location}; wait for it to "
+                "finish, or use another --db"
+            )
+            return EXIT_BUSY
+        except InvalidRequest as exc:
+            raise UsageError(str(exc)) from None
+        except BatchError as exc:
+            report_error(str(exc))
+            return EXIT_FAILED
+        final = ask(store, lambda s: s.get_status(outcome.job_id, now=time.time()))
+        store_path = store.location
+    if final is None:  # pragma: no cover - the lease is at least --ttl seconds
+        report_error(f"job {outcome.job_id} is gone (its lease lapsed)")
+        return EXIT_FAILED
+    job, statuses = final
+    _report(job, statuses, outcome, store_path=store_path, as_json=args.json)
+    return _exit_code(job)
+
+
+class _StderrNow(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is at the time of the record: the live progress bar
+    swaps in a proxy that prints above the bar, so log lines do not break it."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stderr
+        super().emit(record)
+
+
+def _configure_logging() -> None:
+    """Warnings of trio_batch as ``trio-batch: ...``; other libraries' under their own name.
+
+    A library's warning (say pypdf's about a damaged file) printed as ``trio-batch: ...``
+    read as if the command itself had something to say.
+    """
+    own = logging.getLogger("trio_batch")
+    if any(isinstance(h, _StderrNow) for h in own.handlers):
+        return
+    mine = _StderrNow()
+    mine.setFormatter(logging.Formatter("trio-batch: %(message)s"))
+    own.addHandler(mine)
+    own.setLevel(logging.WARNING)
+    own.propagate = False
+    others = _StderrNow()
+    others.setFormatter(logging.Formatter("%(name)s: %(levelname)s: %(message)s"))
+    root = logging.getLogger()
+    root.addHandler(others)
+    root.setLevel(logging.WARNING)
+
+
+@dataclass
+class _Outcome:
+    job_id: str
+    reused: bool
+    interrupted: bool  # Ctrl-C was pressed
+    forced: bool  # a second Ctrl-C stopped the in-flight fetch
+
+
+async def _run_job(
+    store: JobStore, config: Config, caller: str, args: argparse.Namespace, targets: list[Target]
+) -> _Outcome:
+    from ..fetchers import http_fetch
+    from ..runner import open_runner
+    from . import _console
+
+    # Installed before the job exists, so no Ctrl-C can slip by as a KeyboardInterrupt.
+    outcome: _Outcome | None = None
+    err = stderr_console()
+    view: _console.ProgressView | None = None
+
+    def on_retry(notice: RetryNotice) -> None:
+        if not args.quiet:
+            _note(view, err, _console.retry_line(notice))
+
+    with trio.open_signal_receiver(signal.SIGINT) as signals, trio.CancelScope() as hard_stop:
+        async with open_runner(store, http_fetch, config, on_retry=on_retry) as runner:
+            job_id, reused = await runner.submit(caller, args.caller_class, targets)
+            outcome = _Outcome(job_id, reused, interrupted=False, forced=False)
+            if reused:
+                return outcome
+            if not args.quiet:
+                cls = _console.RichProgress if err.is_terminal else _console.PlainProgress
+                view = cls(err, targets, job_id)
+
+            async def on_sigint(outcome: _Outcome) -> None:
+                async for _ in signals:
+                    if not outcome.interrupted:
+                        outcome.interrupted = True
+                        _note(
+                            view,
+                            err,
+                            "cancelling: the target being fetched will finish and be stored "
+                            "(Ctrl-C again to stop at once)",
+                        )
+                        await runner.cancel(job_id)
+                    else:
+                        outcome.forced = True
+                        _note(view, err, "stopping now")
+                        hard_stop.cancel()
+
+            try:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(on_sigint, outcome)
+                    async for item in runner.watch(job_id):
+                        if isinstance(item, Job):
+                            break
+                        if view is not None:
+                            view.outcome(item)
+                    nursery.cancel_scope.cancel()
+            finally:
+                if view is not None:
+                    view.close()
+    assert outcome is not None  # only a second Ctrl-C, after submit, gets here early
+    return outcome
+
+
+def _note(view: Any, console: Console, message: str) -> None:
+    """Show ``message`` above the progress, or on stderr without one."""
+    if view is not None:
+        view.note(message)
+    else:
+        console.print(message, markup=False, highlight=False)
+
+
+def _exit_code(job: Job) -> int:
+    if job.status == JobState.DONE:
+        return EXIT_DONE
+    if job.status == JobState.CANCELLED:
+        return EXIT_CANCELLED
+    return EXIT_FAILED
+
+
+def _report(
+    job: Job,
+    targets: list[TargetStatus],
+    outcome: _Outcome,
+    *,
+    store_path: str,
+    as_json: bool,
+) -> None:
+    from . import _console
+
+    err = stderr_console()
+    if outcome.reused:
+        err.print(
+            f"job {job.id} was submitted before with the same targets by the same caller: "
+            f"showing its stored results; nothing was fetched. It is kept until "
+            f"{_console.format_time(job.expires_at)}; to fetch again before then, use "
+            "another --caller.",
+            markup=False,
+            highlight=False,
+        )
+    if as_json:
+        print_json(
+            {"job": job.to_json(), "reused": outcome.reused, "targets": targets_json(targets)}
+        )
+        return
+    out = stdout_console()
+    out.print(_console.results_table(targets))
+    out.print(_console.summary_line(job, targets))
+    out.print(
+        f"[dim]full results: trio-batch results {job.id} --db {_quote(store_path)}[/]",
+    )
+
+
+def _quote(path: str) -> str:
+    import shlex
+
+    from rich.markup import escape
+
+    return escape(shlex.quote(path))

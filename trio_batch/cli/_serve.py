@@ -1,0 +1,238 @@
+"""``trio-batch serve``'s command line: its options, and running the service from them."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from collections.abc import Iterator, Sequence
+from functools import partial
+
+import trio
+
+from .._config import Config
+from .._errors import StoreError, StoreLocked
+from ..fetchers import builtin_fetch, load_fetch
+from ..http import Auth, HeaderAuth, TokenAuth, create_app, serve
+from ..http._app import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY
+from ._options import EXIT_BUSY, add_fetch_limits, retry_policy
+
+__all__ = ["add_serve_arguments", "run_serve", "serve_main"]
+
+_log = logging.getLogger("trio_batch.http")
+
+
+def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``trio-batch serve``'s options to ``parser`` (for the command line to dispatch)."""
+    parser.add_argument(
+        "--db",
+        required=True,
+        metavar="PATH|URL",
+        help="the SQLite job database, or a postgresql:// URL that several servers may share",
+    )
+    parser.add_argument(
+        "--bind",
+        default="127.0.0.1:8000",
+        metavar="HOST:PORT",
+        help="where to listen (default: %(default)s; port 0 picks a free port)",
+    )
+    who = parser.add_mutually_exclusive_group(required=True)
+    who.add_argument(
+        "--tokens",
+        metavar="FILE",
+        help="bearer tokens, one 'TOKEN CALLER [CLASS]' per line ('#' comments)",
+    )
+    who.add_argument(
+        "--caller-header",
+        metavar="NAME",
+        help="take the caller from this request header (only behind a trusted gateway)",
+    )
+    parser.add_argument(
+        "--allow-private",
+        action="store_true",
+        help="let the built-in fetcher reach loopback, private and link-local addresses; "
+        "refused by default",
+    )
+    parser.add_argument(
+        "--allow-file",
+        action="store_true",
+        help="let the built-in fetcher read file:// URLs: any file the server process can "
+        "read (its token file included), for every caller; refused by default",
+    )
+    parser.add_argument(
+        "--process-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="the built-in fetcher's limit on processing one body (grep, jq, HTML, PDF), in "
+        "a worker process that is killed past it (default: %(default)g)",
+    )
+    parser.add_argument(
+        "--cancel-grace",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="after a cancel, how long the target being fetched may still run before it is "
+        "cut and stored as failed 'cancelled' (default: %(default)g)",
+    )
+    add_fetch_limits(parser)
+    parser.add_argument(
+        "--fetch",
+        metavar="MODULE:FUNCTION",
+        help="use this async fetch function instead of the built-in fetcher",
+    )
+    parser.add_argument(
+        "--max-body",
+        type=int,
+        default=DEFAULT_MAX_BODY,
+        metavar="BYTES",
+        help="largest request body (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--body-timeout",
+        type=float,
+        default=DEFAULT_BODY_TIMEOUT,
+        metavar="SECONDS",
+        help="how long a request body may take to arrive; past it, 408 (default: %(default)g)",
+    )
+    for name, help_text in (
+        ("ttl", "seconds a job and its results are kept after its latest write"),
+        ("targets-per-job", "most targets in one job"),
+        ("jobs-per-caller", "most live jobs per caller"),
+        ("jobs-total", "most live jobs in all"),
+        ("heartbeat-interval", "seconds between heartbeats (runners sharing a PostgreSQL db)"),
+        ("runner-timeout", "seconds of silence after which a runner is taken for dead"),
+        ("poll-interval", "seconds between polls for other runners' cancels"),
+    ):
+        default = getattr(Config(), name.replace("-", "_"))
+        parser.add_argument(
+            f"--{name}",
+            type=type(default),
+            default=default,
+            help=f"{help_text} (default: {default:g})",
+        )
+    parser.add_argument(
+        "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
+    )
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    """Run ``trio-batch serve`` with parsed arguments; returns the exit code.
+
+    Blocks until SIGINT or SIGTERM, then shuts down cleanly and returns 0. Prints
+    ``listening on URL`` to standard output once the runner holds the store and the socket is
+    bound. Bad arguments print an error to standard error and return 2; a failure to start
+    prints one line to standard error and returns 3 if another runner holds the database (as
+    ``trio-batch run`` does), 1 otherwise (an unusable database, the port in use).
+    """
+    logging.basicConfig(
+        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    # Hypercorn says "Running on URL" as soon as it binds, even when start-up then fails;
+    # this command prints "listening on URL" once the service is really up.
+    logging.getLogger("hypercorn.error").addFilter(
+        lambda record: not record.getMessage().startswith("Running on ")
+    )
+    try:
+        auth: Auth = (
+            TokenAuth.from_file(args.tokens)
+            if args.tokens is not None
+            else HeaderAuth(args.caller_header)
+        )
+        fetch = (
+            load_fetch(args.fetch)
+            if args.fetch is not None
+            else builtin_fetch(
+                allow_private=args.allow_private,
+                allow_file=args.allow_file,
+                process_timeout=args.process_timeout,
+            )
+        )
+        config = Config(
+            ttl=args.ttl,
+            targets_per_job=args.targets_per_job,
+            jobs_per_caller=args.jobs_per_caller,
+            jobs_total=args.jobs_total,
+            heartbeat_interval=args.heartbeat_interval,
+            runner_timeout=args.runner_timeout,
+            poll_interval=args.poll_interval,
+            target_timeout=args.target_timeout,
+            cancel_grace=args.cancel_grace,
+            retry=retry_policy(args.retries),
+        )
+        app = create_app(
+            db=args.db,
+            fetch=fetch,
+            auth=auth,
+            config=config,
+            max_body=args.max_body,
+            body_timeout=args.body_timeout,
+        )
+    except (OSError, ValueError, TypeError) as exc:
+        print(f"trio-batch serve: {exc}", file=sys.stderr)
+        return 2
+
+    async def main() -> None:
+        async def on_signal() -> None:
+            with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                async for signum in signals:
+                    _log.info("received %s", signal.Signals(signum).name)
+                    return
+
+        async with trio.open_nursery() as nursery:
+            urls = await nursery.start(
+                partial(serve, app, bind=args.bind, shutdown_trigger=on_signal)
+            )
+            for url in urls:
+                print(f"listening on {url}", flush=True)
+
+    try:
+        trio.run(main)
+    except BaseException as exc:  # a group from the nurseries; KeyboardInterrupt re-raised
+        message = _startup_failure(exc, args.bind)
+        if message is None:
+            raise
+        print(f"trio-batch serve: {message}", file=sys.stderr)
+        # As `trio-batch run`: a database another runner holds is not a failure of this one.
+        held = any(isinstance(leaf, StoreLocked) for leaf in _leaves(exc))
+        return EXIT_BUSY if held else 1
+    return 0
+
+
+def _startup_failure(exc: BaseException, bind: str) -> str | None:
+    """One line for a failure to start (the store, the socket), or None for anything else."""
+    leaves = list(_leaves(exc))
+    if any(not isinstance(leaf, Exception) for leaf in leaves):
+        return None  # KeyboardInterrupt, SystemExit, Cancelled: not ours to turn into a line
+    for leaf in leaves:
+        if isinstance(leaf, StoreError):
+            return str(leaf)
+    for leaf in leaves:
+        if isinstance(leaf, OSError):
+            return f"cannot listen on {bind}: {leaf.strerror or leaf}"
+    return None
+
+
+def _leaves(exc: BaseException) -> Iterator[BaseException]:
+    """The exceptions in ``exc``'s groups, each followed by the ones it was raised from
+    (Hypercorn reports a failed lifespan as a LifespanFailureError raised from the cause)."""
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            yield from _leaves(inner)
+        return
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def serve_main(argv: Sequence[str] | None = None) -> int:
+    """``trio-batch serve`` as a stand-alone command (also ``python -m trio_batch serve``)."""
+    parser = argparse.ArgumentParser(
+        prog="trio-batch serve", description="Serve the trio-batch HTTP API."
+    )
+    add_serve_arguments(parser)
+    return run_serve(parser.parse_args(argv))

@@ -1,0 +1,15 @@
+"""The runner: one drain task per job in a long-lived nursery, over a :class:`~trio_batch.JobStore`.
+
+A package, as trio's ``_core`` is, for pieces that share private state (the :class:`_Drain` of
+each job): ``_runner`` (:class:`Runner`: submit, cancel, wait, the drains), ``_open``
+(:func:`open_runner`: the nursery, the heartbeat, the purge), ``_attempts`` (one target's
+attempts and retries), ``_drain`` (a job's drain state), ``_cluster`` (other runners' cancels,
+reaps and heartbeats on a shared database), ``_purge`` (lapsed jobs) and ``_store_retry``
+(riding out a store that is briefly unavailable).
+"""
+
+from ._attempts import FetchFunc
+from ._open import open_runner
+from ._runner import Runner
+
+__all__ = ["FetchFunc", "Runner", "open_runner"]

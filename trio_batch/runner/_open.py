@@ -1,0 +1,144 @@
+"""``open_runner``: a runner's life on a store: claim, reap, serve, shut down."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+import trio
+
+from .._config import Config
+from .._errors import StoreUnavailable
+from .._retry import RetryNotice
+from ..store import JobStore, SQLiteJobStore, Store, WriteObserver
+from ._cluster import poll_drain_changes
+from ._runner import FetchFunc, Runner
+
+__all__ = ["open_runner"]
+
+
+@asynccontextmanager
+async def open_runner(
+    store: JobStore | Store,
+    fetch: FetchFunc,
+    config: Config | None = None,
+    *,
+    now: Callable[[], float] = time.time,
+    logger: logging.Logger | None = None,
+    on_store_write: WriteObserver | None = None,
+    on_retry: Callable[[RetryNotice], None] | None = None,
+) -> AsyncIterator[Runner]:
+    """Start a runner on ``store``; leaving the block shuts it down.
+
+    ``store`` is any :class:`~trio_batch.JobStore` (see :func:`~trio_batch.open_store`), which
+    the caller keeps and closes, or a plain SQLite :class:`~trio_batch.Store`, which the runner
+    reaches through a :class:`~trio_batch.store.SQLiteJobStore` of its own.
+
+    The runner claims the database (:meth:`JobStore.claim`): where the backend allows one
+    runner only and another (in this process or another) holds it, :class:`StoreLocked` is
+    raised at once. The claim is released when the block ends, and by the operating system if
+    the process dies.
+
+    On entry, every job left live by a runner that is gone is marked ``failed`` with error
+    ``"restart"``; such jobs are never resumed, and their completed targets stay readable until
+    their lease lapses. Lapsed jobs are purged now and every ``Config.purge_interval`` seconds.
+
+    ``now`` is the wall clock used for leases (tests inject a fake one); trio's clock is used
+    for everything that sleeps. ``logger`` defaults to ``logging.getLogger("trio_batch")``.
+    ``on_store_write``, if given, is called on the event loop with ``(operation, seconds)``
+    after each job creation (``"create_job"``) and each outcome commit (``"record_outcomes"``,
+    one call per group commit): a hook for metrics; it must be quick and not raise.
+    ``on_retry``, if given, is called on the event loop with a :class:`RetryNotice` each time a
+    target's attempt failed and will be retried (see ``Config.retry``); for progress displays.
+
+    On exit (normal, by exception or by cancellation) in-flight fetches are cancelled, every
+    outcome already being stored is completed, and every job of this runner still live is
+    marked ``failed`` with error ``"shutdown"``. Afterwards every runner method raises
+    :class:`RunnerClosed`. An exception raised in the body comes out as itself, not wrapped in
+    an exception group.
+    """
+    config = Config() if config is None else config
+    log = logging.getLogger("trio_batch") if logger is None else logger
+    job_store = SQLiteJobStore(store) if isinstance(store, Store) else store
+    try:
+        async with job_store.claim(
+            heartbeat_interval=config.heartbeat_interval, runner_timeout=config.runner_timeout
+        ):
+            observer, job_store.on_write = job_store.on_write, on_store_write
+            try:
+                async with _running(job_store, fetch, config, now, log, on_retry) as runner:
+                    yield runner
+            finally:
+                job_store.on_write = observer
+    finally:
+        if job_store is not store:
+            with trio.CancelScope(shield=True):
+                await job_store.aclose()
+
+
+@asynccontextmanager
+async def _running(
+    store: JobStore,
+    fetch: FetchFunc,
+    config: Config,
+    now: Callable[[], float],
+    log: logging.Logger,
+    on_retry: Callable[[RetryNotice], None] | None,
+) -> AsyncIterator[Runner]:
+    """The runner's life on a claimed store: reap, serve, then shut down."""
+    runner: Runner | None = None
+    try:
+        reaped = await store.reap_orphans(now=now())
+        if reaped:
+            log.warning("jobs left live by a previous run marked failed", extra={"jobs": reaped})
+        body_error: BaseException | None = None
+        async with trio.open_nursery() as nursery:
+            runner = Runner(
+                store=store,
+                fetch=fetch,
+                config=config,
+                now=now,
+                logger=log,
+                nursery=nursery,
+                on_retry=on_retry,
+            )
+            nursery.start_soon(runner._purge_periodically, name="trio_batch purge")
+            changes = runner._elsewhere
+            nursery.start_soon(
+                poll_drain_changes,
+                store,
+                runner._drains,
+                changes,
+                config,
+                log,
+                name="trio_batch poll",
+            )
+            nursery.start_soon(store.listen_changes, changes.changed, name="trio_batch listen")
+            try:
+                yield runner
+            except BaseException as exc:
+                body_error = exc  # re-raised below, outside the nursery, so it is not wrapped
+            finally:
+                runner._closed = True
+                nursery.cancel_scope.cancel()
+        if body_error is not None:
+            raise body_error
+    finally:
+        with trio.CancelScope(shield=True):
+            marked_ok = False
+            try:
+                stopped = await store.fail_own_jobs("shutdown", now=now())
+                marked_ok = True
+                if stopped:
+                    log.info("live jobs marked failed at shutdown", extra={"jobs": stopped})
+            except StoreUnavailable:
+                # Leave them: the next start reaps them as "restart". Raising here would hide
+                # whatever ended the block.
+                log.error("could not mark live jobs failed at shutdown", exc_info=True)
+            finally:
+                if runner is not None:
+                    runner._shutdown_marked_ok = marked_ok
+                    runner._stopped = True
+                    runner._shutdown_marked.set()

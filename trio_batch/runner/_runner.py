@@ -1,0 +1,512 @@
+"""The runner: one drain task per job, each fetching its job's targets one at a time.
+
+A long-lived nursery owns the drain tasks; each runs under its own ``CancelScope``. Every
+outcome is written through the :class:`~trio_batch.JobStore` with a call that cannot be
+cancelled, so no cancellation can leave it half-written. The runner knows nothing of SQL, HTTP
+or how a target is fetched: those are the store backend and the injected fetch function.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import TypeVar
+
+import trio
+
+from .._config import Config
+from .._errors import JobLive, RunnerClosed, StoreUnavailable
+from .._model import (
+    Job,
+    JobState,
+    OutcomeWrite,
+    Result,
+    Target,
+    TargetStatus,
+    check_caller,
+    check_targets,
+    is_job_id,
+    new_job_id,
+    with_running,
+)
+from .._retry import RetryNotice
+from .._text import safe_text
+from ..store import JobStore
+from ._attempts import Attempts, Failure, FetchFunc
+from ._cluster import ChangedElsewhere, release, wait_at_most, wait_elsewhere, wait_for_heartbeat
+from ._drain import _Drain
+from ._purge import purge_lapsed
+from ._store_retry import retry_refused
+
+T = TypeVar("T")
+
+__all__ = ["FetchFunc", "Runner"]
+
+#: Most outcomes a watcher reads at once (a page of results held in memory).
+WATCH_PAGE = 256
+
+
+class Runner:
+    """Runs jobs: submit, cancel, status, wait. Get one from :func:`open_runner`.
+
+    Every method may be called from any task of the trio run that opened the runner.
+    """
+
+    def __init__(
+        self,
+        *,
+        store: JobStore,
+        fetch: FetchFunc,
+        config: Config,
+        now: Callable[[], float],
+        logger: logging.Logger,
+        nursery: trio.Nursery,
+        on_retry: Callable[[RetryNotice], None] | None = None,
+    ) -> None:
+        self._store = store
+        self._config = config
+        self._now = now
+        self._log = logger
+        self._nursery = nursery
+        self._attempts = Attempts(fetch, config, logger, on_retry)
+        self._drains: dict[str, _Drain] = {}
+        # Fed by the store's listener: wakes the poll, and waits on other runners' jobs.
+        self._elsewhere = ChangedElsewhere(self._drains)
+        self._closed = False  # shutting down: no new jobs
+        # Jobs whose drains the shutdown stopped: wait() reports them as the shutdown marks them.
+        self._stopped_by_shutdown: set[str] = set()
+        self._stopped = False  # shut down: no more calls
+        # Set once shutdown has tried to mark the live jobs failed ("shutdown"); ok if it did.
+        self._shutdown_marked = trio.Event()
+        self._shutdown_marked_ok = False
+
+    @property
+    def config(self) -> Config:
+        """The runner's limits."""
+        return self._config
+
+    @property
+    def store(self) -> JobStore:
+        """The store the runner writes to."""
+        return self._store
+
+    # ----------------------------------------------------------------------------------------
+    # Public API
+
+    async def submit(
+        self, caller: str, caller_class: str, targets: Sequence[Target]
+    ) -> tuple[str, bool]:
+        """Submit a job of ``targets`` for ``caller``; returns ``(job_id, reused)``.
+
+        If ``caller`` already submitted the same targets (same URLs, options and order) and that
+        job's lease has not lapsed, its id comes back with ``reused=True``: nothing is fetched
+        or written again, whatever that job's status. Otherwise the caps are checked and the job
+        is created in one transaction, already ``running``, and its drain task is started.
+
+        The caps are the :class:`Config`'s, with ``targets_per_job`` and ``jobs_per_caller``
+        overridden for ``caller_class`` by ``Config.class_limits``.
+
+        Raises :class:`InvalidTargets` (an empty list, a non-target, a repeated target),
+        :class:`InvalidRequest` (a bad caller name), :class:`TooManyTargets`,
+        :class:`CallerBusy`, :class:`Busy`, :class:`StoreUnavailable` if the database refuses
+        the write, or :class:`RunnerClosed` after shutdown.
+
+        Cancellation: once the job is being created, the creation and the start of its drain
+        task complete even if this call is cancelled (``Cancelled`` is then raised at the
+        caller's next checkpoint), so a created job is never left without its drain task.
+        A cancel that came before the call raises ``Cancelled`` at once, nothing created.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        self._check_open()
+        caller = check_caller(caller)
+        caller_class = check_caller(caller_class, "caller_class")
+        checked = check_targets(targets)
+        config = self._config
+        targets_per_job, jobs_per_caller = config.limits_for(caller_class)
+        # The drain is registered before the job exists, under the id the job will get: the
+        # moment another task can see the job (a reuse, a listing), cancel() and wait() find
+        # its drain.
+        drain = _Drain(new_job_id(), caller, checked)
+        self._drains[drain.job_id] = drain
+        started = False
+        try:
+            with trio.CancelScope(shield=True):  # a created job must get its drain task
+                job, reused = await self._store.create_job(
+                    caller,
+                    caller_class,
+                    checked,
+                    ttl=config.ttl,
+                    targets_per_job=targets_per_job,
+                    jobs_per_caller=jobs_per_caller,
+                    jobs_total=config.jobs_total,
+                    status=JobState.RUNNING,
+                    job_id=drain.job_id,
+                    now=self._now(),
+                )
+            log_extra = {"job_id": job.id, "caller": job.caller, "targets": job.targets_total}
+            if reused:
+                self._log.info("job reused", extra={**log_extra, "status": str(job.status)})
+                return job.id, True
+            if self._closed:
+                # Shutdown began while the job was being created; shutdown marks it failed.
+                raise RunnerClosed("the runner is shutting down; the job was not started")
+            drain.job = job
+            self._nursery.start_soon(self._drain, drain, name=f"trio_batch drain {job.id}")
+            started = True
+        finally:
+            if not started:
+                del self._drains[drain.job_id]
+                drain.stopped.set()
+        self._log.info("job submitted", extra=log_extra)
+        return job.id, False
+
+    async def cancel(self, job_id: str) -> bool:
+        """Cancel a live job; returns False for an unknown, lapsed or already terminal job.
+
+        The job is marked ``cancelled`` at once. The target being fetched finishes and its
+        outcome is stored; the drain task then stops, and later targets stay ``pending``. With
+        ``Config.cancel_grace`` set, a fetch still running that long after the cancel is
+        cancelled and its target stored as failed with error ``"cancelled"``. Use :meth:`wait`
+        to know when the drain task has stopped.
+
+        If the database refuses the write, :class:`StoreUnavailable` is raised; the drain task
+        still stops before its next target and marks the job cancelled once the database
+        accepts it.
+
+        Cancellation: a cancel that came before the call raises ``Cancelled`` at once, nothing
+        done; once the job is being marked, the write completes (``Cancelled`` is then raised
+        at the caller's next checkpoint).
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        self._check_running()
+        if not is_job_id(job_id):
+            return False
+        drain = self._drains.get(job_id)
+        if drain is not None:
+            drain.request_cancel(self._config.cancel_grace)
+            drain.cancel_writes += 1
+        try:
+            job = await self._store.finish_job(job_id, JobState.CANCELLED, now=self._now())
+        except BaseException:
+            if drain is not None:
+                drain.cancel_failed = True  # the drain marks the job cancelled once it can
+            raise
+        finally:
+            if drain is not None:
+                drain.cancel_writes -= 1
+                if drain.cancel_writes == 0:
+                    drain.cancel_settled.set()
+        if job is not None:
+            self._log.info("job cancelled", extra={"job_id": job_id, "caller": job.caller})
+        return job is not None
+
+    async def forget(self, job_id: str, *, caller: str | None = None) -> Job | None:
+        """Delete a terminal job and its results, so the same targets can be submitted afresh.
+
+        Returns the job as it was, or None if it is unknown, lapsed or (with ``caller``)
+        another caller's. A live job, or a cancelled one whose in-flight target is still being
+        stored, raises :class:`JobLive`: cancel it and :meth:`wait` for it first. On
+        cancellation the delete has either happened whole or not at all.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        self._check_open()
+        if not is_job_id(job_id):
+            return None
+        if job_id in self._drains:
+            raise JobLive(
+                f"job {job_id} is still running or storing its last target; wait for it to end"
+            )
+        return await self._store.forget_job(job_id, caller=caller, now=self._now())
+
+    async def status(self, job_id: str) -> tuple[Job, list[TargetStatus]] | None:
+        """The job and its targets as stored, or None for an unknown or lapsed id.
+
+        The target being fetched reads as ``running``.
+
+        Cancellation: a cancel raises ``Cancelled`` before the read, not after it (a read
+        started completes), so a loop of reads can be cancelled.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        self._check_running()
+        if not is_job_id(job_id):
+            return None
+        # Read before the snapshot: a target in flight then is still pending, or done, in it.
+        drain = self._drains.get(job_id)
+        in_flight = None if drain is None else drain.in_flight
+        status = await self._store.get_status(job_id, now=self._now())
+        if status is None or in_flight is None:
+            return status
+        # The store derives "running" for running jobs; a cancelled job's last fetch is known
+        # only here.
+        job, targets = status
+        return job, with_running(job, targets, in_flight)
+
+    async def overview(self, job_id: str) -> tuple[Job, list[TargetStatus], list[int]] | None:
+        """Like :meth:`status` without the results: each target's ``result`` is None, and the
+        third item gives each result's size in characters. Costs the same however big the
+        results are; read one with :meth:`target`. Cancellation: as :meth:`status`."""
+        await trio.lowlevel.checkpoint_if_cancelled()
+        self._check_running()
+        if not is_job_id(job_id):
+            return None
+        drain = self._drains.get(job_id)
+        in_flight = None if drain is None else drain.in_flight
+        found = await self._store.get_overview(job_id, now=self._now())
+        if found is None or in_flight is None:
+            return found
+        job, targets, sizes = found
+        return job, with_running(job, targets, in_flight), sizes
+
+    async def target(self, job_id: str, idx: int) -> tuple[Job, TargetStatus] | None:
+        """The job and one of its targets with its result; None for an unknown job or index.
+
+        Cancellation: as :meth:`status`.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        self._check_running()
+        if not is_job_id(job_id):  # the stores answer None for an index that cannot exist
+            return None
+        drain = self._drains.get(job_id)
+        in_flight = None if drain is None else drain.in_flight
+        found = await self._store.get_target(job_id, idx, now=self._now())
+        if found is None or in_flight is None:
+            return found
+        job, target = found
+        return job, with_running(job, [target], in_flight)[0]
+
+    async def wait(self, job_id: str) -> Job | None:
+        """Wait until the job is terminal and its drain task has stopped; return the job.
+
+        After it returns no further write for the job can follow (after a cancel, that is once
+        the in-flight outcome is stored). Returns None for an unknown or lapsed id. This waits
+        on an event, never by polling, for a job this runner drains. A job that another runner
+        sharing the database drains is re-read whenever that runner notifies a change of it,
+        and at least every ``Config.poll_interval``, until it is terminal and that drain has
+        stopped (during this runner's shutdown: as stored). A job stopped by the runner's
+        shutdown comes back ``failed`` with error ``"shutdown"`` once shutdown has marked it so
+        (as stored, if the database refused that). After the runner has stopped, raises
+        :class:`RunnerClosed`.
+        """
+        self._check_running()
+        if not is_job_id(job_id):
+            return None
+        drain = self._drains.get(job_id)
+        if drain is not None:
+            await drain.stopped.wait()
+        elif job_id not in self._stopped_by_shutdown:
+            return await wait_elsewhere(
+                self._store,
+                job_id,
+                self._elsewhere,
+                now=self._now,
+                interval=self._config.poll_interval,
+                closing=lambda: self._closed,
+            )
+        job = await self._store.get_job(job_id, now=self._now())
+        if job is not None and not job.is_terminal and self._closed:
+            # Its drain was stopped by the shutdown, which marks it failed next: report that.
+            await self._shutdown_marked.wait()
+            if self._shutdown_marked_ok:
+                job = dataclasses.replace(job, status=JobState.FAILED, error="shutdown")
+        return job
+
+    async def watch(self, job_id: str) -> AsyncIterator[TargetStatus | Job]:
+        """Yield each stored outcome of the job in ``idx`` order, then the terminal job.
+
+        Outcomes stored before the call come first, then each new one as soon as it is stored;
+        the last item is the :class:`Job` once it is terminal and its drain task has stopped
+        (as :meth:`wait` returns it). Yields nothing for an unknown or lapsed id; stops early if
+        the job lapses. Waits on events for a job this runner drains; one that another runner
+        drains is re-read when that runner notifies a change of it (its end, not each outcome)
+        and at least every ``Config.poll_interval`` (during this runner's shutdown, the
+        iterator stops with what is stored). Targets left ``pending`` (after a
+        cancel, a restart or a shutdown) are not yielded.
+
+        Cancellation: safe at any point; the iterator simply stops.
+        """
+        self._check_running()
+        if not is_job_id(job_id):
+            return
+        seen = 0  # targets are drained in idx order: the outcomes below this were yielded
+        while True:
+            drain = self._drains.get(job_id)
+            # Taken before the read, so that nothing stored after it is missed.
+            with (
+                self._elsewhere.job(job_id)
+                if drain is None
+                else contextlib.nullcontext(drain.next_stored())
+            ) as changed:
+                # Only the outcomes not seen yet: re-reading the whole job at every outcome
+                # made following a job of n targets cost n^2 rows.
+                found = await self._store.get_outcomes(
+                    job_id, seen, now=self._now(), limit=WATCH_PAGE
+                )
+                if found is None:
+                    return
+                job, targets = found
+                for target in targets:
+                    yield target
+                    seen = target.idx + 1
+                if len(targets) == WATCH_PAGE:
+                    continue  # more were stored than one page holds: read on at once
+                if drain is None:
+                    if job.is_terminal and await self._store.drain_over(job_id):
+                        yield job
+                        return
+                    if self._closed:
+                        # Shutting down: nothing more is stored here, nor read from others.
+                        if job.is_terminal:
+                            yield job
+                        return
+                    # Drained by another runner: woken by its notification, or polled.
+                    await wait_at_most(changed, self._config.poll_interval)
+                    continue
+                await changed.wait()
+
+    async def purge_expired(self) -> int:
+        """Delete every job whose lease has lapsed, with its targets; returns how many.
+
+        In small batches that yield to the jobs this runner drains (see
+        :func:`~trio_batch.runner._purge.purge_lapsed`). The runner also does this every
+        ``Config.purge_interval`` seconds.
+
+        Cancellation: a batch in progress completes (store calls do); the pause between batches
+        can be cancelled, and what was deleted so far stays deleted.
+        """
+        self._check_running()
+        return await purge_lapsed(self._store, self._now, draining=lambda: bool(self._drains))
+
+    async def _purge_periodically(self) -> None:
+        while True:
+            try:
+                purged = await self.purge_expired()
+                if purged:
+                    self._log.info("lapsed jobs purged", extra={"jobs": purged})
+            except StoreUnavailable:
+                self._log.warning("could not purge lapsed jobs", exc_info=True)
+            await trio.sleep(self._config.purge_interval)
+
+    # ----------------------------------------------------------------------------------------
+    # Draining
+
+    def _check_open(self) -> None:
+        """New jobs are refused from the moment shutdown begins."""
+        self._check_running()
+        if self._closed:
+            raise RunnerClosed("the runner has shut down")
+
+    def _check_running(self) -> None:
+        """Every call is refused once the runner has stopped (its store may be closed)."""
+        if self._stopped:
+            raise RunnerClosed("the runner has stopped; its store answers no more calls")
+
+    async def _drain(self, drain: _Drain) -> None:
+        """Fetch the job's targets in order, storing each outcome before the next starts."""
+        try:
+            with drain.scope:
+                job: Job | None = None
+                for idx, target in enumerate(drain.targets):
+                    if not self._store.can_start_target():
+                        # Other runners may be about to take this one for dead: wait for a
+                        # heartbeat to get through (a reap stops the drain meanwhile).
+                        await wait_for_heartbeat(self._store, drain, self._config.poll_interval)
+                    if drain.cancel_requested:
+                        break
+                    drain.in_flight = idx
+                    result, attempts = await self._attempts.run(drain, idx, target)
+                    job = await self._store_outcome(drain, idx, result, attempts)
+                    drain.in_flight = None
+                    if job is None or job.is_terminal:
+                        break  # lapsed, finished, or cancelled while the target ran
+                if drain.cancel_requested and (job is None or not job.is_terminal):
+                    # Normally cancel() has marked the job; if its write failed, do it here.
+                    await drain.cancel_settled.wait()
+                    if drain.cancel_failed:
+                        await self._finish_when_possible(drain, JobState.CANCELLED, None)
+                if job is None or job.targets_done < job.targets_total:
+                    # Stopped early (cancelled here or elsewhere): tell waiters on other runners.
+                    await release(self._store, drain, self._log)
+        except Exception as exc:
+            # The database stayed unavailable past Config.store_retry_for (or a bug): fail the
+            # job rather than the host's nursery, and keep the runner serving other calls.
+            self._log.error(
+                "job drain failed",
+                exc_info=True,
+                extra={"job_id": drain.job_id, "caller": drain.caller, "idx": drain.in_flight},
+            )
+            reason = f"{type(exc).__name__}: {exc}"
+            if drain.in_flight is not None:
+                reason = f"could not store the outcome of target {drain.in_flight}: {reason}"
+            await self._finish_when_possible(drain, JobState.FAILED, safe_text(reason))
+            await release(self._store, drain, self._log)
+        finally:
+            if self._closed:
+                self._stopped_by_shutdown.add(drain.job_id)
+            drain.in_flight = None
+            del self._drains[drain.job_id]
+            drain.stopped.set()
+            drain.notify_stored()  # watchers re-read and see the job without a drain task
+
+    async def _finish_when_possible(
+        self, drain: _Drain, status: JobState, error: str | None
+    ) -> None:
+        """Set the job's terminal status, retrying with backoff until the database takes it.
+
+        Cancellation (shutdown) stops the retries; the job is then reaped at shutdown or at the
+        next start.
+        """
+        await retry_refused(
+            lambda: self._store.finish_job(drain.job_id, status, error=error, now=self._now()),
+            what="set the job's status",
+            give_up_at=None,
+            log=self._log,
+            extra={"job_id": drain.job_id, "status": str(status)},
+        )
+
+    async def _store_outcome(
+        self, drain: _Drain, idx: int, result: Result | Failure, attempts: int = 1
+    ) -> Job | None:
+        """Store one outcome; each attempt completes even during a cancel (it cannot be cancelled).
+
+        If the database refuses the write, it is retried with backoff for up to
+        ``Config.store_retry_for`` seconds; the waits between attempts can be cancelled (at
+        shutdown), the attempts themselves cannot. Raises StoreUnavailable once time is up.
+        """
+        success, failure = (result, None) if isinstance(result, Result) else (None, result)
+        write = OutcomeWrite(
+            drain.job_id,
+            idx,
+            result=success,
+            error=failure.error if failure else None,
+            hint=failure.hint if failure else None,
+            attempts=attempts,
+            seen=drain.job,
+        )
+        # Each attempt cannot be cancelled (see JobStore.record_outcome): in effect shielded,
+        # and bounded by the store's own timeouts.
+        job = await retry_refused(
+            lambda: self._store.record_outcome(write, ttl=self._config.ttl, now=self._now()),
+            what="store an outcome",
+            give_up_at=trio.current_time() + self._config.store_retry_for,
+            log=self._log,
+            extra={"job_id": drain.job_id, "idx": idx},
+        )
+        drain.job = job
+        drain.notify_stored()
+        if self._log.isEnabledFor(logging.DEBUG):
+            self._log.debug(
+                "target stored",
+                extra={
+                    "job_id": drain.job_id,
+                    "idx": idx,
+                    "status": "failed" if failure else "done",
+                },
+            )
+        if job is not None and job.is_terminal:
+            self._log.info(
+                "job finished",
+                extra={"job_id": drain.job_id, "caller": drain.caller, "status": str(job.status)},
+            )
+        return job
