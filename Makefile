@@ -18,6 +18,7 @@ test: lint typecheck pytest
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports --no-cache
 
 typecheck: $(STAMP)
 	$(BIN)/mypy --strict trio_batch
@@ -27,9 +28,9 @@ pytest: $(STAMP)
 
 # The hardening suites at full size (200 SIGKILLs, thousands of Hypothesis examples, a bigger
 # load); each prints its figures at the end. About 10 minutes on a 2-core machine.
-SOAK_SUITES := tests/test_crash_campaign.py tests/test_crash_campaign_postgres.py \
-	tests/test_fault_injection.py \
-	tests/test_hostile_input.py tests/test_store_model.py tests/test_load.py
+SOAK_SUITES := tests/runner/test_crash_campaign.py tests/runner/test_crash_campaign_postgres.py \
+	tests/runner/test_fault_injection.py \
+	tests/test_hostile_input.py tests/store/test_store_model.py tests/http/test_load.py
 
 soak: $(STAMP)
 	TRIO_BATCH_SOAK=1 $(BIN)/pytest --durations=12 $(SOAK_SUITES)
