@@ -79,3 +79,33 @@ async def test_delete_forgets_the_callers_own_finished_job(
         problem(await svc.get(job_id), 404, "not-found")
         r = await svc.client.post("/v1/batches", json=body("gate", "b"), headers=auth())
         assert r.status_code == 201 and r.json()["id"] != job_id  # submitted afresh
+
+
+async def test_another_callers_live_job_reads_as_unknown_to_forget(
+    store: Store, fetch: ScriptedFetch, clock: FakeClock
+) -> None:
+    # The caller is checked before the drains: a JobLive for bob would tell him the job exists.
+    targets = urls("gate", "b")
+    started, release = fetch.gate(targets[0].url)
+    async with open_runner(store, fetch, CONFIG, now=clock) as runner:
+        job_id, _ = await runner.submit("alice", "user", targets)
+        await started.wait()
+        assert await runner.forget(job_id, caller="bob") is None
+        with pytest.raises(JobLive):
+            await runner.forget(job_id, caller="alice")
+        release.set()
+        await runner.wait(job_id)
+
+
+async def test_delete_of_another_callers_live_job_is_404_like_an_unknown_id(
+    tmp_path: Path, fetch: ScriptedFetch, clock: FakeClock
+) -> None:
+    from ..support.http_fixtures import BOB
+
+    async with running(tmp_path, fetch, clock) as svc:
+        job_id, release = await svc.submit_held("b")
+        unknown = "A" * 22
+        for path in (f"/v1/batches/{job_id}", f"/v1/batches/{unknown}"):
+            problem(await svc.client.delete(path, headers=auth(BOB)), 404, "not-found")
+        release.set()
+        await svc.wait_done(job_id)

@@ -206,15 +206,19 @@ class Runner:
         """Delete a terminal job and its results, so the same targets can be submitted afresh.
 
         Returns the job as it was, or None if it is unknown, lapsed or (with ``caller``)
-        another caller's. A live job, or a cancelled one whose in-flight target is still being
-        stored, raises :class:`JobLive`: cancel it and :meth:`wait` for it first. On
+        another caller's (checked first: another caller's live job is None too). A live job, or
+        a cancelled one whose in-flight target is still being stored, raises :class:`JobLive`:
+        cancel it and :meth:`wait` for it first. On
         cancellation the delete has either happened whole or not at all.
         """
         await trio.lowlevel.checkpoint_if_cancelled()
         self._check_open()
         if not is_job_id(job_id):
             return None
-        if job_id in self._drains:
+        drain = self._drains.get(job_id)
+        if drain is not None:
+            if caller is not None and drain.caller != caller:
+                return None  # the caller first: another caller's live job reads as unknown
             raise JobLive(
                 f"job {job_id} is still running or storing its last target; wait for it to end"
             )
