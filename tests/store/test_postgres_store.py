@@ -173,6 +173,32 @@ def test_a_newer_schema_is_refused(pg_dsn: str) -> None:
         PostgresStore.open(pg_dsn)
 
 
+def test_a_version_1_database_is_upgraded_in_place(pg_dsn: str) -> None:
+    from trio_batch.store.postgres import _queries as q
+
+    for statement in q.CREATE_SCHEMA_V1:
+        _sql(pg_dsn, statement)
+    _sql(pg_dsn, q.SET_VERSION, (1,))
+    _sql(
+        pg_dsn,
+        "INSERT INTO jobs (id, status, targets_total, caller, caller_class, idem_key, "
+        "created_at, updated_at, expires_at) VALUES ('old', 'done', 1, 'a', 'u', 'k', 1, 1, 9)",
+    )
+    _sql(pg_dsn, "INSERT INTO targets VALUES ('old', 0, 'https://a/', '{}', 'pending')")
+    PostgresStore.open(pg_dsn).close()
+    assert _sql(pg_dsn, "SELECT version FROM trio_batch_schema") == [(SCHEMA_VERSION,)]
+    assert _sql(pg_dsn, "SELECT metadata, parent_id FROM jobs") == [("{}", None)]
+    assert _sql(pg_dsn, "SELECT custom_id FROM targets") == [(None,)]
+    indexes = {row[0] for row in _sql(pg_dsn, "SELECT indexname FROM pg_indexes")}
+    assert {
+        "job_labels_filter",
+        "jobs_caller_created",
+        "jobs_caller_status_created",
+        "jobs_parent",
+    } <= indexes
+    assert _sql(pg_dsn, "SELECT count(*) FROM job_labels") == [(0,)]
+
+
 def test_a_database_with_foreign_tables_is_refused(pg_dsn: str) -> None:
     _sql(pg_dsn, "CREATE TABLE jobs (id int)")
     with pytest.raises(SchemaVersionError, match="not a trio_batch database"):

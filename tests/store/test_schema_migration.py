@@ -53,7 +53,7 @@ def test_a_version_1_database_is_upgraded_in_place_and_keeps_its_jobs(v1_copy: P
     assert targets[1].options.grep == "x"
     # Outcomes stored before retries existed took one attempt; a pending target has none.
     assert [t.attempts for t in targets] == [1, 1, 0]
-    assert _user_version(v1_copy) == SCHEMA_VERSION == 2
+    assert _user_version(v1_copy) == SCHEMA_VERSION == 3
 
 
 def test_an_upgraded_database_takes_new_jobs_with_attempts(v1_copy: Path) -> None:
@@ -75,3 +75,33 @@ def test_an_upgraded_database_takes_new_jobs_with_attempts(v1_copy: Path) -> Non
     with Store.open(v1_copy) as store:
         assert store.get_job(V1_JOB, now=T0) is not None
     assert _user_version(v1_copy) == SCHEMA_VERSION
+
+
+def test_an_upgraded_database_has_the_batch_data_columns_and_indexes(v1_copy: Path) -> None:
+    with Store.open(v1_copy):
+        pass
+    with sqlite3.connect(v1_copy) as conn:
+        jobs = {row[1] for row in conn.execute("PRAGMA table_info(jobs)")}
+        targets = {row[1] for row in conn.execute("PRAGMA table_info(targets)")}
+        labels = {row[1] for row in conn.execute("PRAGMA table_info(job_labels)")}
+        indexes = {
+            row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")
+        }
+        old = conn.execute(
+            "SELECT metadata, parent_id FROM jobs WHERE id = ?", (V1_JOB,)
+        ).fetchone()
+        custom = conn.execute(
+            "SELECT custom_id FROM targets WHERE job_id = ?", (V1_JOB,)
+        ).fetchall()
+    assert {"metadata", "parent_id"} <= jobs
+    assert "custom_id" in targets
+    assert labels == {"job_id", "caller", "key", "value", "created_at"}
+    assert {
+        "job_labels_filter",
+        "jobs_caller_created",
+        "jobs_caller_status_created",
+        "jobs_parent",
+    } <= indexes
+    # A job stored before version 3 has no metadata, parent or custom ids.
+    assert old == ("{}", None)
+    assert custom == [(None,), (None,), (None,)]

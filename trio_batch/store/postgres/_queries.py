@@ -118,6 +118,30 @@ CREATE_SCHEMA_V1 = (
     "CREATE INDEX jobs_expiry ON jobs (expires_at)",
 )
 
+#: Version 2, in order: ``targets.custom_id``, ``jobs.metadata`` (JSON text) and
+#: ``jobs.parent_id``, the ``job_labels`` table and the indexes of a caller's filtered lists.
+#: Jobs stored before version 2 have no metadata (``'{}'``), no parent and no labels.
+MIGRATE_V2_BATCH_DATA = (
+    "ALTER TABLE targets ADD COLUMN custom_id text",
+    "ALTER TABLE jobs ADD COLUMN metadata text NOT NULL DEFAULT '{}', ADD COLUMN parent_id text",
+    # A job's metadata again, one row per key: what a label filter (key = value) looks up.
+    # caller and created_at are copied from the job so the filter index alone orders a page.
+    """CREATE TABLE job_labels (
+        job_id text NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+        caller text NOT NULL,
+        key text NOT NULL,
+        value text NOT NULL,
+        created_at double precision NOT NULL,
+        PRIMARY KEY (job_id, key)
+    )""",
+    "CREATE INDEX job_labels_filter ON job_labels (caller, key, value, created_at, job_id)",
+    # A caller's jobs newest first, with or without a status filter.
+    "CREATE INDEX jobs_caller_created ON jobs (caller, created_at, id)",
+    "CREATE INDEX jobs_caller_status_created ON jobs (caller, status, created_at, id)",
+    # A parent's retries (a merged export).
+    "CREATE INDEX jobs_parent ON jobs (parent_id, created_at) WHERE parent_id IS NOT NULL",
+)
+
 # ---------------------------------------------------------------------------------------------
 # Runners
 

@@ -18,7 +18,7 @@ from . import _queries as q
 __all__ = ["SCHEMA_VERSION", "migrate"]
 
 #: The schema version this code writes.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 def migrate(conn: psycopg.Connection[Any], location: str) -> None:
@@ -55,7 +55,11 @@ def _migrate_locked(conn: psycopg.Connection[Any], location: str) -> None:
                     )
             for statement in q.CREATE_SCHEMA_V1:
                 conn.execute(statement)
-        # Later versions add their steps here: `if version < 2: ...`.
+        if version < 2:
+            # custom ids, metadata, parents, labels and the filtered lists' indexes
+            for statement in q.MIGRATE_V2_BATCH_DATA:
+                conn.execute(statement)
+        # Later versions add their steps here: `if version < 3: ...`.
         conn.execute(q.SET_VERSION, (SCHEMA_VERSION,))
 
 

@@ -141,3 +141,26 @@ SUM_TARGETS = (
 
 #: Version 2: every outcome stored before retries existed took one attempt.
 MIGRATE_V2_ATTEMPTS = "UPDATE targets SET attempts = 1 WHERE status != 'pending'"
+
+#: Version 3, in order: custom ids, metadata, parents, labels, and the filtered lists' indexes.
+MIGRATE_V3_BATCH_DATA = (
+    "ALTER TABLE targets ADD COLUMN custom_id TEXT",
+    "ALTER TABLE jobs ADD COLUMN metadata TEXT NOT NULL DEFAULT '{}'",
+    "ALTER TABLE jobs ADD COLUMN parent_id TEXT",
+    # A job's metadata again, one row per key: what a label filter (key = value) looks up.
+    # caller and created_at are copied from the job so the filter index alone orders a page.
+    """CREATE TABLE job_labels (
+        job_id TEXT NOT NULL REFERENCES jobs (id),
+        caller TEXT NOT NULL,
+        key TEXT NOT NULL,
+        value TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        PRIMARY KEY (job_id, key)
+    ) STRICT, WITHOUT ROWID""",
+    "CREATE INDEX job_labels_filter ON job_labels (caller, key, value, created_at, job_id)",
+    # A caller's jobs newest first, with or without a status filter.
+    "CREATE INDEX jobs_caller_created ON jobs (caller, created_at, id)",
+    "CREATE INDEX jobs_caller_status_created ON jobs (caller, status, created_at, id)",
+    # A parent's retries (a merged export).
+    "CREATE INDEX jobs_parent ON jobs (parent_id, created_at) WHERE parent_id IS NOT NULL",
+)

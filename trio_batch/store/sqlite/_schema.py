@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 __all__ = ["SCHEMA_VERSION", "migrate"]
 
 #: The schema version this code writes, kept in ``PRAGMA user_version``.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 def migrate(store: Connection) -> None:
@@ -44,7 +44,9 @@ def migrate(store: Connection) -> None:
             _create_schema_v1(store.db)
         if version < 2:
             _migrate_v2_attempts(store.db)
-        # Later versions add their steps here: `if version < 3: ...`.
+        if version < 3:
+            _migrate_v3_batch_data(store.db)
+        # Later versions add their steps here: `if version < 4: ...`.
         store.db.execute(f"PRAGMA user_version={SCHEMA_VERSION:d}")
 
 
@@ -131,3 +133,14 @@ def _migrate_v2_attempts(db: Database) -> None:
     """
     db.table("targets").add_column("attempts", int, not_null_default=0)
     db.execute(q.MIGRATE_V2_ATTEMPTS)
+
+
+def _migrate_v3_batch_data(db: Database) -> None:
+    """Version 3: ``targets.custom_id``, ``jobs.metadata`` and ``jobs.parent_id``, the
+    ``job_labels`` table (one row per metadata key, for label filters) and the indexes of a
+    caller's filtered lists.
+
+    Jobs stored before version 3 have no metadata (``'{}'``), no parent and no labels.
+    """
+    for statement in q.MIGRATE_V3_BATCH_DATA:
+        db.execute(statement)
