@@ -243,6 +243,22 @@ def test_a_cancel_through_another_runner_stops_the_drain_after_the_target_in_fli
     assert job_id not in a.call("drains")
 
 
+def test_a_second_cancel_of_a_cancelled_job_is_false_on_every_runner(
+    spawn: Callable[..., Child], pg_dsn: str, tmp_path: Path
+) -> None:
+    a, b = spawn(), spawn()
+    job_id = a.call("submit", caller="alice", urls=_urls("x", "gate-g0", "gate-g1"))["job"]
+    _until(lambda: (tmp_path / "g0.started").exists(), "target 0 to start")
+    assert b.call("cancel", job=job_id) is True
+    # Target 0 is still in flight on A, and A's drain alive: both runners answer False now.
+    assert b.call("cancel", job=job_id) is False
+    assert a.call("cancel", job=job_id) is False
+    assert job_id in a.call("drains")
+    (tmp_path / "g0").touch()
+    assert b.call("wait", job=job_id)["status"] == "cancelled"
+    assert [o[1] for o in _outcomes(pg_dsn, job_id)] == ["done", "pending"]
+
+
 def test_a_drain_that_learns_of_a_cancel_from_its_own_write_releases_the_job(
     spawn: Callable[..., Child], pg_dsn: str, tmp_path: Path
 ) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -21,6 +23,7 @@ from trio_batch import (
     InvalidRequest,
     InvalidTargets,
     JobState,
+    JobStore,
     Result,
     Runner,
     RunnerClosed,
@@ -32,6 +35,7 @@ from trio_batch import (
 )
 from trio_batch.store.sqlite._job_store import SQLiteJobStore
 
+from ..support.backends import BACKENDS, open_backend
 from ..support.fakes import T0, FakeClock, ScriptedFetch, urls
 
 CONFIG = Config(ttl=100, targets_per_job=8, jobs_per_caller=1, jobs_total=3)
@@ -203,6 +207,37 @@ async def test_every_target_write_bumps_the_lease(
         assert await runner.cancel(job_id) is False
 
 
+@pytest.fixture(params=BACKENDS)
+async def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[JobStore]:
+    store = open_backend(request.param, request, tmp_path)
+    try:
+        yield store
+    finally:
+        await store.aclose()
+
+
+async def test_under_the_default_config_a_lease_lasts_24_hours_after_the_last_write(
+    any_store: JobStore, fetch: ScriptedFetch, clock: FakeClock
+) -> None:
+    targets = urls("a", "gate")
+    started, release = fetch.gate(targets[1].url)
+    async with open_runner(any_store, fetch, now=clock) as runner:  # Config() as it ships
+        job_id, _ = await runner.submit("alice", "user", targets)
+        await started.wait()
+        clock.advance(3600)
+        release.set()  # the last write: the outcome of "gate", an hour after the submit
+        await runner.wait(job_id)
+        clock.advance(23 * 3600 + 59 * 60)
+        status = await runner.status(job_id)
+        assert status is not None and status[0].status == JobState.DONE
+        assert await runner.submit("alice", "user", targets) == (job_id, True)
+        clock.advance(60)
+        assert await runner.status(job_id) is None
+        fresh, reused = await runner.submit("alice", "user", targets)
+        assert not reused and fresh != job_id
+        await runner.wait(fresh)
+
+
 async def test_caps_are_enforced(store: Store, fetch: ScriptedFetch, clock: FakeClock) -> None:
     async with open_runner(store, fetch, CONFIG, now=clock) as runner:
         with pytest.raises(TooManyTargets):
@@ -266,6 +301,24 @@ async def test_cancel_lets_the_in_flight_target_finish_and_stops(
     assert fetch.calls == [t.url for t in targets[:2]]
     # The cancelled job no longer counts against the caps; its completed work stays readable.
     assert final[1][1].result is not None
+
+
+async def test_a_second_cancel_while_the_target_in_flight_still_runs_is_false(
+    store: Store, fetch: ScriptedFetch, clock: FakeClock
+) -> None:
+    # The job is terminal from the first cancel on, though its drain is still alive.
+    targets = urls("gate", "b")
+    started, release = fetch.gate(targets[0].url)
+    async with open_runner(store, fetch, CONFIG, now=clock) as runner:
+        job_id, _ = await runner.submit("alice", "user", targets)
+        await started.wait()
+        assert await runner.cancel(job_id) is True
+        assert await runner.cancel(job_id) is False
+        assert fetch.in_flight == 1  # still running: the second answer came from the store
+        release.set()
+        job = await runner.wait(job_id)
+    assert job is not None and (job.status, job.targets_done) == (JobState.CANCELLED, 1)
+    assert fetch.calls == [targets[0].url]
 
 
 async def test_cancel_while_the_last_target_is_in_flight_keeps_the_job_cancelled(

@@ -1,8 +1,8 @@
 """Every store backend behaves the same: each JobStore operation, checked through the interface.
 
-The ``job_store`` fixture is parametrised over the backends; a new backend adds its id to
-``BACKENDS`` and a branch to ``_open_backend``, and every check here runs on it too. Only the
-:class:`~trio_batch.JobStore` methods are used, never a backend's own API.
+The ``job_store`` fixture is parametrised over the backends of ``tests/support/backends.py``;
+a backend added there runs every check here too. Only the :class:`~trio_batch.JobStore`
+methods are used, never a backend's own API.
 """
 
 from __future__ import annotations
@@ -33,31 +33,20 @@ from trio_batch import (
     open_store,
 )
 
+from ..support.backends import BACKENDS, open_backend
+
 T0 = 1_000_000.0
 TTL = 100.0
 CAPS: dict[str, Any] = {"ttl": TTL, "targets_per_job": 4, "jobs_per_caller": 2, "jobs_total": 3}
-
-BACKENDS = ["sqlite-memory", "sqlite-file", "postgres"]
 
 
 def _targets(n: int, prefix: str = "https://example.com/") -> list[Target]:
     return [Target(f"{prefix}{i}") for i in range(n)]
 
 
-async def _open_backend(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> JobStore:
-    if backend == "postgres":
-        # A fresh database of its own on the session's throw-away server (pg_server.py).
-        return open_store(request.getfixturevalue("pg_dsn"))
-    if backend == "sqlite-memory":
-        return open_store(":memory:")
-    if backend == "sqlite-file":
-        return open_store(f"sqlite:///{tmp_path / 'conformance.db'}")
-    raise AssertionError(f"unknown backend {backend}")
-
-
 @pytest.fixture(params=BACKENDS)
 async def job_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[JobStore]:
-    store = await _open_backend(request.param, request, tmp_path)
+    store = open_backend(request.param, request, tmp_path)
     try:
         yield store
     finally:
@@ -321,6 +310,32 @@ async def test_a_lapsed_job_takes_no_outcome_and_reads_as_absent(job_store: JobS
     assert await job_store.get_job(job.id, now=T0 + TTL) is None
     assert await job_store.get_status(job.id, now=T0 + TTL) is None
     assert await job_store.get_job(job.id, now=T0 + TTL - 1) is not None
+
+
+async def test_at_the_instant_a_lease_lapses_the_job_is_gone_for_every_operation(
+    job_store: JobStore,
+) -> None:
+    # A lease lasts up to, not including, expires_at: every backend draws the line there.
+    job, _ = await _create(job_store)
+    lapse = job.expires_at
+    before = lapse - 0.5
+    assert await job_store.get_job(job.id, now=before) is not None
+    assert await job_store.purge_expired(now=before, batch_size=10) == 0
+    assert await job_store.get_job(job.id, now=lapse) is None
+    assert await job_store.get_status(job.id, now=lapse) is None
+    assert await job_store.get_overview(job.id, now=lapse) is None
+    assert await job_store.get_target(job.id, 0, now=lapse) is None
+    assert await job_store.get_outcomes(job.id, 0, now=lapse, limit=10) is None
+    assert await job_store.list_jobs(now=lapse) == []
+    assert await job_store.list_caller_jobs("alice", now=lapse, limit=10) == []
+    assert sum((await job_store.counts(now=lapse)).jobs.values()) == 0
+    # The same targets resubmitted at that instant make a new job, which reads back.
+    again, reused = await _create(job_store, now=lapse)
+    assert not reused and again.id != job.id
+    assert await job_store.get_job(again.id, now=lapse) == again
+    # A purge at that instant deletes the lapsed job and leaves the new one.
+    assert await job_store.purge_expired(now=lapse, batch_size=10) == 1
+    assert [j.id for j in await job_store.list_jobs(now=lapse)] == [again.id]
 
 
 async def test_finish_job_sets_a_terminal_status_once(job_store: JobStore) -> None:

@@ -1,0 +1,24 @@
+"""Every store backend, by id: what the suites that must hold on each are parametrised over."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from trio_batch import JobStore, open_store
+
+#: A new backend adds its id here and a branch to :func:`open_backend`.
+BACKENDS = ["sqlite-memory", "sqlite-file", "postgres"]
+
+
+def open_backend(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> JobStore:
+    """A fresh, empty store of ``backend`` (the caller closes it)."""
+    if backend == "postgres":
+        # A fresh database of its own on the session's throw-away server (pg_server.py).
+        return open_store(request.getfixturevalue("pg_dsn"))
+    if backend == "sqlite-memory":
+        return open_store(":memory:")
+    if backend == "sqlite-file":
+        return open_store(f"sqlite:///{tmp_path / 'store.db'}")
+    raise AssertionError(f"unknown backend {backend}")
