@@ -23,20 +23,23 @@ from pathlib import Path
 import trio
 
 from trio_batch import Config, JobState, Result, Store, Target, open_runner
+from trio_batch.store import NewJob
 
 
 def _jobs(store: Store, count: int, size: int) -> list[str]:
     ids = []
     for n in range(count):
         job, _ = store.create_job(
-            f"caller{n}",
-            "bench",
-            [Target(f"https://bench.test/{n}/{i}") for i in range(size)],
-            ttl=86400,
-            targets_per_job=size,
-            jobs_per_caller=1,
-            jobs_total=count,
-            status=JobState.RUNNING,
+            NewJob(
+                f"caller{n}",
+                "bench",
+                [Target(f"https://bench.test/{n}/{i}") for i in range(size)],
+                ttl=86400,
+                targets_per_job=size,
+                jobs_per_caller=1,
+                jobs_total=count,
+                status=JobState.RUNNING,
+            )
         )
         ids.append(job.id)
     return ids

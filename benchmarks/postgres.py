@@ -33,6 +33,7 @@ import trio
 
 from demo.local_postgres import PgServer, start_postgres
 from trio_batch import JobState, Target
+from trio_batch.store import NewJob
 from trio_batch.store.postgres import PostgresStore
 
 from . import workloads
@@ -53,15 +54,17 @@ def floor_throughput(url: str, *, targets: int, targets_per_job: int = 32) -> fl
     try:
         for n in range(targets // targets_per_job + 1):
             job, _ = store.create_job(
-                f"floor{n}",
-                "bench",
-                [Target(f"https://floor.test/{n}/{i}") for i in range(targets_per_job)],
-                ttl=86400,
-                targets_per_job=targets_per_job,
-                jobs_per_caller=1,
-                jobs_total=targets,
+                NewJob(
+                    f"floor{n}",
+                    "bench",
+                    [Target(f"https://floor.test/{n}/{i}") for i in range(targets_per_job)],
+                    ttl=86400,
+                    targets_per_job=targets_per_job,
+                    jobs_per_caller=1,
+                    jobs_total=targets,
+                    status=JobState.RUNNING,
+                ),
                 now=time.time(),
-                status=JobState.RUNNING,
             )
             jobs.append(job.id)
     finally:

@@ -40,7 +40,15 @@ from ._model import (
 from ._retry import RetryableError, RetryNotice, RetryPolicy
 from ._version import __version__ as __version__
 from .runner import FetchFunc, Runner, open_runner
-from .store import SCHEMA_VERSION, JobStore, SQLiteJobStore, Store, StoreCounts, open_store
+from .store import (
+    SCHEMA_VERSION,
+    JobStore,
+    NewJob,
+    SQLiteJobStore,
+    Store,
+    StoreCounts,
+    open_store,
+)
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -56,6 +64,7 @@ __all__ = [
     "JobLive",
     "JobState",
     "JobStore",
+    "NewJob",
     "Options",
     "OutcomeExists",
     "OutcomeWrite",

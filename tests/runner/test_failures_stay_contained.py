@@ -31,6 +31,7 @@ from trio_batch import (
     open_runner,
     open_store,
 )
+from trio_batch.store import NewJob
 from trio_batch.store.postgres import PostgresJobStore
 
 T0 = 1_000_000.0
@@ -82,7 +83,7 @@ async def test_postgres_record_outcome_with_nul_answers_like_sqlite(pg_dsn: str)
     store = open_store(pg_dsn)
     try:
         job, _ = await store.create_job(
-            "alice", "default", _targets("a", "b"), now=T0, status=JobState.RUNNING, **CAPS
+            NewJob("alice", "default", _targets("a", "b"), status=JobState.RUNNING, **CAPS), now=T0
         )
         write = OutcomeWrite(job.id, 0, error="ValueError: a \x00 b", hint="see \x00")
         try:

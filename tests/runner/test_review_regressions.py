@@ -37,6 +37,7 @@ from trio_batch import (
     TargetStatus,
     open_runner,
 )
+from trio_batch.store import NewJob
 from trio_batch.store.sqlite._fast_path import FAST_MAX_CONTENT, FAST_MAX_RESULTS
 from trio_batch.store.sqlite._store import WouldBeSlow
 
@@ -430,7 +431,9 @@ def test_ctrl_c_during_a_fast_path_call_leaves_no_transaction_open(
     store = Store.open(tmp_path / "jobs.db")
     job_store = SQLiteJobStore(store)
     existing, _ = store.create_job(
-        "bob", "user", urls("b"), ttl=100, targets_per_job=10, jobs_per_caller=5, jobs_total=5
+        NewJob(
+            "bob", "user", urls("b"), ttl=100, targets_per_job=10, jobs_per_caller=5, jobs_total=5
+        )
     )
 
     async def main() -> None:
@@ -440,9 +443,17 @@ def test_ctrl_c_during_a_fast_path_call_leaves_no_transaction_open(
         fast.db.conn = _CtrlCAfter(fast.db.conn, statement)  # type: ignore[assignment]
         if call == "create_job":
             await job_store.create_job(
-                "alice", "user", urls("a"), ttl=100, targets_per_job=10, jobs_per_caller=5,
-                jobs_total=5, now=time.time(),
-            )  # fmt: skip
+                NewJob(
+                    "alice",
+                    "user",
+                    urls("a"),
+                    ttl=100,
+                    targets_per_job=10,
+                    jobs_per_caller=5,
+                    jobs_total=5,
+                ),
+                now=time.time(),
+            )
         else:
             await job_store.get_status(existing.id, now=time.time())
         await trio.sleep_forever()  # a Ctrl-C held back until a checkpoint arrives here
@@ -460,9 +471,16 @@ def test_ctrl_c_during_a_fast_path_call_leaves_no_transaction_open(
         assert not proxy.in_transaction, "a transaction was left open"
         # The connection goes on committing what it writes.
         job, _ = fast.create_job(
-            "carol", "user", urls("c"), ttl=100, targets_per_job=10, jobs_per_caller=5,
-            jobs_total=5,
-        )  # fmt: skip
+            NewJob(
+                "carol",
+                "user",
+                urls("c"),
+                ttl=100,
+                targets_per_job=10,
+                jobs_per_caller=5,
+                jobs_total=5,
+            )
+        )
         assert store.get_job(job.id) is not None, "a later write was never committed"
     finally:
         signal.signal(signal.SIGINT, previous)

@@ -33,6 +33,7 @@ from trio_batch import (
     TooManyTargets,
     open_runner,
 )
+from trio_batch.store import NewJob
 from trio_batch.store.sqlite._job_store import SQLiteJobStore
 
 from ..support.backends import BACKENDS, open_backend
@@ -385,9 +386,18 @@ async def test_restart_marks_jobs_left_live_as_failed(
 ) -> None:
     # A job left running by a process that died: created, one outcome stored, then nothing.
     job, _ = store.create_job(
-        "alice", "user", urls("a", "b", "c"), ttl=100, targets_per_job=8,
-        jobs_per_caller=1, jobs_total=3, status=JobState.RUNNING, now=clock(),
-    )  # fmt: skip
+        NewJob(
+            "alice",
+            "user",
+            urls("a", "b", "c"),
+            ttl=100,
+            targets_per_job=8,
+            jobs_per_caller=1,
+            jobs_total=3,
+            status=JobState.RUNNING,
+        ),
+        now=clock(),
+    )
     store.record_outcome(job.id, 0, result=Result("kept"), ttl=100, now=T0)
     async with open_runner(store, fetch, CONFIG, now=clock) as runner:
         status = await runner.status(job.id)
@@ -655,13 +665,15 @@ async def test_the_purge_pauses_longer_between_batches_while_jobs_drain(
         batch = trio_batch.runner._purge.PURGE_BATCH
         for i in range(2 * batch + 1):  # three batches: two full ones, then the last job
             store.create_job(
-                f"old{i}",
-                "user",
-                urls("a"),
-                ttl=100,
-                targets_per_job=8,
-                jobs_per_caller=1,
-                jobs_total=1000,
+                NewJob(
+                    f"old{i}",
+                    "user",
+                    urls("a"),
+                    ttl=100,
+                    targets_per_job=8,
+                    jobs_per_caller=1,
+                    jobs_total=1000,
+                ),
                 now=clock.now - 1000,
             )
         timed.armed = True

@@ -34,6 +34,7 @@ from trio_batch import (
     TargetState,
     open_runner,
 )
+from trio_batch.store import NewJob
 from trio_batch.store._group_commit import GroupCommit
 from trio_batch.store.postgres import PostgresStore
 
@@ -80,12 +81,14 @@ def _in_transaction(store: Store | PostgresStore) -> bool:
 
 def create(store: Store | PostgresStore, caller: str, n: int, *, now: float = T0) -> Job:
     job, reused = store.create_job(
-        caller,
-        "user",
-        [Target(f"https://{caller}.test/{i}") for i in range(n)],
-        status=JobState.RUNNING,
+        NewJob(
+            caller,
+            "user",
+            [Target(f"https://{caller}.test/{i}") for i in range(n)],
+            status=JobState.RUNNING,
+            **CAPS,
+        ),
         now=now,
-        **CAPS,
     )
     assert not reused
     return job

@@ -24,6 +24,7 @@ from trio_batch import (
     Target,
     open_runner,
 )
+from trio_batch.store import NewJob
 from trio_batch.store._loop_budget import MAX_DEFERRALS
 from trio_batch.store.sqlite import SQLiteJobStore, _fast_path, _job_store
 
@@ -38,13 +39,15 @@ NOW = 1e9
 
 async def _job_in(store: SQLiteJobStore) -> str:
     job, _ = await store.create_job(
-        "alice",
-        "user",
-        [Target("https://example.test/a")],
-        ttl=3600,
-        targets_per_job=10,
-        jobs_per_caller=10,
-        jobs_total=10,
+        NewJob(
+            "alice",
+            "user",
+            [Target("https://example.test/a")],
+            ttl=3600,
+            targets_per_job=10,
+            jobs_per_caller=10,
+            jobs_total=10,
+        ),
         now=NOW,
     )
     return job.id

@@ -25,7 +25,7 @@ from trio_batch import (
     StoreUnavailable,
     open_store,
 )
-from trio_batch.store import DrainChanges
+from trio_batch.store import DrainChanges, NewJob
 from trio_batch.store.postgres import SCHEMA_VERSION, PostgresJobStore, PostgresStore
 
 from ..support.fakes import T0, urls
@@ -61,7 +61,9 @@ async def test_open_store_takes_a_postgresql_url(pg_dsn: str) -> None:
     async with open_store(pg_dsn) as store:
         assert isinstance(store, PostgresJobStore)
         assert "password" not in store.location
-        job, reused = await store.create_job("alice", "user", urls("a"), ttl=TTL, now=T0, **_caps())
+        job, reused = await store.create_job(
+            NewJob("alice", "user", urls("a"), ttl=TTL, **_caps()), now=T0
+        )
         assert not reused
         stored = await store.record_outcome(
             OutcomeWrite(job.id, 0, result=Result("hello", {"n": 1})), ttl=TTL, now=T0 + 1
@@ -92,7 +94,7 @@ async def test_caps_hold_across_runners_submitting_at_once(
     async def submit(store: PostgresJobStore, caller: str) -> None:
         try:
             await store.create_job(
-                caller, "user", urls(caller), ttl=TTL, now=T0, **_caps(jobs_total=5)
+                NewJob(caller, "user", urls(caller), ttl=TTL, **_caps(jobs_total=5)), now=T0
             )
             outcomes.append("created")
         except Busy:
@@ -114,7 +116,7 @@ async def test_one_job_per_caller_and_targets_from_every_runner(
 
     async def submit(store: PostgresJobStore) -> None:
         job, reused = await store.create_job(
-            "alice", "user", urls("a", "b"), ttl=TTL, now=T0, **_caps(jobs_per_caller=4)
+            NewJob("alice", "user", urls("a", "b"), ttl=TTL, **_caps(jobs_per_caller=4)), now=T0
         )
         answers.append((job.id, reused))
 
@@ -134,7 +136,7 @@ async def test_the_per_caller_cap_holds_across_runners(stores: list[PostgresJobS
         nonlocal created, refused
         try:
             await store.create_job(
-                "alice", "user", urls(f"t{i}"), ttl=TTL, now=T0, **_caps(jobs_per_caller=2)
+                NewJob("alice", "user", urls(f"t{i}"), ttl=TTL, **_caps(jobs_per_caller=2)), now=T0
             )
             created += 1
         except CallerBusy:
@@ -210,7 +212,7 @@ async def test_a_lost_connection_fails_one_call_then_reconnects(
     stores: list[PostgresJobStore], pg_dsn: str
 ) -> None:
     store = stores[0]
-    job, _ = await store.create_job("alice", "user", urls("a"), ttl=TTL, now=T0, **_caps())
+    job, _ = await store.create_job(NewJob("alice", "user", urls("a"), ttl=TTL, **_caps()), now=T0)
     _sql(
         pg_dsn,
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
@@ -237,13 +239,17 @@ async def test_a_reaped_runner_writes_nothing_into_its_old_jobs(
     a, b = stores[0], stores[1]
     async with a.claim(heartbeat_interval=60, runner_timeout=120):
         a_id = a.runner_id
-        a_job, _ = await a.create_job("alice", "user", urls("a", "b"), ttl=TTL, now=T0, **_caps())
+        a_job, _ = await a.create_job(
+            NewJob("alice", "user", urls("a", "b"), ttl=TTL, **_caps()), now=T0
+        )
         stored = await a.record_outcome(
             OutcomeWrite(a_job.id, 0, result=Result("one")), ttl=TTL, now=T0 + 1
         )
         assert stored is not None and stored.targets_done == 1
         async with b.claim(heartbeat_interval=60, runner_timeout=120):
-            b_job, _ = await b.create_job("bob", "user", urls("c"), ttl=TTL, now=T0, **_caps())
+            b_job, _ = await b.create_job(
+                NewJob("bob", "user", urls("c"), ttl=TTL, **_caps()), now=T0
+            )
             assert await b.reap_orphans(now=T0 + 2) == 0  # A is alive: nothing reaped
             _age_runner(pg_dsn, a_id)
             assert await b.reap_orphans(now=T0 + 3) == 1
@@ -281,15 +287,17 @@ async def test_a_reaped_runner_creates_no_job_until_it_is_registered_again(
         # What another runner's reap does to A's registration while A is paused.
         _sql(pg_dsn, "DELETE FROM runners WHERE id = %s", (a.runner_id,))
         with pytest.raises(StoreUnavailable, match="taken for dead"):
-            await a.create_job("alice", "user", urls("a"), ttl=TTL, now=T0, **_caps())
+            await a.create_job(NewJob("alice", "user", urls("a"), ttl=TTL, **_caps()), now=T0)
     assert _sql(pg_dsn, "SELECT count(*) FROM jobs") == [(0,)]
 
 
 async def test_shutdown_fails_only_the_runners_own_jobs(stores: list[PostgresJobStore]) -> None:
     a, b = stores[0], stores[1]
     async with a.claim(), b.claim():
-        a_job, _ = await a.create_job("alice", "user", urls("a"), ttl=TTL, now=T0, **_caps())
-        b_job, _ = await b.create_job("bob", "user", urls("b"), ttl=TTL, now=T0, **_caps())
+        a_job, _ = await a.create_job(
+            NewJob("alice", "user", urls("a"), ttl=TTL, **_caps()), now=T0
+        )
+        b_job, _ = await b.create_job(NewJob("bob", "user", urls("b"), ttl=TTL, **_caps()), now=T0)
         assert await a.fail_own_jobs("shutdown", now=T0 + 1) == 1
         a_now = await b.get_job(a_job.id, now=T0 + 2)
         b_now = await b.get_job(b_job.id, now=T0 + 2)
@@ -303,7 +311,7 @@ async def test_a_runner_reaped_while_silent_registers_again_under_a_new_id(
     a, b = stores[0], stores[1]
     async with a.claim(heartbeat_interval=0.05, runner_timeout=60):
         first_id = a.runner_id
-        job, _ = await a.create_job("alice", "user", urls("a"), ttl=TTL, now=T0, **_caps())
+        job, _ = await a.create_job(NewJob("alice", "user", urls("a"), ttl=TTL, **_caps()), now=T0)
         _age_runner(pg_dsn, first_id)
         async with b.claim(heartbeat_interval=30, runner_timeout=60):
             # Either B's reap or A's own heartbeat task (which reaps too) fails A's job; A's
@@ -316,7 +324,9 @@ async def test_a_runner_reaped_while_silent_registers_again_under_a_new_id(
         reaped = await a.get_job(job.id, now=T0 + 2)
         assert reaped is not None and (reaped.status, reaped.error) == (JobState.FAILED, "restart")
         # As the new runner it writes its new jobs as usual.
-        fresh, _ = await a.create_job("carol", "user", urls("c"), ttl=TTL, now=T0, **_caps())
+        fresh, _ = await a.create_job(
+            NewJob("carol", "user", urls("c"), ttl=TTL, **_caps()), now=T0
+        )
         done = await a.record_outcome(
             OutcomeWrite(fresh.id, 0, result=Result("x")), ttl=TTL, now=T0 + 3
         )
@@ -330,7 +340,9 @@ async def test_the_unique_index_refuses_a_second_current_job_of_a_key(
     stores: list[PostgresJobStore], pg_dsn: str
 ) -> None:
     # The second line of defence, for a writer that skipped the creation lock.
-    job, _ = await stores[0].create_job("alice", "user", urls("a"), ttl=TTL, now=T0, **_caps())
+    job, _ = await stores[0].create_job(
+        NewJob("alice", "user", urls("a"), ttl=TTL, **_caps()), now=T0
+    )
     with pytest.raises(psycopg.errors.UniqueViolation):
         _sql(
             pg_dsn,
@@ -342,7 +354,7 @@ async def test_the_unique_index_refuses_a_second_current_job_of_a_key(
         )
     # Once the lease lapses, a new job of the key replaces it as current.
     later, reused = await stores[1].create_job(
-        "alice", "user", urls("a"), ttl=TTL, now=T0 + TTL + 1, **_caps(jobs_per_caller=2)
+        NewJob("alice", "user", urls("a"), ttl=TTL, **_caps(jobs_per_caller=2)), now=T0 + TTL + 1
     )
     assert not reused
     assert _sql(pg_dsn, "SELECT id FROM jobs WHERE current") == [(later.id,)]
@@ -357,8 +369,10 @@ async def test_a_runner_learns_of_cancels_and_reaps_by_others_and_waiters_of_its
         b.claim(heartbeat_interval=60, runner_timeout=120),
     ):
         assert a.can_start_target()  # its registration counts as a heartbeat
-        one, _ = await a.create_job("alice", "user", urls("a", "b"), ttl=TTL, now=T0, **_caps())
-        two, _ = await a.create_job("carol", "user", urls("c"), ttl=TTL, now=T0, **_caps())
+        one, _ = await a.create_job(
+            NewJob("alice", "user", urls("a", "b"), ttl=TTL, **_caps()), now=T0
+        )
+        two, _ = await a.create_job(NewJob("carol", "user", urls("c"), ttl=TTL, **_caps()), now=T0)
         assert await a.drain_changes([one.id, two.id]) == DrainChanges()
         assert not await b.drain_over(one.id)  # A drains it
         assert await b.finish_job(one.id, JobState.CANCELLED, now=T0 + 1) is not None

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from trio_batch import SCHEMA_VERSION, JobState, Result, Store, Target, TargetState
+from trio_batch.store import NewJob
 
 V1 = Path(__file__).parents[1] / "support" / "data" / "schema_v1.sqlite"
 V1_JOB = "XtVkK7lhelZUb9pqy9lv1w"
@@ -59,13 +60,15 @@ def test_a_version_1_database_is_upgraded_in_place_and_keeps_its_jobs(v1_copy: P
 def test_an_upgraded_database_takes_new_jobs_with_attempts(v1_copy: Path) -> None:
     with Store.open(v1_copy) as store:
         job, _ = store.create_job(
-            "bob",
-            "default",
-            [Target("https://example.org/new")],
-            ttl=100,
-            targets_per_job=4,
-            jobs_per_caller=1,
-            jobs_total=4,
+            NewJob(
+                "bob",
+                "default",
+                [Target("https://example.org/new")],
+                ttl=100,
+                targets_per_job=4,
+                jobs_per_caller=1,
+                jobs_total=4,
+            ),
             now=T0,
         )
         store.record_outcome(job.id, 0, error="timeout", attempts=3, ttl=100, now=T0 + 1)

@@ -30,6 +30,7 @@ from trio_batch import (
     TargetStatus,
     TooManyTargets,
 )
+from trio_batch.store import NewJob
 from trio_batch.store.sqlite import _queries as q
 from trio_batch.store.sqlite._views import job_overview, one_target
 
@@ -49,8 +50,8 @@ def targets_of(store: Store, job_id: str) -> list[TargetStatus]:
 
 
 def create(store: Store, caller: str = "alice", n: int = 3, **kw: Any) -> tuple[Any, bool]:
-    args = {**CAPS, "now": T0, **kw}
-    return store.create_job(caller, "user", targets(n), **args)
+    now = kw.pop("now", T0)
+    return store.create_job(NewJob(caller, "user", targets(n), **{**CAPS, **kw}), now=now)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -160,7 +161,7 @@ def test_the_next_target_of_a_running_job_reads_as_running(store: Store) -> None
 
 def test_create_job_stores_options_as_json(store: Store) -> None:
     job, _ = store.create_job(
-        "alice", "user", [Target("u", Options(grep="a.b", context=True))], **CAPS, now=T0
+        NewJob("alice", "user", [Target("u", Options(grep="a.b", context=True))], **CAPS), now=T0
     )
     [target] = targets_of(store, job.id)
     assert target.options == Options(grep="a.b", context=True)
@@ -218,11 +219,11 @@ def test_reuse_bypasses_the_caps(store: Store) -> None:
 
 def test_invalid_input_is_refused_before_any_write(store: Store) -> None:
     with pytest.raises(InvalidTargets):
-        store.create_job("alice", "user", [], **CAPS)
+        store.create_job(NewJob("alice", "user", [], **CAPS))
     with pytest.raises(InvalidTargets):
-        store.create_job("alice", "user", ["https://x"], **CAPS)  # type: ignore[list-item]
+        store.create_job(NewJob("alice", "user", ["https://x"], **CAPS))  # type: ignore[list-item]
     with pytest.raises(InvalidRequest):
-        store.create_job("", "user", targets(1), **CAPS)
+        store.create_job(NewJob("", "user", targets(1), **CAPS))
     assert store.count_live_jobs() == 0
 
 
@@ -253,7 +254,7 @@ def test_the_cap_race_two_threads_never_exceed_a_cap(tmp_path: Path) -> None:
                 caller = f"caller{i % 4}"
                 try:
                     job, _ = store.create_job(
-                        caller, "user", targets(1, f"w{worker}/{i}/"), **caps, now=T0
+                        NewJob(caller, "user", targets(1, f"w{worker}/{i}/"), **caps), now=T0
                     )
                     accepted.append(job.caller)
                 except (Busy, CallerBusy) as exc:

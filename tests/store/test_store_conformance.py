@@ -32,6 +32,7 @@ from trio_batch import (
     TooManyTargets,
     open_store,
 )
+from trio_batch.store import NewJob
 
 from ..support.backends import BACKENDS, open_backend
 
@@ -56,8 +57,9 @@ async def job_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIter
 async def _create(
     store: JobStore, caller: str = "alice", n: int = 2, prefix: str = "u:", **kwargs: Any
 ) -> Any:
-    args = {**CAPS, "now": T0, "status": JobState.RUNNING, **kwargs}
-    return await store.create_job(caller, "default", _targets(n, prefix), **args)
+    now = kwargs.pop("now", T0)
+    args = {**CAPS, "status": JobState.RUNNING, **kwargs}
+    return await store.create_job(NewJob(caller, "default", _targets(n, prefix), **args), now=now)
 
 
 def _ok(job_id: str, idx: int, text: str = "x") -> OutcomeWrite:
@@ -113,7 +115,7 @@ async def test_caps_refuse_with_typed_errors_and_write_nothing(job_store: JobSto
         await _create(job_store, caller="carol", prefix="e:")
     assert len(await job_store.list_jobs(now=T0)) == 3
     with pytest.raises(InvalidTargets):
-        await job_store.create_job("alice", "default", [], **CAPS, now=T0)
+        await job_store.create_job(NewJob("alice", "default", [], **CAPS), now=T0)
 
 
 async def test_concurrent_creates_never_exceed_the_caps(job_store: JobStore) -> None:
@@ -200,7 +202,7 @@ async def test_targets_read_back_with_the_options_they_were_submitted_with(
         Target("u:2", Options()),  # equal to the default, though not the same object
     ]
     job, _ = await job_store.create_job(
-        "alice", "default", targets, **{**CAPS, "now": T0, "status": JobState.RUNNING}
+        NewJob("alice", "default", targets, **CAPS, status=JobState.RUNNING), now=T0
     )
     status = await job_store.get_status(job.id, now=T0 + 1)
     assert status is not None

@@ -33,6 +33,7 @@ from trio_batch import (
     TargetState,
     TooManyTargets,
 )
+from trio_batch.store import NewJob
 
 from ..support.fakes import T0
 from ..support.figures import Figures, scaled
@@ -151,14 +152,16 @@ class StoreMachine(RuleBasedStateMachine):
                 expected = Busy
         try:
             job, reused = self.store.create_job(
-                caller,
-                "user",
-                [Target(u) for u in urls],
-                ttl=TTL,
-                targets_per_job=self.targets_per_job,
-                jobs_per_caller=self.jobs_per_caller,
-                jobs_total=self.jobs_total,
-                status=JobState.RUNNING,
+                NewJob(
+                    caller,
+                    "user",
+                    [Target(u) for u in urls],
+                    ttl=TTL,
+                    targets_per_job=self.targets_per_job,
+                    jobs_per_caller=self.jobs_per_caller,
+                    jobs_total=self.jobs_total,
+                    status=JobState.RUNNING,
+                ),
                 now=self.now,
             )
         except (TooManyTargets, CallerBusy, Busy) as exc:

@@ -23,11 +23,25 @@ from trio_batch import (
     Target,
     open_runner,
 )
+from trio_batch.store import NewJob
 from trio_batch.store.sqlite import _job_store
 
 from ..support.fakes import T0 as NOW  # the time every call is made at: leases compare only with it
 
 TTL = 3600.0
+
+
+def _one_target_job(caller: str) -> NewJob:
+    return NewJob(
+        caller,
+        "user",
+        [Target("u")],
+        ttl=TTL,
+        targets_per_job=1,
+        jobs_per_caller=1,
+        jobs_total=100,
+        status=JobState.RUNNING,
+    )
 
 
 async def _fetch(target: Target) -> Result:
@@ -117,12 +131,8 @@ async def test_outcomes_sharing_a_commit_each_count_toward_the_next_checkpoint(
     monkeypatch.setattr(Store, "checkpoint", checkpoint)
     store = Store.open(tmp_path / "jobs.db")
     jobs = [  # made on the Store itself: nothing counted toward a checkpoint yet
-        store.create_job(
-            f"c{i}", "user", [Target("u")], ttl=TTL, targets_per_job=1, jobs_per_caller=1,
-            jobs_total=100, status=JobState.RUNNING, now=NOW,
-        )[0]
-        for i in range(outcomes)
-    ]  # fmt: skip
+        store.create_job(_one_target_job(f"c{i}"), now=NOW)[0] for i in range(outcomes)
+    ]
     face = _job_store.SQLiteJobStore(store, owns_store=True)
     commits: list[str] = []
     async with face:
@@ -178,13 +188,15 @@ async def _store_with_a_held_checkpoint(
     monkeypatch.setattr(Store, "checkpoint", checkpoint)
     store = _job_store.SQLiteJobStore(Store.open(tmp_path / "jobs.db"), owns_store=True)
     job, _ = await store.create_job(
-        "alice",
-        "user",
-        [Target("u/0"), Target("u/1")],
-        ttl=TTL,
-        targets_per_job=10,
-        jobs_per_caller=10,
-        jobs_total=10,
+        NewJob(
+            "alice",
+            "user",
+            [Target("u/0"), Target("u/1")],
+            ttl=TTL,
+            targets_per_job=10,
+            jobs_per_caller=10,
+            jobs_total=10,
+        ),
         now=NOW,
     )
     await trio.to_thread.run_sync(held.holding.wait)
@@ -269,12 +281,8 @@ async def test_a_shared_commit_bigger_than_the_cap_waits_for_the_checkpoint(
         tmp_path, monkeypatch, held, every=4
     )
     others = [  # made on the Store itself: nothing counted
-        store.store.create_job(
-            f"c{i}", "user", [Target("u")], ttl=TTL, targets_per_job=1, jobs_per_caller=1,
-            jobs_total=100, status=JobState.RUNNING, now=NOW,
-        )[0].id
-        for i in range(2)
-    ]  # fmt: skip
+        store.store.create_job(_one_target_job(f"c{i}"), now=NOW)[0].id for i in range(2)
+    ]
     async with store, trio.open_nursery() as nursery:
         answers: list[Job | None] = []
         for job in (job_id, *others):  # ready in the same pass: one commit of 3

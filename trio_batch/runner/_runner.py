@@ -33,7 +33,7 @@ from .._model import (
 )
 from .._retry import RetryNotice
 from .._text import safe_text
-from ..store import JobStore
+from ..store import JobStore, NewJob
 from ._attempts import Attempts, Failure, FetchFunc
 from ._cluster import ChangedElsewhere, release, wait_at_most, wait_elsewhere, wait_for_heartbeat
 from ._drain import _Drain
@@ -129,22 +129,22 @@ class Runner:
         # moment another task can see the job (a reuse, a listing), cancel() and wait() find
         # its drain.
         drain = _Drain(new_job_id(), caller, checked)
+        request = NewJob(
+            caller,
+            caller_class,
+            checked,
+            ttl=config.ttl,
+            targets_per_job=targets_per_job,
+            jobs_per_caller=jobs_per_caller,
+            jobs_total=config.jobs_total,
+            status=JobState.RUNNING,
+            job_id=drain.job_id,
+        )
         self._drains[drain.job_id] = drain
         started = False
         try:
             with trio.CancelScope(shield=True):  # a created job must get its drain task
-                job, reused = await self._store.create_job(
-                    caller,
-                    caller_class,
-                    checked,
-                    ttl=config.ttl,
-                    targets_per_job=targets_per_job,
-                    jobs_per_caller=jobs_per_caller,
-                    jobs_total=config.jobs_total,
-                    status=JobState.RUNNING,
-                    job_id=drain.job_id,
-                    now=self._now(),
-                )
+                job, reused = await self._store.create_job(request, now=self._now())
             log_extra = {"job_id": job.id, "caller": job.caller, "targets": job.targets_total}
             if reused:
                 self._log.info("job reused", extra={**log_extra, "status": str(job.status)})

@@ -16,7 +16,7 @@ in one module of named statements), a URL scheme in :func:`open_store`, and a pa
 """
 
 from ._open import open_store
-from ._protocol import ChangeObserver, DrainChanges, JobStore, StoreCounts, WriteObserver
+from ._protocol import ChangeObserver, DrainChanges, JobStore, NewJob, StoreCounts, WriteObserver
 from .sqlite import SCHEMA_VERSION, SQLiteJobStore, Store
 
 __all__ = [
@@ -24,6 +24,7 @@ __all__ = [
     "ChangeObserver",
     "DrainChanges",
     "JobStore",
+    "NewJob",
     "SQLiteJobStore",
     "Store",
     "StoreCounts",

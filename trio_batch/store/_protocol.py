@@ -19,7 +19,14 @@ from typing import Protocol, runtime_checkable
 
 from .._model import Job, JobState, OutcomeWrite, Target, TargetStatus
 
-__all__ = ["ChangeObserver", "DrainChanges", "JobStore", "StoreCounts", "WriteObserver"]
+__all__ = [
+    "ChangeObserver",
+    "DrainChanges",
+    "JobStore",
+    "NewJob",
+    "StoreCounts",
+    "WriteObserver",
+]
 
 WriteObserver = Callable[[str, float], None]
 """Called on the event loop with ``(operation, seconds)`` after each job creation
@@ -28,6 +35,28 @@ WriteObserver = Callable[[str, float], None]
 ChangeObserver = Callable[[frozenset[str] | None], None]
 """Called on the event loop with the ids of jobs that some runner changed (see
 :meth:`JobStore.listen_changes`), or None when such changes may have been missed."""
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    """A request to create a job: what the caller submits and the caps it must fit.
+
+    The store checks it before any I/O (invalid targets or caller names raise
+    :class:`~trio_batch.InvalidTargets` / :class:`~trio_batch.InvalidRequest`).
+    """
+
+    caller: str
+    caller_class: str
+    targets: Sequence[Target]
+    #: Seconds the job and its results are kept after its latest write.
+    ttl: float
+    targets_per_job: int
+    jobs_per_caller: int
+    jobs_total: int
+    #: ``queued``, or ``running`` for a caller that starts draining at once.
+    status: JobState = JobState.QUEUED
+    #: The id a new job gets (made with :func:`~trio_batch.new_job_id`); by default a fresh one.
+    job_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,21 +119,9 @@ class JobStore(Protocol):
         """
         ...
 
-    async def create_job(
-        self,
-        caller: str,
-        caller_class: str,
-        targets: Sequence[Target],
-        *,
-        ttl: float,
-        targets_per_job: int,
-        jobs_per_caller: int,
-        jobs_total: int,
-        now: float,
-        status: JobState = JobState.QUEUED,
-        job_id: str | None = None,
-    ) -> tuple[Job, bool]:
-        """Return the reusable job of ``(caller, targets)``, or check the caps and create one.
+    async def create_job(self, new: NewJob, *, now: float) -> tuple[Job, bool]:
+        """Return the reusable job of ``(new.caller, new.targets)``, or check the caps and
+        create one.
 
         One atomic, serialised step (see :meth:`trio_batch.Store.create_job` for the rules):
         returns ``(job, reused)``; raises :class:`~trio_batch.TooManyTargets`,

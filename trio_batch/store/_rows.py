@@ -31,9 +31,10 @@ from .._model import (
     new_job_id,
 )
 from .._text import safe_text
+from ._protocol import NewJob
 
 __all__ = [
-    "NewJob",
+    "JobInsert",
     "check_caps",
     "dumps",
     "job_after_outcome",
@@ -212,7 +213,7 @@ def options_from_text(text: str) -> Options:
     return Options.from_json(json.loads(text))
 
 
-class NewJob:
+class JobInsert:
     """A checked job request: the job a create would insert, and its targets' rows."""
 
     __slots__ = ("job", "targets")
@@ -250,24 +251,16 @@ class NewJob:
         ]
 
 
-def new_job(
-    caller: str,
-    caller_class: str,
-    targets: Sequence[Target],
-    *,
-    ttl: float,
-    status: JobState,
-    job_id: str | None,
-    now: float,
-) -> NewJob:
+def new_job(new: NewJob, *, now: float) -> JobInsert:
     """Check a create request and build the job it would insert, before any I/O.
 
     Invalid targets or caller names raise :class:`InvalidTargets` / :class:`InvalidRequest`;
     a terminal ``status`` or a malformed ``job_id`` raises ValueError.
     """
-    caller = check_caller(caller)
-    caller_class = check_caller(caller_class, "caller_class")
-    checked = check_targets(targets)
+    caller = check_caller(new.caller)
+    caller_class = check_caller(new.caller_class, "caller_class")
+    checked = check_targets(new.targets)
+    status, job_id = new.status, new.job_id
     if not JobState(status).is_live:
         raise ValueError(f"a new job is queued or running, not {status}")
     if job_id is not None and not is_job_id(job_id):
@@ -284,25 +277,28 @@ def new_job(
         idem_key=idem_key(caller, checked),
         created_at=now,
         updated_at=now,
-        expires_at=now + ttl,
+        expires_at=now + new.ttl,
     )
-    return NewJob(job, checked)
+    return JobInsert(job, checked)
 
 
 def check_caps(
     job: Job,
+    new: NewJob,
     *,
-    targets_per_job: int,
-    jobs_per_caller: int,
-    jobs_total: int,
     caller_live: Callable[[], int],
     total_live: Callable[[], int],
     blocking_job: Callable[[], str | None],
 ) -> None:
-    """Raise the cap ``job`` would break, checked in this order: :class:`TooManyTargets`,
-    :class:`CallerBusy` (the caller holds ``caller_live()`` live jobs; it names
-    ``blocking_job()``, the caller's newest live job), :class:`Busy` (``total_live()`` in all).
-    The counts and the blocking job are only asked for when needed."""
+    """Raise the cap of ``new`` that ``job`` would break, checked in this order:
+    :class:`TooManyTargets`, :class:`CallerBusy` (the caller holds ``caller_live()`` live
+    jobs; it names ``blocking_job()``, the caller's newest live job), :class:`Busy`
+    (``total_live()`` in all). The counts and the blocking job are only asked for when needed."""
+    targets_per_job, jobs_per_caller, jobs_total = (
+        new.targets_per_job,
+        new.jobs_per_caller,
+        new.jobs_total,
+    )
     if job.targets_total > targets_per_job:
         raise TooManyTargets(
             f"the job has {job.targets_total} targets; the limit is {targets_per_job} per job"

@@ -23,9 +23,9 @@ import psycopg
 import trio
 
 from ..._errors import StoreError, StoreUnavailable
-from ..._model import Job, JobState, OutcomeWrite, Target, TargetStatus
+from ..._model import Job, JobState, OutcomeWrite, TargetStatus
 from .._face import StoreFace
-from .._protocol import ChangeObserver, DrainChanges, StoreCounts
+from .._protocol import ChangeObserver, DrainChanges, NewJob, StoreCounts
 from .._thread import StoreThread
 from ._errors import translate_errors
 from ._listen import listen_for_changes, split_listen_option
@@ -237,35 +237,10 @@ class PostgresJobStore(StoreFace):
     # ----------------------------------------------------------------------------------------
     # JobStore
 
-    async def create_job(
-        self,
-        caller: str,
-        caller_class: str,
-        targets: Sequence[Target],
-        *,
-        ttl: float,
-        targets_per_job: int,
-        jobs_per_caller: int,
-        jobs_total: int,
-        now: float,
-        status: JobState = JobState.QUEUED,
-        job_id: str | None = None,
-    ) -> tuple[Job, bool]:
+    async def create_job(self, new: NewJob, *, now: float) -> tuple[Job, bool]:
         """:meth:`PostgresStore.create_job`: reuse, caps and insert serialised cluster-wide."""
         start = self._observe_start()
-        answer = await self._call(
-            PostgresStore.create_job,
-            caller,
-            caller_class,
-            targets,
-            ttl=ttl,
-            targets_per_job=targets_per_job,
-            jobs_per_caller=jobs_per_caller,
-            jobs_total=jobs_total,
-            now=now,
-            status=status,
-            job_id=job_id,
-        )
+        answer = await self._call(PostgresStore.create_job, new, now=now)
         self._observe("create_job", start)
         return answer
 

@@ -35,9 +35,9 @@ from ..._model import (
     Job,
     JobState,
     OutcomeWrite,
-    Target,
     is_job_id,
 )
+from .._protocol import NewJob
 from .._rows import check_caps, job_from_row, new_job, write_values
 from . import _queries as q
 from ._connection import Conn
@@ -165,28 +165,15 @@ class PostgresStore(PostgresReads):
     # ----------------------------------------------------------------------------------------
     # Creating jobs
 
-    def create_job(
-        self,
-        caller: str,
-        caller_class: str,
-        targets: Sequence[Target],
-        *,
-        ttl: float,
-        targets_per_job: int,
-        jobs_per_caller: int,
-        jobs_total: int,
-        now: float,
-        status: JobState = JobState.QUEUED,
-        job_id: str | None = None,
-    ) -> tuple[Job, bool]:
+    def create_job(self, new: NewJob, *, now: float) -> tuple[Job, bool]:
         """As :meth:`trio_batch.Store.create_job`, serialised cluster-wide.
 
         The reuse lookup, the caps counts and the insert run in one READ COMMITTED transaction
         after ``pg_advisory_xact_lock``: every runner's committed jobs are counted. The new job
         is owned by ``runner_id``.
         """
-        new = new_job(caller, caller_class, targets, ttl=ttl, status=status, job_id=job_id, now=now)
-        job = new.job
+        insert = new_job(new, now=now)
+        job = insert.job
 
         def create(conn: Conn) -> tuple[Job, bool]:
             # A reuse needs no lock: look first with a plain read, then again under the lock.
@@ -210,9 +197,7 @@ class PostgresStore(PostgresReads):
                     )
                 check_caps(
                     job,
-                    targets_per_job=targets_per_job,
-                    jobs_per_caller=jobs_per_caller,
-                    jobs_total=jobs_total,
+                    new,
                     caller_live=lambda: _count(conn, q.COUNT_LIVE_OF_CALLER, (job.caller,)),
                     total_live=lambda: _count(conn, q.COUNT_LIVE, ()),
                     blocking_job=lambda: _first(conn, q.NEWEST_LIVE_OF_CALLER, (job.caller,)),
@@ -220,9 +205,9 @@ class PostgresStore(PostgresReads):
                 conn.execute(q.RETIRE_LAPSED, (job.caller, job.idem_key, now))
                 # A second current job of the key (a writer that skipped the lock) is refused
                 # by the unique index: UniqueViolation, so StoreUnavailable, nothing written.
-                conn.execute(q.INSERT_JOB, (*new.job_params(), self.runner_id))
+                conn.execute(q.INSERT_JOB, (*insert.job_params(), self.runner_id))
                 with conn.cursor() as cur:
-                    cur.executemany(q.INSERT_TARGET, new.target_params())
+                    cur.executemany(q.INSERT_TARGET, insert.target_params())
             return job, False
 
         return self._run(create)

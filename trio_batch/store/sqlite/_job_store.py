@@ -32,10 +32,10 @@ from typing import Concatenate, ParamSpec, TypeVar
 import trio
 
 from ..._errors import StoreError
-from ..._model import Job, JobState, OutcomeWrite, Target, TargetStatus
+from ..._model import Job, JobState, OutcomeWrite, TargetStatus
 from .._face import StoreFace
 from .._loop_budget import LoopBudget
-from .._protocol import ChangeObserver, DrainChanges, StoreCounts
+from .._protocol import ChangeObserver, DrainChanges, NewJob, StoreCounts
 from .._thread import StoreThread
 from . import _fast_path
 from ._errors import translate_errors
@@ -330,36 +330,11 @@ class SQLiteJobStore(StoreFace):
     # ----------------------------------------------------------------------------------------
     # JobStore
 
-    async def create_job(
-        self,
-        caller: str,
-        caller_class: str,
-        targets: Sequence[Target],
-        *,
-        ttl: float,
-        targets_per_job: int,
-        jobs_per_caller: int,
-        jobs_total: int,
-        now: float,
-        status: JobState = JobState.QUEUED,
-        job_id: str | None = None,
-    ) -> tuple[Job, bool]:
+    async def create_job(self, new: NewJob, *, now: float) -> tuple[Job, bool]:
         """:meth:`Store.create_job`; on the fast path when the job is small."""
-        create = functools.partial(
-            Store.create_job,
-            caller=caller,
-            caller_class=caller_class,
-            targets=targets,
-            ttl=ttl,
-            targets_per_job=targets_per_job,
-            jobs_per_caller=jobs_per_caller,
-            jobs_total=jobs_total,
-            status=status,
-            job_id=job_id,
-            now=now,
-        )
+        create = functools.partial(Store.create_job, new=new, now=now)
         start = self._observe_start()
-        if len(targets) <= _fast_path.FAST_MAX_TARGETS:
+        if len(new.targets) <= _fast_path.FAST_MAX_TARGETS:
             answer = await self._call(1, create)  # one write toward the next checkpoint
         else:
             answer = await self._on_thread(create)

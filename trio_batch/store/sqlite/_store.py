@@ -24,13 +24,12 @@ from ..._model import (
     JobState,
     OutcomeWrite,
     Result,
-    Target,
     TargetStatus,
     final_status,
     is_job_id,
     with_running,
 )
-from .._protocol import StoreCounts
+from .._protocol import NewJob, StoreCounts
 from .._rows import check_caps, dumps, job_after_outcome, new_job, outcome_values
 from .._rows import job_from_row as _job
 from .._rows import target_from_row as _target
@@ -73,20 +72,7 @@ class Store(Connection):
     # ----------------------------------------------------------------------------------------
     # Creating jobs
 
-    def create_job(
-        self,
-        caller: str,
-        caller_class: str,
-        targets: Sequence[Target],
-        *,
-        ttl: float,
-        targets_per_job: int,
-        jobs_per_caller: int,
-        jobs_total: int,
-        status: JobState = JobState.QUEUED,
-        job_id: str | None = None,
-        now: float | None = None,
-    ) -> tuple[Job, bool]:
+    def create_job(self, new: NewJob, *, now: float | None = None) -> tuple[Job, bool]:
         """Create a job atomically with its caps check; returns ``(job, reused)``.
 
         In one ``BEGIN IMMEDIATE`` transaction: if a job with the same ``(caller, idem_key)``
@@ -97,14 +83,14 @@ class Store(Connection):
         ``jobs_total`` live jobs in all raises :class:`Busy`. Then insert the job and all its
         targets as ``pending`` with a lease of ``ttl`` seconds, and return ``(job, False)``.
 
-        ``status`` is the new job's status: ``queued``, or ``running`` for a caller that starts
-        draining at once. ``job_id`` is the id a new job gets (made with :func:`new_job_id`);
-        by default a fresh one. Invalid targets or
-        caller names raise :class:`InvalidTargets` / :class:`InvalidRequest` before any I/O.
+        ``new.status`` is the new job's status: ``queued``, or ``running`` for a caller that
+        starts draining at once. ``new.job_id`` is the id a new job gets (made with
+        :func:`new_job_id`); by default a fresh one. Invalid targets or caller names raise
+        :class:`InvalidTargets` / :class:`InvalidRequest` before any I/O.
         """
         now = time.time() if now is None else now
-        new = new_job(caller, caller_class, targets, ttl=ttl, status=status, job_id=job_id, now=now)
-        job = new.job
+        insert = new_job(new, now=now)
+        job = insert.job
         # A reuse needs no write lock: look first with a plain read, then again under the lock
         # (another connection may have created the job in between).
         existing = self.find_reusable_job(job.caller, job.idem_key, now=now)
@@ -116,15 +102,13 @@ class Store(Connection):
                 return existing, True
             check_caps(
                 job,
-                targets_per_job=targets_per_job,
-                jobs_per_caller=jobs_per_caller,
-                jobs_total=jobs_total,
+                new,
                 caller_live=lambda: self.count_live_jobs(job.caller),
                 total_live=self.count_live_jobs,
                 blocking_job=lambda: self._newest_live_job(job.caller),
             )
-            self.db.execute(q.INSERT_JOB, new.job_params())
-            self.db.conn.executemany(q.INSERT_TARGET, new.target_params())
+            self.db.execute(q.INSERT_JOB, insert.job_params())
+            self.db.conn.executemany(q.INSERT_TARGET, insert.target_params())
             return job, False
 
     def find_reusable_job(self, caller: str, key: str, *, now: float | None = None) -> Job | None:
