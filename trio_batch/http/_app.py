@@ -1,4 +1,5 @@
-"""The application: :func:`create_app` builds the service's routes, handlers and lifespan."""
+"""The application: :func:`create_app` builds the service: its routes (the handlers are in
+``_routes``), error handlers and lifespan."""
 
 from __future__ import annotations
 
@@ -10,36 +11,33 @@ from collections.abc import AsyncIterator, Callable
 from typing import cast
 
 import trio
-from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from .._config import Config
 from .._errors import BatchError
-from .._text import parse_count
 from ..runner import FetchFunc, open_runner
 from ..store import JobStore, open_store
 from ._auth import HeaderAuth, TokenAuth
-from ._bodies import (
-    job_json,
-    page_json,
-    parse_json,
-    parse_page,
-    parse_submission,
-    read_body,
-    require_json,
-    target_summary_json,
-)
 from ._dashboard import dashboard_routes
-from ._events import EventStream
 from ._headers import SecurityHeaders
 from ._metrics import RequestCounter
 from ._openapi import openapi_document
-from ._problems import Problem, not_found, problem_for, problem_for_http
+from ._problems import Problem, problem_for, problem_for_http
+from ._routes import (
+    batch_resource,
+    batches,
+    cancel_batch,
+    events,
+    get_target,
+    healthz,
+    metrics,
+    openapi_json,
+)
 from ._service import Service
 
 __all__ = ["DEFAULT_BODY_TIMEOUT", "DEFAULT_MAX_BODY", "create_app"]
@@ -114,112 +112,6 @@ def create_app(
                 service.stopping.set()
                 service.runner_ = None
 
-    async def submit(request: Request) -> Response:
-        caller = service.caller(request)
-        require_json(request)
-        body = await read_body(request, service.max_body, seconds=service.body_timeout)
-        obj = parse_json(body)
-        try:
-            caller_class, targets = parse_submission(obj, caller, service.config)
-            runner = service.runner
-            job_id, reused = await runner.submit(caller.name, caller_class, targets)
-        except BatchError as exc:
-            raise problem_for(exc, retry_after=service.retry_after) from None
-        status = await runner.status(job_id)
-        if status is None:
-            raise not_found("the job lapsed as soon as it was created")
-        job, stored = status
-        return JSONResponse(
-            {**job_json(job, stored), "reused": reused},
-            status_code=200 if reused else 201,
-            headers={"Location": f"/v1/batches/{job_id}"},
-        )
-
-    async def list_batches(request: Request) -> Response:
-        caller = service.caller(request)
-        limit, before = parse_page(request.query_params)  # InvalidRequest: 422
-        jobs = await service.runner.store.list_caller_jobs(
-            caller.name, now=service.now(), limit=limit, before=before
-        )
-        return JSONResponse(page_json(jobs, limit))
-
-    async def batches(request: Request) -> Response:
-        if request.method == "POST":
-            return await submit(request)
-        return await list_batches(request)
-
-    async def get_batch(request: Request) -> Response:
-        caller = service.caller(request)
-        found = await service.runner.overview(request.path_params["id"])
-        if found is None:
-            raise not_found()
-        job, targets, sizes = found
-        service.owned(job, caller)
-        summaries = [target_summary_json(job.id, t, n) for t, n in zip(targets, sizes, strict=True)]
-        return JSONResponse({**job_json(job, targets), "targets": summaries})
-
-    async def get_target(request: Request) -> Response:
-        caller = service.caller(request)
-        idx = parse_count(request.path_params["idx"], max_digits=9)
-        found = None if idx is None else await service.runner.target(request.path_params["id"], idx)
-        missing = "no such job or target"
-        job, target = (None, None) if found is None else found
-        service.owned(job, caller, missing)
-        assert target is not None  # found, since owned() accepted its job
-        return JSONResponse(target.to_json())
-
-    async def cancel_batch(request: Request) -> Response:
-        caller = service.caller(request)
-        require_json(request, body_expected=False)
-        job = await service.owned_job(request, caller)
-        conflict = Problem(
-            409, "already-finished", "Conflict", f"the job has already finished ({job.status})"
-        )
-        if job.is_terminal:
-            raise conflict
-        if not await service.runner.cancel(job.id):
-            raise conflict  # it finished meanwhile
-        status = await service.runner.status(job.id)
-        if status is None:
-            raise not_found()
-        return JSONResponse(job_json(*status))
-
-    async def forget_batch(request: Request) -> Response:
-        caller = service.caller(request)
-        job = await service.runner.forget(request.path_params["id"], caller=caller.name)
-        if job is None:
-            raise not_found()  # another caller's job reads exactly like an unknown one
-        return Response(status_code=204)
-
-    async def batch_resource(request: Request) -> Response:
-        if request.method == "DELETE":
-            return await forget_batch(request)
-        return await get_batch(request)
-
-    async def events(request: Request) -> Response:
-        caller = service.caller(request)
-        job = await service.owned_job(request, caller)
-        last = parse_count(request.headers.get("last-event-id", "").strip(), max_digits=9)
-        after = -1 if last is None else last
-        return EventStream(service, service.runner, job.id, after)
-
-    async def healthz(request: Request) -> Response:
-        service.runner  # noqa: B018 - raises RunnerClosed (503) while shutting down
-        return JSONResponse({"status": "ok"})
-
-    async def metrics(request: Request) -> Response:
-        runner = service.runner_
-        if runner is not None:
-            counts = await runner.store.counts(now=service.now())
-            service.metrics.set_store_counts(counts)
-        text = await trio.to_thread.run_sync(generate_latest, service.metrics.registry)
-        return Response(text, media_type=CONTENT_TYPE_PLAIN_0_0_4)
-
-    openapi = openapi_document(auth_header=auth.header if isinstance(auth, HeaderAuth) else None)
-
-    async def openapi_json(request: Request) -> Response:
-        return JSONResponse(openapi)
-
     async def on_problem(request: Request, exc: Exception) -> Response:
         return cast(Problem, exc).response()
 
@@ -265,6 +157,9 @@ def create_app(
     # built from request headers, so a path with a trailing slash is simply not found.
     app.router.redirect_slashes = False
     app.state.service = service
+    app.state.openapi = openapi_document(
+        auth_header=auth.header if isinstance(auth, HeaderAuth) else None
+    )
     return app
 
 

@@ -1,0 +1,177 @@
+"""The service's handlers: one function a route, each reading the :class:`Service` its
+application holds (``app.state.service``)."""
+
+from __future__ import annotations
+
+import trio
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from .._errors import BatchError
+from .._text import parse_count
+from ._bodies import (
+    job_json,
+    page_json,
+    parse_json,
+    parse_page,
+    parse_submission,
+    read_body,
+    require_json,
+    target_summary_json,
+)
+from ._events import EventStream
+from ._problems import Problem, not_found, problem_for
+from ._service import Service
+
+__all__ = [
+    "batch_resource",
+    "batches",
+    "cancel_batch",
+    "events",
+    "get_target",
+    "healthz",
+    "metrics",
+    "openapi_json",
+]
+
+
+def _service(request: Request) -> Service:
+    service: Service = request.app.state.service
+    return service
+
+
+async def submit(request: Request) -> Response:
+    """POST /v1/batches: submit a job; 201 for a new one, 200 for the same batch reused."""
+    service = _service(request)
+    caller = service.caller(request)
+    require_json(request)
+    body = await read_body(request, service.max_body, seconds=service.body_timeout)
+    obj = parse_json(body)
+    try:
+        caller_class, targets = parse_submission(obj, caller, service.config)
+        runner = service.runner
+        job_id, reused = await runner.submit(caller.name, caller_class, targets)
+    except BatchError as exc:
+        raise problem_for(exc, retry_after=service.retry_after) from None
+    status = await runner.status(job_id)
+    if status is None:
+        raise not_found("the job lapsed as soon as it was created")
+    job, stored = status
+    return JSONResponse(
+        {**job_json(job, stored), "reused": reused},
+        status_code=200 if reused else 201,
+        headers={"Location": f"/v1/batches/{job_id}"},
+    )
+
+
+async def list_batches(request: Request) -> Response:
+    """GET /v1/batches: the caller's jobs, newest first, a page at a time."""
+    service = _service(request)
+    caller = service.caller(request)
+    limit, before = parse_page(request.query_params)  # InvalidRequest: 422
+    jobs = await service.runner.store.list_caller_jobs(
+        caller.name, now=service.now(), limit=limit, before=before
+    )
+    return JSONResponse(page_json(jobs, limit))
+
+
+async def batches(request: Request) -> Response:
+    """/v1/batches: list (GET) or submit (POST)."""
+    if request.method == "POST":
+        return await submit(request)
+    return await list_batches(request)
+
+
+async def get_batch(request: Request) -> Response:
+    """GET /v1/batches/{id}: the job, its counts and its targets' summaries."""
+    service = _service(request)
+    caller = service.caller(request)
+    found = await service.runner.overview(request.path_params["id"])
+    if found is None:
+        raise not_found()
+    job, targets, sizes = found
+    service.owned(job, caller)
+    summaries = [target_summary_json(job.id, t, n) for t, n in zip(targets, sizes, strict=True)]
+    return JSONResponse({**job_json(job, targets), "targets": summaries})
+
+
+async def get_target(request: Request) -> Response:
+    """GET /v1/batches/{id}/targets/{idx}: one target with its whole result."""
+    service = _service(request)
+    caller = service.caller(request)
+    idx = parse_count(request.path_params["idx"], max_digits=9)
+    found = None if idx is None else await service.runner.target(request.path_params["id"], idx)
+    missing = "no such job or target"
+    job, target = (None, None) if found is None else found
+    service.owned(job, caller, missing)
+    assert target is not None  # found, since owned() accepted its job
+    return JSONResponse(target.to_json())
+
+
+async def cancel_batch(request: Request) -> Response:
+    """POST /v1/batches/{id}/cancel: cancel a live job; 409 once it has finished."""
+    service = _service(request)
+    caller = service.caller(request)
+    require_json(request, body_expected=False)
+    job = await service.owned_job(request, caller)
+    conflict = Problem(
+        409, "already-finished", "Conflict", f"the job has already finished ({job.status})"
+    )
+    if job.is_terminal:
+        raise conflict
+    if not await service.runner.cancel(job.id):
+        raise conflict  # it finished meanwhile
+    status = await service.runner.status(job.id)
+    if status is None:
+        raise not_found()
+    return JSONResponse(job_json(*status))
+
+
+async def forget_batch(request: Request) -> Response:
+    """DELETE /v1/batches/{id}: forget a finished job and its results; 204."""
+    service = _service(request)
+    caller = service.caller(request)
+    job = await service.runner.forget(request.path_params["id"], caller=caller.name)
+    if job is None:
+        raise not_found()  # another caller's job reads exactly like an unknown one
+    return Response(status_code=204)
+
+
+async def batch_resource(request: Request) -> Response:
+    """/v1/batches/{id}: read (GET) or forget (DELETE)."""
+    if request.method == "DELETE":
+        return await forget_batch(request)
+    return await get_batch(request)
+
+
+async def events(request: Request) -> Response:
+    """GET /v1/batches/{id}/events: Server-Sent Events, one per stored outcome."""
+    service = _service(request)
+    caller = service.caller(request)
+    job = await service.owned_job(request, caller)
+    last = parse_count(request.headers.get("last-event-id", "").strip(), max_digits=9)
+    after = -1 if last is None else last
+    return EventStream(service, service.runner, job.id, after)
+
+
+async def healthz(request: Request) -> Response:
+    """GET /healthz: 200 while the runner is up, 503 while it shuts down."""
+    _service(request).runner  # noqa: B018 - raises RunnerClosed (503) while shutting down
+    return JSONResponse({"status": "ok"})
+
+
+async def metrics(request: Request) -> Response:
+    """GET /metrics: Prometheus text, with the store's counts."""
+    service = _service(request)
+    runner = service.runner_
+    if runner is not None:
+        counts = await runner.store.counts(now=service.now())
+        service.metrics.set_store_counts(counts)
+    text = await trio.to_thread.run_sync(generate_latest, service.metrics.registry)
+    return Response(text, media_type=CONTENT_TYPE_PLAIN_0_0_4)
+
+
+async def openapi_json(request: Request) -> Response:
+    """GET /openapi.json: the OpenAPI document."""
+    return JSONResponse(request.app.state.openapi)
