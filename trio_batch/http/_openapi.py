@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
-from .._model import MAX_CALLER_LENGTH, MAX_OPTION_LENGTH, MAX_URL_LENGTH, JobState, TargetState
+from .._model import (
+    MAX_CALLER_LENGTH,
+    MAX_OPTION_LENGTH,
+    MAX_URL_LENGTH,
+    JobState,
+    Options,
+    TargetState,
+)
 from ._problems import PROBLEM_JSON
 
 __all__ = ["openapi_document"]
@@ -73,13 +81,13 @@ _SCHEMAS: dict[str, Any] = {
         "type": "object",
         "description": "How to fetch a target; the meaning of each belongs to the fetch function.",
         "additionalProperties": False,
-        "properties": {
-            **{
-                name: {"type": "string", "maxLength": MAX_OPTION_LENGTH}
-                for name in ("mode", "question", "pages", "grep", "jq")
-            },
-            "context": {"type": "boolean"},
-            "recover": {"type": "boolean"},
+        "properties": {  # from the dataclass, so a new option is documented as it lands
+            f.name: (
+                {"type": "boolean"}
+                if f.type == "bool"
+                else {"type": "string", "maxLength": MAX_OPTION_LENGTH}
+            )
+            for f in dataclasses.fields(Options)
         },
     },
     "Target": {
