@@ -143,7 +143,6 @@ class _Outcome:
     job_id: str
     reused: bool
     interrupted: bool  # Ctrl-C was pressed
-    forced: bool  # a second Ctrl-C stopped the in-flight fetch
 
 
 async def _run_job(
@@ -165,7 +164,7 @@ async def _run_job(
     with trio.open_signal_receiver(signal.SIGINT) as signals, trio.CancelScope() as hard_stop:
         async with open_runner(store, http_fetch, config, on_retry=on_retry) as runner:
             job_id, reused = await runner.submit(caller, args.caller_class, targets)
-            outcome = _Outcome(job_id, reused, interrupted=False, forced=False)
+            outcome = _Outcome(job_id, reused, interrupted=False)
             if reused:
                 return outcome
             if not args.quiet:
@@ -184,7 +183,6 @@ async def _run_job(
                         )
                         await runner.cancel(job_id)
                     else:
-                        outcome.forced = True
                         _note(view, err, "stopping now")
                         hard_stop.cancel()
 

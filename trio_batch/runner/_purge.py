@@ -52,8 +52,7 @@ async def purge_lapsed(
         # pause stretched by the leap would let other timers fire. (With trio's own clock the
         # two are the same; a clock that stands still gives no pause.)
         took = min(trio.current_time() - started, time.perf_counter() - started_real)
-        # Jobs draining meanwhile: their writes wait for a batch that holds the lock (1.33x the
-        # time per serial target beside the purge of a 1M-row backlog, against 1.14x pausing
-        # three times as long; medians of 13 alternations).
+        # Jobs draining meanwhile: their writes wait for a batch that holds the lock, so the
+        # purge pauses longer (docs/explanation/performance.md has the figures).
         pause = PURGE_PAUSE_BUSY if draining() else PURGE_PAUSE_IDLE
         await trio.sleep(pause * took)

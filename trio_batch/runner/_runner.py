@@ -12,7 +12,6 @@ import contextlib
 import dataclasses
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import TypeVar
 
 import trio
 
@@ -39,8 +38,6 @@ from ._cluster import ChangedElsewhere, release, wait_at_most, wait_elsewhere, w
 from ._drain import _Drain
 from ._purge import purge_lapsed
 from ._store_retry import retry_refused
-
-T = TypeVar("T")
 
 __all__ = ["FetchFunc", "Runner"]
 

@@ -55,11 +55,8 @@ T = TypeVar("T")
 #: checkpoints (that would wait on a disk flush on the loop thread), so this bounds the WAL:
 #: about 1000 outcomes' pages, some MB. While a checkpoint copies the WAL, the side thread
 #: makes at most half as many writes, and later ones wait for it: the WAL holds at most 1.5
-#: times this many writes when it restarts, however long a slow disk makes the copy. (Counted
-#: per commit, 8 jobs' shared commits let the WAL reach about 7,000 frames between
-#: checkpoints, each copy taking 22-29 ms; counted per outcome, 1,700 frames and 5 ms.
-#: Throughput barely moved: 19,630 against 19,321 targets/s, medians of 12 alternations, the
-#: new count winning 7.)
+#: times this many writes when it restarts, however long a slow disk makes the copy. Counting
+#: outcomes, not commits, keeps shared commits from letting the WAL grow several times larger.
 CHECKPOINT_EVERY = 1000
 #: Loop-thread time (seconds) the fast path may use in one pass of trio's scheduler; past it,
 #: the next call waits for a later pass (:class:`~trio_batch.store._loop_budget.LoopBudget`).
@@ -297,8 +294,7 @@ class SQLiteJobStore(StoreFace):
             self._writes_since_checkpoint = 0
             # Until it is done, the loop makes no call on the fast connection: a checkpoint
             # syncs the WAL and the database to disk, and a write beside those flushes could
-            # wait on them in the kernel (measured: the loop stalled up to 13 ms when the fast
-            # path kept writing during a PASSIVE copy). Calls go off the loop instead.
+            # wait on them in the kernel, stalling the loop. Calls go off the loop instead.
             self._checkpoint_pending = True
             self._writes_beside_checkpoint = 0
             self._checkpoint_copying = True
