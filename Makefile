@@ -5,12 +5,14 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: test lint typecheck pytest soak demo demo-cluster bench bench-quick clean
+.PHONY: test lint typecheck pytest system-packages soak demo demo-cluster bench bench-quick clean
+
+EXTRAS := cli,http,postgres
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[$(EXTRAS)]' --group dev
 	touch $@
 
 test: lint typecheck pytest
@@ -23,7 +25,12 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy --strict trio_batch
 
-pytest: $(STAMP)
+# The Debian packages the suites drive (PostgreSQL, PgBouncer, Chromium): installed when
+# missing (as root), or the one command to run is printed before any test starts.
+system-packages:
+	bash scripts/system-packages
+
+pytest: $(STAMP) system-packages
 	$(BIN)/pytest
 
 # The hardening suites at full size (200 SIGKILLs, thousands of Hypothesis examples, a bigger
@@ -32,12 +39,12 @@ SOAK_SUITES := tests/runner/test_crash_campaign.py tests/runner/test_crash_campa
 	tests/runner/test_fault_injection.py \
 	tests/test_hostile_input.py tests/store/test_store_model.py tests/http/test_load.py
 
-soak: $(STAMP)
+soak: $(STAMP) system-packages
 	TRIO_BATCH_SOAK=1 $(BIN)/pytest --durations=12 $(SOAK_SUITES)
 
 # Benchmarks (not part of `make test`; CI does not run them). The `bench` extra adds the peers.
 $(BENCH_STAMP): pyproject.toml $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	$(BIN)/python -m pip install --quiet -e '.[$(EXTRAS)]' --group dev --group bench
 	touch $@
 
 bench: $(BENCH_STAMP)
@@ -56,7 +63,7 @@ demo: $(STAMP)
 
 # Two `trio-batch serve` processes sharing a throw-away local PostgreSQL (demo/cluster.py): a
 # cross-server cancel, and a SIGKILLed server's jobs reaped by the other; offline.
-demo-cluster: $(STAMP)
+demo-cluster: $(STAMP) system-packages
 	$(BIN)/python demo/cluster.py
 
 clean:
