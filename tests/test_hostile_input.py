@@ -20,6 +20,7 @@ import contextlib
 import json
 import sqlite3
 import tempfile
+import unicodedata
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -135,8 +136,24 @@ def storable_text(value: object, limit: int) -> bool:
     )
 
 
+#: The bidirectional formatting characters (Unicode's Bidi_Control property).
+BIDI_CONTROLS = frozenset(
+    "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+)
+
+
+def printable_text(value: str) -> bool:
+    """No control character (general category Cc: C0, DEL, C1) and no bidi control."""
+    return not any(unicodedata.category(ch) == "Cc" or ch in BIDI_CONTROLS for ch in value)
+
+
 def valid_url(url: object) -> bool:
-    return isinstance(url, str) and storable_text(url, 8192) and url.strip() != ""
+    return (
+        isinstance(url, str)
+        and storable_text(url, 8192)
+        and url.strip() != ""
+        and printable_text(url)
+    )
 
 
 def valid_options_json(obj: object) -> bool:
@@ -160,7 +177,7 @@ def valid_target_json(obj: object) -> bool:
 
 def valid_name(name: object) -> bool:
     """A caller or caller-class name."""
-    return storable_text(name, 256) and name != ""
+    return storable_text(name, 256) and name != "" and printable_text(name)
 
 
 def valid_submit(caller: object, caller_class: object, targets: object) -> bool:
@@ -225,9 +242,10 @@ def maybe_target(obj: object) -> object:
 
 valid_targets = st.builds(
     Target,
-    url=st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=12).map(
-        lambda s: f"https://hostile.test/{s}"
-    )
+    url=st.text(
+        st.characters(codec="utf-8", exclude_categories=["Cc"], exclude_characters=BIDI_CONTROLS),
+        max_size=12,
+    ).map(lambda s: f"https://hostile.test/{s}")
     | st.sampled_from([f"https://hostile.test/{name}" for name in "abcdef"]),
     options=st.builds(
         Options,

@@ -106,7 +106,9 @@ def test_check_targets_rejects_empty_non_targets_and_repeats() -> None:
     )
 
 
-@pytest.mark.parametrize("bad", ["", None, 5, "x" * 300, "a\x00b", "\ud800"])
+@pytest.mark.parametrize(
+    "bad", ["", None, 5, "x" * 300, "a\x00b", "\ud800", "a\x1b[2Jb", "ev\u202eil", "a\x9bb"]
+)
 def test_check_caller_rejects_bad_names(bad: Any) -> None:
     with pytest.raises(InvalidRequest):
         check_caller(bad)
@@ -166,7 +168,14 @@ def test_a_result_is_stored_as_its_whole_json_object(content: str, meta: dict[st
 # idem_key properties
 
 texts = st.text(alphabet=st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00"))
-urls = texts.filter(lambda s: s.strip() != "").map(lambda s: s[:100])
+#: URLs hold no control characters (see test_a_url_with_a_control_character_is_refused_at_submit).
+url_texts = st.text(
+    alphabet=st.characters(
+        blacklist_categories=["Cs", "Cc"],
+        blacklist_characters="\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069",
+    )
+)
+urls = url_texts.filter(lambda s: s.strip() != "").map(lambda s: s[:100])
 options = st.builds(
     Options,
     mode=texts,
@@ -251,3 +260,26 @@ def test_checked_targets_are_not_checked_again_and_still_compare_as_a_tuple() ->
     # A plain tuple with a repeat is still refused: only check_targets' own result is trusted.
     with pytest.raises(InvalidTargets, match="repeats"):
         check_targets((Target("a"), Target("a")))
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://x.test/?\u001b]0;PWNED\u0007\u001b[2J",
+        "https://x.test/a\tb",
+        "https://x.test/a\nb",
+        "https://x.test/\x7f",
+        "https://x.test/\x9b31m",
+        "https://x.test/gnp\u202eexe",
+        "https://x.test/\u2066",
+    ],
+)
+def test_a_url_with_a_control_character_is_refused_at_submit(url: str) -> None:
+    with pytest.raises(InvalidTargets, match="control character U\\+"):
+        Target(url)
+    with pytest.raises(InvalidTargets, match="control character"):
+        Target.from_json({"url": url})
+
+
+def test_a_url_with_other_unicode_is_accepted() -> None:
+    assert Target("https://x.test/😀/ünï/\u2028").url.endswith("\u2028")

@@ -3,8 +3,10 @@ act on.
 
 Python's decoder accepts ``NaN`` and ``Infinity`` (not JSON) and fails on an integer of more
 than 4300 digits with a message telling the reader to call ``sys.set_int_max_str_digits()``,
-advice meant for the service's programmer, not its caller. :data:`STRICT_JSON` refuses both
-with plain messages, as ``json.JSONDecodeError`` (a ValueError) carrying the position.
+advice meant for the service's programmer, not its caller. It also lets a repeated key pass
+silently (the last one wins, so ``{"url": a, "url": b}`` fetches b) and raises RecursionError
+on a deeply nested document. :data:`STRICT_JSON` refuses all of these with plain messages, as
+``json.JSONDecodeError`` (a ValueError) carrying the position.
 """
 
 from __future__ import annotations
@@ -28,6 +30,17 @@ def _bounded_int(text: str) -> int:
     return int(text)
 
 
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"the key {key!r} appears twice in one object")
+            seen.add(key)
+    return obj
+
+
 class _StrictDecoder(json.JSONDecoder):
     """Turns a refusal inside a hook into a JSONDecodeError with the document's position."""
 
@@ -38,7 +51,11 @@ class _StrictDecoder(json.JSONDecoder):
             raise
         except ValueError as exc:  # from a hook: no position of its own
             raise json.JSONDecodeError(str(exc), s, idx) from None
+        except RecursionError:
+            raise json.JSONDecodeError("nested too deeply", s, idx) from None
 
 
 #: The decoder for JSON from users: ``STRICT_JSON.decode(text)`` or ``.raw_decode(text, pos)``.
-STRICT_JSON = _StrictDecoder(parse_constant=_refuse_constant, parse_int=_bounded_int)
+STRICT_JSON = _StrictDecoder(
+    parse_constant=_refuse_constant, parse_int=_bounded_int, object_pairs_hook=_unique_keys
+)

@@ -20,7 +20,7 @@ from json.encoder import encode_basestring_ascii
 from typing import Any
 
 from ._errors import InvalidRequest, InvalidTargets
-from ._text import json_type, safe_text, unknown_keys
+from ._text import CONTROL_CHARACTER, json_type, safe_text, unknown_keys
 
 __all__ = [
     "Job",
@@ -202,7 +202,8 @@ class Target:
     """One unit of work: a URL and the options to fetch it with.
 
     Constructing a target validates it: ``url`` must be a non-empty string of at most
-    ``MAX_URL_LENGTH`` characters, without NUL characters or lone surrogates. A bad value raises
+    ``MAX_URL_LENGTH`` characters, without control characters (C0, C1, DEL, bidirectional
+    overrides and marks) or lone surrogates. A bad value raises
     :class:`InvalidTargets`. The URL scheme is left to the fetch function.
     """
 
@@ -213,6 +214,13 @@ class Target:
         _check_text(self.url, "url", MAX_URL_LENGTH, index=None)
         if not self.url.strip():
             raise InvalidTargets("url must not be empty")
+        control = CONTROL_CHARACTER.search(self.url)
+        if control is not None:
+            # A URL has no use for them, and printed they steer the operator's terminal.
+            raise InvalidTargets(
+                f"url contains the control character U+{ord(control.group()):04X} at position "
+                f"{control.start()}; percent-encode it if it is meant"
+            )
         if not isinstance(self.options, Options):
             raise InvalidTargets(
                 f"options must be an Options instance, not {type(self.options).__name__}"
@@ -281,8 +289,8 @@ def check_targets(targets: object) -> tuple[Target, ...]:
 def check_caller(value: object, what: str = "caller") -> str:
     """Return ``value`` if it is a usable caller (or caller-class) name.
 
-    Raises :class:`InvalidRequest` for a non-string, an empty or over-long name, a NUL or a lone
-    surrogate.
+    Raises :class:`InvalidRequest` for a non-string, an empty or over-long name, a control
+    character (see :data:`~trio_batch._text.CONTROL_CHARACTER`) or a lone surrogate.
     """
     if not isinstance(value, str) or not value:
         raise InvalidRequest(f"{what} must be a non-empty string")
@@ -290,6 +298,9 @@ def check_caller(value: object, what: str = "caller") -> str:
         _check_text(value, what, MAX_CALLER_LENGTH, index=None)
     except InvalidTargets as exc:
         raise InvalidRequest(str(exc)) from None
+    control = CONTROL_CHARACTER.search(value)
+    if control is not None:  # printed in job listings: it must not steer a terminal
+        raise InvalidRequest(f"{what} contains the control character U+{ord(control.group()):04X}")
     return value
 
 

@@ -5,13 +5,45 @@ Pure functions of their arguments, with no knowledge of jobs or stores.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["MAX_ERROR_LENGTH", "json_type", "parse_count", "safe_text", "unknown_keys"]
+__all__ = [
+    "CONTROL_CHARACTER",
+    "MAX_ERROR_LENGTH",
+    "json_type",
+    "parse_count",
+    "printable",
+    "safe_text",
+    "unknown_keys",
+]
 
 #: Longest error or hint text stored for a target.
 MAX_ERROR_LENGTH = 4096
+
+
+#: Characters that steer a terminal or reorder text rather than show: C0 and C1 controls, DEL,
+#: and the bidirectional marks and overrides (U+202E makes ``gnp.exe`` read ``exe.png``).
+_BIDI = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+CONTROL_CHARACTER = re.compile(f"[\x00-\x1f\x7f-\x9f{_BIDI}]")
+_UNPRINTABLE_LINE = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f{_BIDI}]")  # keeps \t and \n
+
+
+def _escaped(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def printable(text: str, *, multiline: bool = False) -> str:
+    """``text`` safe to print on a terminal: every :data:`CONTROL_CHARACTER` spelled as
+    ``\\x1b`` or ``\\u202e``, so fetched content or a URL cannot move the cursor, retitle the
+    window, clear the screen or reverse what follows. With ``multiline`` tabs and line breaks
+    are kept (``\\r\\n`` read as one), else a line break is escaped like the rest, so one
+    field prints as one line."""
+    if multiline:
+        return _UNPRINTABLE_LINE.sub(_escaped, text.replace("\r\n", "\n"))
+    return CONTROL_CHARACTER.sub(_escaped, text)
 
 
 def parse_count(text: str, *, max_digits: int = 18) -> int | None:

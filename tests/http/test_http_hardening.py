@@ -427,3 +427,31 @@ async def test_changes_another_site_makes_through_the_browser_are_refused(
         r = await c.delete(f"/v1/batches/{job_id}", headers={"X-User": "alice"})
         assert r.status_code == 204
     assert fetch.calls == ["https://example.test/slow", "https://example.test/b"]
+
+
+async def test_a_url_with_control_characters_is_refused_with_422(
+    tmp_path: Path, fetch: ScriptedFetch, clock: FakeClock
+) -> None:
+    async with running(tmp_path, fetch, clock) as svc:
+        evil = {"targets": [{"url": "https://example.test/?\u001b]0;PWNED\u0007\u001b[2J"}]}
+        r = await svc.client.post("/v1/batches", json=evil, headers=auth())
+        detail = problem(r, 422, "invalid-targets")["detail"]
+        assert "U+001B" in detail and "\u001b" not in detail
+        assert fetch.calls == []
+
+
+@pytest.mark.parametrize(
+    "text, key",
+    [
+        ('{"targets": [], "targets": [{"url": "https://example.test/a"}]}', "targets"),
+        ('{"targets": [{"url": "https://example.test/a", "url": "https://x.test/"}]}', "url"),
+    ],
+)
+async def test_a_repeated_json_key_is_refused_with_400_naming_it(
+    tmp_path: Path, fetch: ScriptedFetch, clock: FakeClock, text: str, key: str
+) -> None:
+    async with running(tmp_path, fetch, clock) as svc:
+        headers = {**auth(), "Content-Type": "application/json"}
+        r = await svc.client.post("/v1/batches", content=text, headers=headers)
+        assert repr(key) in problem(r, 400, "malformed-json")["detail"]
+        assert fetch.calls == []
