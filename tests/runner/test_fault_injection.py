@@ -35,7 +35,7 @@ from trio_batch import (
     open_runner,
 )
 
-from ..support.fakes import FakeClock
+from ..support.fakes import FakeClock, SetsOnMessage
 
 
 @dataclass
@@ -98,18 +98,6 @@ class _nothing:
 
     def __exit__(self, *exc: object) -> None:
         return None
-
-
-class SetsOnMessage(logging.Handler):
-    """A log handler that sets a trio event when a record with ``message`` is logged."""
-
-    def __init__(self, message: str, event: trio.Event) -> None:
-        super().__init__()
-        self.message, self.event = message, event
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if record.getMessage() == self.message:
-            self.event.set()
 
 
 class HintedError(Exception):

@@ -37,7 +37,7 @@ from trio_batch.store import NewJob
 from trio_batch.store.sqlite._job_store import SQLiteJobStore
 
 from ..support.backends import BACKENDS, open_backend
-from ..support.fakes import T0, FakeClock, ScriptedFetch, urls
+from ..support.fakes import T0, FakeClock, ScriptedFetch, logged, urls
 
 CONFIG = Config(ttl=100, targets_per_job=8, jobs_per_caller=1, jobs_total=3)
 
@@ -693,16 +693,7 @@ async def test_lapsed_jobs_are_purged_now_and_periodically(
 ) -> None:
     config = Config(ttl=100, purge_interval=60, jobs_per_caller=5, jobs_total=50)
     caplog.set_level(logging.INFO, logger="trio_batch")
-    purged = trio.Event()
-
-    class PurgeSeen(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            if record.getMessage() == "lapsed jobs purged":
-                purged.set()
-
-    handler = PurgeSeen()
-    logging.getLogger("trio_batch").addHandler(handler)
-    try:
+    with logged("lapsed jobs purged") as purged:
         async with open_runner(store, fetch, config, now=clock) as runner:
             ids = [await run_job(runner, urls(f"job{i}")) for i in range(3)]
             assert await runner.purge_expired() == 0
@@ -719,8 +710,6 @@ async def test_lapsed_jobs_are_purged_now_and_periodically(
                 mock_clock.jump(config.purge_interval)
                 await trio.testing.wait_all_tasks_blocked()
             remaining = {row[0] for row in store.db.execute("SELECT id FROM jobs")}
-    finally:
-        logging.getLogger("trio_batch").removeHandler(handler)
     assert remaining == {fresh}
     assert not set(ids) & remaining and kept not in remaining
     assert store.db.execute("SELECT count(*) FROM targets").fetchone()[0] == 1

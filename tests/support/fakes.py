@@ -1,8 +1,11 @@
-"""Test doubles the suites share: a fake wall clock, a scriptable fetch, a pass counter."""
+"""Test doubles the suites share: a fake wall clock, a scriptable fetch, a pass counter, an
+event set by a log line."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import trio
@@ -33,6 +36,32 @@ class PassCounter(trio.abc.Instrument):
 
     def after_io_wait(self, timeout: float) -> None:
         self.passes += 1
+
+
+class SetsOnMessage(logging.Handler):
+    """A log handler that sets a trio event when a record with ``message`` is logged."""
+
+    def __init__(self, message: str, event: trio.Event) -> None:
+        super().__init__()
+        self.message, self.event = message, event
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage() == self.message:
+            self.event.set()
+
+
+@contextmanager
+def logged(message: str, logger: str = "trio_batch") -> Iterator[trio.Event]:
+    """An event set once ``logger`` (or a child) logs ``message``, while the block runs: what
+    a test waits on where the code tells of a change only in its log."""
+    event = trio.Event()
+    handler = SetsOnMessage(message, event)
+    log = logging.getLogger(logger)
+    log.addHandler(handler)
+    try:
+        yield event
+    finally:
+        log.removeHandler(handler)
 
 
 class Boom(Exception):
