@@ -5,17 +5,17 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: test lint typecheck pytest system-packages soak demo demo-cluster bench bench-quick clean
+.PHONY: test lint typecheck docs pytest system-packages soak demo demo-cluster bench bench-quick clean
 
 EXTRAS := cli,http,postgres
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[$(EXTRAS)]' --group dev
+	$(BIN)/python -m pip install --quiet -e '.[$(EXTRAS)]' --group dev --group docs
 	touch $@
 
-test: lint typecheck pytest
+test: lint typecheck docs pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -42,6 +42,11 @@ SOAK_SUITES := tests/runner/test_crash_campaign.py tests/runner/test_crash_campa
 soak: $(STAMP) system-packages
 	TRIO_BATCH_SOAK=1 $(BIN)/pytest --durations=12 $(SOAK_SUITES)
 
+# The documentation site (docs/, Sphinx + MyST): warnings are errors, so a broken reference or
+# a docstring that does not parse fails `make test`; tests/test_docs.py runs its examples.
+docs: $(STAMP)
+	$(BIN)/sphinx-build -q -W --keep-going -b html docs docs/_build/html
+
 # Benchmarks (not part of `make test`; CI does not run them). The `bench` extra adds the peers.
 $(BENCH_STAMP): pyproject.toml $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[$(EXTRAS)]' --group dev --group bench
@@ -67,4 +72,4 @@ demo-cluster: $(STAMP) system-packages
 	$(BIN)/python demo/cluster.py
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache docs/_build

@@ -18,7 +18,7 @@ from ..http import Auth, HeaderAuth, TokenAuth, create_app, serve
 from ..http._app import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY
 from ._options import EXIT_BUSY, add_fetch_limits, retry_policy
 
-__all__ = ["add_serve_arguments", "run_serve", "serve_main"]
+__all__ = ["add_serve_arguments", "run_serve", "serve_main", "serve_parser"]
 
 _log = logging.getLogger("trio_batch.http")
 
@@ -229,10 +229,15 @@ def _leaves(exc: BaseException) -> Iterator[BaseException]:
         current = current.__cause__ or current.__context__
 
 
-def serve_main(argv: Sequence[str] | None = None) -> int:
-    """``trio-batch serve`` as a stand-alone command (also ``python -m trio_batch serve``)."""
+def serve_parser() -> argparse.ArgumentParser:
+    """``trio-batch serve``'s argument parser (the docs' CLI reference is made from it)."""
     parser = argparse.ArgumentParser(
         prog="trio-batch serve", description="Serve the trio-batch HTTP API."
     )
     add_serve_arguments(parser)
-    return run_serve(parser.parse_args(argv))
+    return parser
+
+
+def serve_main(argv: Sequence[str] | None = None) -> int:
+    """``trio-batch serve`` as a stand-alone command (also ``python -m trio_batch serve``)."""
+    return run_serve(serve_parser().parse_args(argv))
