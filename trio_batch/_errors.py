@@ -52,15 +52,26 @@ class InvalidRequest(BatchError):
 
 
 class InvalidTargets(InvalidRequest):
-    """The target list is malformed: empty, a non-target, a repeated target or a bad JSON shape.
+    """The target list is malformed: empty, a non-target, a repeated target or a bad JSON shape,
+    or a target the fetch function's ``check_target`` hook refused (a bad option).
 
-    ``index`` is the position of the offending target in the submitted list, when there is one.
+    ``index`` is the position of the offending target in the submitted list, when there is one;
+    ``option`` the option at fault and ``hint`` what to do about it, when the hook said.
     HTTP 422.
     """
 
-    def __init__(self, message: str, *, index: int | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        index: int | None = None,
+        option: str | None = None,
+        hint: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.index = index
+        self.option = option
+        self.hint = hint
 
 
 class TooManyTargets(BatchError):

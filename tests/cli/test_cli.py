@@ -576,3 +576,27 @@ def test_a_bad_retries_value_is_a_usage_error(tmp_path: Path, db: Path, value: s
     proc = cli("run", str(batch), "--db", str(db), "--retries", value)
     assert proc.returncode == 2
     assert "--retries" in proc.stderr and "whole number from 0 to 100" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"grep": "("}, "not a valid regular expression"),
+        ({"jq": ".[ "}, "does not compile"),
+        ({"pages": "3-1"}, "backwards range"),
+        ({"mode": "pdf"}, "unknown mode 'pdf'"),
+    ],
+)
+def test_a_bad_option_exits_2_with_the_line_before_the_database_exists(
+    tmp_path: Path, db: Path, options: dict[str, Any], message: str
+) -> None:
+    batch = write_batch(
+        tmp_path / "bad.jsonl",
+        ["# a comment", "https://a.test/", {"url": "https://b.test/", "options": options}],
+    )
+    proc = cli("run", str(batch), "--db", str(db))
+    assert proc.returncode == 2
+    assert f"{batch}:3: target 1 (https://b.test/): " in proc.stderr
+    assert message in proc.stderr
+    assert "hint: " in proc.stderr
+    assert not db.exists()  # nothing submitted, not even the database created

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from .._config import Config
-from .._errors import BatchError, InvalidRequest, StoreLocked
+from .._errors import BatchError, InvalidRequest, InvalidTargets, StoreLocked
 from .._model import Job, JobState, Target, TargetStatus
 from .._retry import RetryNotice
 from ..store import JobStore
@@ -66,10 +66,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     text = _read_input(args.file)
     label = "<stdin>" if args.file == "-" else args.file
     try:
-        targets, _lines = parse_targets(text)
+        targets, lines = parse_targets(text)
     except InputError as exc:
         where = f"{label}:{exc.line}" if exc.line is not None else label
         raise UsageError(f"{where}: {exc}") from None
+    _check_options(targets, lines, label)
     for flag, value in (("--ttl", args.ttl), ("--target-timeout", args.target_timeout)):
         if not (value > 0 and math.isfinite(value)):
             raise UsageError(f"{flag} must be a positive number of seconds")
@@ -106,6 +107,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     job, statuses = final
     _report(job, statuses, outcome, store_path=store_path, as_json=args.json)
     return _exit_code(job)
+
+
+def _check_options(targets: list[Target], lines: list[int], label: str) -> None:
+    """Refuse a target the fetcher would refuse (a bad regex, jq program, page range or mode)
+    as ``FILE:LINE`` before the database is opened: the runner's own check comes too late
+    not to create a missing database file."""
+    from ..fetchers import http_fetch
+    from ..runner import check_each
+
+    try:
+        check_each(http_fetch.check_target, tuple(targets))
+    except InvalidTargets as exc:
+        where = label if exc.index is None else f"{label}:{lines[exc.index]}"
+        hint = f" (hint: {exc.hint})" if exc.hint else ""
+        raise UsageError(f"{where}: {exc}{hint}") from None
 
 
 class _StderrNow(logging.StreamHandler):  # type: ignore[type-arg]

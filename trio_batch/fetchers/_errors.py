@@ -88,7 +88,14 @@ class URLRefused(FetchError):
 
 
 class OptionError(FetchError):
-    """An option has a bad value: an unknown mode, a bad regex, jq program or page range."""
+    """An option has a bad value: an unknown mode, a bad regex, jq program or page range.
+
+    ``option`` names the option at fault (``"grep"``, ``"pages"``, ...), when it is one.
+    """
+
+    def __init__(self, message: str, *, option: str | None = None, hint: str = "") -> None:
+        super().__init__(message, hint=hint)
+        self.option = option
 
 
 class UnsupportedOption(OptionError):

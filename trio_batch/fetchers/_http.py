@@ -35,7 +35,7 @@ from ._errors import (
     ResponseTooLarge,
     URLError,
 )
-from ._options import Plan
+from ._options import check_target, plan_for
 
 __all__ = ["CheckURL", "HttpFetcher", "http_fetch"]
 
@@ -152,9 +152,13 @@ class HttpFetcher:
             f"max_redirects={self.max_redirects!r}, allow_file={self.allow_file!r})"
         )
 
+    def check_target(self, target: Target) -> None:
+        """The runner's submit-time hook: raises :class:`OptionError` for a bad option."""
+        check_target(target)
+
     async def __call__(self, target: Target) -> Result:
         """Fetch ``target`` and process its body as its options say."""
-        plan = Plan.from_options(target.options)
+        plan = plan_for(target.options)
         body = await self._fetch_body(target.url)
         content, extra = await process_bounded(
             plan,

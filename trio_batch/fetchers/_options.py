@@ -1,15 +1,17 @@
-"""A target's options, checked and compiled before any I/O."""
+"""A target's options, checked and compiled before any I/O: at submit and again at fetch."""
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Any
 
-from .._model import Options
+from .._model import Options, Target
+from .._text import safe_text
 from ._errors import OptionError, UnsupportedOption
 
-__all__ = ["Plan", "compile_jq"]
+__all__ = ["Plan", "check_target", "compile_jq", "plan_for"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,28 +30,33 @@ class Plan:
         if options.question:
             raise UnsupportedOption(
                 "option 'question' is not supported by http_fetch",
+                option="question",
                 hint="answering questions needs a fetch function with a model behind it; "
                 "drop 'question' or pass your own fetch function to the runner",
             )
         if options.recover:
             raise UnsupportedOption(
                 "option 'recover' is not supported by http_fetch",
+                option="recover",
                 hint="drop 'recover', or pass a fetch function that implements it",
             )
         if options.mode not in ("", "raw", "text"):
             raise OptionError(
-                f"unknown mode {options.mode!r}",
+                f"unknown mode {_shown(options.mode)}",
+                option="mode",
                 hint="mode is 'raw' (the body as text, the default) or 'text' (HTML as "
                 "readable text)",
             )
         if options.jq and options.mode == "text":
             raise OptionError(
                 "options 'jq' and mode 'text' cannot be combined",
+                option="jq",
                 hint="jq works on JSON bodies and mode 'text' on HTML; keep the one that fits",
             )
         if options.context and not options.grep:
             raise OptionError(
                 "option 'context' needs 'grep'",
+                option="context",
                 hint="context keeps the lines around each grep match; set 'grep' or drop it",
             )
         pattern: re.Pattern[str] | None = None
@@ -58,7 +65,8 @@ class Plan:
                 pattern = re.compile(options.grep)
             except re.error as exc:
                 raise OptionError(
-                    f"grep pattern {options.grep!r} is not a valid regular expression: {exc}",
+                    f"grep pattern {_shown(options.grep)} is not a valid regular expression: {exc}",
+                    option="grep",
                     hint="grep takes a Python regular expression (escape '(' '[' '.' and the "
                     "like with a backslash to match them literally)",
                 ) from None
@@ -73,6 +81,18 @@ class Plan:
         )
 
 
+@functools.lru_cache(maxsize=256)
+def plan_for(options: Options) -> Plan:
+    """:meth:`Plan.from_options`, remembered: a job's targets mostly share their options."""
+    return Plan.from_options(options)
+
+
+def check_target(target: Target) -> None:
+    """The fetcher's submit-time hook: raises :class:`OptionError` if ``target``'s options are
+    bad (an unknown mode, a regex or jq program that does not compile, a bad page range)."""
+    plan_for(target.options)
+
+
 def compile_jq(program: str) -> Any:
     """``program`` compiled by jq; raises :class:`OptionError` if it does not compile."""
     import jq
@@ -81,25 +101,40 @@ def compile_jq(program: str) -> Any:
         return jq.compile(program)
     except ValueError as exc:
         raise OptionError(
-            f"jq program {program!r} does not compile: {exc}",
+            f"jq program {_shown(program)} does not compile: {exc}",
+            option="jq",
             hint="check the jq syntax, e.g. '.items[] | .name'",
         ) from None
 
 
-# ASCII digits only: \d alone also matches other scripts' digits, which int() reads.
-_PAGE_RANGE = re.compile(r"\s*(\d+)\s*(?:(-)\s*(\d+)?\s*)?", re.ASCII)
+# ASCII digits only: \d alone also matches other scripts' digits, which int() reads. At most
+# nine: int() refuses a string of thousands of digits with a ValueError that names no option.
+_PAGE_RANGE = re.compile(r"\s*(\d{1,9})\s*(?:(-)\s*(\d{1,9})?\s*)?", re.ASCII)
+_PAGES_HINT = "pages are 1-based, comma-separated numbers or ranges, e.g. '1-3,5,8-'"
 
 
 def _parse_pages(spec: str) -> tuple[tuple[int, int | None], ...]:
     ranges: list[tuple[int, int | None]] = []
     for part in spec.split(","):
         m = _PAGE_RANGE.fullmatch(part)
-        first = int(m.group(1)) if m else 0
-        last = (int(m.group(3)) if m.group(3) else None) if m and m.group(2) else first
-        if m is None or first < 1 or (last is not None and last < first):
-            raise OptionError(
-                f"pages {spec!r} is not a page range",
-                hint="pages are 1-based, comma-separated numbers or ranges, e.g. '1-3,5,8-'",
+        if m is None:
+            raise _bad_pages(
+                f"pages {_shown(spec)} is not a page range (at {_shown(part.strip())})"
             )
+        first = int(m.group(1))
+        last = (int(m.group(3)) if m.group(3) else None) if m.group(2) else first
+        if first < 1:
+            raise _bad_pages(f"pages {_shown(spec)} names page 0; pages count from 1")
+        if last is not None and last < first:
+            raise _bad_pages(f"pages {_shown(spec)} has a backwards range {first}-{last}")
         ranges.append((first, last))
     return tuple(ranges)
+
+
+def _bad_pages(message: str) -> OptionError:
+    return OptionError(message, option="pages", hint=_PAGES_HINT)
+
+
+def _shown(value: str) -> str:
+    """``value`` quoted for a message, cut short: an option may be thousands of characters."""
+    return safe_text(repr(value), 80)

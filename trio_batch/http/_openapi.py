@@ -71,6 +71,14 @@ _SCHEMAS: dict[str, Any] = {
                 "type": "integer",
                 "description": "For invalid targets: the position of the offending target.",
             },
+            "option": {
+                "type": "string",
+                "description": "For invalid targets: the option the fetch function refused.",
+            },
+            "hint": {
+                "type": "string",
+                "description": "For invalid targets: what to do about the refused option.",
+            },
             "job": {
                 "type": "string",
                 "description": "For caller-busy: the path of the live job that blocks the caller.",

@@ -122,8 +122,9 @@ def problem_for(exc: BatchError, *, retry_after: int) -> Problem:
     status, kind, title = problem_type(type(exc))
     headers = {"Retry-After": str(retry_after)} if status in (429, 503) else {}
     extra: dict[str, Any] = {}
-    if isinstance(exc, InvalidTargets) and exc.index is not None:
-        extra["index"] = exc.index
+    if isinstance(exc, InvalidTargets):
+        fields = {"index": exc.index, "option": exc.option, "hint": exc.hint}
+        extra.update((name, value) for name, value in fields.items() if value is not None)
     if isinstance(exc, CallerBusy) and exc.job_id is not None:
         extra["job"] = f"/v1/batches/{exc.job_id}"  # the live job that blocks the caller
     detail = str(exc)

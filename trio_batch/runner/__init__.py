@@ -4,12 +4,22 @@ A package, as trio's ``_core`` is, for pieces that share private state (the :cla
 each job): ``_runner`` (:class:`Runner`: submit, cancel, wait, the drains), ``_open``
 (:func:`open_runner`: the nursery, the heartbeat, the purge), ``_attempts`` (one target's
 attempts and retries), ``_drain`` (a job's drain state), ``_cluster`` (other runners' cancels,
-reaps and heartbeats on a shared database), ``_purge`` (lapsed jobs) and ``_store_retry``
+reaps and heartbeats on a shared database), ``_check`` (the fetch function's submit-time
+check of targets), ``_purge`` (lapsed jobs) and ``_store_retry``
 (riding out a store that is briefly unavailable).
 """
 
 from ._attempts import FetchFunc
+from ._check import CheckTarget, TargetChecked, check_each, target_checker
 from ._open import open_runner
 from ._runner import Runner
 
-__all__ = ["FetchFunc", "Runner", "open_runner"]
+__all__ = [
+    "CheckTarget",
+    "FetchFunc",
+    "Runner",
+    "TargetChecked",
+    "check_each",
+    "open_runner",
+    "target_checker",
+]

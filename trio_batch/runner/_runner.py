@@ -34,6 +34,7 @@ from .._retry import RetryNotice
 from .._text import safe_text
 from ..store import JobStore, NewJob
 from ._attempts import Attempts, Failure, FetchFunc
+from ._check import check_each, target_checker
 from ._cluster import ChangedElsewhere, release, wait_at_most, wait_elsewhere, wait_for_heartbeat
 from ._drain import _Drain
 from ._purge import purge_lapsed
@@ -68,6 +69,7 @@ class Runner:
         self._log = logger
         self._nursery = nursery
         self._attempts = Attempts(fetch, config, logger, on_retry)
+        self._check_target = target_checker(fetch)
         self._drains: dict[str, _Drain] = {}
         # Fed by the store's listener: wakes the poll, and waits on other runners' jobs.
         self._elsewhere = ChangedElsewhere(self._drains)
@@ -105,7 +107,8 @@ class Runner:
         The caps are the :class:`Config`'s, with ``targets_per_job`` and ``jobs_per_caller``
         overridden for ``caller_class`` by ``Config.class_limits``.
 
-        Raises :class:`InvalidTargets` (an empty list, a non-target, a repeated target),
+        Raises :class:`InvalidTargets` (an empty list, a non-target, a repeated target, or one
+        the fetch function's ``check_target`` hook refused, see ``_check``: nothing stored),
         :class:`InvalidRequest` (a bad caller name), :class:`TooManyTargets`,
         :class:`CallerBusy`, :class:`Busy`, :class:`StoreUnavailable` if the database refuses
         the write, or :class:`RunnerClosed` after shutdown.
@@ -120,6 +123,8 @@ class Runner:
         caller = check_caller(caller)
         caller_class = check_caller(caller_class, "caller_class")
         checked = check_targets(targets)
+        if self._check_target is not None:
+            check_each(self._check_target, checked)
         config = self._config
         targets_per_job, jobs_per_caller = config.limits_for(caller_class)
         # The drain is registered before the job exists, under the id the job will get: the
