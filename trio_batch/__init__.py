@@ -38,8 +38,9 @@ from ._model import (
     idem_key,
 )
 from ._retry import RetryableError, RetryNotice, RetryPolicy
+from ._tracing import Tracing
 from ._version import __version__ as __version__
-from .runner import FetchFunc, Runner, open_runner
+from .runner import FetchFunc, Runner, open_runner, otel_tracing
 from .store import (
     SCHEMA_VERSION,
     JobStore,
@@ -85,7 +86,9 @@ __all__ = [
     "TargetState",
     "TargetStatus",
     "TooManyTargets",
+    "Tracing",
     "idem_key",
     "open_runner",
     "open_store",
+    "otel_tracing",
 ]

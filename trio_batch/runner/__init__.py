@@ -11,7 +11,7 @@ check of targets), ``_purge`` (lapsed jobs) and ``_store_retry``
 
 from ._attempts import FetchFunc
 from ._check import CheckTarget, TargetChecked, check_each, target_checker
-from ._open import open_runner
+from ._open import open_runner, otel_tracing
 from ._runner import Runner
 
 __all__ = [
@@ -21,5 +21,6 @@ __all__ = [
     "TargetChecked",
     "check_each",
     "open_runner",
+    "otel_tracing",
     "target_checker",
 ]

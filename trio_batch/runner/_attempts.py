@@ -21,6 +21,7 @@ from .._config import Config
 from .._model import Result, Target
 from .._retry import RetryNotice, is_retryable, retry_after_of
 from .._text import safe_text
+from .._tracing import NO_TRACING, Tracing
 from ._drain import _Drain
 
 __all__ = ["Attempts", "Failure", "FetchFunc", "failure_from_exception"]
@@ -75,8 +76,10 @@ class Attempts:
         config: Config,
         log: logging.Logger,
         on_retry: Callable[[RetryNotice], None] | None,
+        tracing: Tracing = NO_TRACING,
     ) -> None:
         self.fetch = fetch
+        self.tracing = tracing
         self.config = config
         self.log = log
         self.on_retry = on_retry
@@ -94,7 +97,11 @@ class Attempts:
         policy = self.config.retry
         attempt = 1
         while True:
-            outcome = await self._fetch_one(drain, idx, target)
+            with self.tracing.attempt(drain.span, idx, target, attempt) as span:
+                outcome = await self._fetch_one(drain, idx, target)
+                self.tracing.attempt_ended(
+                    span, None if isinstance(outcome, Result) else outcome.error
+                )
             if (
                 isinstance(outcome, Result)
                 or policy is None
@@ -109,6 +116,7 @@ class Attempts:
                 "target will be retried",
                 extra={"job_id": drain.job_id, "idx": idx, "attempt": attempt, "delay": delay},
             )
+            self.tracing.retry_wait(drain.span, idx, attempt, delay)
             if self.on_retry is not None:
                 notice = RetryNotice(
                     drain.job_id, idx, target.url, attempt, policy.attempts, outcome.error, delay

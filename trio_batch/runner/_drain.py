@@ -8,6 +8,7 @@ runner's poll of the store for jobs cancelled through another runner sharing the
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import trio
 
@@ -43,6 +44,8 @@ class _Drain:
     # The job is no longer this runner's (another runner reaped it): the drain was stopped and
     # writes nothing more.
     lost: bool = False
+    # The job's span, from the runner's Tracing (None when tracing is off).
+    span: Any = None
     # Set, and dropped, each time an outcome is stored: wakes watchers. Made only when a
     # watcher asks (most jobs have none), so a drain with no watcher makes no event per target.
     _stored: trio.Event | None = None

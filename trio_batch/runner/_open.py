@@ -6,17 +6,34 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import Any
 
 import trio
 
 from .._config import Config
 from .._errors import StoreUnavailable
 from .._retry import RetryNotice
+from .._tracing import NO_TRACING, Tracing
 from ..store import JobStore, SQLiteJobStore, Store, WriteObserver
 from ._cluster import poll_drain_changes
 from ._runner import FetchFunc, Runner
 
-__all__ = ["open_runner"]
+__all__ = ["open_runner", "otel_tracing"]
+
+
+def otel_tracing(tracer_provider: Any = None, *, full_urls: bool = False) -> Tracing:
+    """Tracing through OpenTelemetry, for :func:`open_runner`'s ``tracing``.
+
+    A span per job (from submit to its terminal status, linked to the span current at submit),
+    a child span per attempt at a target (the fetch runs inside it) and per store call of the
+    job's drain; retry waits are events of the job's span. ``tracer_provider`` defaults to the
+    global one, set up by the host program (or by ``trio-batch serve --otel``). Attempt spans
+    name the target's host only; ``full_urls=True`` adds the full URL, query string included.
+    Needs the ``trio-batch[otel]`` extra (``opentelemetry-api``): raises ImportError without it.
+    """
+    from .._otel import OtelTracing
+
+    return OtelTracing(tracer_provider, full_urls=full_urls)
 
 
 @asynccontextmanager
@@ -29,6 +46,7 @@ async def open_runner(
     logger: logging.Logger | None = None,
     on_store_write: WriteObserver | None = None,
     on_retry: Callable[[RetryNotice], None] | None = None,
+    tracing: Tracing = NO_TRACING,
 ) -> AsyncIterator[Runner]:
     """Start a runner on ``store``; leaving the block shuts it down.
 
@@ -52,6 +70,9 @@ async def open_runner(
     one call per group commit): a hook for metrics; it must be quick and not raise.
     ``on_retry``, if given, is called on the event loop with a :class:`RetryNotice` each time a
     target's attempt failed and will be retried (see ``Config.retry``); for progress displays.
+    ``tracing``: :func:`~trio_batch.otel_tracing` for a span per job, per attempt at a target
+    and per store call of a drain (OpenTelemetry, the ``trio-batch[otel]`` extra); off by
+    default, at the cost of a method call per event.
 
     On exit (normal, by exception or by cancellation) in-flight fetches are cancelled, every
     outcome already being stored is completed, and every job of this runner still live is
@@ -68,7 +89,9 @@ async def open_runner(
         ):
             observer, job_store.on_write = job_store.on_write, on_store_write
             try:
-                async with _running(job_store, fetch, config, now, log, on_retry) as runner:
+                async with _running(
+                    tracing.wrap_store(job_store), fetch, config, now, log, on_retry, tracing
+                ) as runner:
                     yield runner
             finally:
                 job_store.on_write = observer
@@ -86,6 +109,7 @@ async def _running(
     now: Callable[[], float],
     log: logging.Logger,
     on_retry: Callable[[RetryNotice], None] | None,
+    tracing: Tracing,
 ) -> AsyncIterator[Runner]:
     """The runner's life on a claimed store: reap, serve, then shut down."""
     runner: Runner | None = None
@@ -103,6 +127,7 @@ async def _running(
                 logger=log,
                 nursery=nursery,
                 on_retry=on_retry,
+                tracing=tracing,
             )
             nursery.start_soon(runner._purge_periodically, name="trio_batch purge")
             changes = runner._elsewhere

@@ -32,6 +32,7 @@ from .._model import (
 )
 from .._retry import RetryNotice
 from .._text import safe_text
+from .._tracing import NO_TRACING, Tracing
 from ..store import JobStore, NewJob
 from ._attempts import Attempts, Failure, FetchFunc
 from ._check import check_each, target_checker
@@ -62,13 +63,15 @@ class Runner:
         logger: logging.Logger,
         nursery: trio.Nursery,
         on_retry: Callable[[RetryNotice], None] | None = None,
+        tracing: Tracing = NO_TRACING,
     ) -> None:
         self._store = store
+        self._tracing = tracing
         self._config = config
         self._now = now
         self._log = logger
         self._nursery = nursery
-        self._attempts = Attempts(fetch, config, logger, on_retry)
+        self._attempts = Attempts(fetch, config, logger, on_retry, tracing)
         self._check_target = target_checker(fetch)
         self._drains: dict[str, _Drain] = {}
         # Fed by the store's listener: wakes the poll, and waits on other runners' jobs.
@@ -155,6 +158,7 @@ class Runner:
                 # Shutdown began while the job was being created; shutdown marks it failed.
                 raise RunnerClosed("the runner is shutting down; the job was not started")
             drain.job = job
+            drain.span = self._tracing.job_started(job)
             self._nursery.start_soon(self._drain, drain, name=f"trio_batch drain {job.id}")
             started = True
         finally:
@@ -410,6 +414,7 @@ class Runner:
 
     async def _drain(self, drain: _Drain) -> None:
         """Fetch the job's targets in order, storing each outcome before the next starts."""
+        self._tracing.enter_job(drain.span)  # this task's context: its store calls are children
         try:
             with drain.scope:
                 job: Job | None = None
@@ -435,6 +440,7 @@ class Runner:
                     # Stopped early (cancelled here or elsewhere): tell waiters on other runners.
                     await release(self._store, drain, self._log)
         except Exception as exc:
+            self._tracing.job_failed(drain.span, exc)
             # The database stayed unavailable past Config.store_retry_for (or a bug): fail the
             # job rather than the host's nursery, and keep the runner serving other calls.
             self._log.error(
@@ -451,6 +457,7 @@ class Runner:
             if self._closed:
                 self._stopped_by_shutdown.add(drain.job_id)
             drain.in_flight = None
+            self._tracing.job_ended(drain.span, drain.job, cancelled=drain.cancel_requested)
             del self._drains[drain.job_id]
             drain.stopped.set()
             drain.notify_stored()  # watchers re-read and see the job without a drain task
