@@ -44,6 +44,14 @@ MAX_URL_LENGTH = 8192
 MAX_OPTION_LENGTH = 8192
 #: Longest caller or caller-class name.
 MAX_CALLER_LENGTH = 256
+#: Longest custom id of a target.
+MAX_CUSTOM_ID_LENGTH = 64
+#: Most metadata keys a job may carry, the longest key and the longest value.
+MAX_METADATA_KEYS = 16
+MAX_METADATA_KEY_LENGTH = 64
+MAX_METADATA_VALUE_LENGTH = 512
+#: A metadata key: what a label filter ``key:value`` can name (no ``:``, no spaces).
+_METADATA_KEY = re.compile(r"[A-Za-z0-9_.\-/]{1,64}", re.ASCII)
 
 
 # --------------------------------------------------------------------------------------------
@@ -199,16 +207,19 @@ DEFAULT_OPTIONS = Options()
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    """One unit of work: a URL and the options to fetch it with.
+    """One unit of work: a URL, the options to fetch it with, and optionally the caller's id.
 
     Constructing a target validates it: ``url`` must be a non-empty string of at most
     ``MAX_URL_LENGTH`` characters, without control characters (C0, C1, DEL, bidirectional
-    overrides and marks) or lone surrogates. A bad value raises
+    overrides and marks) or lone surrogates. ``custom_id``, if set, is the caller's own name
+    for the target (1 to ``MAX_CUSTOM_ID_LENGTH`` characters, same rules, unique within its
+    job): it comes back in status, export and retries. A bad value raises
     :class:`InvalidTargets`. The URL scheme is left to the fetch function.
     """
 
     url: str
     options: Options = DEFAULT_OPTIONS
+    custom_id: str | None = None
 
     def __post_init__(self) -> None:
         _check_text(self.url, "url", MAX_URL_LENGTH, index=None)
@@ -225,20 +236,26 @@ class Target:
             raise InvalidTargets(
                 f"options must be an Options instance, not {type(self.options).__name__}"
             )
+        if self.custom_id is not None:
+            _check_text(self.custom_id, "custom_id", MAX_CUSTOM_ID_LENGTH, index=None)
+            if not self.custom_id:
+                raise InvalidTargets("custom_id must not be empty")
 
     @classmethod
     def from_json(cls, obj: object) -> Target:
-        """Build a target from a decoded JSON object ``{"url": ..., "options": {...}}``.
+        """Build a target from a decoded JSON object
+        ``{"url": ..., "options": {...}, "custom_id": ...}``.
 
-        Strict: a non-object, a missing or non-string ``url``, an unknown key or a wrongly
-        typed option raises :class:`InvalidTargets`.
+        Strict: a non-object, a missing or non-string ``url``, an unknown key, a wrongly
+        typed option or a bad ``custom_id`` raises :class:`InvalidTargets`.
         """
         if not isinstance(obj, Mapping):
             raise InvalidTargets(f"a target must be a JSON object, not {json_type(obj)}")
-        unknown = unknown_keys(obj, ("url", "options"))
+        unknown = unknown_keys(obj, ("url", "options", "custom_id"))
         if unknown:
             raise InvalidTargets(
-                f"unknown target key(s) {unknown}; a target has 'url' and optionally 'options'"
+                f"unknown target key(s) {unknown}; a target has 'url' and optionally "
+                "'options' and 'custom_id'"
             )
         if "url" not in obj:
             raise InvalidTargets("a target needs a 'url'")
@@ -246,14 +263,20 @@ class Target:
         if not isinstance(url, str):
             raise InvalidTargets(f"url must be a string, not {json_type(url)}")
         options = Options.from_json(obj["options"]) if "options" in obj else DEFAULT_OPTIONS
-        return cls(url, options)
+        custom_id = obj.get("custom_id")
+        if custom_id is not None and not isinstance(custom_id, str):
+            raise InvalidTargets(f"custom_id must be a string, not {json_type(custom_id)}")
+        return cls(url, options, custom_id)
 
     def to_json(self) -> dict[str, Any]:
-        """The target as a JSON object; ``options`` is left out when every option is unset."""
+        """The target as a JSON object; ``options`` is left out when every option is unset,
+        ``custom_id`` when there is none."""
         out: dict[str, Any] = {"url": self.url}
         options = self.options.to_json()
         if options:
             out["options"] = options
+        if self.custom_id is not None:
+            out["custom_id"] = self.custom_id
         return out
 
 
@@ -277,13 +300,54 @@ def check_targets(targets: object) -> tuple[Target, ...]:
     if not targets:
         raise InvalidTargets("a job needs at least one target")
     seen: dict[Target, int] = {}
+    custom_ids: dict[str, int] = {}
     for i, target in enumerate(targets):
         if not isinstance(target, Target):
             raise InvalidTargets(f"target {i} is a {type(target).__name__}, not a Target", index=i)
         first = seen.setdefault(target, i)
         if first != i:
             raise InvalidTargets(f"target {i} repeats target {first} ({target.url})", index=i)
+        if target.custom_id is not None:
+            first = custom_ids.setdefault(target.custom_id, i)
+            if first != i:
+                raise InvalidTargets(
+                    f"target {i} repeats the custom_id {target.custom_id!r} of target {first}",
+                    index=i,
+                )
     return _CheckedTargets(targets)
+
+
+def check_metadata(obj: object) -> dict[str, str]:
+    """Return ``obj`` as a job's metadata if it is one: a mapping of at most
+    ``MAX_METADATA_KEYS`` keys (letters, digits, ``_.-/``, at most
+    ``MAX_METADATA_KEY_LENGTH`` characters) to strings of at most
+    ``MAX_METADATA_VALUE_LENGTH`` characters (no NUL, no lone surrogate).
+
+    Raises :class:`InvalidRequest` naming what is wrong otherwise.
+    """
+    if obj is None:
+        return {}
+    if not isinstance(obj, Mapping):
+        raise InvalidRequest(f"metadata must be a JSON object of strings, not {json_type(obj)}")
+    if len(obj) > MAX_METADATA_KEYS:
+        raise InvalidRequest(f"metadata has {len(obj)} keys; the limit is {MAX_METADATA_KEYS}")
+    out: dict[str, str] = {}
+    for key, value in obj.items():
+        if not isinstance(key, str) or _METADATA_KEY.fullmatch(key) is None:
+            raise InvalidRequest(
+                f"metadata key {safe_text(key, 80)!r} must be 1 to {MAX_METADATA_KEY_LENGTH} "
+                "letters, digits or '_.-/'"
+            )
+        if not isinstance(value, str):
+            raise InvalidRequest(
+                f"metadata value of {key!r} must be a string, not {json_type(value)}"
+            )
+        try:
+            _check_text(value, f"metadata value of {key!r}", MAX_METADATA_VALUE_LENGTH, index=None)
+        except InvalidTargets as exc:
+            raise InvalidRequest(str(exc)) from None
+        out[key] = value
+    return out
 
 
 def check_caller(value: object, what: str = "caller") -> str:
@@ -304,13 +368,22 @@ def check_caller(value: object, what: str = "caller") -> str:
     return value
 
 
-def idem_key(caller: str, targets: Sequence[Target]) -> str:
+def idem_key(
+    caller: str,
+    targets: Sequence[Target],
+    metadata: Mapping[str, str] | None = None,
+    parent_id: str | None = None,
+) -> str:
     """The idempotency key of ``targets`` submitted by ``caller``.
 
     Hex SHA-256 of ``caller + "\\x00" + canonical(targets)``, where canonical is compact JSON of
     ``[t.to_json() for t in targets]`` with sorted keys: field order, whitespace and options
-    spelled out at their defaults do not change the key; any change of a URL, an option, the
-    order of the targets or the caller does.
+    spelled out at their defaults do not change the key; any change of a URL, an option, a
+    custom id, the order of the targets or the caller does. Metadata and a parent (a retry)
+    are part of the request too: when either is set, ``"\\x00" + canonical(metadata) +
+    "\\x00" + parent_id`` follows, so the same targets with other metadata make another job
+    (whose metadata is not silently dropped), and a retry is never the job of a plain submit.
+    Without them the key is what it was before they existed.
     """
     # Built piece by piece, byte for byte what json.dumps of that list writes, without a dict
     # per target: a target's keys sort as "options" < "url".
@@ -318,11 +391,20 @@ def idem_key(caller: str, targets: Sequence[Target]) -> str:
     for target in targets:
         url = encode_basestring_ascii(target.url)
         options = "{}" if target.options is DEFAULT_OPTIONS else _canonical(target.options)
+        # Sorted keys: "custom_id" < "options" < "url".
+        custom = (
+            ""
+            if target.custom_id is None
+            else f'"custom_id":{encode_basestring_ascii(target.custom_id)},'
+        )
         if options == "{}":
-            parts.append(f'{{"url":{url}}}')
+            parts.append(f'{{{custom}"url":{url}}}')
         else:
-            parts.append(f'{{"options":{options},"url":{url}}}')
+            parts.append(f'{{{custom}"options":{options},"url":{url}}}')
     canonical = "[" + ",".join(parts) + "]"
+    if metadata or parent_id is not None:
+        extra = _CANONICAL_ENCODER.encode(dict(metadata or {}))
+        canonical = f"{canonical}\x00{extra}\x00{parent_id or ''}"
     return hashlib.sha256(f"{caller}\x00{canonical}".encode()).hexdigest()
 
 
@@ -402,6 +484,11 @@ class Job:
     created_at: float = 0.0
     updated_at: float = 0.0
     expires_at: float = 0.0
+    #: The caller's labels (see :func:`check_metadata`); never changes once stored. Left out
+    #: of the hash (a dict has none); compared.
+    metadata: Mapping[str, str] = field(default_factory=dict, hash=False)
+    #: The job this one retries (see :meth:`trio_batch.Runner.retry`), or None.
+    parent_id: str | None = None
 
     @property
     def is_terminal(self) -> bool:
@@ -422,6 +509,7 @@ class Job:
         """The job as a JSON object (statuses as plain strings)."""
         out = dataclasses.asdict(self)
         out["status"] = str(self.status)
+        out["metadata"] = dict(self.metadata)
         return out
 
 
@@ -442,6 +530,7 @@ class TargetStatus:
     options: Options = DEFAULT_OPTIONS
     finished_at: float | None = None
     attempts: int = 0
+    custom_id: str | None = None
 
     @property
     def is_finished(self) -> bool:
@@ -452,6 +541,7 @@ class TargetStatus:
         """The target's status as a JSON object."""
         return {
             "idx": self.idx,
+            "custom_id": self.custom_id,
             "url": self.url,
             "options": self.options.to_json(),
             "status": str(self.status),

@@ -554,7 +554,7 @@ def _exercise_every_method(store: Store) -> None:
     with pytest.raises(CallerBusy) as busy:
         create(store, "a", n=2)  # a's one live job is in the way
     assert busy.value.job_id == job.id
-    other, _ = create(store, "b")
+    other, _ = create(store, "b", metadata={"team": "x"})  # with labels
     seen = store.record_outcome(job.id, 0, result=Result("x"), ttl=TTL, now=T0)
     # Written with the job as seen: counted in without reading the job back.
     store.record_outcomes([OutcomeWrite(job.id, 1, error="e", seen=seen)], ttl=TTL, now=T0)

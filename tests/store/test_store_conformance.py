@@ -513,3 +513,77 @@ async def test_a_callers_jobs_come_in_stable_pages_newest_first(job_store: JobSt
         "pager", now=T0 + 20, limit=10, before=(last.created_at, last.id)
     )
     assert [j.id for j in second] == ids[::-1][2:]
+
+
+# ---------------------------------------------------------------------------------------------
+# Custom ids, metadata and parents
+
+
+async def test_custom_ids_metadata_and_parent_are_stored_and_read_back(
+    job_store: JobStore,
+) -> None:
+    targets = [Target("u:0", custom_id="first"), Target("u:1"), Target("u:2", custom_id="c")]
+    labels = {"team": "search", "run": "2026-12-01"}
+    caps = {**CAPS, "jobs_per_caller": 9, "jobs_total": 9}
+    parent, _ = await _create(job_store, "alice", 1, prefix="p:", **caps)
+    new = NewJob(
+        "alice",
+        "default",
+        targets,
+        **caps,
+        status=JobState.RUNNING,
+        metadata=labels,
+        parent_id=parent.id,
+    )
+    job, reused = await job_store.create_job(new, now=T0)
+    assert not reused
+    assert (job.metadata, job.parent_id) == (labels, parent.id)
+    assert await job_store.get_job(job.id, now=T0) == job
+    bumped = await job_store.record_outcome(_ok(job.id, 0), ttl=TTL, now=T0 + 1)
+    assert bumped is not None and (bumped.metadata, bumped.parent_id) == (labels, parent.id)
+    seen = await job_store.record_outcome(
+        dataclasses.replace(_err(job.id, 1), seen=bumped), ttl=TTL, now=T0 + 2
+    )
+    assert seen is not None and seen.metadata == labels
+    found = await job_store.get_status(job.id, now=T0 + 3)
+    assert found is not None
+    assert found[0].metadata == labels
+    assert [t.custom_id for t in found[1]] == ["first", None, "c"]
+    overview = await job_store.get_overview(job.id, now=T0 + 3)
+    assert overview is not None and [t.custom_id for t in overview[1]] == ["first", None, "c"]
+    one = await job_store.get_target(job.id, 2, now=T0 + 3)
+    assert one is not None and one[1].custom_id == "c"
+    listed = await job_store.list_caller_jobs("alice", now=T0 + 3, limit=10)
+    assert {j.id: j.metadata for j in listed} == {job.id: labels, parent.id: {}}
+    # The metadata and parent are part of the idempotency key: the same targets with other
+    # metadata, or without a parent, are another job.
+    again, reused = await job_store.create_job(new, now=T0)
+    assert reused and again.id == job.id
+    elsewhere = NewJob("alice", "default", targets, **caps, metadata={"team": "other"})
+    other, reused = await job_store.create_job(elsewhere, now=T0)
+    assert not reused and other.metadata == {"team": "other"} and other.parent_id is None
+    unparented = NewJob("alice", "default", targets, **caps, metadata=labels)
+    assert (await job_store.create_job(unparented, now=T0))[0].id not in (job.id, other.id)
+
+
+async def test_jobs_with_labels_are_forgotten_and_purged(job_store: JobStore) -> None:
+    labelled, _ = await _create(job_store, "alice", 1, metadata={"k": "v"})
+    await job_store.record_outcome(_ok(labelled.id, 0), ttl=TTL, now=T0)
+    assert await job_store.forget_job(labelled.id, now=T0) is not None
+    lapsing, _ = await _create(job_store, "bob", 1, metadata={"k": "v", "x": "y"})
+    assert await job_store.purge_expired(now=T0 + 10 * TTL, batch_size=10) == 1
+    assert await job_store.get_job(lapsing.id, now=T0) is None
+
+
+@pytest.mark.parametrize(
+    ("targets", "match"),
+    [
+        ([Target("u:0", custom_id="a"), Target("u:1", custom_id="a")], "repeats the custom_id"),
+    ],
+)
+async def test_repeated_custom_ids_are_refused_before_any_write(
+    job_store: JobStore, targets: list[Target], match: str
+) -> None:
+    with pytest.raises(InvalidTargets, match=match):
+        await job_store.create_job(NewJob("alice", "default", targets, **CAPS), now=T0)
+    assert await job_store.list_caller_jobs("alice", now=T0, limit=10) == []

@@ -57,6 +57,11 @@ class NewJob:
     status: JobState = JobState.QUEUED
     #: The id a new job gets (made with :func:`~trio_batch.new_job_id`); by default a fresh one.
     job_id: str | None = None
+    #: The caller's labels (see :func:`~trio_batch.check_metadata`), stored with the job and
+    #: once more per key for label filters; part of the idempotency key.
+    metadata: Mapping[str, str] | None = None
+    #: The job this one retries (see :meth:`~trio_batch.Runner.retry`); part of the key too.
+    parent_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,7 @@ from .._model import (
     TargetState,
     TargetStatus,
     check_caller,
+    check_metadata,
     check_targets,
     idem_key,
     is_job_id,
@@ -39,6 +40,7 @@ __all__ = [
     "dumps",
     "job_after_outcome",
     "job_from_row",
+    "metadata_from_text",
     "new_job",
     "options_from_text",
     "options_text",
@@ -66,10 +68,25 @@ def _job_of(values: Sequence[Any]) -> Job:
 
 
 def job_from_row(row: Sequence[Any]) -> Job:
-    """A :class:`Job` from a row of the job columns, in the dataclass's order."""
+    """A :class:`Job` from a row of the job columns, in the dataclass's order (metadata as
+    its stored JSON text)."""
     job = _job_of(row)
     _set_job_status(job, _JOB_STATES[row[1]])
+    _set_job_metadata(job, metadata_from_text(row[12]))
     return job
+
+
+def metadata_from_text(text: str) -> dict[str, str]:
+    """Stored metadata text as a dict (a fresh one: a caller may change what it is given)."""
+    if text == "{}":
+        return {}
+    return dict(_metadata_cached(text))
+
+
+@functools.lru_cache(maxsize=256)
+def _metadata_cached(text: str) -> tuple[tuple[str, str], ...]:
+    # A drain reads its job's row back with each outcome: the same text each time.
+    return tuple(json.loads(text).items())
 
 
 def job_after_outcome(seen: Job, *, failed: int, now: float, ttl: float) -> Job:
@@ -91,13 +108,15 @@ def job_after_outcome(seen: Job, *, failed: int, now: float, ttl: float) -> Job:
             seen.created_at,
             now,
             now + ttl,
+            seen.metadata,
+            seen.parent_id,
         )
     )
 
 
 def target_from_row(row: Sequence[Any], *, decode: bool = True) -> TargetStatus:
     """A :class:`TargetStatus` from ``idx, url, status, result, error, hint, options,
-    finished_at, attempts``.
+    finished_at, attempts, custom_id``.
 
     With ``decode`` false its result is decoded when first read (see :class:`StoredTarget`):
     for reads made on the event loop's thread, of small results. A read on a store thread
@@ -105,7 +124,7 @@ def target_from_row(row: Sequence[Any], *, decode: bool = True) -> TargetStatus:
     """
     # Called for every row of a status read: no per-row enum call, no dataclass __init__ (its
     # frozen object.__setattr__ per field cost as much as the SQL).
-    idx, url, status, result, error, hint, options, finished_at, attempts = row
+    idx, url, status, result, error, hint, options, finished_at, attempts, custom_id = row
     target = _new(StoredTarget)
     _set_idx(target, idx)
     _set_url(target, url)
@@ -122,6 +141,7 @@ def target_from_row(row: Sequence[Any], *, decode: bool = True) -> TargetStatus:
     _set_options(target, DEFAULT_OPTIONS if options == "{}" else options_from_text(options))
     _set_finished_at(target, finished_at)
     _set_attempts(target, attempts)
+    _set_custom_id(target, custom_id)
     return target
 
 
@@ -177,13 +197,14 @@ _new = object.__new__
 # The slots' own descriptors: they set a frozen instance's fields without its __setattr__.
 _JOB_SETTERS = tuple(Job.__dict__[f.name].__set__ for f in dataclasses.fields(Job))
 _set_job_status = Job.__dict__["status"].__set__
+_set_job_metadata = Job.__dict__["metadata"].__set__
 _slot = TargetStatus.__dict__
 _get_result = _slot["result"].__get__
 _set_idx, _set_url, _set_status, _set_result, _set_error, _set_hint = (
     _slot[name].__set__ for name in ("idx", "url", "status", "result", "error", "hint")
 )
-_set_options, _set_finished_at, _set_attempts = (
-    _slot[name].__set__ for name in ("options", "finished_at", "attempts")
+_set_options, _set_finished_at, _set_attempts, _set_custom_id = (
+    _slot[name].__set__ for name in ("options", "finished_at", "attempts", "custom_id")
 )
 _set_result_text = StoredTarget.__dict__["_result_text"].__set__
 
@@ -238,29 +259,42 @@ class JobInsert:
             j.created_at,
             j.updated_at,
             j.expires_at,
+            dumps(j.metadata),
+            j.parent_id,
         )
 
-    def target_params(self) -> list[tuple[str, int, str, str, str]]:
-        """``(job_id, idx, url, options, status)`` per target, all ``pending``."""
+    def label_params(self) -> list[tuple[str, str, str, str, float]]:
+        """``(job_id, caller, key, value, created_at)`` per metadata key: the job's labels."""
+        j = self.job
+        return [(j.id, j.caller, k, v, j.created_at) for k, v in j.metadata.items()]
+
+    def target_params(self) -> list[tuple[str, int, str, str, str, str | None]]:
+        """``(job_id, idx, url, options, status, custom_id)`` per target, all ``pending``."""
         # Once per target of every submit: the job's id and the status looked up once (an enum
         # member's .value alone cost more than the rest of a row). The text, not the member:
         # what both backends' drivers take alike (psycopg dumps a plain Enum by its name).
         job_id, pending = self.job.id, TargetState.PENDING.value
         return [
-            (job_id, i, t.url, options_text(t.options), pending) for i, t in enumerate(self.targets)
+            (job_id, i, t.url, options_text(t.options), pending, t.custom_id)
+            for i, t in enumerate(self.targets)
         ]
 
 
 def new_job(new: NewJob, *, now: float) -> JobInsert:
     """Check a create request and build the job it would insert, before any I/O.
 
-    Invalid targets or caller names raise :class:`InvalidTargets` / :class:`InvalidRequest`;
-    a terminal ``status`` or a malformed ``job_id`` raises ValueError.
+    Invalid targets, metadata or caller names raise :class:`InvalidTargets` /
+    :class:`InvalidRequest`; a terminal ``status`` or a malformed ``job_id`` or ``parent_id``
+    raises ValueError.
     """
     caller = check_caller(new.caller)
     caller_class = check_caller(new.caller_class, "caller_class")
     checked = check_targets(new.targets)
     status, job_id = new.status, new.job_id
+    labels = check_metadata(new.metadata)
+    parent_id = new.parent_id
+    if parent_id is not None and not is_job_id(parent_id):
+        raise ValueError(f"{parent_id!r} is not a job id")
     if not JobState(status).is_live:
         raise ValueError(f"a new job is queued or running, not {status}")
     if job_id is not None and not is_job_id(job_id):
@@ -274,10 +308,12 @@ def new_job(new: NewJob, *, now: float) -> JobInsert:
         targets_failed=0,
         caller=caller,
         caller_class=caller_class,
-        idem_key=idem_key(caller, checked),
+        idem_key=idem_key(caller, checked, labels, parent_id),
         created_at=now,
         updated_at=now,
         expires_at=now + new.ttl,
+        metadata=labels,
+        parent_id=parent_id,
     )
     return JobInsert(job, checked)
 

@@ -13,9 +13,9 @@ __all__: list[str] = []  # imported as a module: ``from . import _queries as q``
 # Column order matches the Job dataclass, so a row maps to Job(*row).
 JOB_COLUMNS = (
     "id, status, error, targets_total, targets_done, targets_failed, caller, caller_class, "
-    "idem_key, created_at, updated_at, expires_at"
+    "idem_key, created_at, updated_at, expires_at, metadata, parent_id"
 )
-TARGET_COLUMNS = "idx, url, status, result, error, hint, options, finished_at, attempts"
+TARGET_COLUMNS = "idx, url, status, result, error, hint, options, finished_at, attempts, custom_id"
 
 #: The live statuses, as SQL.
 LIVE = "('queued', 'running')"
@@ -215,12 +215,13 @@ COUNT_LIVE_OF_CALLER = f"SELECT count(*) FROM jobs WHERE status IN {LIVE} AND ca
 NEWEST_LIVE_OF_CALLER = (
     f"SELECT id FROM jobs WHERE status IN {LIVE} AND caller = %s ORDER BY created_at DESC LIMIT 1"
 )
-INSERT_JOB = (
-    f"INSERT INTO jobs ({JOB_COLUMNS}, owner) "
-    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
-)
+INSERT_JOB = f"INSERT INTO jobs ({JOB_COLUMNS}, owner) VALUES ({', '.join(['%s'] * 15)})"
 INSERT_TARGET = (
-    "INSERT INTO targets (job_id, idx, url, options, status) VALUES (%s, %s, %s, %s, %s)"
+    "INSERT INTO targets (job_id, idx, url, options, status, custom_id) "
+    "VALUES (%s, %s, %s, %s, %s, %s)"
+)
+INSERT_LABEL = (
+    "INSERT INTO job_labels (job_id, caller, key, value, created_at) VALUES (%s, %s, %s, %s, %s)"
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -317,7 +318,7 @@ SUM_TARGETS = (
 #: A job's targets without their results, and each result's size (characters), last.
 GET_TARGETS_WITHOUT_RESULTS = (
     "SELECT idx, url, status, NULL, error, hint, options, finished_at, attempts, "
-    "coalesce(length(result), 0) FROM targets WHERE job_id = %s ORDER BY idx"
+    "custom_id, coalesce(length(result), 0) FROM targets WHERE job_id = %s ORDER BY idx"
 )
 GET_ONE_TARGET = f"SELECT {TARGET_COLUMNS} FROM targets WHERE job_id = %s AND idx = %s"
 #: A page of a job's targets that have an outcome, from an index on (a watcher's next read).

@@ -208,6 +208,8 @@ class PostgresStore(PostgresReads):
                 conn.execute(q.INSERT_JOB, (*insert.job_params(), self.runner_id))
                 with conn.cursor() as cur:
                     cur.executemany(q.INSERT_TARGET, insert.target_params())
+                    if job.metadata:
+                        cur.executemany(q.INSERT_LABEL, insert.label_params())
             return job, False
 
         return self._run(create)

@@ -11,9 +11,9 @@ __all__: list[str] = []  # imported as a module: ``from . import _queries as q``
 # Column order matches the Job dataclass, so a row maps to Job(*row).
 JOB_COLUMNS = (
     "id, status, error, targets_total, targets_done, targets_failed, caller, caller_class, "
-    "idem_key, created_at, updated_at, expires_at"
+    "idem_key, created_at, updated_at, expires_at, metadata, parent_id"
 )
-TARGET_COLUMNS = "idx, url, status, result, error, hint, options, finished_at, attempts"
+TARGET_COLUMNS = "idx, url, status, result, error, hint, options, finished_at, attempts, custom_id"
 
 # ---------------------------------------------------------------------------------------------
 # Creating jobs
@@ -35,8 +35,13 @@ NEWEST_LIVE_OF_CALLER = (
     "SELECT id FROM jobs WHERE status IN ('queued', 'running') AND caller = ? "
     "ORDER BY created_at DESC LIMIT 1"
 )
-INSERT_JOB = f"INSERT INTO jobs ({JOB_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-INSERT_TARGET = "INSERT INTO targets (job_id, idx, url, options, status) VALUES (?, ?, ?, ?, ?)"
+INSERT_JOB = f"INSERT INTO jobs ({JOB_COLUMNS}) VALUES ({', '.join('?' * 14)})"
+INSERT_TARGET = (
+    "INSERT INTO targets (job_id, idx, url, options, status, custom_id) VALUES (?, ?, ?, ?, ?, ?)"
+)
+INSERT_LABEL = (
+    "INSERT INTO job_labels (job_id, caller, key, value, created_at) VALUES (?, ?, ?, ?, ?)"
+)
 
 # ---------------------------------------------------------------------------------------------
 # Writing outcomes and statuses
@@ -85,10 +90,12 @@ FAIL_LIVE = (
 LAPSED_IDS = "SELECT id FROM jobs WHERE expires_at <= ? ORDER BY expires_at LIMIT ?"
 #: Delete the targets, then the jobs, of a JSON array of job ids.
 DELETE_TARGETS_OF = "DELETE FROM targets WHERE job_id IN (SELECT value FROM json_each(?))"
+DELETE_LABELS_OF = "DELETE FROM job_labels WHERE job_id IN (SELECT value FROM json_each(?))"
 DELETE_JOBS = "DELETE FROM jobs WHERE id IN (SELECT value FROM json_each(?))"
 
 #: Forget one terminal job: its targets, then the job itself (live jobs never match).
 FORGET_TARGETS = "DELETE FROM targets WHERE job_id = ?"
+FORGET_LABELS = "DELETE FROM job_labels WHERE job_id = ?"
 FORGET_JOB = "DELETE FROM jobs WHERE id = ? AND status NOT IN ('queued', 'running')"
 
 # ---------------------------------------------------------------------------------------------
@@ -103,7 +110,7 @@ GET_TARGETS = f"SELECT {TARGET_COLUMNS} FROM targets WHERE job_id = ? ORDER BY i
 #: The targets with NULL for each result, and the result's size in characters last.
 GET_TARGETS_WITHOUT_RESULTS = (
     "SELECT idx, url, status, NULL, error, hint, options, finished_at, attempts, "
-    "coalesce(length(result), 0) FROM targets WHERE job_id = ? ORDER BY idx"
+    "custom_id, coalesce(length(result), 0) FROM targets WHERE job_id = ? ORDER BY idx"
 )
 GET_ONE_TARGET = f"SELECT {TARGET_COLUMNS} FROM targets WHERE job_id = ? AND idx = ?"
 #: A page of a job's targets that have an outcome, from an index on (a watcher's next read).

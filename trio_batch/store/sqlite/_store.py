@@ -109,6 +109,8 @@ class Store(Connection):
             )
             self.db.execute(q.INSERT_JOB, insert.job_params())
             self.db.conn.executemany(q.INSERT_TARGET, insert.target_params())
+            if job.metadata:
+                self.db.conn.executemany(q.INSERT_LABEL, insert.label_params())
             return job, False
 
     def find_reusable_job(self, caller: str, key: str, *, now: float | None = None) -> Job | None:
@@ -327,6 +329,7 @@ class Store(Connection):
                 if ids:
                     id_list = dumps(ids)
                     self.db.execute(q.DELETE_TARGETS_OF, (id_list,))
+                    self.db.execute(q.DELETE_LABELS_OF, (id_list,))
                     self.db.execute(q.DELETE_JOBS, (id_list,))
             deleted += len(ids)
             if len(ids) < batch_size:
@@ -351,6 +354,7 @@ class Store(Connection):
             if job.status.is_live:
                 raise JobLive(f"job {job_id} is {job.status}; cancel it first, then forget it")
             self.db.execute(q.FORGET_TARGETS, (job_id,))
+            self.db.execute(q.FORGET_LABELS, (job_id,))
             self.db.execute(q.FORGET_JOB, (job_id,))
         return job
 
