@@ -4,7 +4,8 @@ Imported only by :func:`trio_batch.otel_tracing`. A job's span is the root of a 
 of its own, linked to the span current when it was submitted (an HTTP request's, which
 ``serve`` takes from the request's ``traceparent``); each attempt at a target is a child of it,
 and so is each store call the job's drain makes. Store calls made outside any span (the
-runner's polls, heartbeats and purges) make no span: they would be a root span each.
+runner's polls, heartbeats and purges) make no span: they would be a root span each. A
+remote parent (a request's ``traceparent``) counts as a span.
 """
 
 from __future__ import annotations
@@ -206,7 +207,7 @@ def _traced(
 
     @functools.wraps(method)
     async def call(*args: Any, **kwargs: Any) -> T:
-        if not trace.get_current_span().is_recording():
+        if not trace.get_current_span().get_span_context().is_valid:
             return await method(*args, **kwargs)
         span = tracer.start_span(name, kind=SpanKind.CLIENT, attributes=attributes)
         try:

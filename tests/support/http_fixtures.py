@@ -72,11 +72,13 @@ def start_server(
     *extra: str,
     fetch: str | None = "tests.support.http_fixtures:fetch",
     caller_header: str | None = None,
+    env: dict[str, str] | None = None,
 ) -> tuple[subprocess.Popen[str], str]:
     """Start ``trio-batch serve`` on a free port; returns the process and its URL.
 
     ``fetch`` is the ``--fetch`` function; None serves with the built-in fetcher. Callers are
-    ALICE's and BOB's tokens, or with ``caller_header`` whoever that header names.
+    ALICE's and BOB's tokens, or with ``caller_header`` whoever that header names. ``env`` is
+    added to this process's environment.
     """
     tokens = tmp_path / "tokens"
     tokens.write_text(f"{ALICE} alice user\n{BOB} bob user\n")
@@ -97,7 +99,7 @@ def start_server(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
     )
     assert proc.stdout is not None
     line = proc.stdout.readline()

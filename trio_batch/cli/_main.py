@@ -54,6 +54,7 @@ from ._common import (
 )
 from ._options import add_fetch_limits
 from ._run import cmd_run
+from ._telemetry import add_otel_argument
 
 __all__ = [
     "EXIT_BUSY",
@@ -131,6 +132,7 @@ def _parser() -> argparse.ArgumentParser:
         "--json", action="store_true", help="print the job and its targets as JSON on stdout"
     )
     run.add_argument("-q", "--quiet", action="store_true", help="show no progress")
+    add_otel_argument(run)
     run.add_argument(
         "--ttl",
         type=float,

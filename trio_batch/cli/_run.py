@@ -19,6 +19,7 @@ from .._config import Config
 from .._errors import BatchError, InvalidRequest, InvalidTargets, StoreLocked
 from .._model import Job, JobState, Target, TargetStatus
 from .._retry import RetryNotice
+from .._tracing import Tracing
 from ..store import JobStore
 from ._common import (
     EXIT_BUSY,
@@ -36,6 +37,7 @@ from ._common import (
 )
 from ._input import InputError, parse_targets
 from ._options import retry_policy
+from ._telemetry import setup_tracing
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -75,6 +77,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         if not (value > 0 and math.isfinite(value)):
             raise UsageError(f"{flag} must be a positive number of seconds")
     caller = args.caller if args.caller is not None else _default_caller()
+    try:
+        tracing, flush_traces = setup_tracing(args.otel)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     _configure_logging()
     with open_db(args.db, create=True) as store:
         assert store is not None  # created if missing
@@ -85,7 +91,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             retry=retry_policy(args.retries),
         )
         try:
-            outcome = trio.run(_run_job, store, config, caller, args, targets)
+            outcome = trio.run(_run_job, store, config, caller, args, targets, tracing)
         except StoreLocked:
             # The runner allows one runner per database: a second one would reap the first
             # one's live jobs as "restart".
@@ -99,6 +105,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         except BatchError as exc:
             report_error(str(exc))
             return EXIT_FAILED
+        finally:
+            flush_traces()
         final = ask(store, lambda s: s.get_status(outcome.job_id, now=time.time()))
         store_path = store.location
     if final is None:  # pragma: no cover - the lease is at least --ttl seconds
@@ -162,7 +170,12 @@ class _Outcome:
 
 
 async def _run_job(
-    store: JobStore, config: Config, caller: str, args: argparse.Namespace, targets: list[Target]
+    store: JobStore,
+    config: Config,
+    caller: str,
+    args: argparse.Namespace,
+    targets: list[Target],
+    tracing: Tracing,
 ) -> _Outcome:
     from ..fetchers import http_fetch
     from ..runner import open_runner
@@ -178,7 +191,9 @@ async def _run_job(
             _note(view, err, _console.retry_line(notice))
 
     with trio.open_signal_receiver(signal.SIGINT) as signals, trio.CancelScope() as hard_stop:
-        async with open_runner(store, http_fetch, config, on_retry=on_retry) as runner:
+        async with open_runner(
+            store, http_fetch, config, on_retry=on_retry, tracing=tracing
+        ) as runner:
             job_id, reused = await runner.submit(caller, args.caller_class, targets)
             outcome = _Outcome(job_id, reused, interrupted=False)
             if reused:

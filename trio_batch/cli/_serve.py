@@ -17,6 +17,7 @@ from ..fetchers import builtin_fetch, load_fetch
 from ..http import Auth, HeaderAuth, TokenAuth, create_app, serve
 from ..http._app import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY
 from ._options import EXIT_BUSY, add_fetch_limits, retry_policy
+from ._telemetry import add_otel_argument, setup_tracing
 
 __all__ = ["add_serve_arguments", "run_serve", "serve_main", "serve_parser"]
 
@@ -115,6 +116,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
     )
+    add_otel_argument(parser)
 
 
 def run_serve(args: argparse.Namespace) -> int:
@@ -161,6 +163,7 @@ def run_serve(args: argparse.Namespace) -> int:
             cancel_grace=args.cancel_grace,
             retry=retry_policy(args.retries),
         )
+        tracing, flush_traces = setup_tracing(args.otel)
         app = create_app(
             db=args.db,
             fetch=fetch,
@@ -168,6 +171,7 @@ def run_serve(args: argparse.Namespace) -> int:
             config=config,
             max_body=args.max_body,
             body_timeout=args.body_timeout,
+            tracing=tracing,
         )
     except (OSError, ValueError, TypeError) as exc:
         print(f"trio-batch serve: {exc}", file=sys.stderr)
@@ -197,6 +201,8 @@ def run_serve(args: argparse.Namespace) -> int:
         # As `trio-batch run`: a database another runner holds is not a failure of this one.
         held = any(isinstance(leaf, StoreLocked) for leaf in _leaves(exc))
         return EXIT_BUSY if held else 1
+    finally:
+        flush_traces()  # the spans of the last jobs, as far as the exporter's timeouts allow
     return 0
 
 

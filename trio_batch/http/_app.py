@@ -20,6 +20,7 @@ from starlette.routing import Route
 
 from .._config import Config
 from .._errors import BatchError
+from .._tracing import NO_TRACING, Tracing
 from ..runner import FetchFunc, open_runner
 from ..store import JobStore, open_store
 from ._auth import HeaderAuth, TokenAuth
@@ -61,6 +62,7 @@ def create_app(
     heartbeat: float = 15.0,
     now: Callable[[], float] = time.time,
     logger: logging.Logger | None = None,
+    tracing: Tracing = NO_TRACING,
 ) -> Starlette:
     """Build the service as a Starlette application; serve it with :func:`serve`.
 
@@ -69,7 +71,8 @@ def create_app(
     who a request comes from. ``max_body`` caps a request body (bytes) and ``body_timeout`` the
     seconds it may take to arrive (408 past it), ``retry_after`` is the
     ``Retry-After`` sent with 429 and 503, ``heartbeat`` the seconds between keep-alive
-    comments on an idle event stream. ``now`` and ``logger`` go to the runner.
+    comments on an idle event stream. ``now``, ``logger`` and ``tracing`` go to the runner; a
+    job submitted with a W3C ``traceparent`` header links to that trace.
 
     ``app.state.service.begin_shutdown()`` refuses new jobs and ends event streams; :func:`serve`
     calls it when its shutdown trigger fires.
@@ -89,6 +92,7 @@ def create_app(
         heartbeat=heartbeat,
         now=now,
         logger=logger,
+        tracing=tracing,
     )
 
     @contextlib.asynccontextmanager
@@ -103,6 +107,7 @@ def create_app(
                 now=service.now,
                 logger=service.logger,
                 on_store_write=service.metrics.observe_write,
+                tracing=service.tracing,
             ) as runner,
         ):
             service.runner_ = runner

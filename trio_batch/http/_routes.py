@@ -51,7 +51,8 @@ async def submit(request: Request) -> Response:
     try:
         caller_class, targets = parse_submission(obj, caller, service.config)
         runner = service.runner
-        job_id, reused = await runner.submit(caller.name, caller_class, targets)
+        with service.tracing.remote_parent(request.headers):  # the job links to its trace
+            job_id, reused = await runner.submit(caller.name, caller_class, targets)
     except BatchError as exc:
         raise problem_for(exc, retry_after=service.retry_after) from None
     status = await runner.status(job_id)

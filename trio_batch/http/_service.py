@@ -12,6 +12,7 @@ from starlette.requests import Request
 from .._config import Config
 from .._errors import RunnerClosed
 from .._model import Job
+from .._tracing import NO_TRACING, Tracing
 from ..runner import FetchFunc, Runner
 from ._auth import Auth, Caller
 from ._metrics import Metrics
@@ -37,6 +38,7 @@ class Service:
     heartbeat: float
     now: Callable[[], float]
     logger: logging.Logger | None
+    tracing: Tracing = NO_TRACING
     metrics: Metrics = field(default_factory=Metrics)
     runner_: Runner | None = None
     stopping: trio.Event = field(default_factory=trio.Event)
