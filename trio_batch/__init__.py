@@ -43,6 +43,7 @@ from ._version import __version__ as __version__
 from .runner import FetchFunc, Runner, open_runner, otel_tracing
 from .store import (
     SCHEMA_VERSION,
+    JobFilter,
     JobStore,
     NewJob,
     SQLiteJobStore,
@@ -62,6 +63,7 @@ __all__ = [
     "InvalidRequest",
     "InvalidTargets",
     "Job",
+    "JobFilter",
     "JobLive",
     "JobState",
     "JobStore",

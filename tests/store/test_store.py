@@ -30,9 +30,9 @@ from trio_batch import (
     TargetStatus,
     TooManyTargets,
 )
-from trio_batch.store import NewJob
+from trio_batch.store import JobFilter, NewJob
 from trio_batch.store.sqlite import _queries as q
-from trio_batch.store.sqlite._views import job_overview, one_target
+from trio_batch.store.sqlite._views import job_overview, latest_retry, one_target, targets_after
 
 T0 = 1_000_000.0
 TTL = 100.0
@@ -554,7 +554,7 @@ def _exercise_every_method(store: Store) -> None:
     with pytest.raises(CallerBusy) as busy:
         create(store, "a", n=2)  # a's one live job is in the way
     assert busy.value.job_id == job.id
-    other, _ = create(store, "b", metadata={"team": "x"})  # with labels
+    other, _ = create(store, "b", metadata={"team": "x", "k": "v"})  # with labels
     seen = store.record_outcome(job.id, 0, result=Result("x"), ttl=TTL, now=T0)
     # Written with the job as seen: counted in without reading the job back.
     store.record_outcomes([OutcomeWrite(job.id, 1, error="e", seen=seen)], ttl=TTL, now=T0)
@@ -573,6 +573,16 @@ def _exercise_every_method(store: Store) -> None:
     store.list_jobs(caller="a", now=T0)
     store.list_caller_jobs("a", now=T0, limit=10)
     store.list_caller_jobs("a", now=T0, limit=10, before=(T0 + 1, job.id))
+    # Filtered lists, by status and by labels (one driving the read, one more checked).
+    store.list_caller_jobs("b", now=T0, limit=10, where=JobFilter(statuses=frozenset(JobState)))
+    labels = JobFilter(
+        statuses=frozenset({JobState.CANCELLED}),
+        labels=(("team", "x"), ("k", "v")),
+        created_after=0,
+    )
+    store.list_caller_jobs("b", now=T0, limit=10, before=(T0 + 1, other.id), where=labels)
+    targets_after(store, job.id, 0, now=T0, limit=2)
+    latest_retry(store, job.id, "a", now=T0)
     store.forget_job(other.id, now=T0)
     store.mark_in_flight_failed("restart", now=T0)
     store.purge_expired(T0 + TTL)

@@ -20,6 +20,7 @@ from trio_batch import (
     Busy,
     CallerBusy,
     InvalidTargets,
+    JobFilter,
     JobState,
     JobStore,
     Options,
@@ -587,3 +588,97 @@ async def test_repeated_custom_ids_are_refused_before_any_write(
     with pytest.raises(InvalidTargets, match=match):
         await job_store.create_job(NewJob("alice", "default", targets, **CAPS), now=T0)
     assert await job_store.list_caller_jobs("alice", now=T0, limit=10) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# Filtered lists, export pages, retries
+
+
+async def _labelled(
+    store: JobStore, caller: str, i: int, labels: dict[str, str], **kwargs: Any
+) -> Any:
+    caps = {**CAPS, "jobs_per_caller": 99, "jobs_total": 99}
+    new = NewJob(caller, "default", _targets(1, f"f{i}:"), **caps, metadata=labels, **kwargs)
+    job, _ = await store.create_job(new, now=T0 + i)
+    return job
+
+
+async def _pages(store: JobStore, caller: str, where: JobFilter, limit: int) -> list[str]:
+    """Every job the filter lists, a page at a time, as ids."""
+    seen: list[str] = []
+    before = None
+    while True:
+        page = await store.list_caller_jobs(caller, now=T0, limit=limit, before=before, where=where)
+        seen += [job.id for job in page]
+        if len(page) < limit:
+            return seen
+        before = (page[-1].created_at, page[-1].id)
+
+
+async def test_filtered_lists_page_a_callers_own_jobs_only(job_store: JobStore) -> None:
+    jobs = []
+    for i in range(12):
+        labels = {"team": "a" if i % 2 else "b", "run": str(i % 3)}
+        jobs.append(await _labelled(job_store, "alice", i, labels))
+        # Bob's jobs carry the same labels and times: never listed for alice.
+        await _labelled(job_store, "bob", i, labels, status=JobState.RUNNING)
+    for i in (1, 4, 7):
+        await job_store.finish_job(jobs[i].id, JobState.CANCELLED, now=T0 + 20)
+    newest = [job.id for job in reversed(jobs)]
+    cases: list[tuple[JobFilter, list[int]]] = [
+        (JobFilter(), list(range(12))),
+        (JobFilter(statuses=frozenset({JobState.CANCELLED})), [1, 4, 7]),
+        (JobFilter(statuses=frozenset({JobState.QUEUED, JobState.CANCELLED})), list(range(12))),
+        (JobFilter(labels=(("team", "a"),)), [1, 3, 5, 7, 9, 11]),
+        (JobFilter(labels=(("team", "a"), ("run", "1"))), [1, 7]),
+        (
+            JobFilter(statuses=frozenset({JobState.QUEUED}), labels=(("team", "a"),)),
+            [3, 5, 9, 11],
+        ),
+        (JobFilter(created_after=T0 + 8), [9, 10, 11]),
+        (JobFilter(created_after=T0 + 2, labels=(("run", "0"),)), [3, 6, 9]),
+        (JobFilter(labels=(("team", "nobody"),)), []),
+    ]
+    for where, picked in cases:
+        expected = [jobs[i].id for i in sorted(picked, reverse=True)]
+        assert [j for j in newest if j in expected] == expected
+        for limit in (1, 5, 100):
+            assert await _pages(job_store, "alice", where, limit) == expected, (where, limit)
+        listed = await job_store.list_caller_jobs("alice", now=T0, limit=100, where=where)
+        assert all(job.caller == "alice" and where.matches(job) for job in listed)
+
+
+async def test_export_pages_cover_every_target_in_order(job_store: JobStore) -> None:
+    targets = [Target(f"e:{i}", custom_id=f"c{i}") for i in range(4)]
+    job, _ = await job_store.create_job(
+        NewJob("alice", "default", targets, **CAPS, status=JobState.RUNNING), now=T0
+    )
+    await job_store.record_outcome(_ok(job.id, 0), ttl=TTL, now=T0)
+    await job_store.record_outcome(_err(job.id, 1), ttl=TTL, now=T0)
+    first = await job_store.get_targets_after(job.id, -1, now=T0, limit=3)
+    assert first is not None
+    assert [(t.idx, t.custom_id, str(t.status)) for t in first[1]] == [
+        (0, "c0", "done"),
+        (1, "c1", "failed"),
+        (2, "c2", "running"),  # due next
+    ]
+    assert first[1][0].result == Result("x", {"n": 0})
+    rest = await job_store.get_targets_after(job.id, 2, now=T0, limit=3)
+    assert rest is not None and [(t.idx, str(t.status)) for t in rest[1]] == [(3, "pending")]
+    empty = await job_store.get_targets_after(job.id, 3, now=T0, limit=3)
+    assert empty is not None and empty[1] == []
+    assert await job_store.get_targets_after("A" * 22, -1, now=T0, limit=3) is None
+    assert await job_store.get_targets_after(job.id, -1, now=T0 + 10 * TTL, limit=3) is None
+
+
+async def test_the_latest_retry_is_the_callers_newest_child(job_store: JobStore) -> None:
+    parent = await _labelled(job_store, "alice", 0, {})
+    assert await job_store.latest_retry(parent.id, caller="alice", now=T0) is None
+    first = await _labelled(job_store, "alice", 1, {}, parent_id=parent.id)
+    second = await _labelled(job_store, "alice", 2, {}, parent_id=parent.id)
+    await _labelled(job_store, "bob", 3, {}, parent_id=parent.id)  # not alice's
+    assert first.parent_id == parent.id
+    latest = await job_store.latest_retry(parent.id, caller="alice", now=T0)
+    assert latest is not None and latest.id == second.id
+    assert await job_store.latest_retry(parent.id, caller="carol", now=T0) is None
+    assert await job_store.latest_retry("bad id", caller="alice", now=T0) is None

@@ -15,6 +15,7 @@ in one module of named statements), a URL scheme in :func:`open_store`, and a pa
 ``tests/test_store_conformance.py`` so that every check runs on it too.
 """
 
+from ._filters import JobFilter
 from ._open import open_store
 from ._protocol import ChangeObserver, DrainChanges, JobStore, NewJob, StoreCounts, WriteObserver
 from .sqlite import SCHEMA_VERSION, SQLiteJobStore, Store
@@ -23,6 +24,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "ChangeObserver",
     "DrainChanges",
+    "JobFilter",
     "JobStore",
     "NewJob",
     "SQLiteJobStore",

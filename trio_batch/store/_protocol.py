@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from .._model import Job, JobState, OutcomeWrite, Target, TargetStatus
+from ._filters import EVERY_JOB, JobFilter
 
 __all__ = [
     "ChangeObserver",
@@ -274,12 +275,28 @@ class JobStore(Protocol):
         now: float,
         limit: int,
         before: tuple[float, str] | None = None,
+        where: JobFilter = EVERY_JOB,
     ) -> list[Job]:
-        """One page of ``caller``'s unexpired jobs, newest first (by ``created_at``, then id).
+        """One page of ``caller``'s unexpired jobs, newest first (by ``created_at``, then id),
+        only those ``where`` lists (by default all): read off an index, so a page costs about
+        the same however many jobs the caller has.
 
         ``before`` is the ``(created_at, id)`` of the last job of the previous page: the page
         starts after it, so pages neither repeat nor skip jobs while others are created.
         """
+        ...
+
+    async def get_targets_after(
+        self, job_id: str, after: int, *, now: float, limit: int
+    ) -> tuple[Job, list[TargetStatus]] | None:
+        """The job and, in ``idx`` order, up to ``limit`` of its targets with an index above
+        ``after`` (``-1`` for the first page), outcome or not, with their results, from one
+        snapshot (the one due next reads ``running``); None as ``get_job``. What an export
+        reads: page after page, so its memory is one page's whatever the job's size."""
+        ...
+
+    async def latest_retry(self, job_id: str, *, caller: str, now: float) -> Job | None:
+        """The newest unexpired job of ``caller`` whose ``parent_id`` is ``job_id``, or None."""
         ...
 
     async def counts(self, *, now: float) -> StoreCounts:

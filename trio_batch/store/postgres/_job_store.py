@@ -25,6 +25,7 @@ import trio
 from ..._errors import StoreError, StoreUnavailable
 from ..._model import Job, JobState, OutcomeWrite, TargetStatus
 from .._face import StoreFace
+from .._filters import EVERY_JOB, JobFilter
 from .._protocol import ChangeObserver, DrainChanges, NewJob, StoreCounts
 from .._thread import StoreThread
 from ._errors import translate_errors
@@ -359,11 +360,24 @@ class PostgresJobStore(StoreFace):
         now: float,
         limit: int,
         before: tuple[float, str] | None = None,
+        where: JobFilter = EVERY_JOB,
     ) -> list[Job]:
         """:meth:`PostgresStore.list_caller_jobs`."""
         return await self._call(
-            PostgresStore.list_caller_jobs, caller, now=now, limit=limit, before=before
+            PostgresStore.list_caller_jobs, caller, now=now, limit=limit, before=before, where=where
         )
+
+    async def get_targets_after(
+        self, job_id: str, after: int, *, now: float, limit: int
+    ) -> tuple[Job, list[TargetStatus]] | None:
+        """:meth:`PostgresStore.get_targets_after`, from one snapshot."""
+        return await self._call(
+            PostgresStore.get_targets_after, job_id, after, now=now, limit=limit
+        )
+
+    async def latest_retry(self, job_id: str, *, caller: str, now: float) -> Job | None:
+        """:meth:`PostgresStore.latest_retry`."""
+        return await self._call(PostgresStore.latest_retry, job_id, caller=caller, now=now)
 
 
 def _notify_quietly(store: PostgresStore, job_ids: list[str]) -> None:

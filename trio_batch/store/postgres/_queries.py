@@ -321,19 +321,21 @@ GET_TARGETS_WITHOUT_RESULTS = (
     "custom_id, coalesce(length(result), 0) FROM targets WHERE job_id = %s ORDER BY idx"
 )
 GET_ONE_TARGET = f"SELECT {TARGET_COLUMNS} FROM targets WHERE job_id = %s AND idx = %s"
+#: A job's columns one by one, for the filtered lists (see store/_filters.py).
+JOB_COLUMN_NAMES = tuple(name.strip() for name in JOB_COLUMNS.split(","))
+#: A page of a job's targets after an index, in order, outcome or not (an export's next read).
+GET_TARGETS_AFTER = (
+    f"SELECT {TARGET_COLUMNS} FROM targets WHERE job_id = %s AND idx > %s ORDER BY idx LIMIT %s"
+)
+#: The newest unexpired retry of a job by the same caller (a merged export).
+LATEST_RETRY = (
+    f"SELECT {JOB_COLUMNS} FROM jobs WHERE parent_id = %s AND caller = %s "
+    "AND expires_at > %s ORDER BY created_at DESC LIMIT 1"
+)
 #: A page of a job's targets that have an outcome, from an index on (a watcher's next read).
 GET_OUTCOMES_FROM = (
     f"SELECT {TARGET_COLUMNS} FROM targets WHERE job_id = %s AND idx >= %s "
     "AND status IN ('done', 'failed') ORDER BY idx LIMIT %s"
-)
-#: One page of a caller's unexpired jobs, newest first; the _BEFORE form starts after a job.
-LIST_CALLER_JOBS = (
-    f"SELECT {JOB_COLUMNS} FROM jobs WHERE caller = %s AND expires_at > %s "
-    "ORDER BY created_at DESC, id DESC LIMIT %s"
-)
-LIST_CALLER_JOBS_BEFORE = (
-    f"SELECT {JOB_COLUMNS} FROM jobs WHERE caller = %s AND expires_at > %s "
-    "AND (created_at, id) < (%s, %s) ORDER BY created_at DESC, id DESC LIMIT %s"
 )
 #: A job to forget, locked against a concurrent outcome write or cancel.
 GET_JOB_FOR_UPDATE = f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = %s AND expires_at > %s FOR UPDATE"

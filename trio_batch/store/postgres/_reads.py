@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 from ..._errors import JobLive
 from ..._model import Job, JobState, TargetStatus, is_job_id, is_target_index, with_running
+from .._filters import EVERY_JOB, JobFilter, filtered_queries, merge_pages
 from .._protocol import StoreCounts
 from .._rows import job_from_row, target_from_row
 from . import _queries as q
@@ -136,14 +137,53 @@ class PostgresReads(PostgresConnection):
         return job, [target_from_row(row) for row in rows]
 
     def list_caller_jobs(
-        self, caller: str, *, now: float, limit: int, before: tuple[float, str] | None = None
+        self,
+        caller: str,
+        *,
+        now: float,
+        limit: int,
+        before: tuple[float, str] | None = None,
+        where: JobFilter = EVERY_JOB,
     ) -> list[Job]:
-        """One page of ``caller``'s unexpired jobs, newest first; see ``JobStore``."""
-        sql = q.LIST_CALLER_JOBS if before is None else q.LIST_CALLER_JOBS_BEFORE
-        params: tuple[Any, ...] = (
-            (caller, now, limit) if before is None else (caller, now, *before, limit)
+        """One page of ``caller``'s unexpired jobs that ``where`` lists, newest first; see
+        ``JobStore``."""
+        queries = [
+            (sql.replace("?", "%s"), params)
+            for sql, params in filtered_queries(
+                q.JOB_COLUMN_NAMES, caller, where, now=now, limit=limit, before=before
+            )
+        ]
+
+        def read(conn: Conn) -> list[list[Job]]:
+            with conn.transaction():
+                conn.execute(q.SNAPSHOT)
+                return [
+                    [job_from_row(row) for row in conn.execute(sql, params).fetchall()]
+                    for sql, params in queries
+                ]
+
+        return merge_pages(self._run(read), limit)
+
+    def get_targets_after(
+        self, job_id: str, after: int, *, now: float, limit: int
+    ) -> tuple[Job, list[TargetStatus]] | None:
+        """The job and a page of its targets after ``after``, in order; see ``JobStore``."""
+        found = self._with_job(
+            job_id,
+            now,
+            lambda c: c.execute(q.GET_TARGETS_AFTER, (job_id, after, limit)).fetchall(),
         )
-        return [job_from_row(row) for row in self._run(lambda c: c.execute(sql, params).fetchall())]
+        if found is None:
+            return None
+        job, rows = found
+        return job, with_running(job, [target_from_row(row) for row in rows])
+
+    def latest_retry(self, job_id: str, *, caller: str, now: float) -> Job | None:
+        """The newest unexpired retry of ``job_id`` by ``caller``; see ``JobStore``."""
+        if not is_job_id(job_id):
+            return None
+        row = self._run(lambda c: c.execute(q.LATEST_RETRY, (job_id, caller, now)).fetchone())
+        return None if row is None else job_from_row(row)
 
     def _with_job(self, job_id: str, now: float, read: Callable[[Conn], T]) -> tuple[Job, T] | None:
         """The unexpired job and what ``read`` reads, from one snapshot; None without the job."""

@@ -34,6 +34,7 @@ import trio
 from ..._errors import StoreError
 from ..._model import Job, JobState, OutcomeWrite, TargetStatus
 from .._face import StoreFace
+from .._filters import EVERY_JOB, JobFilter
 from .._loop_budget import LoopBudget
 from .._protocol import ChangeObserver, DrainChanges, NewJob, StoreCounts
 from .._thread import StoreThread
@@ -42,7 +43,7 @@ from ._errors import translate_errors
 from ._fast_path import MISS, Miss, cheap_result, run_unless_declined
 from ._lock import RunnerLock
 from ._store import Store
-from ._views import job_overview, one_target, outcomes_from
+from ._views import job_overview, latest_retry, one_target, outcomes_from, targets_after
 
 __all__ = ["SQLiteJobStore"]
 
@@ -454,11 +455,22 @@ class SQLiteJobStore(StoreFace):
         now: float,
         limit: int,
         before: tuple[float, str] | None = None,
+        where: JobFilter = EVERY_JOB,
     ) -> list[Job]:
         """:meth:`Store.list_caller_jobs`, on the store thread."""
         return await self._on_thread(
-            Store.list_caller_jobs, caller, now=now, limit=limit, before=before
+            Store.list_caller_jobs, caller, now=now, limit=limit, before=before, where=where
         )
+
+    async def get_targets_after(
+        self, job_id: str, after: int, *, now: float, limit: int
+    ) -> tuple[Job, list[TargetStatus]] | None:
+        """:func:`targets_after`, on the store thread (results may be large to decode)."""
+        return await self._on_thread(targets_after, job_id, after, now=now, limit=limit)
+
+    async def latest_retry(self, job_id: str, *, caller: str, now: float) -> Job | None:
+        """:func:`latest_retry`, on the store thread."""
+        return await self._on_thread(latest_retry, job_id, caller, now=now)
 
     async def counts(self, *, now: float) -> StoreCounts:
         """:meth:`Store.counts`, on the store thread."""

@@ -113,6 +113,17 @@ GET_TARGETS_WITHOUT_RESULTS = (
     "custom_id, coalesce(length(result), 0) FROM targets WHERE job_id = ? ORDER BY idx"
 )
 GET_ONE_TARGET = f"SELECT {TARGET_COLUMNS} FROM targets WHERE job_id = ? AND idx = ?"
+#: A job's columns one by one, for the filtered lists (see store/_filters.py).
+JOB_COLUMN_NAMES = tuple(name.strip() for name in JOB_COLUMNS.split(","))
+#: A page of a job's targets after an index, in order, outcome or not (an export's next read).
+GET_TARGETS_AFTER = (
+    f"SELECT {TARGET_COLUMNS} FROM targets WHERE job_id = ? AND idx > ? ORDER BY idx LIMIT ?"
+)
+#: The newest unexpired retry of a job by the same caller (a merged export).
+LATEST_RETRY = (
+    f"SELECT {JOB_COLUMNS} FROM jobs WHERE parent_id = ? AND caller = ? "
+    "AND expires_at > ? ORDER BY created_at DESC LIMIT 1"
+)
 #: A page of a job's targets that have an outcome, from an index on (a watcher's next read).
 GET_OUTCOMES_FROM = (
     f"SELECT {TARGET_COLUMNS} FROM targets WHERE job_id = ? AND idx >= ? "
@@ -122,15 +133,6 @@ LIST_JOBS = f"SELECT {JOB_COLUMNS} FROM jobs WHERE expires_at > ? ORDER BY expir
 LIST_JOBS_OF_CALLER = (
     f"SELECT {JOB_COLUMNS} FROM jobs WHERE caller = ? AND expires_at > ? "
     "ORDER BY expires_at DESC LIMIT ?"
-)
-#: One page of a caller's unexpired jobs, newest first; the second starts after a cursor.
-LIST_CALLER_JOBS = (
-    f"SELECT {JOB_COLUMNS} FROM jobs WHERE caller = ? AND expires_at > ? "
-    "ORDER BY created_at DESC, id DESC LIMIT ?"
-)
-LIST_CALLER_JOBS_BEFORE = (
-    f"SELECT {JOB_COLUMNS} FROM jobs WHERE caller = ? AND expires_at > ? "
-    "AND (created_at, id) < (?, ?) ORDER BY created_at DESC, id DESC LIMIT ?"
 )
 #: Unexpired jobs by status, for metrics.
 COUNT_BY_STATUS = "SELECT status, count(*) FROM jobs WHERE expires_at > ? GROUP BY status"

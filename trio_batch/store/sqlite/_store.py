@@ -29,6 +29,7 @@ from ..._model import (
     is_job_id,
     with_running,
 )
+from .._filters import EVERY_JOB, JobFilter, filtered_queries, merge_pages
 from .._protocol import NewJob, StoreCounts
 from .._rows import check_caps, dumps, job_after_outcome, new_job, outcome_values
 from .._rows import job_from_row as _job
@@ -413,16 +414,17 @@ class Store(Connection):
         now: float | None = None,
         limit: int = 100,
         before: tuple[float, str] | None = None,
+        where: JobFilter = EVERY_JOB,
     ) -> list[Job]:
-        """One page of ``caller``'s unexpired jobs, newest first; see ``JobStore``."""
+        """One page of ``caller``'s unexpired jobs that ``where`` lists, newest first; see
+        ``JobStore``."""
         now = time.time() if now is None else now
-        with self._lock:
-            if before is None:
-                rows = self.db.execute(q.LIST_CALLER_JOBS, (caller, now, limit)).fetchall()
-            else:
-                params = (caller, now, before[0], before[1], limit)
-                rows = self.db.execute(q.LIST_CALLER_JOBS_BEFORE, params).fetchall()
-        return [_job(row) for row in rows]
+        queries = filtered_queries(
+            q.JOB_COLUMN_NAMES, caller, where, now=now, limit=limit, before=before
+        )
+        with self._snapshot():
+            pages = [[_job(row) for row in self.db.execute(sql, params)] for sql, params in queries]
+        return merge_pages(pages, limit)
 
     def counts(self, *, now: float | None = None) -> StoreCounts:
         """Unexpired jobs by status (every status present, zeros included), and their targets."""

@@ -12,11 +12,12 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from ..._model import Job, TargetStatus, is_job_id, is_target_index, with_running
+from .._rows import job_from_row
 from .._rows import target_from_row as _target
 from . import _queries as q
 from ._store import Store
 
-__all__ = ["job_overview", "one_target", "outcomes_from"]
+__all__ = ["job_overview", "latest_retry", "one_target", "outcomes_from", "targets_after"]
 
 T = TypeVar("T")
 
@@ -68,6 +69,32 @@ def outcomes_from(
         return None
     job, rows = found
     return job, [_target(row) for row in rows]
+
+
+def targets_after(
+    store: Store, job_id: str, after: int, *, now: float, limit: int
+) -> tuple[Job, list[TargetStatus]] | None:
+    """The job and up to ``limit`` of its targets after index ``after``, in order, with their
+    results (the one due next reads ``running``)."""
+    found = _with_job(
+        store,
+        job_id,
+        now,
+        lambda: store.db.execute(q.GET_TARGETS_AFTER, (job_id, after, limit)).fetchall(),
+    )
+    if found is None:
+        return None
+    job, rows = found
+    return job, with_running(job, [_target(row) for row in rows])
+
+
+def latest_retry(store: Store, job_id: str, caller: str, *, now: float) -> Job | None:
+    """The newest unexpired job of ``caller`` that retries ``job_id``, or None."""
+    if not is_job_id(job_id):
+        return None
+    with store._lock:
+        row = store.db.execute(q.LATEST_RETRY, (job_id, caller, now)).fetchone()
+    return None if row is None else job_from_row(row)
 
 
 def _with_job(store: Store, job_id: str, now: float, read: Callable[[], T]) -> tuple[Job, T] | None:
