@@ -27,7 +27,7 @@ import contextlib
 import functools
 import time
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
-from typing import Concatenate, ParamSpec, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import trio
 
@@ -179,13 +179,40 @@ class SQLiteJobStore(StoreFace):
         Cancellation: as :meth:`StoreThread.run`: once started, the call completes, and
         ``Cancelled`` is raised at the caller's next checkpoint.
         """
-        await self._ready_for_fast_call()
+        answer, fast = await self._fast_else_off_loop(writes, fn, args, kwargs)
+        if fast:
+            await trio.lowlevel.cancel_shielded_checkpoint()  # an async call always yields once
+        return answer
+
+    async def _fast_else_off_loop(
+        self,
+        writes: int,
+        fn: Callable[..., T],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        *,
+        fast_kwargs: dict[str, Any] | None = None,
+        try_fast: bool = True,
+    ) -> tuple[T, bool]:
+        """``(fn(store, *args, **kwargs), ran_on_the_loop)``: tried on the fast path first (with
+        ``fast_kwargs`` added there, and only if ``try_fast``), off the loop if it declines.
+
+        The one place that chooses between the paths. A fast answer has not yielded yet (the
+        caller decides when it does); an answer from a thread has.
+
+        Cancellation: as :meth:`_call`.
+        """
+        if try_fast:
+            await self._ready_for_fast_call()
+        else:
+            self._start()  # off the loop: no room in it to wait for
         with translate_errors(self.store.busy_timeout):
-            result = self._try_fast(writes, fn, *args, **kwargs)
-            if isinstance(result, Miss):
-                return await self._off_loop(writes, fn, *args, **kwargs)
-        await trio.lowlevel.cancel_shielded_checkpoint()  # an async call always yields once
-        return result
+            if try_fast:
+                extra = kwargs if fast_kwargs is None else {**kwargs, **fast_kwargs}
+                result = self._try_fast(writes, fn, *args, **extra)
+                if not isinstance(result, Miss):
+                    return result, True
+            return await self._off_loop(writes, fn, *args, **kwargs), False
 
     async def _ready_for_fast_call(self) -> None:
         """Check that the store is open (starting it), and wait for room in a later pass of the
@@ -347,21 +374,14 @@ class SQLiteJobStore(StoreFace):
             if w.result is not None and not cheap_result(w.result):
                 fast = False
                 break
-        if fast:
-            await self._ready_for_fast_call()
-        else:
-            self._start()  # off the loop: no room in it to wait for
-        with translate_errors(self.store.busy_timeout):
-            answers: list[Job | Exception | None] | Miss = MISS
-            if fast:
-                answers = self._try_fast(
-                    len(writes), Store.record_outcomes, writes, ttl=ttl, now=now
-                )
-            if isinstance(answers, Miss):
-                return await self._off_loop(
-                    len(writes), Store.record_outcomes, writes, ttl=ttl, now=now
-                )
-        if not self._budget.guards_this_run:
+        answers, ran_fast = await self._fast_else_off_loop(
+            len(writes),
+            Store.record_outcomes,
+            (writes,),
+            {"ttl": ttl, "now": now},
+            try_fast=fast,
+        )
+        if ran_fast and not self._budget.guards_this_run:
             # A drain alone in its commits skips the group commit's gathering yield, counting
             # on the budget to end the pass; in a run the budget does not guard, nothing else
             # would: a fetch that never yields would hold the loop for the whole job.
@@ -414,15 +434,17 @@ class SQLiteJobStore(StoreFace):
 
     async def get_status(self, job_id: str, *, now: float) -> tuple[Job, list[TargetStatus]] | None:
         """:meth:`Store.get_status`; on the fast path unless the job holds big results."""
-        await self._ready_for_fast_call()
-        with translate_errors(self.store.busy_timeout):
-            result = self._try_fast(
-                0, Store.get_status, job_id, now=now, max_results_size=_fast_path.FAST_MAX_RESULTS
-            )
-        if isinstance(result, Miss):
-            return await self._off_loop(0, Store.get_status, job_id, now=now)
-        await trio.lowlevel.cancel_shielded_checkpoint()
-        return result
+        # On the loop only while the results are small: past that, all of it off the loop.
+        answer, fast = await self._fast_else_off_loop(
+            0,
+            Store.get_status,
+            (job_id,),
+            {"now": now},
+            fast_kwargs={"max_results_size": _fast_path.FAST_MAX_RESULTS},
+        )
+        if fast:
+            await trio.lowlevel.cancel_shielded_checkpoint()
+        return answer
 
     async def list_jobs(
         self, *, now: float, caller: str | None = None, limit: int = 100
