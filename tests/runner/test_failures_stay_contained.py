@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -33,6 +34,8 @@ from trio_batch import (
 )
 from trio_batch.store import NewJob
 from trio_batch.store.postgres import PostgresJobStore
+
+from ..support.fakes import FakeClock, ScriptedFetch, urls
 
 T0 = 1_000_000.0
 CAPS = {"ttl": 100.0, "targets_per_job": 4, "jobs_per_caller": 2, "jobs_total": 3}
@@ -167,3 +170,38 @@ def test_cli_gc_on_a_locked_database_reports_one_line(tmp_path: Path) -> None:
     assert "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.startswith("trio-batch: ") and proc.stderr.count("\n") == 1
     assert proc.returncode == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# 5. One job's unstorable Result fails the other jobs sharing its group commit.
+
+
+class _EvilMeta(dict[str, Any]):
+    """A dict that json.dumps cannot walk (its items() raises something not a ValueError)."""
+
+    def items(self) -> Any:
+        raise RuntimeError("no items for you")
+
+
+async def test_an_unstorable_result_fails_only_its_own_target(
+    store: Store, fetch: ScriptedFetch, clock: FakeClock
+) -> None:
+    evil, good = "https://example.test/evil", "https://example.test/good"
+    fetch.custom[evil] = lambda: Result("x", _EvilMeta(a=1))
+    (evil_started, evil_go), (good_started, good_go) = fetch.gate(evil), fetch.gate(good)
+    async with open_runner(store, fetch, Config(ttl=100), now=clock) as runner:
+        bad_id, _ = await runner.submit("mallory", "user", urls("evil", "after"))
+        good_id, _ = await runner.submit("alice", "user", urls("good"))
+        await evil_started.wait()
+        await good_started.wait()
+        evil_go.set()
+        good_go.set()  # both outcomes are ready at once: one group commit
+        good_job = await runner.wait(good_id)
+        await runner.wait(bad_id)
+        bad_status = await runner.status(bad_id)
+    assert good_job is not None
+    assert (good_job.status, good_job.error) == (JobState.DONE, None)
+    assert bad_status is not None
+    bad_job, bad_targets = bad_status
+    assert bad_targets[0].status == TargetState.FAILED  # a clear stored error on the target
+    assert bad_job.status == JobState.PARTIAL  # and the job went on

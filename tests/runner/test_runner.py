@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -22,6 +23,7 @@ from trio_batch import (
     Config,
     InvalidRequest,
     InvalidTargets,
+    Job,
     JobState,
     JobStore,
     Result,
@@ -30,14 +32,17 @@ from trio_batch import (
     Store,
     Target,
     TargetState,
+    TargetStatus,
     TooManyTargets,
     open_runner,
 )
 from trio_batch.store import NewJob
+from trio_batch.store.sqlite._fast_path import FAST_MAX_RESULTS
 from trio_batch.store.sqlite._job_store import SQLiteJobStore
+from trio_batch.store.sqlite._store import WouldBeSlow
 
 from ..support.backends import BACKENDS, open_backend
-from ..support.fakes import T0, FakeClock, ScriptedFetch, logged, urls
+from ..support.fakes import T0, FakeClock, ScriptedFetch, logged, on_loop_thread, urls
 
 CONFIG = Config(ttl=100, targets_per_job=8, jobs_per_caller=1, jobs_total=3)
 
@@ -713,3 +718,102 @@ async def test_lapsed_jobs_are_purged_now_and_periodically(
     assert remaining == {fresh}
     assert not set(ids) & remaining and kept not in remaining
     assert store.db.execute("SELECT count(*) FROM targets").fetchone()[0] == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Found in review: a job was visible (and reusable) before its drain was registered; a cancel
+# through the reused id did not reach the drain, which then fetched a target after cancel().
+
+
+async def test_cancel_through_a_reused_id_before_the_drain_starts(
+    store: Store, fetch: ScriptedFetch, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    targets = urls("t0", "t1")
+    token = trio.lowlevel.current_trio_token()
+    created = trio.Event()
+    release = threading.Event()
+    real_create = Store.create_job
+
+    def create_job(self: Store, *args: Any, **kwargs: Any) -> tuple[Job, bool]:
+        if on_loop_thread() and not created.is_set():
+            # The first job is created on the thread (the fast path may also have declined on
+            # its own, if the store thread was busy at that moment).
+            raise WouldBeSlow("the store thread holds the connection")
+        answer = real_create(self, *args, **kwargs)
+        if not on_loop_thread():
+            # Committed, but the submitting task has not been told yet.
+            token.run_sync_soon(created.set)
+            release.wait()
+        return answer
+
+    monkeypatch.setattr(Store, "create_job", create_job)
+    first: list[tuple[str, bool]] = []
+    async with open_runner(store, fetch, CONFIG, now=clock) as runner:
+        async with trio.open_nursery() as nursery:
+
+            async def submit() -> None:
+                first.append(await runner.submit("alice", "user", targets))
+
+            nursery.start_soon(submit)
+            await created.wait()
+            try:
+                # The same caller submits again (a retried request): the job is reused...
+                job_id, reused = await runner.submit("alice", "user", targets)
+                assert reused
+                # ...and cancelled; cancel() says it worked, wait() says the drain stopped.
+                assert await runner.cancel(job_id)
+            finally:
+                release.set()  # never leave the store thread parked, even on a failure
+            waited = await runner.wait(job_id)
+            assert waited is not None and waited.status == JobState.CANCELLED
+        await trio.testing.wait_all_tasks_blocked()
+        assert first == [(job_id, False)]
+        # Nothing may be fetched after cancel() returned True (and wait() returned).
+        assert fetch.calls == []
+
+
+# ---------------------------------------------------------------------------------------------
+# Found in review: status() could report two targets as running (a snapshot older than
+# drain.in_flight).
+
+
+async def test_status_never_reports_two_running_targets(
+    store: Store, fetch: ScriptedFetch, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    token = trio.lowlevel.current_trio_token()
+    snapshot_taken = trio.Event()
+    release = threading.Event()
+    real_get_status = Store.get_status
+
+    def get_status(self: Store, *args: Any, **kwargs: Any) -> Any:
+        answer = real_get_status(self, *args, **kwargs)
+        if not on_loop_thread():
+            token.run_sync_soon(snapshot_taken.set)
+            release.wait()
+        return answer
+
+    monkeypatch.setattr(Store, "get_status", get_status)
+    big = "https://example.test/big"
+    fetch.custom[big] = lambda: Result("z" * (FAST_MAX_RESULTS + 1))  # status goes to the thread
+    started_b, go_b = fetch.gate("https://example.test/b")
+    started_c, go_c = fetch.gate("https://example.test/c")
+    statuses: list[tuple[Job, list[TargetStatus]] | None] = []
+    async with open_runner(store, fetch, CONFIG, now=clock) as runner:
+        job_id, _ = await runner.submit("alice", "user", urls("big", "b", "c"))
+        await started_b.wait()
+        async with trio.open_nursery() as nursery:
+
+            async def read() -> None:
+                statuses.append(await runner.status(job_id))
+
+            nursery.start_soon(read)
+            await snapshot_taken.wait()  # the snapshot: big done, b running, c pending
+            go_b.set()
+            await started_c.wait()  # b stored, c in flight
+            release.set()
+        await runner.cancel(job_id)
+        go_c.set()
+    [status] = statuses
+    assert status is not None
+    running = [t.idx for t in status[1] if t.status == TargetState.RUNNING]
+    assert len(running) <= 1, f"targets {running} all read as running"

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import errno
+import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
 
-from trio_batch import JobState, Store, StoreLocked, open_runner
+import trio_batch.store.sqlite._lock
+from trio_batch import JobState, Store, StoreError, StoreLocked, open_runner
 
 from ..support.fakes import FakeClock, ScriptedFetch, urls
 
@@ -95,3 +99,60 @@ def test_a_runner_in_another_process_holds_the_lock_until_it_dies(tmp_path: Path
             return found[0].status
 
     assert trio.run(restart) == JobState.FAILED
+
+
+# ---------------------------------------------------------------------------------------------
+# Found in review: the runner lock leaks its flock when writing the pid fails (a full disk).
+
+
+class _DiskFullOs:
+    """``os`` whose ``write`` fails as on a full disk."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(os, name)
+
+    @staticmethod
+    def write(fd: int, data: bytes) -> int:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+async def test_a_full_disk_while_taking_the_lock_does_not_leave_it_held(
+    tmp_path: Path, fetch: ScriptedFetch, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = Store.open(tmp_path / "jobs.db")
+    try:
+        # The pid note in the lock file cannot be written: the lock (the flock) still works.
+        monkeypatch.setattr(trio_batch.store.sqlite._lock, "os", _DiskFullOs())
+        async with open_runner(store, fetch, now=clock) as runner:
+            job_id, _ = await runner.submit("alice", "user", urls("a"))
+            assert (await runner.wait(job_id)) is not None
+        monkeypatch.undo()
+        # Released: the next start works.
+        async with open_runner(store, fetch, now=clock) as runner:
+            job_id, _ = await runner.submit("alice", "user", urls("b"))
+            job = await runner.wait(job_id)
+        assert job is not None and job.status == JobState.DONE
+    finally:
+        store.close()
+
+
+async def test_a_lock_file_that_cannot_be_created_is_a_store_error(
+    tmp_path: Path, fetch: ScriptedFetch, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = Store.open(tmp_path / "jobs.db")
+
+    class NoCreateOs(_DiskFullOs):
+        @staticmethod
+        def open(path: str, flags: int, mode: int = 0o777) -> int:
+            raise OSError(errno.EACCES, os.strerror(errno.EACCES))
+
+    try:
+        monkeypatch.setattr(trio_batch.store.sqlite._lock, "os", NoCreateOs())
+        with pytest.raises(StoreError, match="runner lock file"):
+            async with open_runner(store, fetch, now=clock):
+                pass  # pragma: no cover
+        monkeypatch.undo()
+        async with open_runner(store, fetch, now=clock):
+            pass
+    finally:
+        store.close()

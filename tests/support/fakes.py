@@ -4,6 +4,7 @@ event set by a log line."""
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -26,6 +27,12 @@ class FakeClock:
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
+
+
+def on_loop_thread() -> bool:
+    """Whether the caller runs on the main thread, where the tests' trio loop runs (not on a
+    store thread)."""
+    return threading.current_thread() is threading.main_thread()
 
 
 class PassCounter(trio.abc.Instrument):
