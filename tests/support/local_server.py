@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -184,6 +185,14 @@ class _Handler(BaseHTTPRequestHandler):
         elif path == "/slow":
             time.sleep(min(float(query.get("s", "0.2")), 2.0))
             self._send(200, b"slow but done", "text/plain")
+        elif path == "/generated":
+            self._send(200, *_generated(query.get("what", ""), int(query.get("n", "1"))))
+        elif path.startswith("/pages/"):
+            page = PAGES / path.removeprefix("/pages/")
+            if page.parent == PAGES and page.is_file():
+                self._send(200, page.read_bytes(), "text/html; charset=utf-8")
+            else:
+                self._send(404, b"no such page", "text/plain")
         else:
             self._send(404, b"unknown fixture", "text/plain")
 
@@ -201,6 +210,23 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(b"0\r\n\r\n")
         except OSError:
             pass  # the client stopped reading: that is what the size cap does
+
+
+#: The realistic pages served as ``/pages/NAME`` (an article, a docs page, a product page...).
+PAGES = Path(__file__).resolve().parents[1] / "fetchers" / "data" / "pages"
+
+
+def _generated(what: str, n: int) -> tuple[bytes, str]:
+    """``/generated?what=...&n=N``: a body built to size: nested, long or undecodable."""
+    if what == "deep-json":
+        return b"[" * n + b"]" * n, "application/json"
+    if what == "deep-html":
+        return b"<!doctype html><html><body>" + b"<div>x" * n + b"</body></html>", "text/html"
+    if what == "line":
+        return b"a" * n + b"\n", "text/plain"
+    if what == "undecodable":  # each byte decodes to U+FFFD, three bytes in UTF-8
+        return b"\xff" * n, "text/plain"
+    raise ValueError(f"nothing to generate for {what!r}")
 
 
 @pytest.fixture

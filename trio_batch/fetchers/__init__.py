@@ -43,6 +43,7 @@ Processing order: body → PDF text or jq or HTML-to-text → grep.
 """
 
 from ._body import grep_lines, html_to_text
+from ._bounded import WorkerPool
 from ._builtin import builtin_fetch, load_fetch
 from ._errors import (
     RETRYABLE_STATUSES,
@@ -54,6 +55,7 @@ from ._errors import (
     LocalFileError,
     NetworkError,
     OptionError,
+    OutputTooLarge,
     RedirectError,
     ResponseTooLarge,
     UnsupportedOption,
@@ -76,12 +78,14 @@ __all__ = [
     "LocalFileError",
     "NetworkError",
     "OptionError",
+    "OutputTooLarge",
     "RedirectError",
     "Resolver",
     "ResponseTooLarge",
     "URLError",
     "URLRefused",
     "UnsupportedOption",
+    "WorkerPool",
     "builtin_fetch",
     "forbidden_reason",
     "grep_lines",

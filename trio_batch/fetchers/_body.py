@@ -13,10 +13,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ._errors import ContentError, OptionError
-from ._options import Plan, compile_jq
+from ._errors import ContentError, OptionError, OutputTooLarge
+from ._options import Plan, compile_jq, shown
 
-__all__ = ["Body", "grep_lines", "html_to_text", "process_body"]
+__all__ = ["Body", "check_output_size", "grep_lines", "html_to_text", "process_body"]
 
 _HTML_TYPES = ("text/html", "application/xhtml+xml")
 
@@ -33,8 +33,48 @@ class Body:
     redirects: int
 
 
-def process_body(plan: Plan, body: Body, context_lines: int) -> tuple[str, dict[str, Any]]:
-    """The text ``plan`` makes of ``body``, and the extra metadata it found (pages, matches)."""
+def process_body(
+    plan: Plan, body: Body, context_lines: int, max_output: int
+) -> tuple[str, dict[str, Any]]:
+    """The text ``plan`` makes of ``body``, and the extra metadata it found (pages, matches).
+
+    Raises :class:`OutputTooLarge` when the text is more than ``max_output`` bytes (UTF-8), a
+    :class:`ContentError` when the document is nested too deeply to process (a
+    ``RecursionError`` anywhere in processing), or another :class:`FetchError` saying why the
+    body cannot be processed as asked.
+    """
+    try:
+        text, extra = _process(plan, body, context_lines, max_output)
+    except RecursionError:
+        raise ContentError(
+            f"{body.url} is nested too deeply to process",
+            hint="the document nests arrays, objects or elements thousands deep; fetch it "
+            "without processing (mode 'raw', no 'jq'), or fetch a flatter resource",
+        ) from None
+    check_output_size(text, max_output, body.url)
+    return text, extra
+
+
+def check_output_size(text: str, max_output: int, url: str) -> None:
+    """Raise :class:`OutputTooLarge` if ``text`` is more than ``max_output`` bytes in UTF-8."""
+    # Counting characters first: UTF-8 is one to four bytes a character.
+    if len(text) > max_output or (
+        len(text) * 4 > max_output and len(text.encode("utf-8", "surrogatepass")) > max_output
+    ):
+        raise _output_too_large(url, max_output)
+
+
+def _output_too_large(url: str, max_output: int) -> OutputTooLarge:
+    return OutputTooLarge(
+        f"processing {url} made more than {max_output} bytes of output; nothing was stored",
+        hint="keep less of the body (a grep pattern, a jq program that selects less, fewer "
+        "pages), or raise the fetcher's max_output",
+    )
+
+
+def _process(
+    plan: Plan, body: Body, context_lines: int, max_output: int
+) -> tuple[str, dict[str, Any]]:
     extra: dict[str, Any] = {}
     if body.content_type == "application/pdf" or body.data.startswith(b"%PDF-"):
         if plan.jq:
@@ -51,11 +91,12 @@ def process_body(plan: Plan, body: Body, context_lines: int) -> tuple[str, dict[
             raise OptionError(
                 f"option 'pages' applies to PDF bodies; {body.url} is "
                 f"{body.content_type or 'not a PDF'}",
+                option="pages",
                 hint="drop 'pages' for this target",
             )
         text = _decode(body)
         if plan.jq:
-            text = _run_jq(plan.jq, text, body.url)
+            text = _run_jq(plan.jq, text, body.url, max_output)
         elif plan.html_to_text and _is_html(body.content_type, text):
             text = html_to_text(text)
     if plan.grep is not None:
@@ -179,24 +220,43 @@ def grep_lines(pattern: re.Pattern[str], text: str, context: int = 0) -> tuple[s
     return "\n".join(out), len(hits)
 
 
-def _run_jq(program: str, text: str, url: str) -> str:
+def _run_jq(program: str, text: str, url: str, max_output: int) -> str:
+    """The outputs of ``program`` on the JSON ``text``, one a line; stops past ``max_output``.
+
+    jq parses the body itself (no Python objects for the input, and jq's own depth limit).
+    """
+    if not text.strip():
+        raise _not_json(url, "the body is empty")
+    lines: list[str] = []
+    size = 0
     try:
-        value = json.loads(text)
+        for out in compile_jq(program).input_text(text):
+            line = out if isinstance(out, str) else _compact(out)
+            size += len(line) + 1
+            if size > max_output + 1:  # characters: each at least one byte
+                raise _output_too_large(url, max_output)
+            lines.append(line)
     except ValueError as exc:
+        message = str(exc)
+        if "Exceeds depth limit for parsing" in message:
+            raise RecursionError from None  # reported as nested too deeply, as Python's own
+        if message.startswith("parse error"):  # jq's words for a body that is not JSON
+            raise _not_json(url, message) from None
         raise ContentError(
-            f"jq needs a JSON body; {url} is not JSON ({exc})",
-            hint="drop 'jq' for this target, or check that the URL serves JSON",
-        ) from None
-    try:
-        outputs = compile_jq(program).input_value(value).all()
-    except ValueError as exc:
-        raise ContentError(
-            f"jq program {program!r} failed on {url}: {exc}",
+            f"jq program {shown(program)} failed on {url}: {message}",
             hint="check the program against the document's shape (jq '.' shows it all)",
         ) from None
-    return "\n".join(
-        out if isinstance(out, str) else json.dumps(out, ensure_ascii=False, separators=(",", ":"))
-        for out in outputs
+    return "\n".join(lines)
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _not_json(url: str, why: str) -> ContentError:
+    return ContentError(
+        f"jq needs a JSON body; {url} is not JSON ({why})",
+        hint="drop 'jq' for this target, or check that the URL serves JSON",
     )
 
 

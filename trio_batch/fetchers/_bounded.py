@@ -1,10 +1,16 @@
-"""Running body processing where it can be bounded and killed.
+"""Running body processing where it can be bounded and killed, shared fairly between callers.
 
 Regular expressions, jq programs, HTML parsing and PDF extraction are CPU work that holds the
 GIL and cannot be interrupted in a thread: one catastrophic pattern such as ``(.+)+Z`` would
 freeze the event loop and every request beside it. So processing runs in a worker process
 (trio-parallel) that trio kills when the target's processing deadline passes, with a memory
 limit (``RLIMIT_AS``) and a CPU-time limit (``RLIMIT_CPU``) set in the worker for each target.
+
+The workers are a :class:`WorkerPool`: at most ``workers`` at once, and at most ``per_caller``
+of them for one caller (the runner's :func:`~trio_batch.runner.current_caller`), so one
+caller's costly patterns queue behind each other and never take every worker. There are more
+workers than cores by default: the operating system shares the cores between the workers
+that burn, and everyone else's targets still get their turn.
 
 A body that needs no processing is only decoded: in-line when small (no process hop on the
 common path), in a thread when large (linear work, bounded by the fetcher's ``max_bytes``).
@@ -15,17 +21,21 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import os
 import resource
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import trio
 import trio_parallel
 
+from ..runner import current_caller
 from ._body import Body, process_body
 from ._errors import ContentError
 from ._options import Plan
 
-__all__ = ["LARGE_BODY", "needs_worker", "process_bounded"]
+__all__ = ["LARGE_BODY", "WorkerPool", "default_workers", "needs_worker", "process_bounded"]
 
 #: Bodies larger than this (bytes) are decoded off the event loop even without processing.
 LARGE_BODY = 256 * 1024
@@ -42,36 +52,123 @@ def needs_worker(plan: Plan, body: Body) -> bool:
     )
 
 
-async def process_bounded(
-    plan: Plan, body: Body, context_lines: int, *, seconds: float, memory: int
-) -> tuple[str, dict[str, Any]]:
-    """:func:`process_body`, in a worker process killed after ``seconds`` or past ``memory``.
+def default_workers() -> int:
+    """The default size of a :class:`WorkerPool`: two more than the cores, at least four."""
+    return max(2, os.cpu_count() or 1) + 2
 
-    Raises :class:`ContentError` with a hint when the processing runs out of time or memory.
-    On cancellation the worker is killed and Cancelled propagates.
+
+class WorkerPool:
+    """Worker processes for body processing: ``workers`` in all, ``per_caller`` per caller.
+
+    A caller past its share waits for one of its own targets' workers, holding none; targets
+    fetched outside a runner (no caller) share one share. One pool may serve any number of
+    trio runs, one after another or at once: each run gets limits of its own.
+    """
+
+    def __init__(self, workers: int | None = None, per_caller: int | None = None) -> None:
+        self.workers = default_workers() if workers is None else workers
+        self.per_caller = max(1, self.workers // 2) if per_caller is None else per_caller
+        if self.workers < 1 or not 1 <= self.per_caller <= self.workers:
+            raise ValueError("workers must be at least 1, per_caller between 1 and workers")
+        self._runs: trio.lowlevel.RunVar[_PoolState] = trio.lowlevel.RunVar(
+            f"trio_batch worker pool {id(self)}"
+        )
+
+    def __repr__(self) -> str:
+        return f"WorkerPool(workers={self.workers!r}, per_caller={self.per_caller!r})"
+
+    def _state(self) -> _PoolState:
+        try:
+            return self._runs.get()
+        except LookupError:
+            state = _PoolState(trio.CapacityLimiter(self.workers), {})
+            self._runs.set(state)
+            return state
+
+    @asynccontextmanager
+    async def _caller_share(self, caller: str | None) -> AsyncIterator[trio.CapacityLimiter]:
+        """Hold one of ``caller``'s slots; yields the pool-wide limiter to run the work under."""
+        state = self._state()
+        share = state.callers.get(caller)
+        if share is None:
+            share = state.callers[caller] = trio.CapacityLimiter(self.per_caller)
+        try:
+            async with share:
+                yield state.limiter
+        finally:
+            stats = share.statistics()
+            if not stats.borrowed_tokens and not stats.tasks_waiting:
+                state.callers.pop(caller, None)  # no caller's limiter is kept for nothing
+
+    async def run(
+        self, plan: Plan, body: Body, context_lines: int, max_output: int, cpu: int, memory: int
+    ) -> tuple[str, dict[str, Any]]:
+        """Process ``body`` in a worker within the current caller's share; kill on cancel."""
+        async with self._caller_share(current_caller()) as limiter:
+            processed: tuple[str, dict[str, Any]] = await trio_parallel.run_sync(
+                _process_limited,
+                plan,
+                body,
+                context_lines,
+                max_output,
+                cpu,
+                memory,
+                kill_on_cancel=True,
+                limiter=limiter,
+            )
+            return processed
+
+
+class _PoolState:
+    """A pool's limits in one trio run."""
+
+    __slots__ = ("callers", "limiter")
+
+    def __init__(
+        self, limiter: trio.CapacityLimiter, callers: dict[str | None, trio.CapacityLimiter]
+    ) -> None:
+        self.limiter = limiter
+        self.callers = callers
+
+
+async def process_bounded(
+    plan: Plan,
+    body: Body,
+    context_lines: int,
+    *,
+    seconds: float,
+    memory: int,
+    max_output: int,
+    pool: WorkerPool,
+) -> tuple[str, dict[str, Any]]:
+    """:func:`process_body`, in a worker of ``pool`` killed after ``seconds`` or past ``memory``.
+
+    Raises :class:`ContentError` with a hint when the processing runs out of time or memory,
+    :class:`OutputTooLarge` past ``max_output``. The time counts from when a worker is free
+    for this caller. On cancellation the worker is killed and Cancelled propagates.
     """
     if not needs_worker(plan, body):
-        if len(body.data) <= LARGE_BODY:
-            return process_body(plan, body, context_lines)
-        return await trio.to_thread.run_sync(
-            functools.partial(process_body, plan, body, context_lines),
-            abandon_on_cancel=True,  # pure computation: nothing to clean up if we stop waiting
-        )
+        try:
+            if len(body.data) <= LARGE_BODY:
+                return process_body(plan, body, context_lines, max_output)
+            return await trio.to_thread.run_sync(
+                functools.partial(process_body, plan, body, context_lines, max_output),
+                abandon_on_cancel=True,  # pure computation: nothing to clean up if we stop waiting
+            )
+        except MemoryError:
+            raise _out_of_memory(body.url, None) from None
     cpu = max(1, math.ceil(seconds))
     with trio.move_on_after(seconds) as deadline:
         try:
-            processed: tuple[str, dict[str, Any]] = await trio_parallel.run_sync(
-                _process_limited, plan, body, context_lines, cpu, memory, kill_on_cancel=True
-            )
-            return processed
+            return await pool.run(plan, body, context_lines, max_output, cpu, memory)
         except MemoryError:
             raise _out_of_memory(body.url, memory) from None
         except trio_parallel.BrokenWorkerError:
-            # The worker died: killed by RLIMIT_CPU (SIGXCPU), or by a library aborting when
-            # an allocation failed under RLIMIT_AS.
+            # The worker died: killed by RLIMIT_CPU (SIGXCPU), by a library aborting when an
+            # allocation failed under RLIMIT_AS, or by a crash in a compiled parser.
             raise ContentError(
-                f"processing {body.url} stopped: it went past the limit of {cpu} s of CPU "
-                f"time or {memory // (1024 * 1024)} MiB of memory",
+                f"processing {body.url} stopped: the worker died, past the limit of {cpu} s "
+                f"of CPU time or {memory // (1024 * 1024)} MiB of memory, or crashed",
                 hint=_HINT,
             ) from None
     assert deadline.cancelled_caught
@@ -84,15 +181,13 @@ async def process_bounded(
 _HINT = (
     "the grep pattern, jq program or document is too costly for this body; simplify the "
     "pattern (avoid nested repeats like '(.+)+'), narrow the jq program, or fetch a smaller "
-    "resource"
+    "or less deeply nested resource (HTML nested thousands deep is slow to parse)"
 )
 
 
-def _out_of_memory(url: str, memory: int) -> ContentError:
-    return ContentError(
-        f"processing {url} ran out of memory (limit {memory // (1024 * 1024)} MiB)",
-        hint=_HINT,
-    )
+def _out_of_memory(url: str, memory: int | None) -> ContentError:
+    limit = "" if memory is None else f" (limit {memory // (1024 * 1024)} MiB)"
+    return ContentError(f"processing {url} ran out of memory{limit}", hint=_HINT)
 
 
 def _quiet_worker_logging() -> None:
@@ -108,7 +203,7 @@ def _quiet_worker_logging() -> None:
 
 
 def _process_limited(
-    plan: Plan, body: Body, context_lines: int, cpu_seconds: int, memory: int
+    plan: Plan, body: Body, context_lines: int, max_output: int, cpu_seconds: int, memory: int
 ) -> tuple[str, dict[str, Any]]:
     """In the worker: limit this process's CPU time and memory, then process the body.
 
@@ -128,7 +223,7 @@ def _process_limited(
     _, hard_as = resource.getrlimit(resource.RLIMIT_AS)
     if hard_as == resource.RLIM_INFINITY or soft_as <= hard_as:
         resource.setrlimit(resource.RLIMIT_AS, (soft_as, hard_as))
-    return process_body(plan, body, context_lines)
+    return process_body(plan, body, context_lines, max_output)
 
 
 def _load_processing_libraries() -> None:

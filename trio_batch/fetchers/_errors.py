@@ -19,6 +19,7 @@ error and the hint beside it. :class:`DestinationRefused` is the SSRF policy's r
     ├── ResponseTooLarge
     ├── LocalFileError
     └── ContentError
+        └── OutputTooLarge
     DestinationRefused
 """
 
@@ -36,6 +37,7 @@ __all__ = [
     "LocalFileError",
     "NetworkError",
     "OptionError",
+    "OutputTooLarge",
     "RedirectError",
     "ResponseTooLarge",
     "URLError",
@@ -151,6 +153,10 @@ class LocalFileError(FetchError):
 
 class ContentError(FetchError):
     """The body cannot be processed as asked: not JSON for jq, not a readable PDF, binary."""
+
+
+class OutputTooLarge(ContentError):
+    """What processing made of the body is larger than the fetcher's ``max_output``."""
 
 
 class DestinationRefused(Exception):

@@ -24,7 +24,7 @@ from .._model import Result, Target
 from .._text import parse_count
 from .._version import __version__
 from ._body import Body
-from ._bounded import process_bounded
+from ._bounded import WorkerPool, process_bounded
 from ._errors import (
     FetchError,
     FetchTimeout,
@@ -100,6 +100,11 @@ class HttpFetcher:
       :class:`ContentError`. It is also the worker's CPU-time limit.
     - ``process_memory``: bytes of address space the worker processing one body may use
       (``RLIMIT_AS``); past it the target fails with :class:`ContentError`.
+    - ``max_output``: largest text processing may make of a body, in UTF-8 bytes (default
+      ``max_bytes``); past it the target fails with :class:`OutputTooLarge`, nothing stored.
+    - ``process_workers``, ``process_workers_per_caller``: worker processes for processing in
+      all (default: the cores plus two) and for one caller at once (default: half of them),
+      so one caller's costly patterns cannot hold every worker (see ``_bounded``).
     - ``context_lines``: how many lines either side of a match ``context: true`` keeps.
     - ``user_agent``: the ``User-Agent`` header.
     - ``trust_env``: honour ``HTTP(S)_PROXY``/``NO_PROXY`` and ``SSL_CERT_FILE`` as httpx does.
@@ -123,6 +128,9 @@ class HttpFetcher:
         transport: httpx.AsyncBaseTransport | None = None,
         process_timeout: float = 10.0,
         process_memory: int = 2 * 1024 * 1024 * 1024,
+        max_output: int | None = None,
+        process_workers: int | None = None,
+        process_workers_per_caller: int | None = None,
         context_lines: int = 1,
         user_agent: str = f"trio-batch/{__version__}",
         trust_env: bool = True,
@@ -131,8 +139,10 @@ class HttpFetcher:
             raise ValueError("timeout, connect_timeout and process_timeout must be positive")
         if process_memory < 64 * 1024 * 1024:
             raise ValueError("process_memory must be at least 64 MiB")
-        if max_bytes < 0 or max_redirects < 0 or context_lines < 0:
-            raise ValueError("max_bytes, max_redirects and context_lines must not be negative")
+        if max_bytes < 0 or max_redirects < 0 or context_lines < 0 or (max_output or 0) < 0:
+            raise ValueError(
+                "max_bytes, max_redirects, context_lines and max_output must not be negative"
+            )
         self.timeout = timeout
         self.connect_timeout = connect_timeout
         self.max_bytes = max_bytes
@@ -142,6 +152,8 @@ class HttpFetcher:
         self.transport = transport
         self.process_timeout = process_timeout
         self.process_memory = process_memory
+        self.max_output = max_bytes if max_output is None else max_output
+        self.workers = WorkerPool(process_workers, process_workers_per_caller)
         self.context_lines = context_lines
         self.user_agent = user_agent
         self.trust_env = trust_env
@@ -166,6 +178,8 @@ class HttpFetcher:
             self.context_lines,
             seconds=self.process_timeout,
             memory=self.process_memory,
+            max_output=self.max_output,
+            pool=self.workers,
         )
         meta: dict[str, Any] = {
             "url": body.url,

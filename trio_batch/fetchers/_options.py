@@ -11,7 +11,7 @@ from .._model import Options, Target
 from .._text import safe_text
 from ._errors import OptionError, UnsupportedOption
 
-__all__ = ["Plan", "check_target", "compile_jq", "plan_for"]
+__all__ = ["Plan", "check_target", "compile_jq", "plan_for", "shown"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +42,7 @@ class Plan:
             )
         if options.mode not in ("", "raw", "text"):
             raise OptionError(
-                f"unknown mode {_shown(options.mode)}",
+                f"unknown mode {shown(options.mode)}",
                 option="mode",
                 hint="mode is 'raw' (the body as text, the default) or 'text' (HTML as "
                 "readable text)",
@@ -65,7 +65,7 @@ class Plan:
                 pattern = re.compile(options.grep)
             except re.error as exc:
                 raise OptionError(
-                    f"grep pattern {_shown(options.grep)} is not a valid regular expression: {exc}",
+                    f"grep pattern {shown(options.grep)} is not a valid regular expression: {exc}",
                     option="grep",
                     hint="grep takes a Python regular expression (escape '(' '[' '.' and the "
                     "like with a backslash to match them literally)",
@@ -101,7 +101,7 @@ def compile_jq(program: str) -> Any:
         return jq.compile(program)
     except ValueError as exc:
         raise OptionError(
-            f"jq program {_shown(program)} does not compile: {exc}",
+            f"jq program {shown(program)} does not compile: {exc}",
             option="jq",
             hint="check the jq syntax, e.g. '.items[] | .name'",
         ) from None
@@ -118,15 +118,13 @@ def _parse_pages(spec: str) -> tuple[tuple[int, int | None], ...]:
     for part in spec.split(","):
         m = _PAGE_RANGE.fullmatch(part)
         if m is None:
-            raise _bad_pages(
-                f"pages {_shown(spec)} is not a page range (at {_shown(part.strip())})"
-            )
+            raise _bad_pages(f"pages {shown(spec)} is not a page range (at {shown(part.strip())})")
         first = int(m.group(1))
         last = (int(m.group(3)) if m.group(3) else None) if m.group(2) else first
         if first < 1:
-            raise _bad_pages(f"pages {_shown(spec)} names page 0; pages count from 1")
+            raise _bad_pages(f"pages {shown(spec)} names page 0; pages count from 1")
         if last is not None and last < first:
-            raise _bad_pages(f"pages {_shown(spec)} has a backwards range {first}-{last}")
+            raise _bad_pages(f"pages {shown(spec)} has a backwards range {first}-{last}")
         ranges.append((first, last))
     return tuple(ranges)
 
@@ -135,6 +133,6 @@ def _bad_pages(message: str) -> OptionError:
     return OptionError(message, option="pages", hint=_PAGES_HINT)
 
 
-def _shown(value: str) -> str:
+def shown(value: str) -> str:
     """``value`` quoted for a message, cut short: an option may be thousands of characters."""
     return safe_text(repr(value), 80)

@@ -9,7 +9,7 @@ check of targets), ``_purge`` (lapsed jobs) and ``_store_retry``
 (riding out a store that is briefly unavailable).
 """
 
-from ._attempts import FetchFunc
+from ._attempts import FetchFunc, current_caller
 from ._check import CheckTarget, TargetChecked, check_each, target_checker
 from ._open import open_runner, otel_tracing
 from ._runner import Runner
@@ -20,6 +20,7 @@ __all__ = [
     "Runner",
     "TargetChecked",
     "check_each",
+    "current_caller",
     "open_runner",
     "otel_tracing",
     "target_checker",

@@ -9,6 +9,7 @@ again after a retryable failure, before the drain moves on to the next target.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import logging
 import random
@@ -24,7 +25,7 @@ from .._text import safe_text
 from .._tracing import NO_TRACING, Tracing
 from ._drain import _Drain
 
-__all__ = ["Attempts", "Failure", "FetchFunc", "failure_from_exception"]
+__all__ = ["Attempts", "Failure", "FetchFunc", "current_caller", "failure_from_exception"]
 
 FetchFunc = Callable[[Target], Awaitable[Result]]
 """The injected per-target work: an async function from a :class:`Target` to a :class:`Result`.
@@ -32,6 +33,21 @@ FetchFunc = Callable[[Target], Awaitable[Result]]
 Raising any ``Exception`` fails that target (the error names the exception's type and message;
 an exception's ``hint`` attribute, if it is a string, becomes the target's hint). The job goes on.
 """
+
+
+_CALLER: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "trio_batch_caller", default=None
+)
+
+
+def current_caller() -> str | None:
+    """The caller whose job's target is being fetched, when called from a fetch function the
+    runner is running (its drain task and the tasks that starts); None anywhere else.
+
+    For a fetch function that shares something between callers fairly (the built-in fetcher's
+    processing workers, say).
+    """
+    return _CALLER.get()
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +110,7 @@ class Attempts:
         it; the last failure is returned, its hint saying so. Shutdown cancels a wait as it
         cancels a fetch.
         """
+        _CALLER.set(drain.caller)  # the drain task's own context: one job, one caller
         policy = self.config.retry
         attempt = 1
         while True:
