@@ -164,6 +164,12 @@ class OtelTracing(_tracing.Tracing):
         if span.is_recording():
             span.add_event(name, attributes)
 
+    def current_ids(self) -> tuple[str, str] | None:
+        context = trace.get_current_span().get_span_context()
+        if not context.is_valid:
+            return None
+        return trace.format_trace_id(context.trace_id), trace.format_span_id(context.span_id)
+
     def wrap_store(self, store: S) -> S:
         return TracedStore(store, self.tracer)  # type: ignore[return-value]
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 if TYPE_CHECKING:
     from ._model import Job, Target
 
-__all__ = ["NO_TRACING", "Tracing", "note", "set_event_sink"]
+__all__ = ["NO_TRACING", "Tracing", "current_ids", "note", "set_event_sink"]
 
 S = TypeVar("S")
 
@@ -62,6 +62,10 @@ class Tracing:
     def event(self, name: str, attributes: Mapping[str, str | int | float | bool]) -> None:
         """Something worth noting happened in the current span (e.g. a pause before a fetch)."""
 
+    def current_ids(self) -> tuple[str, str] | None:
+        """The current trace and span ids in hex (for log lines), or None outside any span."""
+        return None
+
     def wrap_store(self, store: S) -> S:
         """The store the runner should call: this one, or one that traces each call."""
         return store
@@ -76,12 +80,13 @@ class Tracing:
 #: The default: no tracing.
 NO_TRACING = Tracing()
 
-# Where note() sends events: the last tracer made, since a fetcher cannot see its runner's.
+# Where note() sends events and current_ids() asks: the last tracer made, since a fetcher or a
+# log formatter cannot see its runner's.
 _event_sink: Tracing = NO_TRACING
 
 
 def set_event_sink(tracing: Tracing) -> None:
-    """Send :func:`note`'s events to ``tracing`` (called when a tracer is made)."""
+    """Send :func:`note` and :func:`current_ids` to ``tracing`` (done when a tracer is made)."""
     global _event_sink
     _event_sink = tracing
 
@@ -90,3 +95,8 @@ def note(name: str, attributes: Mapping[str, str | int | float | bool]) -> None:
     """Add an event to the current span, if a tracer is on: for code below the runner, such
     as a fetcher's pause before a host, which has no handle of its own."""
     _event_sink.event(name, attributes)
+
+
+def current_ids() -> tuple[str, str] | None:
+    """The current trace and span ids in hex, if a tracer is on and a span is current."""
+    return _event_sink.current_ids()

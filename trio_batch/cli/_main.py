@@ -52,6 +52,7 @@ from ._common import (
     stdout_console,
     targets_json,
 )
+from ._logs import add_log_format_argument
 from ._options import add_fetch_limits
 from ._run import cmd_run
 from ._telemetry import add_otel_argument
@@ -133,6 +134,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument("-q", "--quiet", action="store_true", help="show no progress")
     add_otel_argument(run)
+    add_log_format_argument(run)
     run.add_argument(
         "--ttl",
         type=float,

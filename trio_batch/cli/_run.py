@@ -36,6 +36,7 @@ from ._common import (
     targets_json,
 )
 from ._input import InputError, parse_targets
+from ._logs import JsonFormatter
 from ._options import retry_policy
 from ._telemetry import setup_tracing
 
@@ -81,7 +82,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         tracing, flush_traces = setup_tracing(args.otel)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    _configure_logging()
+    _configure_logging(as_json=args.log_format == "json")
     with open_db(args.db, create=True) as store:
         assert store is not None  # created if missing
         config = Config(
@@ -141,22 +142,25 @@ class _StderrNow(logging.StreamHandler):  # type: ignore[type-arg]
         super().emit(record)
 
 
-def _configure_logging() -> None:
+def _configure_logging(*, as_json: bool = False) -> None:
     """Warnings of trio_batch as ``trio-batch: ...``; other libraries' under their own name.
 
     A library's warning (say pypdf's about a damaged file) printed as ``trio-batch: ...``
-    read as if the command itself had something to say.
+    read as if the command itself had something to say. ``as_json``: every line a JSON object
+    (:class:`~trio_batch.cli._logs.JsonFormatter`), which names its logger.
     """
     own = logging.getLogger("trio_batch")
     if any(isinstance(h, _StderrNow) for h in own.handlers):
         return
     mine = _StderrNow()
-    mine.setFormatter(logging.Formatter("trio-batch: %(message)s"))
+    mine.setFormatter(JsonFormatter() if as_json else logging.Formatter("trio-batch: %(message)s"))
     own.addHandler(mine)
     own.setLevel(logging.WARNING)
     own.propagate = False
     others = _StderrNow()
-    others.setFormatter(logging.Formatter("%(name)s: %(levelname)s: %(message)s"))
+    others.setFormatter(
+        JsonFormatter() if as_json else logging.Formatter("%(name)s: %(levelname)s: %(message)s")
+    )
     root = logging.getLogger()
     root.addHandler(others)
     root.setLevel(logging.WARNING)

@@ -16,6 +16,7 @@ from .._errors import StoreError, StoreLocked
 from ..fetchers import builtin_fetch, load_fetch
 from ..http import Auth, HeaderAuth, TokenAuth, create_app, serve
 from ..http._app import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY
+from ._logs import JsonFormatter, add_log_format_argument
 from ._options import EXIT_BUSY, add_fetch_limits, retry_policy
 from ._telemetry import add_otel_argument, setup_tracing
 
@@ -117,6 +118,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
     )
     add_otel_argument(parser)
+    add_log_format_argument(parser)
 
 
 def run_serve(args: argparse.Namespace) -> int:
@@ -131,6 +133,9 @@ def run_serve(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    if args.log_format == "json":
+        for handler in logging.getLogger().handlers:
+            handler.setFormatter(JsonFormatter())
     # Hypercorn says "Running on URL" as soon as it binds, even when start-up then fails;
     # this command prints "listening on URL" once the service is really up.
     logging.getLogger("hypercorn.error").addFilter(
