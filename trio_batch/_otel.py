@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import inspect
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -25,37 +24,10 @@ from . import _tracing
 from ._model import Job, Target
 from ._version import __version__
 
-__all__ = ["OtelTracing", "TracedStore"]
+__all__ = ["OtelTracing"]
 
 S = TypeVar("S")
 T = TypeVar("T")
-
-#: The store operations that get a span (when called inside one); the rest pass through.
-_TRACED_OPERATIONS = (
-    "create_job",
-    "record_outcome",
-    "finish_job",
-    "reap_orphans",
-    "fail_own_jobs",
-    "drain_changes",
-    "release_job",
-    "drain_over",
-    "purge_expired",
-    "forget_job",
-    "get_job",
-    "get_status",
-    "get_overview",
-    "get_target",
-    "get_outcomes",
-    "list_jobs",
-    "list_caller_jobs",
-    "counts",
-)
-
-
-def error_class(error: str) -> str:
-    """The class of a stored failure: the exception's name before ``": "``, or the error."""
-    return error.partition(": ")[0][:100]
 
 
 class OtelTracing(_tracing.Tracing):
@@ -149,7 +121,9 @@ class OtelTracing(_tracing.Tracing):
         if error is None:
             handle.set_attribute("trio_batch.outcome", "done")
             return
-        handle.set_attributes({"trio_batch.outcome": "failed", "error.type": error_class(error)})
+        handle.set_attributes(
+            {"trio_batch.outcome": "failed", "error.type": _tracing.error_class(error)}
+        )
         handle.set_status(Status(StatusCode.ERROR, error))
 
     def retry_wait(self, span: Any, idx: int, attempt: int, delay: float) -> None:
@@ -171,7 +145,12 @@ class OtelTracing(_tracing.Tracing):
         return trace.format_trace_id(context.trace_id), trace.format_span_id(context.span_id)
 
     def wrap_store(self, store: S) -> S:
-        return TracedStore(store, self.tracer)  # type: ignore[return-value]
+        backend = _tracing.store_backend(store)
+
+        def wrap(operation: str, method: _tracing.Method) -> _tracing.Method:
+            return _traced(method, operation, backend, self.tracer)
+
+        return _tracing.WrappedStore(store, wrap)  # type: ignore[return-value]
 
     @contextlib.contextmanager
     def remote_parent(self, headers: Mapping[str, str]) -> Iterator[None]:
@@ -180,28 +159,6 @@ class OtelTracing(_tracing.Tracing):
             yield
         finally:
             otel_context.detach(token)
-
-
-class TracedStore:
-    """A :class:`~trio_batch.JobStore` whose calls are spans, when made inside a span."""
-
-    def __init__(self, store: Any, tracer: trace.Tracer) -> None:
-        self._store = store
-        location = str(getattr(store, "location", ""))
-        system = "postgresql" if location.startswith(("postgres://", "postgresql://")) else "sqlite"
-        for name in _TRACED_OPERATIONS:
-            method = getattr(store, name, None)
-            if method is not None and inspect.iscoroutinefunction(method):
-                setattr(self, name, _traced(method, name, system, tracer))
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._store, name)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name == "on_write":  # the store's own attribute: set it there
-            setattr(self._store, name, value)
-        else:
-            object.__setattr__(self, name, value)
 
 
 def _traced(

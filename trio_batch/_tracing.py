@@ -13,15 +13,30 @@ when tracing is off.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+import inspect
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from ._model import Job, Target
 
-__all__ = ["NO_TRACING", "Tracing", "current_ids", "note", "set_event_sink"]
+__all__ = [
+    "NO_TRACING",
+    "STORE_OPERATIONS",
+    "Tracing",
+    "WrappedStore",
+    "current_ids",
+    "error_class",
+    "note",
+    "set_event_sink",
+    "store_backend",
+]
 
 S = TypeVar("S")
+
+
+#: The block that does nothing (reusable), for the hooks of the no-op tracer.
+_NOTHING = contextlib.nullcontext()
 
 
 class Tracing:
@@ -48,10 +63,11 @@ class Tracing:
     def job_failed(self, span: Any, exc: BaseException) -> None:
         """The job's drain failed with ``exc`` (the store stayed unavailable, or a bug)."""
 
-    @contextlib.contextmanager
-    def attempt(self, span: Any, idx: int, target: Target, attempt: int) -> Iterator[Any]:
-        """Around one attempt at a target (the fetch runs inside); yields the attempt's handle."""
-        yield None
+    def attempt(
+        self, span: Any, idx: int, target: Target, attempt: int
+    ) -> contextlib.AbstractContextManager[Any]:
+        """Around one attempt at a target (the fetch runs inside); gives the attempt's handle."""
+        return _NOTHING
 
     def attempt_ended(self, handle: Any, error: str | None) -> None:
         """The attempt ended: ``error`` is the stored failure's error, None on success."""
@@ -70,11 +86,10 @@ class Tracing:
         """The store the runner should call: this one, or one that traces each call."""
         return store
 
-    @contextlib.contextmanager
-    def remote_parent(self, headers: Mapping[str, str]) -> Iterator[None]:
+    def remote_parent(self, headers: Mapping[str, str]) -> contextlib.AbstractContextManager[None]:
         """Within the block, the trace context carried by ``headers`` (W3C ``traceparent``)
         is current, so a job submitted there links to the caller's trace."""
-        yield
+        return _NOTHING
 
 
 #: The default: no tracing.
@@ -100,3 +115,57 @@ def note(name: str, attributes: Mapping[str, str | int | float | bool]) -> None:
 def current_ids() -> tuple[str, str] | None:
     """The current trace and span ids in hex, if a tracer is on and a span is current."""
     return _event_sink.current_ids()
+
+
+#: The store calls a tracer may wrap (:class:`WrappedStore`); the rest pass through.
+STORE_OPERATIONS = (
+    "create_job",
+    "record_outcome",
+    "finish_job",
+    "reap_orphans",
+    "fail_own_jobs",
+    "drain_changes",
+    "release_job",
+    "drain_over",
+    "purge_expired",
+    "forget_job",
+    "get_job",
+    "get_status",
+    "get_overview",
+    "get_target",
+    "get_outcomes",
+    "list_jobs",
+    "list_caller_jobs",
+    "counts",
+)
+
+Method = Callable[..., Awaitable[Any]]
+
+
+def store_backend(store: object) -> str:
+    """``"postgresql"`` or ``"sqlite"``: the backend of ``store``, from its location."""
+    location = str(getattr(store, "location", ""))
+    return "postgresql" if location.startswith(("postgres://", "postgresql://")) else "sqlite"
+
+
+class WrappedStore:
+    """A store whose :data:`STORE_OPERATIONS` go through ``wrap(operation, method)``; every
+    other attribute is the store's own (setting ``on_write`` sets the store's)."""
+
+    def __init__(self, store: object, wrap: Callable[[str, Method], Method]) -> None:
+        object.__setattr__(self, "_store", store)
+        for name in STORE_OPERATIONS:
+            method = getattr(store, name, None)
+            if method is not None and inspect.iscoroutinefunction(method):
+                object.__setattr__(self, name, wrap(name, method))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._store, name, value)
+
+
+def error_class(error: str) -> str:
+    """The class of a stored failure: the exception's name before ``": "``, or the error."""
+    return error.partition(": ")[0][:100]

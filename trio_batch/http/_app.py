@@ -26,7 +26,7 @@ from ..store import JobStore, open_store
 from ._auth import HeaderAuth, TokenAuth
 from ._dashboard import dashboard_routes
 from ._headers import SecurityHeaders
-from ._metrics import RequestCounter
+from ._metrics import Metered, RequestCounter
 from ._openapi import openapi_document
 from ._problems import Problem, problem_for, problem_for_http
 from ._routes import (
@@ -107,7 +107,7 @@ def create_app(
                 now=service.now,
                 logger=service.logger,
                 on_store_write=service.metrics.observe_write,
-                tracing=service.tracing,
+                tracing=Metered(service.tracing, service.metrics),
             ) as runner,
         ):
             service.runner_ = runner

@@ -1,18 +1,34 @@
-"""The service's Prometheus metrics: store write times, requests answered, and the store's
-jobs and targets by status, read at scrape time (:meth:`Metrics.set_store_counts`)."""
+"""The service's Prometheus metrics: store write and call times, fetch times, attempts by
+outcome, requests answered, and the store's jobs and targets by status, read at scrape time
+(:meth:`Metrics.set_store_counts`).
+
+Fetch and store-call figures come through the runner's tracing hooks (:class:`Metered`, around
+whatever tracer the service has); with a tracer on, they carry the trace id as an exemplar
+(shown in the OpenMetrics format, which ``/metrics`` answers when the scraper asks for it)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from typing import Any
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from starlette.requests import ClientDisconnect
 from starlette.types import Receive, Scope, Send
 
+from .._model import Job, Target
+from .._tracing import Method, Tracing, WrappedStore, current_ids, error_class, store_backend
 from ..store import StoreCounts
 
-__all__ = ["Metrics", "RequestCounter"]
+__all__ = ["Metered", "Metrics", "RequestCounter"]
+
+S = TypeVar("S")
+
+#: Fetches take from milliseconds (a local file) to the target timeout (minutes).
+_FETCH_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+_STORE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 0.5, 2.5)
 
 _log = logging.getLogger("trio_batch.http")
 
@@ -28,7 +44,29 @@ class Metrics:
             "target outcomes ready at the same moment.",
             ["operation"],
             registry=self.registry,
-            buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 0.5, 2.5),
+            buckets=_STORE_BUCKETS,
+        )
+        self.store_call_seconds = Histogram(
+            "trio_batch_store_call_seconds",
+            "Time one store call took, as the runner and the handlers saw it, by backend and "
+            "operation.",
+            ["backend", "operation"],
+            registry=self.registry,
+            buckets=_STORE_BUCKETS,
+        )
+        self.fetch_seconds = Histogram(
+            "trio_batch_fetch_seconds",
+            "Time one attempt at a target took in the fetch function, by outcome.",
+            ["outcome"],
+            registry=self.registry,
+            buckets=_FETCH_BUCKETS,
+        )
+        self.attempts = Counter(
+            "trio_batch_attempts",
+            "Attempts at targets by outcome (done, failed, interrupted) and, for failures, the "
+            "error's class (an exception's name, timeout, cancelled).",
+            ["outcome", "error_type"],
+            registry=self.registry,
         )
         for operation in ("create_job", "record_outcomes"):
             self.write_seconds.labels(operation)
@@ -70,6 +108,97 @@ class Metrics:
         self.targets.labels("failed").set(counts.targets_failed)
         self.targets.labels("unfinished").set(counts.targets_unfinished)
         self.targets.labels("abandoned").set(counts.targets_abandoned)
+
+
+def _exemplar() -> dict[str, str] | None:
+    ids = current_ids()
+    return None if ids is None else {"trace_id": ids[0], "span_id": ids[1]}
+
+
+class _Attempt:
+    """An attempt being timed, with the inner tracer's handle."""
+
+    __slots__ = ("exemplar", "inner", "started")
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.exemplar = _exemplar()  # inside the attempt's span, when a tracer is on
+        self.started = time.perf_counter()
+
+
+class Metered(Tracing):
+    """``inner``'s tracing, with fetch times, attempts and store-call times in ``metrics``."""
+
+    enabled = True
+
+    def __init__(self, inner: Tracing, metrics: Metrics) -> None:
+        self.inner = inner
+        self.metrics = metrics
+
+    def job_started(self, job: Job) -> Any:
+        return self.inner.job_started(job)
+
+    def enter_job(self, span: Any) -> None:
+        self.inner.enter_job(span)
+
+    def job_ended(self, span: Any, job: Job | None, *, cancelled: bool) -> None:
+        self.inner.job_ended(span, job, cancelled=cancelled)
+
+    def job_failed(self, span: Any, exc: BaseException) -> None:
+        self.inner.job_failed(span, exc)
+
+    @contextlib.contextmanager
+    def attempt(self, span: Any, idx: int, target: Target, attempt: int) -> Iterator[Any]:
+        with self.inner.attempt(span, idx, target, attempt) as inner:
+            timed = _Attempt(inner)
+            try:
+                yield timed
+            except BaseException:
+                self._observe(timed, "interrupted", "")
+                raise
+
+    def attempt_ended(self, handle: Any, error: str | None) -> None:
+        self.inner.attempt_ended(handle.inner, error)
+        if error is None:
+            self._observe(handle, "done", "")
+        else:
+            self._observe(handle, "failed", error_class(error))
+
+    def _observe(self, timed: _Attempt, outcome: str, error_type: str) -> None:
+        seconds = time.perf_counter() - timed.started
+        self.metrics.fetch_seconds.labels(outcome).observe(seconds, timed.exemplar)
+        self.metrics.attempts.labels(outcome, error_type).inc(exemplar=timed.exemplar)
+
+    def retry_wait(self, span: Any, idx: int, attempt: int, delay: float) -> None:
+        self.inner.retry_wait(span, idx, attempt, delay)
+
+    def event(self, name: str, attributes: Mapping[str, str | int | float | bool]) -> None:
+        self.inner.event(name, attributes)
+
+    def current_ids(self) -> tuple[str, str] | None:
+        return self.inner.current_ids()
+
+    def wrap_store(self, store: S) -> S:
+        inner = self.inner.wrap_store(store)
+        backend = store_backend(store)
+        histogram = self.metrics.store_call_seconds
+
+        def wrap(operation: str, method: Method) -> Method:
+            observe = histogram.labels(backend, operation).observe
+
+            async def timed(*args: Any, **kwargs: Any) -> Any:
+                started = time.perf_counter()
+                try:
+                    return await method(*args, **kwargs)
+                finally:
+                    observe(time.perf_counter() - started, _exemplar())
+
+            return timed
+
+        return WrappedStore(inner, wrap)  # type: ignore[return-value]
+
+    def remote_parent(self, headers: Mapping[str, str]) -> contextlib.AbstractContextManager[None]:
+        return self.inner.remote_parent(headers)
 
 
 class RequestCounter:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import trio
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
+from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST as OPENMETRICS_CONTENT_TYPE
+from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -163,12 +165,16 @@ async def healthz(request: Request) -> Response:
 
 
 async def metrics(request: Request) -> Response:
-    """GET /metrics: Prometheus text, with the store's counts."""
+    """GET /metrics: Prometheus text, with the store's counts; OpenMetrics (which shows the
+    exemplars' trace ids) when the scraper's Accept header asks for it."""
     service = _service(request)
     runner = service.runner_
     if runner is not None:
         counts = await runner.store.counts(now=service.now())
         service.metrics.set_store_counts(counts)
+    if "application/openmetrics-text" in request.headers.get("accept", ""):
+        text = await trio.to_thread.run_sync(openmetrics_latest, service.metrics.registry)
+        return Response(text, media_type=OPENMETRICS_CONTENT_TYPE)
     text = await trio.to_thread.run_sync(generate_latest, service.metrics.registry)
     return Response(text, media_type=CONTENT_TYPE_PLAIN_0_0_4)
 
