@@ -11,12 +11,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 
 import trio
 
 from .._config import Config
-from .._errors import JobLive, RunnerClosed, StoreUnavailable
+from .._errors import InvalidRequest, JobLive, RunnerClosed, StoreUnavailable
 from .._model import (
     Job,
     JobState,
@@ -25,6 +25,7 @@ from .._model import (
     Target,
     TargetStatus,
     check_caller,
+    check_metadata,
     check_targets,
     is_job_id,
     new_job_id,
@@ -35,6 +36,7 @@ from .._text import safe_text
 from .._tracing import NO_TRACING, Tracing
 from ..store import JobStore, NewJob
 from ._attempts import Attempts, Failure, FetchFunc
+from ._batch_ops import BatchOps
 from ._check import check_each, target_checker
 from ._cluster import ChangedElsewhere, release, wait_at_most, wait_elsewhere, wait_for_heartbeat
 from ._drain import _Drain
@@ -47,7 +49,7 @@ __all__ = ["FetchFunc", "Runner"]
 WATCH_PAGE = 256
 
 
-class Runner:
+class Runner(BatchOps):
     """Runs jobs: submit, cancel, status, wait. Get one from :func:`open_runner`.
 
     Every method may be called from any task of the trio run that opened the runner.
@@ -98,11 +100,21 @@ class Runner:
     # Public API
 
     async def submit(
-        self, caller: str, caller_class: str, targets: Sequence[Target]
+        self,
+        caller: str,
+        caller_class: str,
+        targets: Sequence[Target],
+        *,
+        metadata: Mapping[str, str] | None = None,
+        parent_id: str | None = None,
     ) -> tuple[str, bool]:
         """Submit a job of ``targets`` for ``caller``; returns ``(job_id, reused)``.
 
-        If ``caller`` already submitted the same targets (same URLs, options and order) and that
+        ``metadata``: the job's labels (at most 16 string keys to strings, see
+        :func:`~trio_batch.check_metadata`), returned with the job and filtered on by
+        :meth:`JobStore.list_caller_jobs`. ``parent_id``: the job this one retries (what
+        :meth:`retry` sets). If ``caller`` already submitted the same targets (same URLs,
+        options, custom ids and order) with the same metadata and parent, and that
         job's lease has not lapsed, its id comes back with ``reused=True``: nothing is fetched
         or written again, whatever that job's status. Otherwise the caps are checked and the job
         is created in one transaction, already ``running``, and its drain task is started.
@@ -112,9 +124,9 @@ class Runner:
 
         Raises :class:`InvalidTargets` (an empty list, a non-target, a repeated target, or one
         the fetch function's ``check_target`` hook refused, see ``_check``: nothing stored),
-        :class:`InvalidRequest` (a bad caller name), :class:`TooManyTargets`,
-        :class:`CallerBusy`, :class:`Busy`, :class:`StoreUnavailable` if the database refuses
-        the write, or :class:`RunnerClosed` after shutdown.
+        :class:`InvalidRequest` (a bad caller name, metadata or parent id),
+        :class:`TooManyTargets`, :class:`CallerBusy`, :class:`Busy`, :class:`StoreUnavailable`
+        if the database refuses the write, or :class:`RunnerClosed` after shutdown.
 
         Cancellation: once the job is being created, the creation and the start of its drain
         task complete even if this call is cancelled (``Cancelled`` is then raised at the
@@ -126,6 +138,9 @@ class Runner:
         caller = check_caller(caller)
         caller_class = check_caller(caller_class, "caller_class")
         checked = check_targets(targets)
+        labels = check_metadata(metadata)
+        if parent_id is not None and not is_job_id(parent_id):
+            raise InvalidRequest(f"parent_id {safe_text(parent_id, 80)!r} is not a job id")
         if self._check_target is not None:
             check_each(self._check_target, checked)
         config = self._config
@@ -144,6 +159,8 @@ class Runner:
             jobs_total=config.jobs_total,
             status=JobState.RUNNING,
             job_id=drain.job_id,
+            metadata=labels,
+            parent_id=parent_id,
         )
         self._drains[drain.job_id] = drain
         started = False

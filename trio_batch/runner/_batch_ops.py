@@ -1,0 +1,238 @@
+"""What the runner does to many targets or jobs at once: retry a job's failed or unfinished
+targets as a new job, export a job in pages (merged with its retries), cancel a caller's jobs
+by filter.
+
+Each works page by page through the store (:meth:`JobStore.get_targets_after`,
+:meth:`JobStore.list_caller_jobs`), so its memory is one page's whatever the job's or the
+caller's size.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+import trio
+
+from .._config import Config
+from .._errors import InvalidRequest, InvalidTargets, JobLive, TooManyTargets
+from .._model import Job, JobState, Target, TargetState, TargetStatus, check_caller, is_job_id
+from ..store import JobFilter, JobStore
+
+__all__ = [
+    "EXPORT_PAGE",
+    "RETRY_KINDS",
+    "BatchOps",
+    "check_only",
+    "export_targets",
+    "matching_live_jobs",
+    "retry_targets",
+]
+
+#: Targets read at once by an export or a retry (a page of results held in memory).
+EXPORT_PAGE = 64
+#: What ``Runner.retry(only=...)`` may name: failed targets, and targets without an outcome.
+RETRY_KINDS = ("failed", "pending")
+#: How many retries deep a merged export follows (a retry of a retry of ...).
+MAX_MERGE_DEPTH = 8
+#: Most live jobs one bulk cancel reads (far above any caller's cap of live jobs).
+MAX_BULK = 10_000
+_LIVE = frozenset({JobState.QUEUED, JobState.RUNNING})
+
+
+def check_only(only: object) -> frozenset[str]:
+    """``only`` as a set of :data:`RETRY_KINDS`; raises InvalidRequest for anything else."""
+    if isinstance(only, str) or not isinstance(only, Collection) or not only:
+        raise InvalidRequest(f"only must be a non-empty list of {', '.join(RETRY_KINDS)}")
+    kinds = frozenset(only)
+    if not all(isinstance(k, str) and k in RETRY_KINDS for k in kinds):
+        raise InvalidRequest(f"only may name {' and '.join(RETRY_KINDS)}, nothing else")
+    return kinds
+
+
+def _as_target(t: TargetStatus) -> Target:
+    return Target(t.url, t.options, t.custom_id)
+
+
+async def retry_targets(
+    store: JobStore, job: Job, kinds: frozenset[str], *, now: float, limit: int
+) -> list[Target]:
+    """The targets of the terminal ``job`` that ``kinds`` picks, in order: ``failed`` ones,
+    and ``pending`` ones (no outcome: the job was cancelled or killed by a restart).
+
+    Raises :class:`JobLive` for a live job, :class:`TooManyTargets` past ``limit`` (before
+    reading further), :class:`InvalidTargets` if none is picked.
+    """
+    if job.status.is_live:
+        raise JobLive(f"job {job.id} is {job.status}; retry it once it has ended")
+    picked: list[Target] = []
+    after = -1
+    while True:
+        page = await store.get_targets_after(job.id, after, now=now, limit=EXPORT_PAGE)
+        if page is None:
+            break  # lapsed meanwhile: what was read is all there is
+        for t in page[1]:
+            if (t.status is TargetState.FAILED and "failed" in kinds) or (
+                not t.is_finished and "pending" in kinds
+            ):
+                picked.append(_as_target(t))
+        if len(picked) > limit:
+            raise TooManyTargets(
+                f"job {job.id} has more than {limit} such targets; the limit is {limit} per job"
+            )
+        if len(page[1]) < EXPORT_PAGE:
+            break
+        after = page[1][-1].idx
+    if not picked:
+        raise InvalidTargets(f"job {job.id} has no {' or '.join(sorted(kinds))} target to retry")
+    return picked
+
+
+async def _pages(
+    store: JobStore, job_id: str, after: int, now: float
+) -> AsyncIterator[TargetStatus]:
+    while True:
+        page = await store.get_targets_after(job_id, after, now=now, limit=EXPORT_PAGE)
+        if page is None:
+            return
+        for t in page[1]:
+            yield t
+        if len(page[1]) < EXPORT_PAGE:
+            return
+        after = page[1][-1].idx
+
+
+async def export_targets(
+    store: JobStore, job: Job, *, now: float, after: int = -1, merged: bool = False
+) -> AsyncIterator[tuple[str, TargetStatus]]:
+    """``(job id, target)`` for each of ``job``'s targets with an index above ``after``, in
+    order. ``merged``: a target that the job's newest retry (by the same caller, and so on
+    down to its own retries) has an outcome for shows that outcome, under the job id of the
+    retry that stored it, at this job's index."""
+    async for pair in _merged(store, job, after, now, MAX_MERGE_DEPTH if merged else 0):
+        yield pair
+
+
+async def _merged(
+    store: JobStore, job: Job, after: int, now: float, depth: int
+) -> AsyncIterator[tuple[str, TargetStatus]]:
+    child = None if depth <= 0 else await store.latest_retry(job.id, caller=job.caller, now=now)
+    if child is None:
+        async for t in _pages(store, job.id, after, now):
+            yield job.id, t
+        return
+    # A retry's targets are some of its parent's, in the parent's order: walk both at once.
+    # The retry is read from its start so that it lines up, even when resuming after `after`.
+    overlay = _merged(store, child, -1, now, depth - 1)
+    pending = await anext(overlay, None)
+    async for t in _pages(store, job.id, -1, now):
+        shown: tuple[str, TargetStatus] = (job.id, t)
+        if pending is not None and _as_target(pending[1]) == _as_target(t):
+            if pending[1].is_finished:
+                shown = (pending[0], dataclasses.replace(pending[1], idx=t.idx))
+            pending = await anext(overlay, None)
+        if t.idx > after:
+            yield shown
+
+
+async def matching_live_jobs(
+    store: JobStore, caller: str, where: JobFilter, *, now: float
+) -> list[Job]:
+    """``caller``'s live jobs that ``where`` lists (its statuses narrowed to the live ones),
+    newest first, at most :data:`MAX_BULK`."""
+    statuses = _LIVE if not where.statuses else where.statuses & _LIVE
+    if not statuses:
+        return []
+    live = dataclasses.replace(where, statuses=statuses)
+    found: list[Job] = []
+    before = None
+    while len(found) < MAX_BULK:
+        page = await store.list_caller_jobs(caller, now=now, limit=100, before=before, where=live)
+        found += page
+        if len(page) < 100:
+            break
+        before = (page[-1].created_at, page[-1].id)
+    return found[:MAX_BULK]
+
+
+class BatchOps:
+    """The runner's calls on many targets or jobs at once (mixed into
+    :class:`~trio_batch.Runner`, whose other calls these use)."""
+
+    _store: JobStore
+    _config: Config
+    _now: Callable[[], float]
+
+    if TYPE_CHECKING:  # the Runner's own, which these calls use
+
+        def _check_open(self) -> None: ...
+
+        def _check_running(self) -> None: ...
+
+        async def submit(
+            self,
+            caller: str,
+            caller_class: str,
+            targets: Sequence[Target],
+            *,
+            metadata: Mapping[str, str] | None = None,
+            parent_id: str | None = None,
+        ) -> tuple[str, bool]: ...
+
+        async def cancel(self, job_id: str) -> bool: ...
+
+    async def retry(
+        self, job_id: str, *, only: Collection[str] = ("failed",), caller: str | None = None
+    ) -> tuple[str, bool] | None:
+        """Submit a new job of the ended job ``job_id``'s targets that ``only`` names:
+        ``"failed"`` ones, and ``"pending"`` ones (never fetched: the job was cancelled, or
+        failed by a restart). Returns ``(new job id, reused)`` as :meth:`submit` does, or
+        None if the job is unknown, lapsed or (with ``caller``) another caller's.
+
+        The new job has the same caller, caller class, metadata, options and custom ids, and
+        ``parent_id`` set to ``job_id``; the usual caps and idempotency apply (retrying the
+        same job the same way again, while the retry's lease holds, is that same retry). Raises
+        :class:`InvalidRequest` for a bad ``only``, :class:`JobLive` for a live job,
+        :class:`InvalidTargets` if no target is picked, and what :meth:`submit` raises.
+        Cancellation: as :meth:`submit`; reading the targets can be cancelled at any point.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        self._check_open()
+        kinds = check_only(only)
+        if not is_job_id(job_id):
+            return None
+        job = await self._store.get_job(job_id, now=self._now())
+        if job is None or (caller is not None and job.caller != caller):
+            return None
+        limit, _ = self._config.limits_for(job.caller_class)
+        targets = await retry_targets(self._store, job, kinds, now=self._now(), limit=limit)
+        return await self.submit(
+            job.caller, job.caller_class, targets, metadata=job.metadata, parent_id=job.id
+        )
+
+    async def export(
+        self, job: Job, *, after: int = -1, merged: bool = False
+    ) -> AsyncIterator[tuple[str, TargetStatus]]:
+        """``(job id, target)`` for each target of ``job`` after index ``after``, in order,
+        read a page at a time. ``merged``: each target that ``job``'s newest retry (and its
+        retries in turn) has an outcome for shows that outcome and that retry's id instead.
+        Cancellation: stops at once, nothing held."""
+        async for pair in export_targets(
+            self._store, job, now=self._now(), after=after, merged=merged
+        ):
+            yield pair
+
+    async def cancel_matching(
+        self, caller: str, where: JobFilter, *, dry_run: bool = False
+    ) -> list[str]:
+        """Cancel ``caller``'s live jobs that ``where`` lists (see :meth:`cancel`); returns
+        their ids, newest first. ``dry_run``: only return them. Another caller's jobs are never
+        read. Cancellation: the jobs cancelled so far stay cancelled."""
+        await trio.lowlevel.checkpoint_if_cancelled()
+        self._check_running()
+        caller = check_caller(caller)
+        jobs = await matching_live_jobs(self._store, caller, where, now=self._now())
+        if dry_run:
+            return [job.id for job in jobs]
+        return [job.id for job in jobs if await self.cancel(job.id)]
