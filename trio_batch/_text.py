@@ -15,6 +15,7 @@ __all__ = [
     "json_type",
     "parse_count",
     "printable",
+    "printable_json",
     "safe_text",
     "unknown_keys",
 ]
@@ -44,6 +45,16 @@ def printable(text: str, *, multiline: bool = False) -> str:
     if multiline:
         return _UNPRINTABLE_LINE.sub(_escaped, text.replace("\r\n", "\n"))
     return CONTROL_CHARACTER.sub(_escaped, text)
+
+
+_UNPRINTABLE_IN_JSON = re.compile(f"[\x7f-\x9f{_BIDI}]")  # json.dumps escapes C0 itself
+
+
+def printable_json(text: str) -> str:
+    """JSON text (from ``json.dumps(..., ensure_ascii=False)``) with DEL, the C1 controls and
+    the bidi characters written as ``\\u`` escapes: the same JSON value, safe on a terminal.
+    None of them can appear outside a string, so no other part of the text changes."""
+    return _UNPRINTABLE_IN_JSON.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def parse_count(text: str, *, max_digits: int = 18) -> int | None:

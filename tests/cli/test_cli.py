@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
+import logging
 import os
 import re
 import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -383,21 +385,26 @@ def test_a_library_warning_does_not_print_as_trio_batch(
     assert "startxref" not in proc.stderr
 
 
-def test_log_lines_are_named_for_their_source(capsys: pytest.CaptureFixture[str]) -> None:
-    import logging
-
+@contextlib.contextmanager
+def command_logging(*, as_json: bool = False) -> Iterator[None]:
+    """Logging set up as ``trio-batch run`` sets it up, put back as it was afterwards."""
     from trio_batch.cli import _run as _cli_run
 
     root, own = logging.getLogger(), logging.getLogger("trio_batch")
     saved = (root.handlers[:], root.level, own.handlers[:], own.level, own.propagate)
     try:
-        _cli_run._configure_logging()
-        logging.getLogger("pypdf").warning("a library speaks")
-        logging.getLogger("trio_batch.runner").warning("the command speaks")
-        logging.getLogger("httpx").info("below the threshold")
+        _cli_run._configure_logging(as_json=as_json)
+        yield
     finally:
         root.handlers[:], root.level = saved[0], saved[1]
         own.handlers[:], own.level, own.propagate = saved[2], saved[3], saved[4]
+
+
+def test_log_lines_are_named_for_their_source(capsys: pytest.CaptureFixture[str]) -> None:
+    with command_logging():
+        logging.getLogger("pypdf").warning("a library speaks")
+        logging.getLogger("trio_batch.runner").warning("the command speaks")
+        logging.getLogger("httpx").info("below the threshold")
     err = capsys.readouterr().err
     assert "pypdf: WARNING: a library speaks\n" in err
     assert "trio-batch: the command speaks\n" in err

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import sys
 from collections.abc import Awaitable, Callable, Iterator
@@ -14,6 +15,7 @@ import trio
 
 from .._errors import StoreError
 from .._model import TargetStatus
+from .._text import printable, printable_json
 from ..store import JobStore, open_store
 from ._options import EXIT_BUSY  # shared with serve, which exits the same way
 
@@ -27,6 +29,7 @@ __all__ = [
     "EXIT_DONE",
     "EXIT_FAILED",
     "EXIT_USAGE",
+    "PrintableFormatter",
     "UsageError",
     "ask",
     "db_target",
@@ -77,8 +80,17 @@ class UsageError(Exception):
     """Bad input: reported as ``trio-batch: message`` with exit code 2."""
 
 
+class PrintableFormatter(logging.Formatter):
+    """Log lines escaped for the terminal: a message may quote a URL, a request path or
+    fetched text (see :func:`~trio_batch._text.printable`)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return printable(super().format(record), multiline=True)
+
+
 def report_error(message: str) -> None:
-    print(f"trio-batch: {message}", file=sys.stderr)
+    """``trio-batch: message`` on stderr; the message may quote input, so it is escaped."""
+    print(f"trio-batch: {printable(message)}", file=sys.stderr)
 
 
 #: Width of tables written to a pipe or file (a terminal's own width is used otherwise).
@@ -137,5 +149,6 @@ def targets_json(targets: list[TargetStatus]) -> list[dict[str, Any]]:
 
 
 def print_json(obj: object, file: IO[str] | None = None) -> None:
-    json.dump(obj, file or sys.stdout, ensure_ascii=False, indent=2)
-    (file or sys.stdout).write("\n")
+    """``obj`` as indented JSON, every control character escaped (it may go to a terminal)."""
+    text = printable_json(json.dumps(obj, ensure_ascii=False, indent=2))
+    (file or sys.stdout).write(text + "\n")

@@ -29,6 +29,7 @@ from rich.text import Text
 
 from .._model import Job, Target, TargetState, TargetStatus
 from .._retry import RetryNotice
+from .._text import printable
 
 __all__ = [
     "PlainProgress",
@@ -39,7 +40,9 @@ __all__ = [
     "jobs_table",
     "print_results",
     "results_table",
+    "screenful",
     "summary_line",
+    "worth_showing",
 ]
 
 
@@ -74,7 +77,7 @@ class _Counts:
 
     def current(self, last_idx: int) -> str:
         nxt = last_idx + 1
-        return self.targets[nxt].url if nxt < len(self.targets) else ""
+        return printable(self.targets[nxt].url) if nxt < len(self.targets) else ""
 
 
 class PlainProgress:
@@ -94,7 +97,7 @@ class PlainProgress:
         c.add(target)
         failed = f", {c.failed} failed" if c.failed else ""
         self._print(
-            f"[{c.done}/{len(c.targets)}{failed}] {target.status:6} {target.url}  "
+            f"[{c.done}/{len(c.targets)}{failed}] {target.status:6} {printable(target.url)}  "
             f"{_brief(target)}  {c.rate}"
         )
 
@@ -133,7 +136,7 @@ class RichProgress:
         )
         self._progress.console.print(f"job [bold]{job_id}[/]: fetching {len(targets)} target(s)")
         self._task = self._progress.add_task(
-            "fetch", total=len(targets), failed="", current=targets[0].url
+            "fetch", total=len(targets), failed="", current=printable(targets[0].url)
         )
         self._progress.start()
 
@@ -166,15 +169,22 @@ def format_time(epoch: float | None) -> str:
 
 
 def _first_line(text: str, width: int = 60) -> str:
+    """The first non-blank line of ``text``, cut to ``width``, printable on a terminal."""
     for line in text.splitlines():
         line = line.strip()
         if line:
-            return line if len(line) <= width else line[: width - 1] + "…"
+            line = printable(line if len(line) <= width else line[: width - 1] + "…")
+            return line
     return ""
 
 
 def _brief(target: TargetStatus) -> str:
-    """One line about a target's outcome: metadata for a result, the error for a failure."""
+    """One line about a target's outcome: metadata for a result, the error for a failure;
+    printable on a terminal (see :func:`~trio_batch._text.printable`)."""
+    return printable(_brief_text(target))
+
+
+def _brief_text(target: TargetStatus) -> str:
     if target.status == TargetState.FAILED:
         return target.error or "failed"
     if target.result is None:
@@ -230,17 +240,37 @@ def results_table(targets: Sequence[TargetStatus]) -> Table:
     for t in targets:
         outcome = escape(_brief(t))
         if t.status == TargetState.FAILED and t.hint:
-            outcome += f"\n[dim]hint: {escape(t.hint)}[/]"
+            outcome += f"\n[dim]hint: {escape(printable(t.hint))}[/]"
         elif t.result is not None and (preview := _first_line(t.result.content)):
             outcome += f"\n[dim]{escape(preview)}[/]"
-        url = escape(t.url)
+        url = escape(printable(t.url))
         if options := _options(t):
-            url += f"\n[dim]{escape(options)}[/]"
+            url += f"\n[dim]{escape(printable(options))}[/]"
         status = _status(str(t.status))
         if t.attempts > 1:  # retried: say how many attempts the outcome took
             status += f"\n[dim]{t.attempts} attempts[/]"
         table.add_row(str(t.idx), status, url, outcome)
     return table
+
+
+#: Rows of a result table shown when the output is not a terminal (a file, a pipe).
+PIPE_ROWS = 50
+
+
+def screenful(console: Console) -> int:
+    """How many rows of a result table fit on ``console``'s screen (a row takes two lines)."""
+    if not console.is_terminal:
+        return PIPE_ROWS
+    return max(5, (console.size.height - 6) // 2)
+
+
+def worth_showing(targets: Sequence[TargetStatus], rows: int) -> list[TargetStatus]:
+    """At most ``rows`` of ``targets`` in ``idx`` order: the failed ones first, then the rest."""
+    if len(targets) <= rows:
+        return list(targets)
+    failed = [t for t in targets if t.status == TargetState.FAILED][:rows]
+    others = [t for t in targets if t.status != TargetState.FAILED][: rows - len(failed)]
+    return sorted(failed + others, key=lambda t: t.idx)
 
 
 def retry_line(notice: RetryNotice) -> str:
@@ -260,7 +290,7 @@ def summary_line(job: Job, targets: Sequence[TargetStatus]) -> str:
         f"{job.targets_failed} failed, {pending} not fetched"
     )
     if job.error:
-        text += f" ({escape(job.error)})"
+        text += f" ({escape(printable(job.error))})"
     return text
 
 
@@ -270,9 +300,10 @@ def job_details(job: Job) -> Table:
     table.add_column(style="bold")
     table.add_column()
     table.add_row("job", job.id)
-    status = _status(str(job.status)) + (f" ({escape(job.error)})" if job.error else "")
+    status = _status(str(job.status)) + (f" ({escape(printable(job.error))})" if job.error else "")
     table.add_row("status", status)
-    table.add_row("caller", f"{escape(job.caller)} (class {escape(job.caller_class)})")
+    caller, caller_class = printable(job.caller), printable(job.caller_class)
+    table.add_row("caller", f"{escape(caller)} (class {escape(caller_class)})")
     table.add_row(
         "targets",
         f"{job.targets_total}: {job.targets_succeeded} done, "
@@ -294,7 +325,7 @@ def jobs_table(jobs: Sequence[Job]) -> Table:
         table.add_row(
             job.id,
             _status(str(job.status)),
-            escape(job.caller),
+            escape(printable(job.caller)),
             str(job.targets_succeeded),
             str(job.targets_failed),
             str(job.targets_total),
@@ -307,9 +338,10 @@ def jobs_table(jobs: Sequence[Job]) -> Table:
 def print_results(console: Console, targets: Sequence[TargetStatus]) -> None:
     """Each target's full content (or error and hint) under a header line, for ``results``."""
     for t in targets:
-        header = f"== [{t.idx}] {t.status} {t.url}  {_brief(t)}"
+        header = f"== [{t.idx}] {t.status} {printable(t.url)}  {_brief(t)}"
         console.print(header, markup=False, highlight=False, soft_wrap=True)
         if t.result is not None:
-            console.out(t.result.content, highlight=False)
+            console.out(printable(t.result.content, multiline=True), highlight=False)
         elif t.status == TargetState.FAILED and t.hint:
-            console.print(f"hint: {t.hint}", markup=False, highlight=False, soft_wrap=True)
+            hint = f"hint: {printable(t.hint)}"
+            console.print(hint, markup=False, highlight=False, soft_wrap=True)

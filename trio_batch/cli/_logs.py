@@ -15,7 +15,7 @@ import json
 import logging
 from typing import Any
 
-from .._text import MAX_ERROR_LENGTH
+from .._text import MAX_ERROR_LENGTH, printable_json
 from .._tracing import current_ids
 
 __all__ = ["FIELDS", "JsonFormatter", "add_log_format_argument"]
@@ -62,4 +62,5 @@ class JsonFormatter(logging.Formatter):
             line["trace_id"], line["span_id"] = ids
         if record.exc_info:
             line["exception"] = _cut(self.formatException(record.exc_info))
-        return json.dumps(line, ensure_ascii=False, default=str)
+        # C1 controls and bidi overrides escaped too (json escapes C0): logs go to terminals.
+        return printable_json(json.dumps(line, ensure_ascii=False, default=str))

@@ -33,6 +33,7 @@ import trio
 from .._config import Config
 from .._errors import BatchError, JobLive
 from .._model import Job, TargetStatus, is_job_id
+from .._text import parse_count
 from .._version import __version__
 from ..store import JobStore
 from ._common import (
@@ -54,7 +55,7 @@ from ._common import (
 )
 from ._logs import add_log_format_argument
 from ._options import add_fetch_limits
-from ._run import cmd_run
+from ._run import DEFAULT_MAX_TARGETS, cmd_run
 from ._telemetry import add_otel_argument
 
 __all__ = [
@@ -143,6 +144,14 @@ def _parser() -> argparse.ArgumentParser:
         help="how long the job and its results are kept after its last activity "
         "(default: %(default)g)",
     )
+    run.add_argument(
+        "--max-targets",
+        type=_positive_count,
+        default=DEFAULT_MAX_TARGETS,
+        metavar="N",
+        help="refuse a file of more than N targets, which one job would take too long to "
+        "fetch and show; split it instead (default: %(default)s)",
+    )
     add_fetch_limits(run)
 
     status = sub.add_parser("status", parents=[db], help="show a job and its targets' statuses")
@@ -177,6 +186,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("serve_args", nargs=argparse.REMAINDER)  # main() hands them over
     return parser
+
+
+def _positive_count(text: str) -> int:
+    count = parse_count(text, max_digits=9)
+    if count is None or count < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, not {text!r}")
+    return count
 
 
 #: The commands that take a job id.

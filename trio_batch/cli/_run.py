@@ -6,11 +6,12 @@ import argparse
 import getpass
 import logging
 import math
+import os
 import signal
+import stat
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -19,6 +20,7 @@ from .._config import Config
 from .._errors import BatchError, InvalidRequest, InvalidTargets, StoreLocked
 from .._model import Job, JobState, Target, TargetStatus
 from .._retry import RetryNotice
+from .._text import printable
 from .._tracing import Tracing
 from ..store import JobStore
 from ._common import (
@@ -26,6 +28,7 @@ from ._common import (
     EXIT_CANCELLED,
     EXIT_DONE,
     EXIT_FAILED,
+    PrintableFormatter,
     UsageError,
     ask,
     open_db,
@@ -54,13 +57,40 @@ def _default_caller() -> str:
         return "cli"
 
 
+#: Largest batch file ``run`` reads (bytes): far past any batch of --max-targets targets.
+MAX_BATCH_BYTES = 32 * 1024 * 1024
+#: Most targets one ``run`` submits as one job unless --max-targets says otherwise.
+DEFAULT_MAX_TARGETS = 10_000
+
+
 def _read_input(name: str) -> str:
+    """The batch file ``name`` (``-``: standard input), at most MAX_BATCH_BYTES of it.
+
+    Anything but a regular file is refused before it is read (``/dev/zero`` or a FIFO would
+    be read for ever); standard input is read up to the cap and refused past it.
+    """
     try:
         if name == "-":
-            return sys.stdin.read()
-        return Path(name).read_text(encoding="utf-8")
+            data = sys.stdin.buffer.read(MAX_BATCH_BYTES + 1)
+        else:
+            # Non-blocking, so that opening a FIFO with no writer does not hang here.
+            fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK)
+            with os.fdopen(fd, "rb") as f:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    raise UsageError(
+                        f"{name} is not a regular file; pass a batch file, or - to read "
+                        "standard input"
+                    )
+                data = f.read(MAX_BATCH_BYTES + 1)
     except OSError as exc:
         raise UsageError(f"cannot read {name}: {exc.strerror or exc}") from None
+    if len(data) > MAX_BATCH_BYTES:
+        raise UsageError(
+            f"{'standard input' if name == '-' else name} holds more than "
+            f"{MAX_BATCH_BYTES // (1024 * 1024)} MiB; split it into several batch files"
+        )
+    try:
+        return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise UsageError(f"{name} is not UTF-8 text: {exc}") from None
 
@@ -73,6 +103,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     except InputError as exc:
         where = f"{label}:{exc.line}" if exc.line is not None else label
         raise UsageError(f"{where}: {exc}") from None
+    if len(targets) > args.max_targets:
+        raise UsageError(
+            f"{label} holds {len(targets)} targets; one run fetches at most {args.max_targets} "
+            f"as one job: split the file into parts of up to {args.max_targets} targets and run "
+            "each (`split -l` for a file of one target per line), or raise --max-targets"
+        )
     _check_options(targets, lines, label)
     for flag, value in (("--ttl", args.ttl), ("--target-timeout", args.target_timeout)):
         if not (value > 0 and math.isfinite(value)):
@@ -115,7 +151,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     job, statuses = final
     _report(job, statuses, outcome, store_path=store_path, as_json=args.json)
-    return _exit_code(job)
+    return _exit_code(job, outcome)
 
 
 def _check_options(targets: list[Target], lines: list[int], label: str) -> None:
@@ -153,13 +189,13 @@ def _configure_logging(*, as_json: bool = False) -> None:
     if any(isinstance(h, _StderrNow) for h in own.handlers):
         return
     mine = _StderrNow()
-    mine.setFormatter(JsonFormatter() if as_json else logging.Formatter("trio-batch: %(message)s"))
+    mine.setFormatter(JsonFormatter() if as_json else PrintableFormatter("trio-batch: %(message)s"))
     own.addHandler(mine)
     own.setLevel(logging.WARNING)
     own.propagate = False
     others = _StderrNow()
     others.setFormatter(
-        JsonFormatter() if as_json else logging.Formatter("%(name)s: %(levelname)s: %(message)s")
+        JsonFormatter() if as_json else PrintableFormatter("%(name)s: %(levelname)s: %(message)s")
     )
     root = logging.getLogger()
     root.addHandler(others)
@@ -245,12 +281,30 @@ def _note(view: Any, console: Console, message: str) -> None:
         console.print(message, markup=False, highlight=False)
 
 
-def _exit_code(job: Job) -> int:
+def _exit_code(job: Job, outcome: _Outcome) -> int:
     if job.status == JobState.DONE:
         return EXIT_DONE
-    if job.status == JobState.CANCELLED:
-        return EXIT_CANCELLED
+    if job.status == JobState.CANCELLED and outcome.interrupted:
+        return EXIT_CANCELLED  # this run was interrupted; an earlier run's Ctrl-C is not this one's
     return EXIT_FAILED
+
+
+def _reused_message(job: Job, store_path: str) -> str:
+    """What a rerun of a stored job says: how it ended, and how to fetch its targets again."""
+    from . import _console
+
+    ended = "" if not job.is_terminal else f" It ended {job.status}"
+    if ended and job.error:
+        ended += f" ({job.error})"
+    if ended and job.status == JobState.CANCELLED:
+        ended += ", its unfetched targets left pending"
+    return (
+        f"job {job.id} was submitted before with the same targets by the same caller: "
+        f"showing its stored results; nothing was fetched now.{ended + '.' if ended else ''} "
+        f"It is kept until {_console.format_time(job.expires_at)}; to fetch its targets again "
+        f"now, delete it first with `trio-batch forget {job.id} --db {_quote(store_path)}` "
+        "(or use another --caller)."
+    )
 
 
 def _report(
@@ -265,21 +319,21 @@ def _report(
 
     err = stderr_console()
     if outcome.reused:
-        err.print(
-            f"job {job.id} was submitted before with the same targets by the same caller: "
-            f"showing its stored results; nothing was fetched. It is kept until "
-            f"{_console.format_time(job.expires_at)}; to fetch again before then, use "
-            "another --caller.",
-            markup=False,
-            highlight=False,
-        )
+        err.print(_reused_message(job, store_path), markup=False, highlight=False)
     if as_json:
         print_json(
             {"job": job.to_json(), "reused": outcome.reused, "targets": targets_json(targets)}
         )
         return
     out = stdout_console()
-    out.print(_console.results_table(targets))
+    rows = _console.screenful(out)
+    shown = _console.worth_showing(targets, rows)
+    out.print(_console.results_table(shown))
+    if len(shown) < len(targets):
+        out.print(
+            f"[dim]{len(targets) - len(shown)} more target(s) not shown (failed ones first); "
+            f"every one: trio-batch status {job.id} --db {_quote(store_path)}[/]"
+        )
     out.print(_console.summary_line(job, targets))
     out.print(
         f"[dim]full results: trio-batch results {job.id} --db {_quote(store_path)}[/]",
@@ -291,4 +345,4 @@ def _quote(path: str) -> str:
 
     from rich.markup import escape
 
-    return escape(shlex.quote(path))
+    return escape(shlex.quote(printable(path)))

@@ -13,9 +13,11 @@ import trio
 
 from .._config import Config
 from .._errors import StoreError, StoreLocked
+from .._text import printable
 from ..fetchers import builtin_fetch, load_fetch
 from ..http import Auth, HeaderAuth, TokenAuth, create_app, serve
 from ..http._app import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY
+from ._common import PrintableFormatter
 from ._logs import JsonFormatter, add_log_format_argument
 from ._options import EXIT_BUSY, add_fetch_limits, retry_policy
 from ._telemetry import add_otel_argument, setup_tracing
@@ -130,12 +132,13 @@ def run_serve(args: argparse.Namespace) -> int:
     prints one line to standard error and returns 3 if another runner holds the database (as
     ``trio-batch run`` does), 1 otherwise (an unusable database, the port in use).
     """
-    logging.basicConfig(
-        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    handler = logging.StreamHandler()
+    handler.setFormatter(
+        JsonFormatter()
+        if args.log_format == "json"
+        else PrintableFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     )
-    if args.log_format == "json":
-        for handler in logging.getLogger().handlers:
-            handler.setFormatter(JsonFormatter())
+    logging.basicConfig(level=args.log_level, handlers=[handler])
     # Hypercorn says "Running on URL" as soon as it binds, even when start-up then fails;
     # this command prints "listening on URL" once the service is really up.
     logging.getLogger("hypercorn.error").addFilter(
@@ -179,7 +182,7 @@ def run_serve(args: argparse.Namespace) -> int:
             tracing=tracing,
         )
     except (OSError, ValueError, TypeError) as exc:
-        print(f"trio-batch serve: {exc}", file=sys.stderr)
+        print(f"trio-batch serve: {printable(str(exc))}", file=sys.stderr)
         return 2
 
     async def main() -> None:
@@ -202,7 +205,7 @@ def run_serve(args: argparse.Namespace) -> int:
         message = _startup_failure(exc, args.bind)
         if message is None:
             raise
-        print(f"trio-batch serve: {message}", file=sys.stderr)
+        print(f"trio-batch serve: {printable(message)}", file=sys.stderr)
         # As `trio-batch run`: a database another runner holds is not a failure of this one.
         held = any(isinstance(leaf, StoreLocked) for leaf in _leaves(exc))
         return EXIT_BUSY if held else 1
