@@ -30,6 +30,8 @@ RATIOS = (
     ("minimal_serial_vs_floor", "minimal.serial.targets_per_s", "floor.targets_per_s"),
     ("minimal_concurrent_vs_floor", "minimal.concurrent.targets_per_s", "floor.targets_per_s"),
     ("serial_vs_minimal", "serial.targets_per_s", "minimal.serial.targets_per_s"),
+    ("traced_vs_serial", "traced.serial.targets_per_s", "serial.targets_per_s"),
+    ("traced_no_store_vs_serial", "traced_no_store.serial.targets_per_s", "serial.targets_per_s"),
     ("concurrent_vs_minimal", "concurrent.targets_per_s", "minimal.concurrent.targets_per_s"),
     ("submit_vs_raw.p50", "submit.p50_us", "raw_submit.p50_us"),
     ("submit_vs_raw.p99", "submit.p99_us", "raw_submit.p99_us"),
@@ -272,6 +274,12 @@ def render(results: dict[str, Any]) -> str:
         f"| serial: one job after another | {_n(g('serial.targets_per_s', math.nan))} "
         f"| {_x(rat.get('serial_vs_floor', math.nan))} floor | >= 0.5x "
         f"| {verdict['serial >= 0.5x floor']} |",
+        f"| serial, traced (OpenTelemetry SDK, spans dropped) | "
+        f"{_n(g('traced.serial.targets_per_s', math.nan))} "
+        f"| {_x(rat.get('traced_vs_serial', math.nan))} untraced serial | | |",
+        f"| serial, traced without store-call spans | "
+        f"{_n(g('traced_no_store.serial.targets_per_s', math.nan))} "
+        f"| {_x(rat.get('traced_no_store_vs_serial', math.nan))} untraced serial | | |",
         f"| concurrent: 8 jobs, 8 callers | {_n(g('concurrent.targets_per_s', math.nan))} "
         f"| {_x(rat.get('concurrent_vs_floor', math.nan))} floor | >= 1.0x "
         f"| {verdict['concurrent (8 jobs) >= 1.0x floor']} |",

@@ -161,6 +161,25 @@ def run_round(
                     ),
                 )
 
+        def traced() -> None:
+            # Tracing on, as serve --otel sets it up; then without the store calls' spans.
+            for name, store_spans in (("traced", True), ("traced_no_store", False)):
+                tracing = workloads.sdk_tracing(store_spans=store_spans)
+                if tracing is None:
+                    rec.note("opentelemetry-sdk is not installed: the traced rows are skipped")
+                    return
+                with scratch.db(name) as path:
+                    rec.add(
+                        f"{name}.serial.targets_per_s",
+                        workloads.measure_serial(
+                            path,
+                            jobs=sizes.serial_jobs,
+                            targets_per_job=per_job,
+                            tag=f"{name}{r}",
+                            tracing=tracing,
+                        ),
+                    )
+
         def concurrent(heartbeat: bool) -> None:
             with scratch.db("concurrent") as path:
                 got = workloads.measure_concurrent(
@@ -190,6 +209,7 @@ def run_round(
             r,
             floor_,
             serial,
+            traced,
             lambda: concurrent(False),
             lambda: least(1),
             lambda: least(Config().jobs_total),

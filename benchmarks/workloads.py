@@ -25,7 +25,9 @@ from trio_batch import (
     Target,
     open_runner,
     open_store,
+    otel_tracing,
 )
+from trio_batch._tracing import NO_TRACING, Tracing
 
 #: The lock holder: a second process that takes SQLite's write lock and keeps it for a while.
 LOCK_HOLDER = """
@@ -107,18 +109,24 @@ async def _settle(runner: Runner, settle: bool) -> None:
 
 
 def measure_serial(
-    path: str, *, jobs: int, targets_per_job: int = 32, tag: str = "s", settle: bool = False
+    path: str,
+    *,
+    jobs: int,
+    targets_per_job: int = 32,
+    tag: str = "s",
+    settle: bool = False,
+    tracing: Tracing = NO_TRACING,
 ) -> float:
     """Targets/s of ``jobs`` jobs run one after another (submit, then wait) by one caller.
 
     The runner purges lapsed jobs in the background from the moment it opens; with ``settle``
-    that purge is finished (untimed) before the clock starts.
+    that purge is finished (untimed) before the clock starts. ``tracing`` goes to the runner.
     """
     batches = [job_targets(f"{tag}/{j}", targets_per_job) for j in range(jobs)]
     store = open_db(path)
 
     async def main() -> float:
-        async with open_runner(store, noop_fetch) as runner:
+        async with open_runner(store, noop_fetch, tracing=tracing) as runner:
             await _settle(runner, settle)
             statuses = []
             start = time.perf_counter()
@@ -352,3 +360,26 @@ def measure_under_lock(
         return trio.run(main)
     finally:
         store.close()
+
+
+def sdk_tracing(*, store_spans: bool = True) -> Tracing | None:
+    """OpenTelemetry tracing as ``serve --otel`` sets it up (the SDK, a batch span processor)
+    with an exporter that drops the spans, so the figure is the tracing's cost, not the
+    network's; None without the SDK."""
+    try:
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import (
+            BatchSpanProcessor,
+            SpanExporter,
+            SpanExportResult,
+        )
+    except ImportError:
+        return None
+
+    class Drop(SpanExporter):
+        def export(self, spans: object) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(Drop()))
+    return otel_tracing(provider, store_spans=store_spans)

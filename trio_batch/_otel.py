@@ -35,9 +35,12 @@ class OtelTracing(_tracing.Tracing):
 
     enabled = True
 
-    def __init__(self, tracer_provider: Any = None, *, full_urls: bool = False) -> None:
+    def __init__(
+        self, tracer_provider: Any = None, *, full_urls: bool = False, store_spans: bool = True
+    ) -> None:
         self.tracer = trace.get_tracer("trio_batch", __version__, tracer_provider=tracer_provider)
         self.full_urls = full_urls
+        self.store_spans = store_spans
         _tracing.set_event_sink(self)
 
     def job_started(self, job: Job) -> Span:
@@ -145,6 +148,8 @@ class OtelTracing(_tracing.Tracing):
         return trace.format_trace_id(context.trace_id), trace.format_span_id(context.span_id)
 
     def wrap_store(self, store: S) -> S:
+        if not self.store_spans:
+            return store
         backend = _tracing.store_backend(store)
 
         def wrap(operation: str, method: _tracing.Method) -> _tracing.Method:

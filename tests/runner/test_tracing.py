@@ -273,3 +273,18 @@ async def test_store_calls_outside_any_span_make_no_span(
         await runner.status(job_id)  # a read outside any span: no root span of its own
     names = {s.name for s in exporter.get_finished_spans() if s.parent is None}
     assert names == {"trio_batch.job"}
+
+
+async def test_store_spans_can_be_left_out(
+    store: Store,
+    clock: FakeClock,
+    fetch: ScriptedFetch,
+    exporter: InMemorySpanExporter,
+    provider: TracerProvider,
+) -> None:
+    tracing = otel_tracing(provider, store_spans=False)
+    async with open_runner(store, fetch, now=clock, tracing=tracing) as runner:
+        job_id, _ = await runner.submit("alice", "default", urls("a", "b"))
+        await runner.wait(job_id)
+    names = sorted(span.name for span in exporter.get_finished_spans())
+    assert names == ["trio_batch.attempt", "trio_batch.attempt", "trio_batch.job"]

@@ -21,7 +21,9 @@ from ._runner import FetchFunc, Runner
 __all__ = ["open_runner", "otel_tracing"]
 
 
-def otel_tracing(tracer_provider: Any = None, *, full_urls: bool = False) -> Tracing:
+def otel_tracing(
+    tracer_provider: Any = None, *, full_urls: bool = False, store_spans: bool = True
+) -> Tracing:
     """Tracing through OpenTelemetry, for :func:`open_runner`'s ``tracing``.
 
     A span per job (from submit to its terminal status, linked to the span current at submit),
@@ -29,11 +31,13 @@ def otel_tracing(tracer_provider: Any = None, *, full_urls: bool = False) -> Tra
     job's drain; retry waits are events of the job's span. ``tracer_provider`` defaults to the
     global one, set up by the host program (or by ``trio-batch serve --otel``). Attempt spans
     name the target's host only; ``full_urls=True`` adds the full URL, query string included.
-    Needs the ``trio-batch[otel]`` extra (``opentelemetry-api``): raises ImportError without it.
+    ``store_spans=False`` leaves out the store calls' spans, which are half the spans of a
+    job and half the tracing's cost per target. Needs the ``trio-batch[otel]`` extra
+    (``opentelemetry-api``): raises ImportError without it.
     """
     from .._otel import OtelTracing
 
-    return OtelTracing(tracer_provider, full_urls=full_urls)
+    return OtelTracing(tracer_provider, full_urls=full_urls, store_spans=store_spans)
 
 
 @asynccontextmanager
