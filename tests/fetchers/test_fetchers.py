@@ -97,9 +97,9 @@ async def test_charset_from_content_type(server: LocalServer) -> None:
 
 
 async def test_unknown_mode(server: LocalServer) -> None:
-    err = await fetch_error(http_fetch, target(server.url("/page.html"), mode="markdown"))
+    err = await fetch_error(http_fetch, target(server.url("/page.html"), mode="pdf"))
     assert isinstance(err, OptionError)
-    assert "markdown" in str(err)
+    assert "'markdown'" in err.hint and "'main'" in err.hint
     assert server.count("/page.html") == 0  # options are checked before any request
 
 

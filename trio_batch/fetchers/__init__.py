@@ -6,9 +6,9 @@ text according to the target's :class:`~trio_batch.Options`::
     async with open_runner(store, http_fetch) as runner:
         ...
 
-It needs the ``cli`` extra (``pip install 'trio-batch[cli]'``): httpx for HTTP, beautifulsoup4
-for ``mode: text``, jq for ``jq``, pypdf for PDF bodies. The heavier ones are imported only
-when a target uses them.
+It needs the ``cli`` extra (``pip install 'trio-batch[cli]'``): httpx for HTTP, selectolax for
+``mode: text`` and ``markdown``, trafilatura for ``mode: main``, jq for ``jq``, pypdf for PDF
+bodies. The heavier ones are imported only when a target uses them.
 
 Every failure raises a :class:`FetchError` subclass whose ``hint`` says what to do about it; the
 runner stores ``"ClassName: message"`` as the target's error and the hint beside it.
@@ -18,14 +18,17 @@ front of the fetcher; :func:`builtin_fetch` is that combination, the fetch funct
 ``trio-batch serve``.
 
 The package's modules: ``_errors`` (the exception tree), ``_http`` (:class:`HttpFetcher`),
-``_options`` (a target's options, checked before any I/O), ``_body`` (turning a body into text),
-``_ssrf`` (:class:`DestinationPolicy`) and ``_builtin`` (the service's fetch function).
+``_options`` (a target's options, checked at submit and before any I/O), ``_body`` (turning a
+body into text), ``_markup`` (HTML to text and Markdown), ``_bounded`` (the worker processes,
+shared fairly between callers), ``_ssrf`` (:class:`DestinationPolicy`) and ``_builtin`` (the
+service's fetch function).
 
 Options
 -------
 ``mode``
-    ``raw`` (the default): the body decoded as text. ``text``: HTML turned into readable text
-    (other bodies are left as they are).
+    ``raw`` (the default): the body decoded as text. ``text``: HTML turned into readable text;
+    ``markdown``: HTML as Markdown (headings, lists, links, tables); ``main``: the page's main
+    content as Markdown, without navigation and boilerplate. Other bodies are left as they are.
 ``grep``
     A Python regular expression; only the lines that match are kept. With ``context: true`` the
     neighbouring lines are kept too, and groups that are not adjacent are separated by ``--``
@@ -39,10 +42,11 @@ Options
 ``question``, ``recover``
     Not supported by this fetcher; a target that sets them fails with a hint.
 
-Processing order: body → PDF text or jq or HTML-to-text → grep.
+Processing order: body → PDF text or jq or HTML conversion → grep; the result is capped at
+the fetcher's ``max_output``.
 """
 
-from ._body import grep_lines, html_to_text
+from ._body import grep_lines
 from ._bounded import WorkerPool
 from ._builtin import builtin_fetch, load_fetch
 from ._errors import (
@@ -63,6 +67,7 @@ from ._errors import (
     URLRefused,
 )
 from ._http import CheckURL, HttpFetcher, http_fetch, parse_retry_after
+from ._markup import html_to_markdown, html_to_text, main_content
 from ._ssrf import DestinationPolicy, Resolver, forbidden_reason
 
 __all__ = [
@@ -89,8 +94,10 @@ __all__ = [
     "builtin_fetch",
     "forbidden_reason",
     "grep_lines",
+    "html_to_markdown",
     "html_to_text",
     "http_fetch",
     "load_fetch",
+    "main_content",
     "parse_retry_after",
 ]

@@ -1,9 +1,9 @@
-"""Processing a fetched body into text: decoding, PDF pages, jq, HTML to text, grep.
+"""Processing a fetched body into text: decoding, PDF pages, jq, HTML (``_markup``), grep.
 
 Everything here is pure computation; :class:`~trio_batch.fetchers.HttpFetcher` runs
 :func:`process_body` in a worker thread, off the event loop.
 
-Processing order: body → PDF text or jq or HTML-to-text → grep.
+Processing order: body → PDF text or jq or HTML conversion → grep, capped at ``max_output``.
 """
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._errors import ContentError, OptionError, OutputTooLarge
+from ._markup import convert_html
 from ._options import Plan, compile_jq, shown
 
-__all__ = ["Body", "check_output_size", "grep_lines", "html_to_text", "process_body"]
+__all__ = ["Body", "check_output_size", "grep_lines", "process_body"]
 
 _HTML_TYPES = ("text/html", "application/xhtml+xml")
 
@@ -97,8 +98,8 @@ def _process(
         text = _decode(body)
         if plan.jq:
             text = _run_jq(plan.jq, text, body.url, max_output)
-        elif plan.html_to_text and _is_html(body.content_type, text):
-            text = html_to_text(text)
+        elif plan.html and _is_html(body.content_type, text):
+            text = convert_html(plan.html, text, body.url)
     if plan.grep is not None:
         text, matches = grep_lines(plan.grep, text, context_lines if plan.context else 0)
         extra["matches"] = matches
@@ -125,78 +126,6 @@ def _is_html(content_type: str | None, text: str) -> bool:
         return content_type in _HTML_TYPES
     start = text.lstrip()[:15].lower()
     return start.startswith(("<!doctype html", "<html"))
-
-
-def html_to_text(html: str) -> str:
-    """Turn an HTML document into readable plain text: one line per block, no markup.
-
-    Uses beautifulsoup4 with Python's own ``html.parser``: a pure-Python, MIT-licensed library
-    maintained for two decades that copes with the broken HTML found in the wild, and needs no
-    compiled parser. (html2text gives Markdown but is GPL-licensed; selectolax is faster but a
-    compiled extension, and parsing speed is not what limits a fetcher.)
-
-    Scripts, styles, the ``<head>``, other invisible elements and ``<nav>`` menus are dropped;
-    each block element (paragraph, heading, list item, table row, ...) starts a new line, list
-    items get a ``- `` prefix, whitespace within a line is collapsed and blank lines are
-    removed, so the result reads well and greps line by line.
-    """
-    from bs4 import BeautifulSoup, Tag
-
-    soup = BeautifulSoup(html, "html.parser")
-    for tag in soup(_SKIPPED):
-        tag.decompose()
-    for tag in soup.find_all(True):
-        if not isinstance(tag, Tag):  # pragma: no cover - find_all(True) yields tags
-            continue
-        if tag.name == "br":
-            tag.replace_with("\n")
-        elif tag.name in _BLOCKS:
-            tag.insert_before("\n- " if tag.name == "li" else "\n")
-            tag.insert_after("\n")
-        elif tag.name in ("td", "th"):
-            tag.insert_after(" ")
-    lines = (" ".join(line.split()) for line in soup.get_text().splitlines())
-    return "\n".join(line for line in lines if line and line != "-")
-
-
-_SKIPPED = ["script", "style", "noscript", "template", "head", "svg", "iframe", "object", "nav"]
-_BLOCKS = frozenset(
-    [
-        "address",
-        "article",
-        "aside",
-        "blockquote",
-        "dd",
-        "details",
-        "div",
-        "dl",
-        "dt",
-        "fieldset",
-        "figcaption",
-        "figure",
-        "footer",
-        "form",
-        "h1",
-        "h2",
-        "h3",
-        "h4",
-        "h5",
-        "h6",
-        "header",
-        "hr",
-        "li",
-        "main",
-        "nav",
-        "ol",
-        "p",
-        "pre",
-        "section",
-        "summary",
-        "table",
-        "tr",
-        "ul",
-    ]
-)
 
 
 def grep_lines(pattern: re.Pattern[str], text: str, context: int = 0) -> tuple[str, int]:

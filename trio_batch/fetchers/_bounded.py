@@ -46,7 +46,7 @@ def needs_worker(plan: Plan, body: Body) -> bool:
     return bool(
         plan.grep is not None
         or plan.jq
-        or plan.html_to_text
+        or plan.html
         or body.content_type == "application/pdf"
         or body.data.startswith(b"%PDF-")
     )
@@ -213,7 +213,7 @@ def _process_limited(
     ImportError that says nothing about the target).
     """
     _quiet_worker_logging()
-    _load_processing_libraries()
+    _load_processing_libraries(plan)
     used = resource.getrusage(resource.RUSAGE_SELF)
     soft_cpu = math.ceil(used.ru_utime + used.ru_stime) + cpu_seconds
     _, hard_cpu = resource.getrlimit(resource.RLIMIT_CPU)
@@ -226,11 +226,17 @@ def _process_limited(
     return process_body(plan, body, context_lines, max_output)
 
 
-def _load_processing_libraries() -> None:
-    """Import what processing may load lazily (once per worker; later calls cost nothing)."""
-    import bs4  # noqa: F401 - HTML to text
+def _load_processing_libraries(plan: Plan) -> None:
+    """Import what processing may load lazily (once per worker; later calls cost nothing).
+
+    trafilatura, the heaviest, only for a target that needs it (``mode: main``).
+    """
     import jq  # noqa: F401 - jq programs
     import pypdf  # noqa: F401 - PDF text
+    import selectolax.lexbor  # noqa: F401 - HTML to text and Markdown
+
+    if plan.html == "main":
+        import trafilatura  # noqa: F401
 
 
 def _address_space() -> int:

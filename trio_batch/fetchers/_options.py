@@ -11,14 +11,19 @@ from .._model import Options, Target
 from .._text import safe_text
 from ._errors import OptionError, UnsupportedOption
 
-__all__ = ["Plan", "check_target", "compile_jq", "plan_for", "shown"]
+__all__ = ["HTML_MODES", "MODES", "Plan", "check_target", "compile_jq", "plan_for", "shown"]
+
+#: The modes that turn HTML into something else; other bodies are left as they are.
+HTML_MODES = ("text", "markdown", "main")
+#: Every mode: "" and "raw" keep the body as text.
+MODES = ("", "raw", *HTML_MODES)
 
 
 @dataclass(frozen=True, slots=True)
 class Plan:
     """A target's options, validated and compiled."""
 
-    html_to_text: bool
+    html: str  # "" (the body as it is), "text", "markdown" or "main": what to make of HTML
     grep: re.Pattern[str] | None
     context: bool
     jq: str
@@ -40,18 +45,20 @@ class Plan:
                 option="recover",
                 hint="drop 'recover', or pass a fetch function that implements it",
             )
-        if options.mode not in ("", "raw", "text"):
+        if options.mode not in MODES:
             raise OptionError(
                 f"unknown mode {shown(options.mode)}",
                 option="mode",
-                hint="mode is 'raw' (the body as text, the default) or 'text' (HTML as "
-                "readable text)",
+                hint="mode is 'raw' (the body as text, the default), 'text' (HTML as readable "
+                "text), 'markdown' (HTML as Markdown) or 'main' (the page's main content as "
+                "Markdown, without navigation and boilerplate)",
             )
-        if options.jq and options.mode == "text":
+        if options.jq and options.mode in HTML_MODES:
             raise OptionError(
-                "options 'jq' and mode 'text' cannot be combined",
+                f"options 'jq' and mode {options.mode!r} cannot be combined",
                 option="jq",
-                hint="jq works on JSON bodies and mode 'text' on HTML; keep the one that fits",
+                hint=f"jq works on JSON bodies and mode {options.mode!r} on HTML; keep the one "
+                "that fits",
             )
         if options.context and not options.grep:
             raise OptionError(
@@ -73,7 +80,7 @@ class Plan:
         if options.jq:
             compile_jq(options.jq)
         return cls(
-            html_to_text=options.mode == "text",
+            html=options.mode if options.mode in HTML_MODES else "",
             grep=pattern,
             context=options.context,
             jq=options.jq,

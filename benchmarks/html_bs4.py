@@ -1,0 +1,73 @@
+"""The HTML-to-text converter trio_batch used before selectolax (beautifulsoup4 with Python's
+``html.parser``), kept for the benchmarks' comparison row only. Needs the ``bench`` extra."""
+
+from __future__ import annotations
+
+__all__ = ["html_to_text_bs4"]
+
+
+def html_to_text_bs4(html: str) -> str:
+    """An HTML document as readable plain text, as trio_batch's ``mode: text`` made it before.
+
+    Scripts, styles, the ``<head>``, other invisible elements and ``<nav>`` menus are dropped;
+    each block element (paragraph, heading, list item, table row, ...) starts a new line, list
+    items get a ``- `` prefix, whitespace within a line is collapsed and blank lines are
+    removed, so the result reads well and greps line by line.
+    """
+    from bs4 import BeautifulSoup, Tag
+
+    soup = BeautifulSoup(html, "html.parser")
+    for tag in soup(_SKIPPED):
+        tag.decompose()
+    for tag in soup.find_all(True):
+        if not isinstance(tag, Tag):  # pragma: no cover - find_all(True) yields tags
+            continue
+        if tag.name == "br":
+            tag.replace_with("\n")
+        elif tag.name in _BLOCKS:
+            tag.insert_before("\n- " if tag.name == "li" else "\n")
+            tag.insert_after("\n")
+        elif tag.name in ("td", "th"):
+            tag.insert_after(" ")
+    lines = (" ".join(line.split()) for line in soup.get_text().splitlines())
+    return "\n".join(line for line in lines if line and line != "-")
+
+
+_SKIPPED = ["script", "style", "noscript", "template", "head", "svg", "iframe", "object", "nav"]
+_BLOCKS = frozenset(
+    [
+        "address",
+        "article",
+        "aside",
+        "blockquote",
+        "dd",
+        "details",
+        "div",
+        "dl",
+        "dt",
+        "fieldset",
+        "figcaption",
+        "figure",
+        "footer",
+        "form",
+        "h1",
+        "h2",
+        "h3",
+        "h4",
+        "h5",
+        "h6",
+        "header",
+        "hr",
+        "li",
+        "main",
+        "nav",
+        "ol",
+        "p",
+        "pre",
+        "section",
+        "summary",
+        "table",
+        "tr",
+        "ul",
+    ]
+)
