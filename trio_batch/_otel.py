@@ -99,7 +99,7 @@ class OtelTracing(_tracing.Tracing):
             "trio_batch.target.idx": idx,
             "trio_batch.attempt": attempt,
         }
-        host = urlsplit(target.url).hostname
+        host = _host(target.url)
         if host:
             attributes["server.address"] = host
         if self.full_urls:
@@ -188,3 +188,11 @@ def _traced(
             span.end()
 
     return call
+
+
+def _host(url: str) -> str | None:
+    """The host of ``url``, or None: a target URL the runner accepts may not parse (``http://[``)."""
+    try:
+        return urlsplit(url).hostname
+    except ValueError:
+        return None

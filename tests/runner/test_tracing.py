@@ -288,3 +288,24 @@ async def test_store_spans_can_be_left_out(
         await runner.wait(job_id)
     names = sorted(span.name for span in exporter.get_finished_spans())
     assert names == ["trio_batch.attempt", "trio_batch.attempt", "trio_batch.job"]
+
+
+async def test_a_url_that_does_not_parse_is_traced_without_a_host(
+    store: Store,
+    clock: FakeClock,
+    fetch: ScriptedFetch,
+    exporter: InMemorySpanExporter,
+    provider: TracerProvider,
+) -> None:
+    # Accepted at submit, but urlsplit raises on it: the trace must not fail the job.
+    targets = [Target("http://[::1/"), *urls("b")]
+    async with open_runner(store, fetch, now=clock, tracing=otel_tracing(provider)) as runner:
+        job_id, _ = await runner.submit("alice", "default", targets)
+        job = await runner.wait(job_id)
+    assert job is not None
+    assert (job.status, job.targets_done, job.targets_failed) == ("done", 2, 0)
+    hosts = [
+        (s.attributes or {}).get("server.address")
+        for s in spans_named(exporter, "trio_batch.attempt")
+    ]
+    assert sorted(hosts, key=str) == [None, "example.test"]
