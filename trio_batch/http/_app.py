@@ -24,6 +24,7 @@ from .._tracing import NO_TRACING, Tracing
 from ..runner import FetchFunc, open_runner
 from ..store import JobStore, open_store
 from ._auth import HeaderAuth, TokenAuth
+from ._batch_data import batch_data_routes
 from ._dashboard import dashboard_routes
 from ._headers import SecurityHeaders
 from ._metrics import Metered, RequestCounter
@@ -135,6 +136,7 @@ def create_app(
     app = Starlette(
         routes=[
             Route("/v1/batches", batches, methods=["GET", "POST"]),
+            *batch_data_routes(),
             # One route per path, so a 405 lists every allowed method.
             Route("/v1/batches/{id}", batch_resource, methods=["GET", "DELETE"]),
             Route("/v1/batches/{id}/targets/{idx}", get_target, methods=["GET"]),

@@ -12,7 +12,15 @@ from starlette.requests import Request
 from .._config import Config
 from .._errors import InvalidRequest, InvalidTargets, TooManyTargets
 from .._json import STRICT_JSON
-from .._model import Job, Target, TargetState, TargetStatus, check_caller, is_job_id
+from .._model import (
+    Job,
+    Target,
+    TargetState,
+    TargetStatus,
+    check_caller,
+    check_metadata,
+    is_job_id,
+)
 from .._text import parse_count, unknown_keys
 from ._auth import DEFAULT_CALLER_CLASS, Caller
 from ._problems import Problem
@@ -70,11 +78,15 @@ def target_summary_json(job_id: str, target: TargetStatus, size: int) -> dict[st
     return out
 
 
-def parse_page(query: Mapping[str, str]) -> tuple[int, tuple[float, str] | None]:
-    """``limit`` and ``cursor`` of a ``GET /v1/batches`` query; raises InvalidRequest (422)."""
-    unknown = unknown_keys(dict(query), ("limit", "cursor"))
+def parse_page(
+    query: Mapping[str, str], filters: Sequence[str] = ()
+) -> tuple[int, tuple[float, str] | None]:
+    """``limit`` and ``cursor`` of a ``GET /v1/batches`` query, whose other keys may be only
+    ``filters``; raises InvalidRequest (422)."""
+    unknown = unknown_keys(dict(query), ("limit", "cursor", *filters))
     if unknown:
-        raise InvalidRequest(f"unknown query parameter(s) {unknown}; use limit and cursor")
+        known = ", ".join(("limit", "cursor", *filters))
+        raise InvalidRequest(f"unknown query parameter(s) {unknown}; use {known}")
     limit = DEFAULT_PAGE
     if "limit" in query:
         asked = parse_count(query["limit"], max_digits=3)
@@ -89,12 +101,13 @@ def parse_page(query: Mapping[str, str]) -> tuple[int, tuple[float, str] | None]
     return limit, (float(when), job_id)
 
 
-def page_json(jobs: Sequence[Job], limit: int) -> dict[str, Any]:
-    """A page of jobs, and the link to the next page (None after the last one)."""
+def page_json(jobs: Sequence[Job], limit: int, query: str = "") -> dict[str, Any]:
+    """A page of jobs, and the link to the next page (None after the last one), which
+    carries ``query`` (the filters, ``&``-prefixed and encoded) on."""
     next_link = None
     if len(jobs) == limit:
         last = jobs[-1]
-        next_link = f"/v1/batches?limit={limit}&cursor={last.created_at!r}~{last.id}"
+        next_link = f"/v1/batches?limit={limit}&cursor={last.created_at!r}~{last.id}{query}"
     return {"jobs": [job_json(job) for job in jobs], "next": next_link}
 
 
@@ -137,15 +150,20 @@ def require_json(request: Request, *, body_expected: bool = True) -> None:
     )
 
 
-def parse_submission(obj: object, caller: Caller, config: Config) -> tuple[str, list[Target]]:
-    """The caller class and targets of a ``POST /v1/batches`` body; raises BatchError."""
+def parse_submission(
+    obj: object, caller: Caller, config: Config
+) -> tuple[str, list[Target], dict[str, str]]:
+    """The caller class, targets and metadata of a ``POST /v1/batches`` body; raises
+    BatchError."""
     if not isinstance(obj, dict):
         raise InvalidRequest('the body must be a JSON object {"targets": [...]}')
-    unknown = unknown_keys(obj, ("targets", "caller_class"))
+    unknown = unknown_keys(obj, ("targets", "caller_class", "metadata"))
     if unknown:
         raise InvalidRequest(
-            f"unknown key(s) {unknown}; the body has 'targets' and optionally 'caller_class'"
+            f"unknown key(s) {unknown}; the body has 'targets' and optionally 'caller_class' "
+            "and 'metadata'"
         )
+    metadata = check_metadata(obj.get("metadata"))
     if "targets" not in obj:
         raise InvalidRequest("the body needs 'targets', a list of {\"url\": ...} objects")
     caller_class = caller.caller_class
@@ -173,7 +191,7 @@ def parse_submission(obj: object, caller: Caller, config: Config) -> tuple[str, 
             targets.append(Target.from_json(item))
         except InvalidTargets as exc:
             raise InvalidTargets(f"target {i}: {exc}", index=i) from None
-    return caller_class, targets
+    return caller_class, targets, metadata
 
 
 async def read_body(request: Request, limit: int, *, seconds: float) -> bytes:

@@ -12,6 +12,7 @@ from starlette.responses import JSONResponse, Response
 
 from .._errors import BatchError
 from .._text import parse_count
+from ._batch_data import FILTER_KEYS, filter_from_query, filter_query
 from ._bodies import (
     job_json,
     page_json,
@@ -51,10 +52,12 @@ async def submit(request: Request) -> Response:
     body = await read_body(request, service.max_body, seconds=service.body_timeout)
     obj = parse_json(body)
     try:
-        caller_class, targets = parse_submission(obj, caller, service.config)
+        caller_class, targets, metadata = parse_submission(obj, caller, service.config)
         runner = service.runner
         with service.tracing.remote_parent(request.headers):  # the job links to its trace
-            job_id, reused = await runner.submit(caller.name, caller_class, targets)
+            job_id, reused = await runner.submit(
+                caller.name, caller_class, targets, metadata=metadata
+            )
     except BatchError as exc:
         raise problem_for(exc, retry_after=service.retry_after) from None
     status = await runner.status(job_id)
@@ -72,11 +75,12 @@ async def list_batches(request: Request) -> Response:
     """GET /v1/batches: the caller's jobs, newest first, a page at a time."""
     service = _service(request)
     caller = service.caller(request)
-    limit, before = parse_page(request.query_params)  # InvalidRequest: 422
+    limit, before = parse_page(request.query_params, FILTER_KEYS)  # InvalidRequest: 422
+    where = filter_from_query(request.query_params)
     jobs = await service.runner.store.list_caller_jobs(
-        caller.name, now=service.now(), limit=limit, before=before
+        caller.name, now=service.now(), limit=limit, before=before, where=where
     )
-    return JSONResponse(page_json(jobs, limit))
+    return JSONResponse(page_json(jobs, limit, filter_query(where)))
 
 
 async def batches(request: Request) -> Response:
