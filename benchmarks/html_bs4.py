@@ -3,11 +3,15 @@
 
 from __future__ import annotations
 
+from trio_batch.fetchers._markup import BLOCKS as _BLOCKS
+from trio_batch.fetchers._markup import SKIPPED
+
 __all__ = ["html_to_text_bs4"]
 
 
 def html_to_text_bs4(html: str) -> str:
-    """An HTML document as readable plain text, as trio_batch's ``mode: text`` made it before.
+    """An HTML document as readable plain text, as trio_batch's ``mode: text`` made it before
+    (the same elements skipped and the same blocks as the new one, for a fair comparison).
 
     Scripts, styles, the ``<head>``, other invisible elements and ``<nav>`` menus are dropped;
     each block element (paragraph, heading, list item, table row, ...) starts a new line, list
@@ -17,7 +21,7 @@ def html_to_text_bs4(html: str) -> str:
     from bs4 import BeautifulSoup, Tag
 
     soup = BeautifulSoup(html, "html.parser")
-    for tag in soup(_SKIPPED):
+    for tag in soup(list(SKIPPED)):
         tag.decompose()
     for tag in soup.find_all(True):
         if not isinstance(tag, Tag):  # pragma: no cover - find_all(True) yields tags
@@ -31,43 +35,3 @@ def html_to_text_bs4(html: str) -> str:
             tag.insert_after(" ")
     lines = (" ".join(line.split()) for line in soup.get_text().splitlines())
     return "\n".join(line for line in lines if line and line != "-")
-
-
-_SKIPPED = ["script", "style", "noscript", "template", "head", "svg", "iframe", "object", "nav"]
-_BLOCKS = frozenset(
-    [
-        "address",
-        "article",
-        "aside",
-        "blockquote",
-        "dd",
-        "details",
-        "div",
-        "dl",
-        "dt",
-        "fieldset",
-        "figcaption",
-        "figure",
-        "footer",
-        "form",
-        "h1",
-        "h2",
-        "h3",
-        "h4",
-        "h5",
-        "h6",
-        "header",
-        "hr",
-        "li",
-        "main",
-        "nav",
-        "ol",
-        "p",
-        "pre",
-        "section",
-        "summary",
-        "table",
-        "tr",
-        "ul",
-    ]
-)

@@ -118,7 +118,8 @@ def _parser() -> argparse.ArgumentParser:
         "pending, and the exit code is 130; a second Ctrl-C stops at once.",
         epilog="FILE formats: a JSON array of targets; or one target per line, either a JSON "
         'object {"url": ..., "options": {...}} or a bare URL (lines starting with # are '
-        "comments). Options: mode (raw|text), grep, context, jq, pages.\n\n" + _EPILOG,
+        "comments). Options: mode (raw|text|markdown|main), grep, context, jq, pages.\n\n"
+        + _EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     run.add_argument("file", metavar="FILE", help="the batch file, or - for standard input")
