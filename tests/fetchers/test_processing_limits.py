@@ -95,3 +95,14 @@ async def test_a_memory_error_in_processing_fails_the_target_with_a_hint(
         await fetcher(Target(server.url("/data.json"), Options(jq="[range(50000000)] | length")))
     assert "memory" in str(info.value)
     assert "too costly" in info.value.hint
+
+
+async def test_starting_a_worker_does_not_count_toward_the_processing_deadline(
+    server: LocalServer,
+) -> None:
+    # A fresh pool has no worker: starting one (a process, its libraries) takes far longer
+    # than 0.2 s; the grep itself a millisecond. The deadline is for the grep alone.
+    fetcher = HttpFetcher(process_timeout=0.2)
+    for _ in range(2):
+        result = await fetcher(Target(server.url("/text.txt"), Options(grep="match")))
+        assert result.meta["matches"] == 3

@@ -35,7 +35,14 @@ from ._body import Body, process_body
 from ._errors import ContentError
 from ._options import Plan
 
-__all__ = ["LARGE_BODY", "WorkerPool", "default_workers", "needs_worker", "process_bounded"]
+__all__ = [
+    "LARGE_BODY",
+    "WORKER_START",
+    "WorkerPool",
+    "default_workers",
+    "needs_worker",
+    "process_bounded",
+]
 
 #: Bodies larger than this (bytes) are decoded off the event loop even without processing.
 LARGE_BODY = 256 * 1024
@@ -100,11 +107,69 @@ class WorkerPool:
             if not stats.borrowed_tokens and not stats.tasks_waiting:
                 state.callers.pop(caller, None)  # no caller's limiter is kept for nothing
 
+    @asynccontextmanager
+    async def worker(self, plan: Plan) -> AsyncIterator[_Slot]:
+        """A slot of the current caller's share, with a worker already started for it.
+
+        Starting a worker process (and loading its libraries) takes a second or more on a
+        loaded machine; it happens here, bounded by :data:`WORKER_START`, so the target's
+        processing deadline counts its processing only.
+        """
+        async with self._caller_share(current_caller()) as limiter:
+            state = self._state()
+            await self._start_if_none_idle(state, limiter, plan)
+            slot = _Slot(limiter)
+            try:
+                yield slot
+            finally:
+                if slot.survived:
+                    state.idle += 1
+
+    async def _start_if_none_idle(
+        self, state: _PoolState, limiter: trio.CapacityLimiter, plan: Plan
+    ) -> None:
+        now = trio.current_time()
+        if now - state.last_used > _IDLE_TRUSTED:
+            state.idle = 0  # trio-parallel may have retired them
+        state.last_used = now
+        if state.idle:
+            state.idle -= 1  # that worker is this target's
+            return
+        with trio.move_on_after(WORKER_START):
+            try:
+                await trio_parallel.run_sync(
+                    _load_processing_libraries, plan, kill_on_cancel=True, limiter=limiter
+                )
+                return
+            except trio_parallel.BrokenWorkerError:
+                pass
+        raise ContentError(
+            f"no worker process could be started within {WORKER_START:g} s to process the body",
+            hint="the machine is overloaded or short of memory; try again later",
+            retryable=True,
+        )
+
+
+#: Seconds a new worker process may take to start and load its libraries.
+WORKER_START = 60.0
+#: Seconds after which idle workers may have been retired (trio-parallel keeps them 600 s).
+_IDLE_TRUSTED = 300.0
+
+
+class _Slot:
+    """One target's turn at a worker: runs the processing, and knows if the worker lived."""
+
+    __slots__ = ("limiter", "survived")
+
+    def __init__(self, limiter: trio.CapacityLimiter) -> None:
+        self.limiter = limiter
+        self.survived = False  # True: the worker went back to trio-parallel's cache
+
     async def run(
         self, plan: Plan, body: Body, context_lines: int, max_output: int, cpu: int, memory: int
     ) -> tuple[str, dict[str, Any]]:
-        """Process ``body`` in a worker within the current caller's share; kill on cancel."""
-        async with self._caller_share(current_caller()) as limiter:
+        """Process ``body`` in the worker; it is killed on cancellation."""
+        try:
             processed: tuple[str, dict[str, Any]] = await trio_parallel.run_sync(
                 _process_limited,
                 plan,
@@ -114,21 +179,27 @@ class WorkerPool:
                 cpu,
                 memory,
                 kill_on_cancel=True,
-                limiter=limiter,
+                limiter=self.limiter,
             )
-            return processed
+        except Exception as exc:
+            self.survived = not isinstance(exc, trio_parallel.BrokenWorkerError)
+            raise
+        self.survived = True
+        return processed
 
 
 class _PoolState:
-    """A pool's limits in one trio run."""
+    """A pool's limits in one trio run, and how many of its workers are known to be idle."""
 
-    __slots__ = ("callers", "limiter")
+    __slots__ = ("callers", "idle", "last_used", "limiter")
 
     def __init__(
         self, limiter: trio.CapacityLimiter, callers: dict[str | None, trio.CapacityLimiter]
     ) -> None:
         self.limiter = limiter
         self.callers = callers
+        self.idle = 0
+        self.last_used = float("-inf")
 
 
 async def process_bounded(
@@ -144,8 +215,9 @@ async def process_bounded(
     """:func:`process_body`, in a worker of ``pool`` killed after ``seconds`` or past ``memory``.
 
     Raises :class:`ContentError` with a hint when the processing runs out of time or memory,
-    :class:`OutputTooLarge` past ``max_output``. The time counts from when a worker is free
-    for this caller. On cancellation the worker is killed and Cancelled propagates.
+    :class:`OutputTooLarge` past ``max_output``. The time counts from when a started worker
+    is free for this caller: waiting for the caller's share or a worker's start does not
+    count. On cancellation the worker is killed and Cancelled propagates.
     """
     if not needs_worker(plan, body):
         try:
@@ -158,19 +230,20 @@ async def process_bounded(
         except MemoryError:
             raise _out_of_memory(body.url, None) from None
     cpu = max(1, math.ceil(seconds))
-    with trio.move_on_after(seconds) as deadline:
-        try:
-            return await pool.run(plan, body, context_lines, max_output, cpu, memory)
-        except MemoryError:
-            raise _out_of_memory(body.url, memory) from None
-        except trio_parallel.BrokenWorkerError:
-            # The worker died: killed by RLIMIT_CPU (SIGXCPU), by a library aborting when an
-            # allocation failed under RLIMIT_AS, or by a crash in a compiled parser.
-            raise ContentError(
-                f"processing {body.url} stopped: the worker died, past the limit of {cpu} s "
-                f"of CPU time or {memory // (1024 * 1024)} MiB of memory, or crashed",
-                hint=_HINT,
-            ) from None
+    async with pool.worker(plan) as slot:
+        with trio.move_on_after(seconds) as deadline:
+            try:
+                return await slot.run(plan, body, context_lines, max_output, cpu, memory)
+            except MemoryError:
+                raise _out_of_memory(body.url, memory) from None
+            except trio_parallel.BrokenWorkerError:
+                # The worker died: killed by RLIMIT_CPU (SIGXCPU), by a library aborting when
+                # an allocation failed under RLIMIT_AS, or by a crash in a compiled parser.
+                raise ContentError(
+                    f"processing {body.url} stopped: the worker died, past the limit of {cpu} "
+                    f"s of CPU time or {memory // (1024 * 1024)} MiB of memory, or crashed",
+                    hint=_HINT,
+                ) from None
     assert deadline.cancelled_caught
     raise ContentError(
         f"processing {body.url} took longer than {seconds:g} s and was stopped",
