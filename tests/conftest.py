@@ -15,6 +15,9 @@ from .support.figures import figures, pytest_terminal_summary  # noqa: F401
 # A throw-away PostgreSQL server for the session, a fresh database per test (pg_server.py).
 from .support.pg_server import pg_dsn, pg_server  # noqa: F401
 
+# A throw-away PgBouncer in transaction mode before it (pgbouncer.py).
+from .support.pgbouncer import pgbouncer, pooled_dsn  # noqa: F401
+
 # Hypothesis' per-example deadline is a wall-clock threshold; on shared, loaded machines it
 # fails correct code. Speed is measured in benchmarks/, never asserted in tests.
 settings.register_profile("trio_batch", deadline=None)

@@ -78,6 +78,11 @@ class Config:
     - ``poll_interval``: where runners share a database, how often a runner asks it whether
       another runner cancelled (or reaped) a job it drains, and how often ``wait``/``watch``
       re-read a job that another runner drains (2 s).
+    - ``store_timeout``: where the store is a database server (PostgreSQL), the longest one
+      store call may take, waiting for the database included, before it fails with
+      :class:`~trio_batch.StoreUnavailable` (5 s; ``trio-batch serve`` then answers 503 with
+      ``Retry-After``). The front ends open their store with it; a store you open yourself
+      takes it as ``open_store(url, store_timeout=...)``.
     - ``retry``: how a target whose attempt failed with a retryable error is tried again, before
       the next target starts (see :class:`~trio_batch.RetryPolicy`); None (the default) makes
       one attempt only.
@@ -96,6 +101,7 @@ class Config:
     runner_timeout: float = 30.0
     retry: RetryPolicy | None = None
     poll_interval: float = 2.0
+    store_timeout: float = 5.0
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):

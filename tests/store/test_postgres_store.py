@@ -208,21 +208,6 @@ def test_a_database_with_foreign_tables_is_refused(pg_dsn: str) -> None:
     assert _sql(pg_dsn, "SELECT to_regclass('trio_batch_schema') IS NULL") == [(True,)]
 
 
-async def test_a_lost_connection_fails_one_call_then_reconnects(
-    stores: list[PostgresJobStore], pg_dsn: str
-) -> None:
-    store = stores[0]
-    job, _ = await store.create_job(NewJob("alice", "user", urls("a"), ttl=TTL, **_caps()), now=T0)
-    _sql(
-        pg_dsn,
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-        "WHERE application_name = 'trio_batch' AND datname = current_database()",
-    )
-    with pytest.raises(StoreUnavailable, match="connection"):
-        await store.get_job(job.id, now=T0)
-    assert await store.get_job(job.id, now=T0) == job
-
-
 def _age_runner(dsn: str, runner_id: str | None) -> None:
     """Make ``runner_id`` look silent for an hour: what a SIGSTOP or a partition leaves."""
     assert runner_id is not None

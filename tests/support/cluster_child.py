@@ -1,7 +1,9 @@
 """A runner process for the multi-runner tests: a runner on a PostgreSQL URL, driven by JSON lines.
 
 Run as ``python cluster_child.py URL CONFIG_JSON GATE_DIR``. ``CONFIG_JSON`` holds
-:class:`~trio_batch.Config` fields (e.g. short ``heartbeat_interval`` / ``runner_timeout``).
+:class:`~trio_batch.Config` fields (e.g. short ``heartbeat_interval`` / ``runner_timeout``;
+``store_timeout`` is given to ``open_store`` too), and optionally ``listen_url``, a direct URL
+for LISTEN beside a pooled ``URL``.
 Prints ``{"up": RUNNER_ID}`` once the runner is open, then serves one request per stdin line,
 each in a task of its own, answering ``{"id": N, "ok": ANSWER}`` or ``{"id": N, "error":
 CLASS}``. Every log record of the runner at INFO or above is printed too, as ``{"log": MESSAGE,
@@ -39,7 +41,7 @@ def job_json(job: Job) -> dict[str, Any]:
     return {"id": job.id, "status": str(job.status), "error": job.error, "done": job.targets_done}
 
 
-async def main(url: str, config: Config, gate_dir: str) -> None:
+async def main(url: str, config: Config, gate_dir: str, listen_url: str | None) -> None:
     async def fetch(target: Target) -> Result:
         kind = target.url.rsplit("/", 1)[-1]
         if kind.startswith("sleep-"):
@@ -85,6 +87,15 @@ async def main(url: str, config: Config, gate_dir: str) -> None:
             elif op == "waiting":
                 # How many waits (wait, watch) on a job another runner drains are under way.
                 answer = len(runner._elsewhere._jobs.get(request["job"], ()))
+            elif op == "status_timed":
+                # How long a status call takes to answer or fail (the partition tests).
+                started = time.monotonic()
+                try:
+                    await runner.status(request["job"])
+                    answer = {"error": None}
+                except BatchError as exc:
+                    answer = {"error": type(exc).__name__, "message": str(exc)}
+                answer["seconds"] = time.monotonic() - started
             elif op == "burst":
                 answer = await burst(runner, request["n"], request["tag"])
             else:
@@ -115,7 +126,9 @@ async def main(url: str, config: Config, gate_dir: str) -> None:
     log = logging.getLogger("trio_batch")
     log.setLevel(logging.INFO)
     log.addHandler(_ToStdout())
-    store = await trio.to_thread.run_sync(open_store, url)
+    store = await trio.to_thread.run_sync(
+        lambda: open_store(url, store_timeout=config.store_timeout, listen_url=listen_url)
+    )
     try:
         async with open_runner(store, fetch, config) as runner, trio.open_nursery() as nursery:
             emit({"up": getattr(store, "runner_id", None)})
@@ -129,4 +142,6 @@ async def main(url: str, config: Config, gate_dir: str) -> None:
 
 if __name__ == "__main__":
     dsn, config_json, gates = sys.argv[1:]
-    trio.run(main, dsn, Config(**json.loads(config_json)), gates)
+    fields = json.loads(config_json)
+    listen = fields.pop("listen_url", None)
+    trio.run(main, dsn, Config(**fields), gates, listen)

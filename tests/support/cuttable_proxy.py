@@ -1,27 +1,42 @@
-"""A loopback TCP proxy whose connections a test can cut: a service dropping out of reach."""
+"""A loopback TCP proxy whose connections a test can cut, hold or slow: network faults on demand.
+
+In front of an HTTP service (``http://127.0.0.1:PORT``) or a PostgreSQL server's Unix socket
+(a path): :meth:`CuttableProxy.cut` resets every connection, :meth:`CuttableProxy.hold`
+stops all traffic both ways without closing anything (a partition: the kernel still
+acknowledges what was sent, so only the client's own bounds notice), and
+:attr:`CuttableProxy.latency` delays every chunk each way.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import socket
 import threading
+import time
 
 
 class CuttableProxy:
-    """A loopback TCP proxy in front of the service whose connections a test can cut.
+    """A loopback TCP proxy in front of ``upstream`` whose connections a test can cut.
 
-    Records every byte the browser sent (:attr:`sent`); while :attr:`refusing` is set, new
+    Records every byte the client sent (:attr:`sent`); while :attr:`refusing` is set, new
     connections are accepted and closed at once, as a service out of reach would look.
     """
 
     def __init__(self, upstream: str) -> None:
-        host, port = upstream.removeprefix("http://").split(":")
-        self._upstream = (host, int(port))
+        self._unix = upstream if upstream.startswith("/") else None
+        if self._unix is None:
+            host, port = upstream.removeprefix("http://").split(":")
+            self._upstream = (host, int(port))
         self._listener = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+        self.port = self._listener.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
         self.refusing = False
+        #: Seconds each chunk waits before it is passed on, each way.
+        self.latency = 0.0
         self.sent = bytearray()
         self._lock = threading.Lock()
+        self._flowing = threading.Event()
+        self._flowing.set()
         self._open: list[socket.socket] = []
         self._thread = threading.Thread(target=self._accept, daemon=True)
 
@@ -31,6 +46,7 @@ class CuttableProxy:
 
     def __exit__(self, *exc: object) -> None:
         self._listener.close()
+        self._flowing.set()
         self.cut()
 
     def cut(self) -> None:
@@ -41,6 +57,26 @@ class CuttableProxy:
             _shut(conn)
             conn.close()
 
+    def hold(self) -> None:
+        """Stop passing traffic, both ways, on every connection, open or new (a partition)."""
+        self._flowing.clear()
+
+    def release(self) -> None:
+        """Pass traffic again; what was held goes through, in order."""
+        self._flowing.set()
+
+    @property
+    def holding(self) -> bool:
+        """Whether traffic is held."""
+        return not self._flowing.is_set()
+
+    def _connect_upstream(self) -> socket.socket:
+        if self._unix is not None:
+            conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            conn.connect(self._unix)
+            return conn
+        return socket.create_connection(self._upstream)
+
     def _accept(self) -> None:
         while True:
             try:
@@ -50,7 +86,7 @@ class CuttableProxy:
             if self.refusing:
                 client.close()
                 continue
-            upstream = socket.create_connection(self._upstream)
+            upstream = self._connect_upstream()
             with self._lock:
                 self._open += [client, upstream]
             threading.Thread(target=self._pump, args=(client, upstream, True), daemon=True).start()
@@ -59,6 +95,9 @@ class CuttableProxy:
     def _pump(self, src: socket.socket, dst: socket.socket, record: bool) -> None:
         try:
             while data := src.recv(65536):
+                if self.latency:
+                    time.sleep(self.latency)
+                self._flowing.wait()
                 if record:
                     with self._lock:
                         self.sent += data

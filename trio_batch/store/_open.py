@@ -16,7 +16,12 @@ __all__ = ["open_store"]
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 
 
-def open_store(target: str | os.PathLike[str]) -> JobStore:
+def open_store(
+    target: str | os.PathLike[str],
+    *,
+    store_timeout: float | None = None,
+    listen_url: str | None = None,
+) -> JobStore:
     """Open the store that ``target`` names, creating (or migrating) its schema.
 
     - A path, or ``:memory:``: an SQLite database file (a private in-memory one).
@@ -27,21 +32,27 @@ def open_store(target: str | os.PathLike[str]) -> JobStore:
       ``?host=/socket/dir`` and the other libpq parameters): a PostgreSQL database that several
       runners may share (:class:`~trio_batch.store.postgres.PostgresJobStore`). Needs the
       ``postgres`` extra (``pip install 'trio-batch[postgres]'``); without it
-      :class:`StoreError` says so.
+      :class:`StoreError` says so. The URL may be a pooler's in transaction mode (PgBouncer);
+      ``listen_url`` is then a direct URL of the same database, for LISTEN (see
+      docs/how-to/postgres.md). ``store_timeout`` (seconds, default 5; ``Config.store_timeout``)
+      bounds every call: past it, :class:`StoreUnavailable`.
 
     Returns a :class:`JobStore` that owns its connections: ``await store.aclose()`` it, or use
     ``async with open_store(...) as store``. Raises :class:`StoreError` (or
     :class:`SchemaVersionError`) if the database cannot be opened as a trio_batch store, and
-    ValueError for a malformed URL.
+    ValueError for a malformed URL, or for ``listen_url`` with SQLite. SQLite ignores
+    ``store_timeout``: its calls are bounded by ``busy_timeout``.
     """
     text = os.fspath(target)
     scheme = text.split(":", 1)[0].lower() if ":" in text else ""
+    if scheme in ("postgresql", "postgres"):
+        return _open_postgres(text, store_timeout, listen_url)
+    if listen_url is not None:
+        raise ValueError("listen_url is for PostgreSQL stores only (a direct URL for LISTEN)")
     if scheme == "sqlite":
         path, synchronous, busy_timeout = _sqlite_url(text)
         store = Store.open(path, synchronous=synchronous, busy_timeout=busy_timeout)
         return SQLiteJobStore(store, owns_store=True)
-    if scheme in ("postgresql", "postgres"):
-        return _open_postgres(text)
     if _URL.match(text):
         raise StoreError(
             f"unknown store URL scheme {scheme!r}: use a file path, :memory:, or a sqlite: URL"
@@ -49,7 +60,7 @@ def open_store(target: str | os.PathLike[str]) -> JobStore:
     return SQLiteJobStore(Store.open(text), owns_store=True)
 
 
-def _open_postgres(url: str) -> JobStore:
+def _open_postgres(url: str, store_timeout: float | None, listen_url: str | None) -> JobStore:
     """A PostgreSQL store; psycopg is imported only now, so the core does not need it."""
     try:
         from .postgres import PostgresJobStore
@@ -58,7 +69,9 @@ def _open_postgres(url: str) -> JobStore:
             "PostgreSQL stores need psycopg 3, which is not installed: install trio_batch's "
             f"postgres extra (pip install 'trio-batch[postgres]') ({exc})"
         ) from exc
-    return PostgresJobStore.open(url)
+    if store_timeout is None:
+        return PostgresJobStore.open(url, listen_url=listen_url)
+    return PostgresJobStore.open(url, store_timeout=store_timeout, listen_url=listen_url)
 
 
 def _sqlite_url(url: str) -> tuple[str, str, float]:

@@ -1,28 +1,72 @@
-"""One PostgreSQL connection for the store: opening it, its timeouts, and reconnecting.
+"""One PostgreSQL connection for the store: opening it, its bounds, and reconnecting.
 
 One :class:`PostgresConnection` owns one connection and is used from one thread at a time (its
-store thread). The connection is in autocommit mode; every state change is one explicit
-transaction. Every statement is bounded by ``statement_timeout`` and every lock wait (advisory
-locks included) by ``lock_timeout``. A lost connection is reopened at the next call.
+store thread). The connection is in autocommit mode; every operation is one transaction, and
+nothing outlives it, so the connection can come from a pooler in transaction mode (PgBouncer,
+RDS Proxy, a hosted service's pooled URL):
+
+- no server-side prepared statements (``prepare_threshold=None``): a pooler hands each
+  transaction to whichever server connection is free, where a statement prepared on another
+  is missing, or names another client's statement;
+- no session settings: each operation's bounds (``statement_timeout``, ``lock_timeout``,
+  ``idle_in_transaction_session_timeout``, see :class:`Op`) are ``SET LOCAL`` in its own
+  transaction, sent in the same message as its first statement;
+- no session locks: advisory locks are transaction locks.
+
+Every call is bounded on the client side too: a call still running at its deadline has its
+socket shut down by a :class:`~._watchdog.Watchdog` and fails with :class:`StoreUnavailable`
+(see :meth:`PostgresConnection.within`). A connection found dead before use (a restart while
+it was idle) is replaced before the operation is sent; see :meth:`PostgresConnection._run` for
+the one retry.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, Self, TypeVar
+import contextlib
+import enum
+import math
+import select
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, Concatenate, ParamSpec, Self, TypeVar
 
 import psycopg
+from psycopg import pq
 
-from ..._errors import StoreError
-from . import _queries as q
+from ..._errors import StoreError, StoreUnavailable
 from ._errors import connection_lost
 from ._schema import migrate
+from ._watchdog import Watchdog, shut_socket
 
-__all__ = ["Conn", "PostgresConnection", "safe_location"]
+__all__ = ["Conn", "Op", "PostgresConnection", "safe_location"]
 
+P = ParamSpec("P")
 T = TypeVar("T")
 
 Conn = psycopg.Connection[Any]
+
+#: The default client-side bound on one store call, in seconds (``Config.store_timeout``).
+DEFAULT_STORE_TIMEOUT = 5.0
+#: A schema migration's bounds: it waits for every session's locks on the tables it alters.
+MIGRATE_TIMEOUT = 60.0
+
+
+class Op(enum.Enum):
+    """The kinds of operation, each with its server-side bounds (``store_timeout`` = T):
+
+    - ``READ``: ``statement_timeout`` T, ``lock_timeout`` T (a read waits only on DDL);
+    - ``WRITE``: ``statement_timeout`` T, ``lock_timeout`` T/2: a write that waits on a row or
+      advisory lock (the creation lock, a job another runner is writing) gives up at half,
+      as "lock held", while its caller still waits for the answer;
+    - ``MIGRATE``: both :data:`MIGRATE_TIMEOUT`.
+
+    Every transaction also has ``idle_in_transaction_session_timeout`` T: the server ends the
+    transaction of a client that stopped mid-way (SIGSTOP, a partition), freeing its locks.
+    """
+
+    READ = "read"
+    WRITE = "write"
+    MIGRATE = "migrate"
 
 
 def safe_location(conninfo: str) -> str:
@@ -35,102 +79,270 @@ def safe_location(conninfo: str) -> str:
     return "PostgreSQL " + psycopg.conninfo.make_conninfo(**{k: str(v) for k, v in params.items()})
 
 
-def _millis(seconds: float) -> str:
-    return str(max(1, round(seconds * 1000)))
+def _millis(seconds: float) -> int:
+    return max(1, round(seconds * 1000))
+
+
+def connect_options(
+    conninfo: str, *, store_timeout: float, connect_timeout: float
+) -> dict[str, Any]:
+    """libpq options bounding a connection: connect timeout, TCP keepalives and
+    ``tcp_user_timeout`` (libpq ignores the TCP ones on a Unix socket). Options already in
+    ``conninfo`` win."""
+    options: dict[str, Any] = {
+        # libpq takes whole seconds and treats 1 as 2.
+        "connect_timeout": max(2, math.ceil(connect_timeout)),
+        # An idle connection to a peer gone without a word is found dead within about
+        # 2 x store_timeout; data left unacknowledged for store_timeout cuts it.
+        "keepalives": 1,
+        "keepalives_idle": max(1, math.ceil(store_timeout)),
+        "keepalives_interval": max(1, math.ceil(store_timeout / 3)),
+        "keepalives_count": 3,
+        "tcp_user_timeout": _millis(store_timeout),
+    }
+    given = psycopg.conninfo.conninfo_to_dict(conninfo)
+    return {k: v for k, v in options.items() if k not in given}
 
 
 class PostgresConnection:
     """The store's connection; :class:`~trio_batch.store.postgres.PostgresStore` adds the
-    operations. ``runner_id`` is the runner this connection writes for (None: no runner)."""
+    operations. ``runner_id`` is the runner this connection writes for (None: no runner).
+
+    ``store_timeout`` bounds each call (client side, :meth:`within`) and sets the server-side
+    bounds of each kind of operation (:class:`Op`); ``connect_timeout`` (default
+    ``store_timeout``) bounds a connection attempt.
+    """
+
+    #: How many ``SET LOCAL`` statements come before an operation's statement (see _one).
+    _SETTINGS = 2
 
     def __init__(
         self,
         conninfo: str,
         *,
-        lock_timeout: float,
-        statement_timeout: float,
-        connect_timeout: float,
+        store_timeout: float = DEFAULT_STORE_TIMEOUT,
+        connect_timeout: float | None = None,
     ) -> None:
+        if not (store_timeout > 0 and math.isfinite(store_timeout)):
+            raise ValueError(
+                f"store_timeout must be a positive number of seconds, not {store_timeout}"
+            )
         self.conninfo = conninfo
         self.location = safe_location(conninfo)
-        self.lock_timeout = lock_timeout
-        self.statement_timeout = statement_timeout
-        self.connect_timeout = connect_timeout
+        self.store_timeout = store_timeout
+        self.connect_timeout = store_timeout if connect_timeout is None else connect_timeout
+        self._options = connect_options(
+            conninfo, store_timeout=store_timeout, connect_timeout=self.connect_timeout
+        )
         self.runner_id: str | None = None
         self._conn: Conn | None = None
         # (job_id, idx) of outcome writes whose commit was cut off: they may have committed.
         self._maybe_committed: set[tuple[str, int]] = set()
+        # Whether the operation under way has sent a statement that may write.
+        self._sent_write = False
+        self._cut_while_connecting = False
+        self._was_cut: Callable[[], bool] = lambda: False
+        self.watchdog = Watchdog(self._cut, name="trio_batch postgres watchdog")
+        self._set_local = {op: self._settings(op) for op in Op}
+
+    def _settings(self, op: Op) -> str:
+        """The ``SET LOCAL`` statements of ``op``'s bounds, as SQL (integers of our own)."""
+        if op is Op.MIGRATE:
+            statement = lock = MIGRATE_TIMEOUT
+        else:
+            statement = self.store_timeout
+            lock = self.store_timeout if op is Op.READ else self.store_timeout / 2
+        return (
+            f"SET LOCAL statement_timeout = {_millis(statement)}; "
+            f"SET LOCAL lock_timeout = {_millis(lock)}; "
+        )
 
     @classmethod
     def open(
         cls,
         conninfo: str,
         *,
-        lock_timeout: float = 5.0,
-        statement_timeout: float = 30.0,
-        connect_timeout: float = 10.0,
+        store_timeout: float = DEFAULT_STORE_TIMEOUT,
+        connect_timeout: float | None = None,
     ) -> Self:
         """Connect to ``conninfo`` (a URL or libpq keywords) and create or migrate the schema.
 
         Raises :class:`StoreError` if the server cannot be reached or refuses us, and
         :class:`SchemaVersionError` for a newer or foreign schema.
         """
-        store = cls(
-            conninfo,
-            lock_timeout=lock_timeout,
-            statement_timeout=statement_timeout,
-            connect_timeout=connect_timeout,
-        )
+        store = cls(conninfo, store_timeout=store_timeout, connect_timeout=connect_timeout)
+        deadline = time.monotonic() + store.connect_timeout + 2 * MIGRATE_TIMEOUT
         try:
-            migrate(store.connection(), store.location)
-        except psycopg.Error as exc:
-            store.close()
+            store.within(deadline, cls._migrate)
+        except (psycopg.Error, StoreUnavailable) as exc:
+            store.close(final=True)
             raise StoreError(f"cannot open {store.location} as a trio_batch store: {exc}") from exc
         except BaseException:
-            store.close()
+            store.close(final=True)
             raise
         return store
 
+    def _migrate(self) -> None:
+        conn = self.connection()
+        migrate(conn, self.location, lambda: self._tx(conn, Op.MIGRATE))
+
+    # ----------------------------------------------------------------------------------------
+    # The connection
+
     def connection(self) -> Conn:
-        """The open connection, reconnecting first if it was lost."""
+        """The open connection; a new one if there is none or the one held is dead."""
         conn = self._conn
-        if conn is not None and not conn.closed:
-            return conn
+        if conn is not None:
+            if _usable(conn):
+                return conn
+            self.close()  # died while idle (a restart, a pooler that dropped it)
         conn = psycopg.connect(
             self.conninfo,
             autocommit=True,
-            connect_timeout=max(1, round(self.connect_timeout)),
+            prepare_threshold=None,
             application_name="trio_batch",
+            **self._options,
         )
-        try:
-            for name, value in (
-                ("statement_timeout", _millis(self.statement_timeout)),
-                ("lock_timeout", _millis(self.lock_timeout)),
-                # A transaction left open by a stuck client is ended by the server.
-                ("idle_in_transaction_session_timeout", _millis(2 * self.statement_timeout)),
-            ):
-                conn.execute(q.SET_SETTING, (name, value))
-        except BaseException:
+        with self.watchdog.lock:
+            cut, self._cut_while_connecting = self._cut_while_connecting, False
+            if not cut:
+                self._conn = conn
+        if cut:
             conn.close()
-            raise
-        self._conn = conn
+            raise psycopg.OperationalError("store_timeout passed while connecting")
         return conn
 
-    def close(self) -> None:
-        """Close the connection; a later call would open a new one."""
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+    def close(self, *, final: bool = False) -> None:
+        """Close the connection; a later call would open a new one (``final``: and stop the
+        watchdog's thread, for good)."""
+        with self.watchdog.lock:
+            conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+        if final:
+            self.watchdog.close()
 
-    def _forget_if_lost(self, exc: psycopg.Error) -> None:
-        if connection_lost(exc, self._conn):
-            self.close()  # reopened at the next call
+    def _cut(self) -> None:
+        """The watchdog's: shut the socket of the call past its deadline (under its lock)."""
+        conn = self._conn
+        if conn is None or conn.closed:
+            self._cut_while_connecting = True
+        else:
+            shut_socket(conn.pgconn.socket)
 
-    def _run(self, fn: Callable[[Conn], T]) -> T:
-        """``fn(connection)``; a psycopg error that means the connection is gone drops it, so
-        the next call reconnects."""
+    # ----------------------------------------------------------------------------------------
+    # Running operations
+
+    def within(
+        self,
+        deadline: float,
+        fn: Callable[Concatenate[Self, P], T],
+        /,
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T:
+        """``fn(self, ...)``, cut off at ``deadline`` (``time.monotonic()``): then
+        :class:`StoreUnavailable` with a hint, and the connection is dropped.
+
+        A call whose deadline passed before it started (queued behind a call that hung) is not
+        made at all. One cut off mid-way may have taken effect, as with any lost connection:
+        see each operation for what a retry does.
+        """
+        if time.monotonic() >= deadline:
+            raise StoreUnavailable(
+                f"the call waited store_timeout ({self.store_timeout:g} s) behind earlier calls "
+                f"to {self.location} that got no answer, and was not made; try again shortly"
+            )
+        self._cut_while_connecting = False
+        with self.watchdog.guard(deadline) as cut:
+            self._was_cut = cut
+            try:
+                return fn(self, *args, **kwargs)
+            except psycopg.Error as exc:
+                if not cut():
+                    raise
+                self.close()
+                raise StoreUnavailable(
+                    f"{self.location} did not answer within store_timeout "
+                    f"({self.store_timeout:g} s), so the connection was dropped: the network "
+                    "or the database is down, overloaded, or a lock is held; try again shortly"
+                ) from exc
+
+    def _run(self, fn: Callable[[Conn], T], *, op: Op = Op.WRITE) -> T:
+        """``fn(connection)``: one operation. A psycopg error that means the connection is gone
+        drops it, so the next call reconnects.
+
+        Retried once on a fresh connection (the caller sees no error) only when it cannot have
+        taken effect: a read (``op`` READ), or an operation lost before it sent anything that
+        writes (its reads, or the ``BEGIN`` of its transaction). Any other lost connection is
+        the caller's to handle: the operation may have committed.
+        """
+        for attempt in (1, 2):
+            self._sent_write = False
+            conn = self.connection()
+            try:
+                return fn(conn)
+            except psycopg.Error as exc:
+                if not connection_lost(exc, conn):
+                    raise
+                self.close()  # reopened at the next call
+                safe = op is Op.READ or not self._sent_write
+                if attempt == 2 or not safe or self._was_cut():  # no time left to retry in
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _one(self, conn: Conn, op: Op, sql: str, params: Any = None) -> psycopg.ClientCursor[Any]:
+        """Run ``sql`` as a transaction of its own with ``op``'s bounds, in one round trip: one
+        simple-protocol message ``SET LOCAL ...; SET LOCAL ...; sql`` (an implicit transaction,
+        so the settings end with it), parameters bound on the client. The cursor is on the
+        statement's result.
+
+        A write counts as sent before it goes out: once any of it is on the wire, a lost
+        connection leaves it in doubt (never retried by _run)."""
+        if op is not Op.READ:
+            self._sent_write = True
+        cur = psycopg.ClientCursor(conn)
+        cur.execute(self._set_local[op] + sql, params)
+        for _ in range(self._SETTINGS):
+            cur.nextset()
+        return cur
+
+    @contextlib.contextmanager
+    def _tx(self, conn: Conn, op: Op, *, snapshot: bool = False) -> Iterator[Conn]:
+        """A transaction with ``op``'s bounds (``snapshot``: one REPEATABLE READ, READ ONLY
+        snapshot): ``BEGIN`` and the settings in one message, ``COMMIT`` at the end, and
+        ``ROLLBACK`` if the block raises."""
+        begin = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY; " if snapshot else "BEGIN; "
+        idle = f"SET LOCAL idle_in_transaction_session_timeout = {_millis(self.store_timeout)}"
+        conn.execute(begin + self._set_local[op] + idle, prepare=False)
+        self._sent_write = op is not Op.READ  # what follows may write
         try:
-            return fn(self.connection())
-        except psycopg.Error as exc:
-            self._forget_if_lost(exc)
+            yield conn
+        except BaseException:
+            _rollback(conn)
             raise
+        conn.execute("COMMIT", prepare=False)
+
+
+def _usable(conn: Conn) -> bool:
+    """Whether an idle connection is still open: nothing has arrived on it since its last
+    answer (a server going down sends its FATAL message and closes the socket)."""
+    if conn.closed or conn.broken or conn.info.transaction_status != pq.TransactionStatus.IDLE:
+        return False
+    try:
+        readable, _, _ = select.select([conn.pgconn.socket], [], [], 0)
+    except (OSError, ValueError, psycopg.OperationalError):
+        return False
+    return not readable
+
+
+def _rollback(conn: Conn) -> None:
+    """End the failed transaction; a connection that cannot is closed (and so reopened)."""
+    if conn.closed or conn.broken:
+        return
+    if conn.info.transaction_status == pq.TransactionStatus.IDLE:
+        return
+    try:
+        conn.execute("ROLLBACK", prepare=False)
+    except psycopg.Error:
+        conn.close()

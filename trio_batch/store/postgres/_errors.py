@@ -26,15 +26,22 @@ def connection_lost(exc: psycopg.Error, conn: psycopg.Connection[object] | None)
     )
 
 
-def _unavailable(exc: psycopg.Error, lock_timeout: float, statement_timeout: float) -> StoreError:
+def _unavailable(exc: psycopg.Error, store_timeout: float) -> StoreError:
     """A clear, typed error for a database that refused a call."""
     if isinstance(exc, pg_errors.LockNotAvailable):
         why = (
-            "another connection held a lock this call needed for longer than lock_timeout "
-            f"({lock_timeout:g} s)"
+            "another connection held a lock this call needed for longer than its lock_timeout "
+            f"(half of store_timeout, {store_timeout:g} s)"
+        )
+    elif isinstance(exc, pg_errors.IdleInTransactionSessionTimeout):
+        why = (
+            "the database ended this connection's transaction: it waited longer than "
+            f"store_timeout ({store_timeout:g} s) between statements"
         )
     elif isinstance(exc, pg_errors.QueryCanceled):
-        why = f"the statement ran longer than statement_timeout ({statement_timeout:g} s)"
+        why = (
+            f"the statement ran longer than statement_timeout (store_timeout, {store_timeout:g} s)"
+        )
     elif isinstance(exc, pg_errors.DiskFull | pg_errors.OutOfMemory):
         why = "the database server is out of disk or memory"
     elif isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
@@ -45,7 +52,7 @@ def _unavailable(exc: psycopg.Error, lock_timeout: float, statement_timeout: flo
 
 
 @contextlib.contextmanager
-def translate_errors(lock_timeout: float, statement_timeout: float) -> Iterator[None]:
+def translate_errors(store_timeout: float) -> Iterator[None]:
     """Turn psycopg errors into :class:`StoreUnavailable`.
 
     A store call that raised one changed nothing, except where the connection was lost during
@@ -55,4 +62,4 @@ def translate_errors(lock_timeout: float, statement_timeout: float) -> Iterator[
     try:
         yield
     except psycopg.Error as exc:
-        raise _unavailable(exc, lock_timeout, statement_timeout) from exc
+        raise _unavailable(exc, store_timeout) from exc

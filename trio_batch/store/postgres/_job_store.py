@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from typing import Concatenate, ParamSpec, TypeVar
 
@@ -28,8 +29,9 @@ from .._face import StoreFace
 from .._filters import EVERY_JOB, JobFilter
 from .._protocol import ChangeObserver, DrainChanges, NewJob, StoreCounts
 from .._thread import StoreThread
+from ._connection import DEFAULT_STORE_TIMEOUT, safe_location
 from ._errors import translate_errors
-from ._listen import listen_for_changes, split_listen_option
+from ._listen import PROBE_INTERVAL, listen_for_changes, split_listen_option
 from ._store import PostgresStore
 
 __all__ = ["PostgresJobStore"]
@@ -50,13 +52,23 @@ class PostgresJobStore(StoreFace):
     Get one from :func:`~trio_batch.open_store` with a ``postgresql://`` URL, or
     :meth:`open` it. The store thread starts at the first call, from inside a trio run;
     :meth:`aclose` it.
+
+    Every call is bounded by ``store.store_timeout``: past it, :class:`StoreUnavailable`
+    (:meth:`PostgresConnection.within`). ``listen_url``: where to LISTEN, if not the store's
+    own URL (a direct URL beside a pooled one).
     """
 
-    def __init__(self, store: PostgresStore, *, listen: bool = True) -> None:
+    def __init__(
+        self, store: PostgresStore, *, listen: bool = True, listen_url: str | None = None
+    ) -> None:
         super().__init__()
         self.store = store
-        #: Whether :meth:`listen_changes` listens (False behind PgBouncer in transaction mode).
+        #: Whether :meth:`listen_changes` listens (``listen=off`` in the URL: it does not).
         self.listen = listen
+        #: Where :meth:`listen_changes` listens: a direct (not pooled) URL, or the store's.
+        self.listen_url = store.conninfo if listen_url is None else listen_url
+        #: Seconds between the listener's self-notifications (see ``_listen``).
+        self.probe_interval = PROBE_INTERVAL
         self.location = store.location
         self._thread = StoreThread(name="trio_batch postgres store")
         self._started = False
@@ -70,27 +82,37 @@ class PostgresJobStore(StoreFace):
         cls,
         conninfo: str,
         *,
-        lock_timeout: float = 5.0,
-        statement_timeout: float = 30.0,
-        connect_timeout: float = 10.0,
+        store_timeout: float = DEFAULT_STORE_TIMEOUT,
+        connect_timeout: float | None = None,
         listen: bool = True,
+        listen_url: str | None = None,
     ) -> PostgresJobStore:
         """Connect to ``conninfo`` (a ``postgresql://`` URL or libpq keywords), creating or
         migrating the schema; see :meth:`PostgresStore.open` for the errors.
 
-        ``listen=False``, or ``listen=off`` in the URL, runs without LISTEN (behind PgBouncer
-        in transaction mode): changes made by other runners are then seen at the poll only.
+        ``conninfo`` may point at a pooler in transaction mode (PgBouncer). LISTEN needs a
+        session of its own: give a direct URL of the same database as ``listen_url``. Without
+        one, LISTEN goes through ``conninfo``; if its self-notification never comes back (a
+        pooler), the runner logs it once and relies on its poll. ``listen=False``, or
+        ``listen=off`` in the URL, runs without LISTEN at all. ``store_timeout`` bounds every
+        call (default 5 s).
         """
         conninfo, listen_in_url = split_listen_option(conninfo)
+        if listen_url is not None:
+            listen_url, _ = split_listen_option(listen_url)
+            safe_location(listen_url)  # a malformed one: ValueError now
         return cls(
             PostgresStore.open(
-                conninfo,
-                lock_timeout=lock_timeout,
-                statement_timeout=statement_timeout,
-                connect_timeout=connect_timeout,
+                conninfo, store_timeout=store_timeout, connect_timeout=connect_timeout
             ),
             listen=listen and listen_in_url is not False,
+            listen_url=listen_url,
         )
+
+    @property
+    def store_timeout(self) -> float:
+        """The bound on each call, in seconds (see :class:`PostgresStore`)."""
+        return self.store.store_timeout
 
     @property
     def runner_id(self) -> str | None:
@@ -118,22 +140,24 @@ class PostgresJobStore(StoreFace):
         self._closed = True
         if self._started:
             with trio.CancelScope(shield=True):
-                await self._thread.run(self.store.close)  # after every queued call
+                await self._thread.run(self.store.close, final=True)  # after every queued call
             self._thread.stop()
         else:
-            self.store.close()
+            self.store.close(final=True)
 
     async def _call(
         self, fn: Callable[Concatenate[PostgresStore, P], T], /, *args: P.args, **kwargs: P.kwargs
     ) -> T:
-        """``fn(store, ...)`` on the store thread.
+        """``fn(store, ...)`` on the store thread, within ``store_timeout`` of now (the time it
+        waits behind earlier calls included).
 
         Cancellation: as :meth:`StoreThread.run`: once queued, the call completes (bounded by
-        the statement and lock timeouts), and ``Cancelled`` is raised at the next checkpoint.
+        ``store_timeout``), and ``Cancelled`` is raised at the next checkpoint.
         """
         self._start()
-        with translate_errors(self.store.lock_timeout, self.store.statement_timeout):
-            return await self._thread.run(fn, self.store, *args, **kwargs)
+        deadline = time.monotonic() + self.store.store_timeout
+        with translate_errors(self.store.store_timeout):
+            return await self._thread.run(self.store.within, deadline, fn, *args, **kwargs)
 
     # ----------------------------------------------------------------------------------------
     # The runner's claim: registration, heartbeats, reaping
@@ -162,11 +186,10 @@ class PostgresJobStore(StoreFace):
         registering = trio.current_time()
         self.store.runner_id = await self._call(PostgresStore.register_runner)
         self._beat_ok_at = registering
+        # Its calls are bounded by the interval too: a heartbeat that hangs is a missed one.
+        beat_timeout = min(self.store.store_timeout, heartbeat_interval)
         beat_store = PostgresStore(
-            self.store.conninfo,
-            lock_timeout=min(self.store.lock_timeout, heartbeat_interval),
-            statement_timeout=min(self.store.statement_timeout, heartbeat_interval),
-            connect_timeout=min(self.store.connect_timeout, heartbeat_interval),
+            self.store.conninfo, store_timeout=beat_timeout, connect_timeout=beat_timeout
         )
         beat_thread = StoreThread(name="trio_batch postgres heartbeat")
         body_error: BaseException | None = None
@@ -196,7 +219,9 @@ class PostgresJobStore(StoreFace):
                         extra={"runner_id": runner_id},
                     )
                 if beat_thread.started:
-                    await beat_thread.run(beat_store.close)
+                    await beat_thread.run(beat_store.close, final=True)
+                else:
+                    beat_store.close(final=True)
                 beat_thread.stop()
 
     async def _heartbeat(
@@ -207,7 +232,11 @@ class PostgresJobStore(StoreFace):
         runner_timeout: float,
     ) -> None:
         """Every ``interval``: heartbeat, re-register if reaped, and reap silent runners."""
-        limits = (beat_store.lock_timeout, beat_store.statement_timeout)
+
+        async def beat(fn: Callable[..., T], *args: object, **kwargs: object) -> T:
+            deadline = time.monotonic() + beat_store.store_timeout
+            return await beat_thread.run(beat_store.within, deadline, fn, *args, **kwargs)
+
         while True:
             await trio.sleep(interval)
             runner_id = self.store.runner_id
@@ -215,19 +244,19 @@ class PostgresJobStore(StoreFace):
                 return
             sent = trio.current_time()
             try:
-                with translate_errors(*limits):
-                    alive = await beat_thread.run(beat_store.heartbeat, runner_id)
+                with translate_errors(beat_store.store_timeout):
+                    alive = await beat(PostgresStore.heartbeat, runner_id)
                     if not alive:
                         # Reaped while paused or cut off: its jobs were failed and lost their
                         # owner, so its drains' writes are refused. Carry on as a new runner.
-                        new_id = await beat_thread.run(beat_store.register_runner)
+                        new_id = await beat(PostgresStore.register_runner)
                         self.store.runner_id = new_id
                         _log.warning(
                             "this runner was reaped by another; registered again",
                             extra={"runner_id": runner_id, "new_runner_id": new_id},
                         )
                     self._beat_ok_at = sent
-                    reaped = await beat_thread.run(beat_store.reap, runner_timeout, now=None)
+                    reaped = await beat(PostgresStore.reap, runner_timeout, now=None)
                 if reaped:
                     _log.warning(
                         "live jobs of silent runners marked failed", extra={"jobs": reaped}
@@ -261,7 +290,8 @@ class PostgresJobStore(StoreFace):
             if isinstance(a, Job) and a.is_terminal and a.targets_done >= a.targets_total
         ]
         if finished:
-            self._thread.run_soon(_notify_quietly, self.store, finished)
+            deadline = time.monotonic() + self.store.store_timeout
+            self._thread.run_soon(_notify_quietly, self.store, finished, deadline)
         return answers
 
     async def finish_job(
@@ -302,11 +332,22 @@ class PostgresJobStore(StoreFace):
         return await self._call(PostgresStore.drain_over, job_id)
 
     async def listen_changes(self, on_change: ChangeObserver) -> None:
-        """Until cancelled, ``on_change`` with the jobs any runner notifies (``_listen``);
-        returns at once if :attr:`listen` is off. Cancellation: stops at once."""
+        """Until cancelled, ``on_change`` with the jobs any runner notifies (``_listen``), on
+        :attr:`listen_url`, checked by a self-notification every :attr:`probe_interval` sent
+        through the store's own connection; returns at once if :attr:`listen` is off.
+        Cancellation: stops at once."""
         if self.listen:
+
+            async def probe(payload: str) -> None:
+                await self._call(PostgresStore.notify_jobs, [payload])
+
             await listen_for_changes(
-                self.store.conninfo, on_change, connect_timeout=self.store.connect_timeout
+                self.listen_url,
+                on_change,
+                connect_timeout=self.store.connect_timeout,
+                store_timeout=self.store.store_timeout,
+                probe=probe,
+                probe_interval=self.probe_interval,
             )
 
     async def purge_expired(self, *, now: float, batch_size: int) -> int:
@@ -380,12 +421,12 @@ class PostgresJobStore(StoreFace):
         return await self._call(PostgresStore.latest_retry, job_id, caller=caller, now=now)
 
 
-def _notify_quietly(store: PostgresStore, job_ids: list[str]) -> None:
+def _notify_quietly(store: PostgresStore, job_ids: list[str], deadline: float) -> None:
     """On the store thread, after a commit: notify the listening runners of ``job_ids``.
 
     A failure only delays the others until their next poll, so it is logged, not raised.
     """
     try:
-        store.notify_jobs(job_ids)
-    except psycopg.Error:
+        store.within(deadline, PostgresStore.notify_jobs, job_ids)
+    except (psycopg.Error, StoreUnavailable):
         _log.warning("could not notify other runners of finished jobs", exc_info=True)

@@ -7,45 +7,67 @@ readable (no thread: a cancel stops it at once) and reads the notifications the 
 own ``Connection.notifies`` does. Connecting and ``LISTEN`` are blocking calls, made on a worker
 thread.
 
-A notification can be lost (the connection drops, the server restarts): the listener reconnects
-with backoff and, each time it is listening again, reports that anything may have changed. The
-runner's poll every ``Config.poll_interval`` keeps everything correct meanwhile.
+LISTEN needs a session of its own, which a pooler in transaction mode does not give: the
+listener may hear nothing at all there, or stop hearing (a half-open TCP connection, a
+pooler's reshuffle). So it checks itself: it sends a notification of its own (a *probe*)
+through the store's connection at once and every ``probe_interval``, and one that does not
+come back within ``store_timeout`` means the connection is deaf: it is closed and opened
+again. The first miss is logged as a warning, with the remedy for a pooler (a direct
+``listen_url``), the later ones at INFO; a connection that never heard anything (LISTEN
+through a pooler) is tried again with a long backoff.
+
+A notification can be lost (the connection drops, the server restarts): each time it hears
+again, the listener reports that anything may have changed. The runner's poll every
+``Config.poll_interval`` keeps everything correct meanwhile.
 """
 
 from __future__ import annotations
 
 import logging
+import secrets
 import urllib.parse
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import psycopg
 import trio
 from psycopg import sql
 
+from ..._errors import StoreError
 from .._protocol import ChangeObserver
 from . import _queries as q
+from ._connection import connect_options, safe_location
 
-__all__ = ["listen_for_changes", "split_listen_option"]
+__all__ = ["PROBE_INTERVAL", "PROBE_PREFIX", "listen_for_changes", "split_listen_option"]
 
 _log = logging.getLogger("trio_batch")
 
 #: Backoff between attempts to (re)open the listening connection, in seconds.
 RECONNECT_FIRST_DELAY = 0.1
 RECONNECT_MAX_DELAY = 5.0
+#: Backoff after a listening connection that heard nothing at all (LISTEN through a pooler).
+DEAF_FIRST_DELAY = 30.0
+DEAF_MAX_DELAY = 600.0
+#: Seconds between probes of a listening connection that works.
+PROBE_INTERVAL = 15.0
+#: The payload of a probe starts so; never a job id (those have no colon).
+PROBE_PREFIX = "probe:"
+
+Probe = Callable[[str], Awaitable[None]]
 
 
-def _connect(conninfo: str, connect_timeout: float) -> psycopg.Connection[Any]:
+def _connect(
+    conninfo: str, connect_timeout: float, store_timeout: float
+) -> psycopg.Connection[Any]:
+    options = connect_options(
+        conninfo, store_timeout=store_timeout, connect_timeout=connect_timeout
+    )
     conn = psycopg.connect(
         conninfo,
         autocommit=True,
-        connect_timeout=max(1, round(connect_timeout)),
+        prepare_threshold=None,
         application_name="trio_batch listen",
-        # A peer gone without a word (a partition) is noticed, not waited on forever; libpq
-        # ignores these on a Unix socket.
-        keepalives=1,
-        keepalives_idle=30,
-        keepalives_interval=10,
-        keepalives_count=3,
+        **options,
     )
     try:
         conn.execute(sql.SQL(q.LISTEN).format(sql.Identifier(q.CHANNEL)))
@@ -55,30 +77,43 @@ def _connect(conninfo: str, connect_timeout: float) -> psycopg.Connection[Any]:
     return conn
 
 
-def _received(conn: psycopg.Connection[Any]) -> frozenset[str]:
-    """The job ids of the notifications that have arrived; raises if the connection is lost."""
+def _received(conn: psycopg.Connection[Any]) -> tuple[frozenset[str], frozenset[str]]:
+    """The job ids and the probes among the notifications that have arrived; raises if the
+    connection is lost."""
     pgconn = conn.pgconn
     pgconn.consume_input()
     ids: set[str] = set()
+    probes: set[str] = set()
     while (notification := pgconn.notifies()) is not None:
-        ids.add(notification.extra.decode("utf-8", "replace"))
-    return frozenset(ids)
+        payload = notification.extra.decode("utf-8", "replace")
+        (probes if payload.startswith(PROBE_PREFIX) else ids).add(payload)
+    return frozenset(ids), frozenset(probes)
 
 
 async def listen_for_changes(
-    conninfo: str, on_change: ChangeObserver, *, connect_timeout: float
+    conninfo: str,
+    on_change: ChangeObserver,
+    *,
+    connect_timeout: float,
+    store_timeout: float,
+    probe: Probe | None = None,
+    probe_interval: float = PROBE_INTERVAL,
 ) -> None:
     """Forever: call ``on_change`` with the ids of jobs notified on the channel.
 
-    Connects (and reconnects with backoff after a loss) on a connection of its own; after each
-    successful ``LISTEN``, ``on_change(None)``. Notifications from this runner's own writes
-    arrive too. Cancellation: stops at once, closing the connection; a connection attempt under
-    way completes first (bounded by ``connect_timeout``).
+    Connects (and reconnects with backoff after a loss) on a connection of its own; once it
+    hears (its first probe came back; at once without ``probe``), ``on_change(None)``.
+    ``probe(payload)`` sends a notification with that payload through another connection (the
+    store's). Notifications from this runner's own writes arrive too. Cancellation: stops at
+    once, closing the connection; a connection attempt under way completes first (bounded by
+    ``connect_timeout``).
     """
     delay = RECONNECT_FIRST_DELAY
+    deaf_delay = DEAF_FIRST_DELAY
+    told_deaf = False
     while True:
         try:
-            conn = await trio.to_thread.run_sync(_connect, conninfo, connect_timeout)
+            conn = await trio.to_thread.run_sync(_connect, conninfo, connect_timeout, store_timeout)
         except psycopg.Error as exc:
             _log.warning("could not listen for other runners' changes; retrying: %s", exc)
             await trio.sleep(delay)
@@ -86,24 +121,84 @@ async def listen_for_changes(
             continue
         delay = RECONNECT_FIRST_DELAY
         try:
-            on_change(None)  # anything may have changed while nobody listened
-            while True:
-                await trio.lowlevel.wait_readable(conn.fileno())
-                changed = _received(conn)
-                if changed:
-                    on_change(changed)
+            heard = await _listen(conn, on_change, probe, probe_interval, store_timeout)
         except psycopg.Error as exc:
             _log.warning("lost the connection listening for other runners' changes: %s", exc)
+            continue
         finally:
             conn.close()
+        if not told_deaf:
+            told_deaf = True
+            _log.warning(
+                "LISTEN on %s receives nothing (its own notification did not come back within "
+                "store_timeout, %g s); reconnecting. If this is a pooler in transaction mode, "
+                "give a direct URL for LISTEN (listen_url, --listen-db); meanwhile other "
+                "runners' changes are seen at each poll (Config.poll_interval)",
+                safe_location(conninfo),
+                store_timeout,
+            )
+        else:
+            _log.info("the connection listening for other runners' changes is deaf; reconnecting")
+        if heard:  # it worked, then stopped (a half-open connection): again at once
+            deaf_delay = DEAF_FIRST_DELAY
+            continue
+        await trio.sleep(deaf_delay)
+        deaf_delay = min(deaf_delay * 2, DEAF_MAX_DELAY)
+
+
+async def _listen(
+    conn: psycopg.Connection[Any],
+    on_change: ChangeObserver,
+    probe: Probe | None,
+    interval: float,
+    answer_within: float,
+) -> bool:
+    """Hand the notifications arriving on ``conn`` to ``on_change`` until a probe does not
+    come back in ``answer_within`` seconds; returns whether any probe had come back (False:
+    deaf from the start). Raises psycopg's error if the connection is lost."""
+    token = f"{PROBE_PREFIX}{secrets.token_hex(8)}:"
+    sent = 0
+    heard = probe is None
+    if heard:
+        on_change(None)  # anything may have changed while nobody listened
+    next_probe = trio.current_time()
+    awaiting: str | None = None
+    wait_until = next_probe
+    while True:
+        if probe is not None and awaiting is None and trio.current_time() >= next_probe:
+            sent += 1
+            awaiting = f"{token}{sent}"
+            try:
+                await probe(awaiting)
+            except StoreError:  # the database is out of reach: nothing to judge by
+                awaiting = None
+                next_probe = trio.current_time() + interval
+                continue
+            wait_until = trio.current_time() + answer_within
+        deadline = wait_until if awaiting is not None else next_probe
+        if probe is None:
+            deadline = trio.current_time() + 86400.0
+        with trio.move_on_at(deadline):
+            await trio.lowlevel.wait_readable(conn.fileno())
+        changed, probes = _received(conn)
+        if awaiting is not None and awaiting in probes:
+            awaiting = None
+            next_probe = trio.current_time() + interval
+            if not heard:
+                heard = True
+                on_change(None)  # anything may have changed while nobody listened
+        if changed:
+            on_change(changed)
+        if awaiting is not None and trio.current_time() >= wait_until:
+            return heard
 
 
 def split_listen_option(conninfo: str) -> tuple[str, bool | None]:
     """``conninfo`` without trio_batch's own ``listen`` URL parameter, and its value.
 
-    ``postgresql://.../db?listen=off`` (or ``false``, ``no``, ``0``) runs without LISTEN, as
-    behind PgBouncer in transaction mode; ``on`` (``true``, ``yes``, ``1``) with it. None if
-    the parameter is absent (or ``conninfo`` is in libpq's keyword form, which has no such
+    ``postgresql://.../db?listen=off`` (or ``false``, ``no``, ``0``) runs without LISTEN (say,
+    behind a pooler without a direct ``listen_url``); ``on`` (``true``, ``yes``, ``1``) with it.
+    None if the parameter is absent (or ``conninfo`` is in libpq's keyword form, which has no such
     keyword). Raises ValueError for another value.
     """
     base, mark, query = conninfo.partition("?")

@@ -29,13 +29,9 @@ LOCK_CREATE = 2
 LOCK_REAP = 3
 
 #: Wait for a lock held until the transaction ends (bounded by lock_timeout): LOCK_CREATE, for
-#: one caps check and insert at a time.
+#: one caps check and insert at a time; LOCK_MIGRATE, for one schema migration at a time. No
+#: session locks: a pooler may hand the next transaction to another server connection.
 XACT_LOCK = "SELECT pg_advisory_xact_lock(%s, %s)"
-#: Wait for a lock held by the session until unlocked (bounded by lock_timeout): LOCK_MIGRATE,
-#: for one schema migration at a time. Taken before the migration's transaction begins, so that
-#: transaction sees the catalog as the previous holder left it.
-SESSION_LOCK = "SELECT pg_advisory_lock(%s, %s)"
-SESSION_UNLOCK = "SELECT pg_advisory_unlock(%s, %s)"
 #: True if this transaction now holds the reaper's lock; False at once if another has it.
 TRY_LOCK_REAPER = "SELECT pg_try_advisory_xact_lock(%s, %s)"
 
@@ -43,15 +39,13 @@ TRY_LOCK_REAPER = "SELECT pg_try_advisory_xact_lock(%s, %s)"
 CHANNEL = "trio_batch"
 
 # ---------------------------------------------------------------------------------------------
-# Connection settings (set_config: the values are parameters too)
-
-SET_SETTING = "SELECT set_config(%s, %s, false)"
-
-# ---------------------------------------------------------------------------------------------
 # Schema
 
-#: The schema version row's table; None from to_regclass if there is none.
-FIND_TABLE = "SELECT to_regclass(%s) IS NOT NULL"
+#: Whether a table of this name is on the search path. Reading pg_class locks it, which takes
+#: in the catalog changes committed since this transaction began (a migration another runner
+#: committed while this one waited for the migration lock): to_regclass alone could answer
+#: from a cache entry saying the table does not exist.
+FIND_TABLE = "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class WHERE oid = to_regclass(%s))"
 GET_VERSION = "SELECT version FROM trio_batch_schema"
 SET_VERSION = (
     "INSERT INTO trio_batch_schema (singleton, version) VALUES (true, %s) "
@@ -294,8 +288,6 @@ PURGE_LAPSED = (
 # ---------------------------------------------------------------------------------------------
 # Reading
 
-#: The first statement of a read that must see one snapshot.
-SNAPSHOT = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
 GET_JOB = f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = %s AND expires_at > %s"
 GET_TARGETS = f"SELECT {TARGET_COLUMNS} FROM targets WHERE job_id = %s ORDER BY idx"
 LIST_JOBS = (

@@ -1,7 +1,9 @@
 """The PostgreSQL store's reads: a job, its status, the small view, one target, lists, counts.
 
 Reads that must agree with themselves (a job and its targets) take one REPEATABLE READ, READ
-ONLY snapshot.
+ONLY snapshot; the others are one statement each. Reads are retried once on a fresh
+connection if the one they ran on was lost (:meth:`PostgresConnection._run`): a read changes
+nothing, so running it twice is safe.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from .._filters import EVERY_JOB, JobFilter, filtered_queries, merge_pages
 from .._protocol import StoreCounts
 from .._rows import job_from_row, target_from_row
 from . import _queries as q
-from ._connection import Conn, PostgresConnection
+from ._connection import Conn, Op, PostgresConnection
 
 __all__ = ["PostgresReads"]
 
@@ -29,10 +31,14 @@ class PostgresReads(PostgresConnection):
         """The job, or None if it is unknown, malformed or its lease has lapsed."""
         if not is_job_id(job_id):
             return None
-        return self._run(lambda c: self._get_job(c, job_id, now))
+        row = self._run(
+            lambda c: self._one(c, Op.READ, q.GET_JOB, (job_id, now)).fetchone(), op=Op.READ
+        )
+        return None if row is None else job_from_row(row)
 
     @staticmethod
     def _get_job(conn: Conn, job_id: str, now: float) -> Job | None:
+        """The job, read inside a transaction already open on ``conn``."""
         row = conn.execute(q.GET_JOB, (job_id, now)).fetchone()
         return None if row is None else job_from_row(row)
 
@@ -42,37 +48,35 @@ class PostgresReads(PostgresConnection):
             return None
 
         def read(conn: Conn) -> tuple[Job, list[TargetStatus]] | None:
-            with conn.transaction():
-                conn.execute(q.SNAPSHOT)
+            with self._tx(conn, Op.READ, snapshot=True):
                 job = self._get_job(conn, job_id, now)
                 if job is None:
                     return None
                 rows = conn.execute(q.GET_TARGETS, (job_id,)).fetchall()
             return job, with_running(job, [target_from_row(row) for row in rows])
 
-        return self._run(read)
+        return self._run(read, op=Op.READ)
 
     def list_jobs(self, *, now: float, caller: str | None = None, limit: int = 100) -> list[Job]:
         """Unexpired jobs, most recently active first; only ``caller``'s if given."""
+        params: tuple[Any, ...]
         if caller is None:
-            rows = self._run(lambda c: c.execute(q.LIST_JOBS, (now, limit)).fetchall())
+            sql, params = q.LIST_JOBS, (now, limit)
         else:
-            rows = self._run(
-                lambda c: c.execute(q.LIST_JOBS_OF_CALLER, (caller, now, limit)).fetchall()
-            )
+            sql, params = q.LIST_JOBS_OF_CALLER, (caller, now, limit)
+        rows = self._run(lambda c: self._one(c, Op.READ, sql, params).fetchall(), op=Op.READ)
         return [job_from_row(row) for row in rows]
 
     def counts(self, *, now: float) -> StoreCounts:
         """Unexpired jobs by status (every status present, zeros included), and their targets."""
 
         def read(conn: Conn) -> tuple[list[Any], Any]:
-            with conn.transaction():
-                conn.execute(q.SNAPSHOT)
+            with self._tx(conn, Op.READ, snapshot=True):
                 by_status = conn.execute(q.COUNT_BY_STATUS, (now,)).fetchall()
                 sums = conn.execute(q.SUM_TARGETS, (now,)).fetchone()
             return by_status, sums
 
-        by_status, (total, done, failed, abandoned) = self._run(read)
+        by_status, (total, done, failed, abandoned) = self._run(read, op=Op.READ)
         jobs = dict.fromkeys((str(s) for s in JobState), 0)
         jobs.update((str(status), int(count)) for status, count in by_status)
         return StoreCounts(jobs, int(total), int(done), int(failed), int(abandoned))
@@ -83,7 +87,7 @@ class PostgresReads(PostgresConnection):
             return None
 
         def forget(conn: Conn) -> Job | None:
-            with conn.transaction():
+            with self._tx(conn, Op.WRITE):
                 row = conn.execute(q.GET_JOB_FOR_UPDATE, (job_id, now)).fetchone()
                 job = None if row is None else job_from_row(row)
                 if job is None or (caller is not None and job.caller != caller):
@@ -155,14 +159,13 @@ class PostgresReads(PostgresConnection):
         ]
 
         def read(conn: Conn) -> list[list[Job]]:
-            with conn.transaction():
-                conn.execute(q.SNAPSHOT)
+            with self._tx(conn, Op.READ, snapshot=True):
                 return [
                     [job_from_row(row) for row in conn.execute(sql, params).fetchall()]
                     for sql, params in queries
                 ]
 
-        return merge_pages(self._run(read), limit)
+        return merge_pages(self._run(read, op=Op.READ), limit)
 
     def get_targets_after(
         self, job_id: str, after: int, *, now: float, limit: int
@@ -182,7 +185,10 @@ class PostgresReads(PostgresConnection):
         """The newest unexpired retry of ``job_id`` by ``caller``; see ``JobStore``."""
         if not is_job_id(job_id):
             return None
-        row = self._run(lambda c: c.execute(q.LATEST_RETRY, (job_id, caller, now)).fetchone())
+        values = (job_id, caller, now)
+        row = self._run(
+            lambda c: self._one(c, Op.READ, q.LATEST_RETRY, values).fetchone(), op=Op.READ
+        )
         return None if row is None else job_from_row(row)
 
     def _with_job(self, job_id: str, now: float, read: Callable[[Conn], T]) -> tuple[Job, T] | None:
@@ -191,9 +197,8 @@ class PostgresReads(PostgresConnection):
             return None
 
         def both(conn: Conn) -> tuple[Job, T] | None:
-            with conn.transaction():
-                conn.execute(q.SNAPSHOT)
+            with self._tx(conn, Op.READ, snapshot=True):
                 job = self._get_job(conn, job_id, now)
                 return None if job is None else (job, read(conn))
 
-        return self._run(both)
+        return self._run(both, op=Op.READ)

@@ -1,13 +1,17 @@
 """The PostgreSQL schema: creating it, checking its version, and migrating it.
 
 The version is one row in ``trio_batch_schema``. Creation and migration run in one transaction
-under an advisory lock, so runners on several hosts starting at once do not race: the first
-creates, the others wait for it and then find the schema current. PostgreSQL's DDL is
+under an advisory transaction lock (no session lock: the connection may come from a pooler),
+so runners on several hosts starting at once do not race: the first creates, the others wait
+for it and then find the schema current (READ COMMITTED: each statement after the wait sees
+what the first committed). PostgreSQL's DDL is
 transactional, so a migration that fails leaves nothing half-made.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 import psycopg
@@ -21,28 +25,24 @@ __all__ = ["SCHEMA_VERSION", "migrate"]
 SCHEMA_VERSION = 2
 
 
-def migrate(conn: psycopg.Connection[Any], location: str) -> None:
+def migrate(
+    conn: psycopg.Connection[Any],
+    location: str,
+    transaction: Callable[[], AbstractContextManager[object]],
+) -> None:
     """Create or upgrade the schema to :data:`SCHEMA_VERSION`, idempotently.
 
     A database written by a newer version, or with our table names but no version, raises
     :class:`~trio_batch.SchemaVersionError` and is left untouched. ``conn`` is in autocommit
-    mode; ``location`` names the database in messages.
+    mode; ``transaction()`` opens a transaction on it (with the migration's bounds);
+    ``location`` names the database in messages.
     """
     version = _version(conn)
     if version == SCHEMA_VERSION:
         return  # the common case takes no lock
     _check_version(version, location)
-    conn.execute(q.SESSION_LOCK, (q.LOCK_CLASS, q.LOCK_MIGRATE))
-    try:
-        _migrate_locked(conn, location)
-    finally:
-        if not conn.closed:
-            conn.execute(q.SESSION_UNLOCK, (q.LOCK_CLASS, q.LOCK_MIGRATE))
-
-
-def _migrate_locked(conn: psycopg.Connection[Any], location: str) -> None:
-    """The migration itself, in one transaction, holding the migration lock."""
-    with conn.transaction():
+    with transaction():
+        conn.execute(q.XACT_LOCK, (q.LOCK_CLASS, q.LOCK_MIGRATE))
         version = _version(conn)  # another host may have migrated while we waited
         _check_version(version, location)
         if version == 0:

@@ -40,7 +40,7 @@ from ..._model import (
 from .._protocol import NewJob
 from .._rows import check_caps, job_from_row, new_job, write_values
 from . import _queries as q
-from ._connection import Conn
+from ._connection import Conn, Op
 from ._reads import PostgresReads
 
 __all__ = ["PostgresStore"]
@@ -78,29 +78,36 @@ class _Refused(Exception):
 class PostgresStore(PostgresReads):
     """Jobs and targets in one PostgreSQL database, over one connection.
 
-    Open one with :meth:`open`. A lost connection is reopened at the next call (each call
-    tries once; the caller's retries give the backoff). ``runner_id`` is the runner this
-    connection writes for (None: no runner; its jobs have no owner).
+    Open one with :meth:`open`. A lost connection is reopened at the next call. Reads, and
+    transactions refused at their ``BEGIN`` by a server going down, are retried once on a
+    fresh connection; any other operation cut off by a lost connection raises (it may have
+    committed), and the caller's retry is safe, as each operation says. ``runner_id`` is the
+    runner this connection writes for (None: no runner; its jobs have no owner).
     """
 
     # ----------------------------------------------------------------------------------------
     # Runners
 
     def register_runner(self) -> str:
-        """Register a runner with a fresh id (never reused, never the host's name); its id."""
+        """Register a runner with a fresh id (never reused, never the host's name); its id.
+
+        A retry after a lost connection registers another id; one registered by a lost attempt
+        is reaped as silent."""
         runner_id = secrets.token_urlsafe(12)
-        self._run(
-            lambda c: c.execute(q.REGISTER_RUNNER, (runner_id, socket.gethostname(), os.getpid()))
-        )
+        values = (runner_id, socket.gethostname(), os.getpid())
+        self._run(lambda c: self._one(c, Op.WRITE, q.REGISTER_RUNNER, values))
         return runner_id
 
     def heartbeat(self, runner_id: str) -> bool:
-        """Mark ``runner_id`` alive now (database clock); False if it was reaped meanwhile."""
-        return self._run(lambda c: c.execute(q.HEARTBEAT, (runner_id,)).fetchone() is not None)
+        """Mark ``runner_id`` alive now (database clock); False if it was reaped meanwhile.
+        Idempotent: safe to retry."""
+        return self._run(
+            lambda c: self._one(c, Op.WRITE, q.HEARTBEAT, (runner_id,)).fetchone() is not None
+        )
 
     def unregister_runner(self, runner_id: str) -> None:
-        """Remove ``runner_id`` from the registry (at shutdown)."""
-        self._run(lambda c: c.execute(q.UNREGISTER_RUNNER, (runner_id,)))
+        """Remove ``runner_id`` from the registry (at shutdown). Idempotent."""
+        self._run(lambda c: self._one(c, Op.WRITE, q.UNREGISTER_RUNNER, (runner_id,)))
 
     def reap(self, runner_timeout: float, *, now: float | None, reason: str = "restart") -> int:
         """Remove runners silent past ``runner_timeout`` and fail every live job no registered
@@ -108,11 +115,13 @@ class PostgresStore(PostgresReads):
 
         One reaper at a time across the cluster: if another holds the reaper's lock, returns 0
         at once. Runners listening are notified of the reaped jobs. ``now`` is the jobs'
-        ``updated_at`` (the database clock if None).
+        ``updated_at`` (the database clock if None). One transaction: a reap cut off (the
+        database killed mid-way) either committed whole or left nothing, and the next reap
+        (every heartbeat) does it again.
         """
 
         def reap(conn: Conn) -> int:
-            with conn.transaction():
+            with self._tx(conn, Op.WRITE):
                 locked = conn.execute(q.TRY_LOCK_REAPER, (q.LOCK_CLASS, q.LOCK_REAP)).fetchone()
                 if not (locked and locked[0]):
                     return 0
@@ -124,17 +133,16 @@ class PostgresStore(PostgresReads):
         return self._run(reap)
 
     def fail_own_jobs(self, reason: str, *, now: float) -> int:
-        """Fail this runner's live jobs (``runner_id``'s; no runner: the jobs with no owner)."""
-        return self._run(
-            lambda c: c.execute(q.FAIL_OWN_JOBS, (reason, now, self.runner_id)).rowcount
-        )
+        """Fail this runner's live jobs (``runner_id``'s; no runner: the jobs with no owner).
+        Idempotent (a retry finds them failed already)."""
+        values = (reason, now, self.runner_id)
+        return self._run(lambda c: self._one(c, Op.WRITE, q.FAIL_OWN_JOBS, values).rowcount)
 
     def drain_changes(self, job_ids: Sequence[str]) -> tuple[set[str], set[str]]:
         """Of ``job_ids`` (this runner's drains): ``(cancelled, no longer this runner's)``."""
+        values = {"runner": self.runner_id, "ids": list(job_ids)}
         rows = self._run(
-            lambda c: c.execute(
-                q.DRAIN_CHANGES, {"runner": self.runner_id, "ids": list(job_ids)}
-            ).fetchall()
+            lambda c: self._one(c, Op.READ, q.DRAIN_CHANGES, values).fetchall(), op=Op.READ
         )
         cancelled = {job_id for job_id, is_cancelled, owned in rows if is_cancelled and owned}
         lost = {job_id for job_id, _, owned in rows if not owned}
@@ -144,22 +152,29 @@ class PostgresStore(PostgresReads):
         """This runner's drain of the terminal job ``job_id`` stopped: drop the ownership.
 
         Runners waiting on the job are notified in the same transaction (a rare write).
+        Idempotent: a retry finds the job released.
         """
 
         def release(conn: Conn) -> None:
-            with conn.transaction():
+            with self._tx(conn, Op.WRITE):
                 if conn.execute(q.RELEASE_JOB, (job_id, self.runner_id)).rowcount:
                     _notify(conn, [job_id])
 
         self._run(release)
 
     def notify_jobs(self, job_ids: Sequence[str]) -> None:
-        """Tell the listening runners that ``job_ids`` changed, in a transaction of its own."""
-        self._run(lambda c: _notify(c, job_ids))
+        """Tell the listening runners that ``job_ids`` changed, in a transaction of its own
+        (a retry notifies twice: harmless, a notification only wakes a read)."""
+        if job_ids:
+            values = (q.CHANNEL, list(job_ids))
+            self._run(lambda c: self._one(c, Op.WRITE, q.NOTIFY_JOBS, values))
 
     def drain_over(self, job_id: str) -> bool:
         """True unless a runner other than this one may still store an outcome of the job."""
-        row = self._run(lambda c: c.execute(q.DRAIN_OVER, (self.runner_id, job_id)).fetchone())
+        values = (self.runner_id, job_id)
+        row = self._run(
+            lambda c: self._one(c, Op.READ, q.DRAIN_OVER, values).fetchone(), op=Op.READ
+        )
         return row is None or bool(row[0])
 
     # ----------------------------------------------------------------------------------------
@@ -170,17 +185,19 @@ class PostgresStore(PostgresReads):
 
         The reuse lookup, the caps counts and the insert run in one READ COMMITTED transaction
         after ``pg_advisory_xact_lock``: every runner's committed jobs are counted. The new job
-        is owned by ``runner_id``.
+        is owned by ``runner_id``. If the connection is lost during the commit the job may
+        exist: submitting the same targets again is safe (the reuse lookup finds it).
         """
         insert = new_job(new, now=now)
         job = insert.job
 
         def create(conn: Conn) -> tuple[Job, bool]:
             # A reuse needs no lock: look first with a plain read, then again under the lock.
-            existing = self._find_reusable(conn, job, now)
+            row = self._one(conn, Op.READ, q.FIND_REUSABLE, (job.caller, job.idem_key, now))
+            existing = row.fetchone()
             if existing is not None:
-                return existing, True
-            with conn.transaction():
+                return job_from_row(existing), True
+            with self._tx(conn, Op.WRITE):
                 conn.execute(q.XACT_LOCK, (q.LOCK_CLASS, q.LOCK_CREATE))
                 existing = self._find_reusable(conn, job, now)
                 if existing is not None:
@@ -251,10 +268,11 @@ class PostgresStore(PostgresReads):
                 pass  # rolled back: one write at a time below, to tell which was refused
 
         def record(conn: Conn) -> None:
-            with contextlib.nullcontext() if len(todo) == 1 else conn.transaction():
+            alone = len(todo) == 1  # one statement: a transaction of its own
+            with contextlib.nullcontext() if alone else self._tx(conn, Op.WRITE):
                 for i in todo:
                     try:
-                        answers[i] = self._record_one(conn, writes[i], ttl=ttl, now=now)
+                        answers[i] = self._record_one(conn, writes[i], ttl, now, alone=alone)
                     except ValueError as exc:  # refused before any SQL: nothing sent
                         answers[i] = exc
                     except psycopg.DataError as exc:
@@ -301,7 +319,7 @@ class PostgresStore(PostgresReads):
         write it was is not known here.
         """
         answers: list[Job | Exception | None] = [None] * len(writes)
-        with conn.transaction():
+        with self._tx(conn, Op.WRITE):
             refused: psycopg.DataError | None = None
             with conn.pipeline() as pipeline:
                 try:
@@ -346,20 +364,32 @@ class PostgresStore(PostgresReads):
         }
 
     def _record_one(
-        self, conn: Conn, write: OutcomeWrite, *, ttl: float, now: float
+        self, conn: Conn, write: OutcomeWrite, ttl: float, now: float, *, alone: bool
     ) -> Job | OutcomeExists | None:
-        """One write, one statement: the job, None (not this runner's), or OutcomeExists."""
+        """One write, one statement: the job, None (not this runner's), or OutcomeExists.
+        ``alone``: the write is a transaction of its own (else one is open on ``conn``)."""
         values = self._outcome_values(write, ttl=ttl, now=now)
-        answer = _outcome_answer(write, conn.execute(q.RECORD_OUTCOME, values).fetchone())
-        if (
-            isinstance(answer, OutcomeExists)
-            and (write.job_id, write.idx) in self._maybe_committed
-            and conn.execute(q.GET_OUTCOME, (write.job_id, write.idx)).fetchone()
-            == (values["status"], values["result"], values["error"], values["hint"])
+        if alone:
+            row = self._one(conn, Op.WRITE, q.RECORD_OUTCOME, values).fetchone()
+        else:
+            row = conn.execute(q.RECORD_OUTCOME, values).fetchone()
+        answer = _outcome_answer(write, row)
+        if not (
+            isinstance(answer, OutcomeExists) and (write.job_id, write.idx) in self._maybe_committed
         ):
-            # The first attempt of this retried write committed before its answer was lost.
-            return self._get_job(conn, write.job_id, now)
-        return answer
+            return answer
+        key = (write.job_id, write.idx)
+        if alone:
+            stored = self._one(conn, Op.READ, q.GET_OUTCOME, key).fetchone()
+        else:
+            stored = conn.execute(q.GET_OUTCOME, key).fetchone()
+        if stored != (values["status"], values["result"], values["error"], values["hint"]):
+            return answer
+        # The first attempt of this retried write committed before its answer was lost.
+        if alone:
+            job_row = self._one(conn, Op.READ, q.GET_JOB, (write.job_id, now)).fetchone()
+            return None if job_row is None else job_from_row(job_row)
+        return self._get_job(conn, write.job_id, now)
 
     def finish_job(
         self, job_id: str, status: JobState, *, now: float, error: str | None = None
@@ -375,7 +405,7 @@ class PostgresStore(PostgresReads):
             return None
 
         def finish(conn: Conn) -> Any:
-            with conn.transaction():
+            with self._tx(conn, Op.WRITE):
                 row = conn.execute(q.FINISH_JOB, (status.value, error, now, job_id, now)).fetchone()
                 if row is not None:
                     _notify(conn, [job_id])  # the runner draining it learns of a cancel now
@@ -388,10 +418,12 @@ class PostgresStore(PostgresReads):
         """Delete at most ``batch_size`` lapsed jobs (targets by cascade); returns how many.
 
         Rows another runner is purging at the same moment are skipped, not waited for.
+        Idempotent: a retry deletes the next batch.
         """
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
-        return self._run(lambda c: c.execute(q.PURGE_LAPSED, (now, batch_size)).rowcount)
+        values = (now, batch_size)
+        return self._run(lambda c: self._one(c, Op.WRITE, q.PURGE_LAPSED, values).rowcount)
 
 
 def _notify(conn: Conn, job_ids: Sequence[str]) -> None:

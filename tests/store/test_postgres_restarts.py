@@ -1,0 +1,129 @@
+"""A PostgreSQL store through restarts, killed connections and a partition: a connection that
+died while idle is never handed to a call, and every call is bounded by ``store_timeout``.
+
+The partition is a real TCP proxy on 127.0.0.1 (``cuttable_proxy.py``) that holds all traffic:
+the kernel still acknowledges what the client sends, so only the store's own bound notices.
+Durations are printed as figures, never asserted against a threshold.
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.parse
+from collections.abc import Iterator
+
+import pytest
+import trio
+
+from trio_batch import StoreUnavailable
+from trio_batch.store import NewJob
+from trio_batch.store.postgres import PostgresJobStore
+
+from ..runner.test_postgres_cluster import _sql, _until
+from ..support.cuttable_proxy import CuttableProxy
+from ..support.fakes import urls
+from ..support.figures import Figures
+from ..support.pg_server import PgServer
+
+TTL, T0 = 3600.0, 1_000_000.0
+CAPS = {"targets_per_job": 8, "jobs_per_caller": 4, "jobs_total": 16}
+
+
+def _store_backends(dsn: str) -> int:
+    rows = _sql(
+        dsn,
+        "SELECT count(*) FROM pg_stat_activity "
+        "WHERE application_name = 'trio_batch' AND datname = current_database()",
+    )
+    return int(rows[0][0])
+
+
+def _kill_store_backends(dsn: str) -> None:
+    _sql(
+        dsn,
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+        "WHERE application_name = 'trio_batch' AND datname = current_database()",
+    )
+
+
+@pytest.fixture
+def proxy(pg_server: PgServer) -> Iterator[CuttableProxy]:
+    """A TCP proxy before the server's Unix socket."""
+    with CuttableProxy(f"{pg_server.socket_dir}/.s.PGSQL.5432") as p:
+        yield p
+
+
+def _through(proxy: CuttableProxy, dsn: str) -> str:
+    dbname = urllib.parse.urlsplit(dsn).path.lstrip("/")
+    return f"postgresql://postgres@127.0.0.1:{proxy.port}/{dbname}"
+
+
+async def test_a_submit_right_after_a_database_restart_succeeds(
+    pg_dsn: str, pg_server: PgServer
+) -> None:
+    async with PostgresJobStore.open(pg_dsn) as store:
+        job, _ = await store.create_job(NewJob("alice", "user", urls("a"), ttl=TTL, **CAPS), now=T0)
+        pg_server.stop("fast")  # the store's connection dies while idle
+        pg_server.start()
+        again, reused = await store.create_job(
+            NewJob("bob", "user", urls("b"), ttl=TTL, **CAPS), now=T0
+        )
+        assert not reused and again.caller == "bob"
+        assert await store.get_job(job.id, now=T0) == job
+
+
+async def test_a_connection_killed_while_idle_is_replaced_before_a_write(pg_dsn: str) -> None:
+    async with PostgresJobStore.open(pg_dsn) as store:
+        job, _ = await store.create_job(NewJob("alice", "user", urls("a"), ttl=TTL, **CAPS), now=T0)
+        _kill_store_backends(pg_dsn)
+        await trio.to_thread.run_sync(
+            _until, lambda: _store_backends(pg_dsn) == 0, "the backend to be gone"
+        )
+        # A write is never retried after a lost connection (it may have committed): this one
+        # succeeds because the dead connection is found before the write is sent.
+        assert await store.fail_own_jobs("shutdown", now=T0) == 1
+        assert (await store.get_job(job.id, now=T0)).status.value == "failed"  # type: ignore[union-attr]
+
+
+async def test_a_read_on_a_connection_killed_under_it_is_retried_once(pg_dsn: str) -> None:
+    async with PostgresJobStore.open(pg_dsn) as store:
+        job, _ = await store.create_job(NewJob("alice", "user", urls("a"), ttl=TTL, **CAPS), now=T0)
+        for _ in range(5):  # killed at once, before the backend is gone: either check holds
+            _kill_store_backends(pg_dsn)
+            assert await store.get_job(job.id, now=T0) == job
+
+
+async def test_a_status_call_during_a_partition_fails_within_store_timeout(
+    pg_dsn: str, proxy: CuttableProxy, figures: Figures
+) -> None:
+    timeout = 1.0
+    async with PostgresJobStore.open(_through(proxy, pg_dsn), store_timeout=timeout) as store:
+        job, _ = await store.create_job(NewJob("alice", "user", urls("a"), ttl=TTL, **CAPS), now=T0)
+        proxy.hold()
+        took: list[float] = []
+        errors: list[str] = []
+
+        async def status() -> None:
+            started = time.monotonic()
+            with pytest.raises(StoreUnavailable) as caught:
+                await store.get_status(job.id, now=T0)
+            took.append(time.monotonic() - started)
+            errors.append(str(caught.value))
+
+        async with trio.open_nursery() as nursery:  # the second waits behind the first
+            nursery.start_soon(status)
+            nursery.start_soon(status)
+        assert any("did not answer within store_timeout (1 s)" in e for e in errors), errors
+        assert all("store_timeout" in e for e in errors), errors
+        # Reconnecting through the partition is bounded too.
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailable):
+            await store.get_job(job.id, now=T0)
+        reconnect = time.monotonic() - started
+        proxy.release()
+        assert await store.get_job(job.id, now=T0) == job
+    figures.add(
+        f"postgres partition: status calls failed after {max(took):.2f} s and {min(took):.2f} s "
+        f"(the second queued behind the first), a call needing a new connection after "
+        f"{reconnect:.2f} s (store_timeout {timeout:g} s; libpq's connect_timeout is at least 2 s)"
+    )

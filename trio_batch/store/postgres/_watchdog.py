@@ -1,0 +1,90 @@
+"""The client-side bound on a store call: a call past its deadline has its socket shut down.
+
+A blocking psycopg call waits on its socket for as long as the server (or a network that
+swallows packets) keeps it waiting; libpq has no per-call timeout. :class:`Watchdog` is one
+thread per store connection that, once the call it guards passes its deadline, shuts the
+socket down (``shutdown(2)``, on a duplicate of the descriptor): the blocked call then fails at
+once with a lost connection, which the store already handles (a write in doubt is recognised
+when retried). The server side is bounded separately (``statement_timeout`` and friends).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+__all__ = ["Watchdog", "shut_socket"]
+
+
+def shut_socket(fileno: int) -> None:
+    """Shut down both directions of the socket ``fileno`` (the descriptor stays open)."""
+    with contextlib.suppress(OSError):
+        dup = socket.socket(fileno=socket.dup(fileno))
+        try:
+            dup.shutdown(socket.SHUT_RDWR)
+        finally:
+            dup.close()
+
+
+class Watchdog:
+    """Calls ``cut()`` if the block :meth:`guard` opens is still running at its deadline.
+
+    One guarded block at a time (a store connection is used from one thread). ``cut`` runs on
+    the watchdog's thread, under the lock :attr:`lock`, which the guarded side also takes
+    while it swaps or closes what ``cut`` reaches (so ``cut`` never sees a closed socket).
+    """
+
+    def __init__(self, cut: Callable[[], None], *, name: str) -> None:
+        self.lock = threading.Lock()
+        self._cut = cut
+        self._changed = threading.Condition(self.lock)
+        self._calls = itertools.count(1)
+        self._current: tuple[int, float] | None = None  # (call number, monotonic deadline)
+        self._fired: int | None = None
+        self._closed = False
+        self._name = name
+        self._thread: threading.Thread | None = None
+
+    @contextlib.contextmanager
+    def guard(self, deadline: float) -> Iterator[Callable[[], bool]]:
+        """Guard the block until ``deadline`` (``time.monotonic()``); yields a function that
+        tells whether the watchdog cut this block's connection."""
+        with self._changed:
+            if self._thread is None and not self._closed:
+                self._thread = threading.Thread(target=self._watch, name=self._name, daemon=True)
+                self._thread.start()
+            call = next(self._calls)
+            self._current = (call, deadline)
+            self._changed.notify()
+        try:
+            yield lambda: self._fired == call
+        finally:
+            with self._changed:
+                self._current = None
+
+    def close(self) -> None:
+        """Stop the thread (it ends at its next wake-up)."""
+        with self._changed:
+            self._closed = True
+            self._changed.notify()
+
+    def _watch(self) -> None:
+        with self._changed:
+            while not self._closed:
+                current = self._current
+                if current is None:
+                    self._changed.wait()
+                    continue
+                call, deadline = current
+                left = deadline - time.monotonic()
+                if left > 0:
+                    self._changed.wait(left)
+                    continue
+                if self._current == current and self._fired != call:
+                    self._fired = call
+                    self._cut()
+                self._changed.wait()  # until the guarded block ends
