@@ -115,8 +115,15 @@ def stderr_console() -> Console:
 
 
 @contextlib.contextmanager
-def open_db(path: Path | str | None, *, create: bool) -> Iterator[JobStore | None]:
-    """Open the store at ``path`` (or the default); None if it does not exist and not create."""
+def open_db(
+    path: Path | str | None,
+    *,
+    create: bool,
+    store_timeout: float | None = None,
+    listen_url: str | None = None,
+) -> Iterator[JobStore | None]:
+    """Open the store at ``path`` (or the default); None if it does not exist and not create.
+    ``store_timeout`` and ``listen_url``: see :func:`~trio_batch.open_store`."""
     explicit = path is not None
     db = default_db() if path is None else path
     if isinstance(db, Path) and str(db) != ":memory:" and not db.exists():
@@ -126,8 +133,8 @@ def open_db(path: Path | str | None, *, create: bool) -> Iterator[JobStore | Non
         if not explicit:
             db.parent.mkdir(parents=True, exist_ok=True)
     try:
-        store = open_store(db)
-    except StoreError as exc:
+        store = open_store(db, store_timeout=store_timeout, listen_url=listen_url)
+    except (StoreError, ValueError) as exc:
         raise UsageError(f"{exc} (--db {db})") from None
     try:
         yield store

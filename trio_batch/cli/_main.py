@@ -54,7 +54,7 @@ from ._common import (
     targets_json,
 )
 from ._logs import add_log_format_argument
-from ._options import add_fetch_limits
+from ._options import add_fetch_limits, add_store_options
 from ._run import DEFAULT_MAX_TARGETS, cmd_run
 from ._telemetry import add_otel_argument
 
@@ -154,6 +154,7 @@ def _parser() -> argparse.ArgumentParser:
         "fetch and show; split it instead (default: %(default)s)",
     )
     add_fetch_limits(run)
+    add_store_options(run)
 
     status = sub.add_parser("status", parents=[db], help="show a job and its targets' statuses")
     _add_job_argument(status)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import math
 
-from .._config import COMMAND_TARGET_TIMEOUT
+from .._config import COMMAND_TARGET_TIMEOUT, Config
 from .._retry import RetryPolicy
 
-__all__ = ["COMMAND_RETRIES", "EXIT_BUSY", "add_fetch_limits", "retry_policy"]
+__all__ = ["COMMAND_RETRIES", "EXIT_BUSY", "add_fetch_limits", "add_store_options", "retry_policy"]
 
 #: Exit code of ``run`` and ``serve`` when another runner holds the database: nothing was
 #: submitted or served (unlike 1, a job that ran and failed, or another start-up failure).
@@ -53,4 +54,33 @@ def add_fetch_limits(parser: argparse.ArgumentParser) -> None:
         f"waiting {_FIRST_DELAY:g} s, then twice as long each time, at most {_MAX_DELAY:g} s, "
         "or as long as the server's Retry-After asks within that; 0 turns retries off "
         "(default: %(default)s)",
+    )
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, not {text!r}")
+    return value
+
+
+def add_store_options(parser: argparse.ArgumentParser) -> None:
+    """``--store-timeout`` and ``--listen-db`` (PostgreSQL stores)."""
+    parser.add_argument(
+        "--store-timeout",
+        type=_seconds,
+        default=Config().store_timeout,
+        metavar="SECONDS",
+        help="PostgreSQL: the longest one database call may take before it fails "
+        "(serve answers 503 with Retry-After) (default: %(default)g)",
+    )
+    parser.add_argument(
+        "--listen-db",
+        metavar="URL",
+        help="PostgreSQL behind a pooler in transaction mode (PgBouncer): a direct "
+        "postgresql:// URL of the same database, for LISTEN (without it, changes made by "
+        "other runners are seen at each poll)",
     )

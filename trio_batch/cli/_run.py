@@ -119,7 +119,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     _configure_logging(as_json=args.log_format == "json")
-    with open_db(args.db, create=True) as store:
+    with open_db(
+        args.db, create=True, store_timeout=args.store_timeout, listen_url=args.listen_db
+    ) as store:
         assert store is not None  # created if missing
         config = Config(
             ttl=args.ttl,

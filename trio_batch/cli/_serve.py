@@ -19,7 +19,7 @@ from ..http import Auth, HeaderAuth, TokenAuth, create_app, serve
 from ..http._app import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY
 from ._common import PrintableFormatter
 from ._logs import JsonFormatter, add_log_format_argument
-from ._options import EXIT_BUSY, add_fetch_limits, retry_policy
+from ._options import EXIT_BUSY, add_fetch_limits, add_store_options, retry_policy
 from ._telemetry import add_otel_argument, setup_tracing
 
 __all__ = ["add_serve_arguments", "run_serve", "serve_main", "serve_parser"]
@@ -81,6 +81,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         "cut and stored as failed 'cancelled' (default: %(default)g)",
     )
     add_fetch_limits(parser)
+    add_store_options(parser)
     parser.add_argument(
         "--fetch",
         metavar="MODULE:FUNCTION",
@@ -167,6 +168,7 @@ def run_serve(args: argparse.Namespace) -> int:
             heartbeat_interval=args.heartbeat_interval,
             runner_timeout=args.runner_timeout,
             poll_interval=args.poll_interval,
+            store_timeout=args.store_timeout,
             target_timeout=args.target_timeout,
             cancel_grace=args.cancel_grace,
             retry=retry_policy(args.retries),
@@ -174,6 +176,7 @@ def run_serve(args: argparse.Namespace) -> int:
         tracing, flush_traces = setup_tracing(args.otel)
         app = create_app(
             db=args.db,
+            listen_db=args.listen_db,
             fetch=fetch,
             auth=auth,
             config=config,

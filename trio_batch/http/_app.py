@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import time
@@ -64,6 +65,7 @@ def create_app(
     now: Callable[[], float] = time.time,
     logger: logging.Logger | None = None,
     tracing: Tracing = NO_TRACING,
+    listen_db: str | None = None,
 ) -> Starlette:
     """Build the service as a Starlette application; serve it with :func:`serve`.
 
@@ -73,7 +75,9 @@ def create_app(
     seconds it may take to arrive (408 past it), ``retry_after`` is the
     ``Retry-After`` sent with 429 and 503, ``heartbeat`` the seconds between keep-alive
     comments on an idle event stream. ``now``, ``logger`` and ``tracing`` go to the runner; a
-    job submitted with a W3C ``traceparent`` header links to that trace.
+    job submitted with a W3C ``traceparent`` header links to that trace. For a
+    PostgreSQL ``db``, ``config.store_timeout`` bounds each store call and ``listen_db`` is a
+    direct URL for LISTEN beside a pooled ``db`` (see :func:`~trio_batch.open_store`).
 
     ``app.state.service.begin_shutdown()`` refuses new jobs and ends event streams; :func:`serve`
     calls it when its shutdown trigger fires.
@@ -100,7 +104,7 @@ def create_app(
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         service.stopping = trio.Event()
         async with (
-            _opened_store(service.db) as store,
+            _opened_store(service.db, service.config.store_timeout, listen_db) as store,
             open_runner(
                 store,
                 service.fetch,
@@ -171,13 +175,17 @@ def create_app(
 
 
 @contextlib.asynccontextmanager
-async def _opened_store(target: str) -> AsyncIterator[JobStore]:
+async def _opened_store(
+    target: str, store_timeout: float, listen_url: str | None
+) -> AsyncIterator[JobStore]:
     """The store ``target`` names (see :func:`~trio_batch.open_store`): the service's one way in.
 
     Opened on a worker thread (connecting and migrating block); the close is shielded, so a
     cancelled lifespan still closes the store.
     """
-    store = await trio.to_thread.run_sync(open_store, target)
+    store = await trio.to_thread.run_sync(
+        functools.partial(open_store, target, store_timeout=store_timeout, listen_url=listen_url)
+    )
     try:
         yield store
     finally:
