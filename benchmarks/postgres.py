@@ -10,7 +10,11 @@ per round, each on a fresh database:
 - **serial**: one runner, jobs of 32 no-op targets run one after another;
 - **8 jobs**: one runner, 8 callers each running jobs back to back (8 live at once);
 - **8 jobs, 2 runners**: two runner processes on the same database, 4 callers each, started
-  together; targets of both over the time the slower one took.
+  together; targets of both over the time the slower one took;
+- **cycle**, 1 caller and 8: the loop an embedding program runs (build a job's targets, submit,
+  ``wait``, the next), beside **the bare loop** (:mod:`benchmarks.minimal_postgres`: the least
+  trio code with the same guarantees on one synchronous psycopg connection), each cycle also
+  as a ratio to the bare loop of its round.
 
 Figures are medians over interleaved rounds; ratios to the floor are taken within a round.
 Read the ratios, not the absolute figures: the machine is shared.
@@ -36,7 +40,7 @@ from trio_batch import JobState, Target
 from trio_batch.store import NewJob
 from trio_batch.store.postgres import PostgresStore
 
-from . import workloads
+from . import minimal_postgres, workloads
 from .floor import EMPTY_RESULT
 
 _databases = itertools.count(1)
@@ -161,6 +165,22 @@ def run(
             "8 jobs, 2 runners",
             lambda url: two_runners_throughput(url, jobs_per_caller=per_caller),
         ),
+        (
+            "cycle, 1 caller",
+            lambda url: workloads.measure_cycle(url, callers=1, jobs_per_caller=serial_jobs),
+        ),
+        (
+            "bare loop, 1 caller",
+            lambda url: minimal_postgres.measure(url, callers=1, jobs=serial_jobs),
+        ),
+        (
+            "cycle, 8 callers",
+            lambda url: workloads.measure_cycle(url, callers=8, jobs_per_caller=per_caller),
+        ),
+        (
+            "bare loop, 8 callers",
+            lambda url: minimal_postgres.measure(url, callers=8, jobs=per_caller),
+        ),
     ]
     for r in range(rounds):
         for name, measure in steps if r % 2 == 0 else steps[::-1]:
@@ -174,7 +194,12 @@ def render(rows: dict[str, list[float]]) -> str:
     lines = [f"PostgreSQL (local throw-away server), medians over {len(rows['floor'])} rounds"]
     for name, values in rows.items():
         ratio = statistics.median(v / f for v, f in zip(values, rows["floor"], strict=True))
-        lines.append(f"  {name:<34}{statistics.median(values):9.0f} targets/s   {ratio:.2f}x floor")
+        line = f"  {name:<34}{statistics.median(values):9.0f} targets/s   {ratio:.2f}x floor"
+        bare = rows.get(name.replace("cycle", "bare loop")) if name.startswith("cycle") else None
+        if bare is not None:
+            of_bare = statistics.median(v / b for v, b in zip(values, bare, strict=True))
+            line += f"   {of_bare:.2f}x the bare loop"
+        lines.append(line)
     return "\n".join(lines)
 
 

@@ -33,6 +33,12 @@ RATIOS = (
     ("traced_vs_serial", "traced.serial.targets_per_s", "serial.targets_per_s"),
     ("traced_no_store_vs_serial", "traced_no_store.serial.targets_per_s", "serial.targets_per_s"),
     ("concurrent_vs_minimal", "concurrent.targets_per_s", "minimal.concurrent.targets_per_s"),
+    ("cycle_serial_vs_minimal", "cycle.serial.targets_per_s", "minimal.serial.targets_per_s"),
+    (
+        "cycle_concurrent_vs_minimal",
+        "cycle.concurrent.targets_per_s",
+        "minimal.concurrent.targets_per_s",
+    ),
     ("submit_vs_raw.p50", "submit.p50_us", "raw_submit.p50_us"),
     ("submit_vs_raw.p99", "submit.p99_us", "raw_submit.p99_us"),
     ("status_vs_raw.p50", "status.p50_us", "raw_status.p50_us"),
@@ -77,6 +83,8 @@ RATIOS = (
 TARGETS = (
     ("serial >= 0.5x floor", "ratio:serial_vs_floor", ">=", 0.5),
     ("concurrent (8 jobs) >= 1.0x floor", "ratio:concurrent_vs_floor", ">=", 1.0),
+    ("cycle, 1 caller >= 0.9x least code", "ratio:cycle_serial_vs_minimal", ">=", 0.9),
+    ("cycle, 8 callers >= 0.9x least code", "ratio:cycle_concurrent_vs_minimal", ">=", 0.9),
     ("serial >= 2x Huey", "ratio:serial_vs_huey", ">=", 2.0),
     ("8 jobs >= 3x Huey", "ratio:concurrent_vs_huey", ">=", 3.0),
     ("serial >= 20x DBOS", "ratio:serial_vs_dbos", ">=", 20.0),
@@ -294,6 +302,14 @@ def render(results: dict[str, Any]) -> str:
         f"{_n(g('minimal.concurrent.targets_per_s', math.nan))} "
         f"| {_x(rat.get('minimal_concurrent_vs_floor', math.nan))} floor "
         f"(trio_batch: {_x(rat.get('concurrent_vs_minimal', math.nan))} of it) | | |",
+        f"| cycle (build targets, submit, wait), 1 caller | "
+        f"{_n(g('cycle.serial.targets_per_s', math.nan))} "
+        f"| {_x(rat.get('cycle_serial_vs_minimal', math.nan))} least code | >= 0.9x "
+        f"| {verdict['cycle, 1 caller >= 0.9x least code']} |",
+        f"| cycle (build targets, submit, wait), 8 callers | "
+        f"{_n(g('cycle.concurrent.targets_per_s', math.nan))} "
+        f"| {_x(rat.get('cycle_concurrent_vs_minimal', math.nan))} least code | >= 0.9x "
+        f"| {verdict['cycle, 8 callers >= 0.9x least code']} |",
         f"| serial at {hist} history rows, lapsed half being purged | "
         f"{_n(g('history.serial.targets_per_s', math.nan))} "
         f"| {_x(rat.get('history_slowdown.serial', math.nan))} empty's time per target | <= 1.2x "

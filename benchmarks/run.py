@@ -205,6 +205,22 @@ def run_round(
                     minimal.measure(path, callers=callers, jobs=jobs, targets_per_job=per_job),
                 )
 
+        def cycle(callers: int) -> None:
+            # The embedding program's loop (targets built in it), beside least() in each round.
+            with scratch.db("cycle") as path:
+                jobs = sizes.serial_jobs if callers == 1 else sizes.concurrent_jobs_per_caller
+                name = "serial" if callers == 1 else "concurrent"
+                rec.add(
+                    f"cycle.{name}.targets_per_s",
+                    workloads.measure_cycle(
+                        path,
+                        callers=callers,
+                        jobs_per_caller=jobs,
+                        targets_per_job=per_job,
+                        tag=f"y{r}",
+                    ),
+                )
+
         _in_turn(
             r,
             floor_,
@@ -212,7 +228,9 @@ def run_round(
             traced,
             lambda: concurrent(False),
             lambda: least(1),
+            lambda: cycle(1),
             lambda: least(Config().jobs_total),
+            lambda: cycle(Config().jobs_total),
         )
         concurrent(True)
         with scratch.db("idle") as path:

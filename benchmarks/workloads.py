@@ -143,6 +143,42 @@ def measure_serial(
     return jobs * targets_per_job / elapsed
 
 
+def measure_cycle(
+    path: str, *, callers: int, jobs_per_caller: int, targets_per_job: int = 32, tag: str = "y"
+) -> float:
+    """Targets/s of the loop an embedding program runs: each of ``callers`` callers builds a
+    job's targets, submits it, waits for it with ``runner.wait``, then goes on to the next.
+
+    Unlike :func:`measure_serial` and :func:`measure_concurrent` the targets are built inside
+    the timed loop (their checks are the library's cost too), as :mod:`benchmarks.minimal`
+    builds its URLs inside its own.
+    """
+    store = open_db(path)
+
+    async def main() -> float:
+        statuses: list[JobState] = []
+
+        async def caller(c: int) -> None:
+            for j in range(jobs_per_caller):
+                targets = job_targets(f"{tag}/{c}/{j}", targets_per_job)
+                statuses.append(await run_job(runner, f"caller{c}", targets))
+
+        async with open_runner(store, noop_fetch) as runner:
+            start = time.perf_counter()
+            async with trio.open_nursery() as nursery:
+                for c in range(callers):
+                    nursery.start_soon(caller, c)
+            elapsed = time.perf_counter() - start
+        check_done(statuses)
+        return elapsed
+
+    try:
+        elapsed = trio.run(main)
+    finally:
+        close_db(store)
+    return callers * jobs_per_caller * targets_per_job / elapsed
+
+
 @dataclass(frozen=True, slots=True)
 class Concurrent:
     """Aggregate throughput of concurrent callers, and the heartbeat's lateness beside it."""

@@ -89,11 +89,17 @@ def test_whole_round_and_report(tmp_path: Path) -> None:
     assert (tmp_path / "quick.json").exists()
     assert {t["verdict"] for t in results["targets"]} <= {"PASS", "MISS", "SKIP"}
     assert not math.isnan(results["figures"]["serial.targets_per_s"]["median"])
-    for name in ("minimal.serial", "minimal.concurrent"):
+    for name in ("minimal.serial", "minimal.concurrent", "cycle.serial", "cycle.concurrent"):
         assert results["figures"][f"{name}.targets_per_s"]["median"] > 0
-    assert not math.isnan(results["ratios"]["concurrent_vs_minimal"]["median"])
+    for ratio in (
+        "concurrent_vs_minimal",
+        "cycle_serial_vs_minimal",
+        "cycle_concurrent_vs_minimal",
+    ):
+        assert not math.isnan(results["ratios"][ratio]["median"])
     table = report.render(results)
     assert "floor" in table and "least trio code with the same guarantees, 8 jobs" in table
+    assert "cycle (build targets, submit, wait), 8 callers" in table
 
 
 def test_the_probes_run_and_report_each_comparison(capsys: pytest.CaptureFixture[str]) -> None:
