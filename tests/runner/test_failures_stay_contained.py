@@ -102,8 +102,8 @@ async def test_postgres_record_outcome_with_nul_answers_like_sqlite(pg_dsn: str)
 # 2. PostgreSQL: a claim whose registration fails leaves its heartbeat thread running.
 
 
-def _heartbeat_threads() -> int:
-    return sum(t.name == "trio_batch postgres heartbeat" for t in threading.enumerate())
+def _heartbeat_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name == "trio_batch postgres heartbeat"}
 
 
 async def test_postgres_failed_claim_leaves_no_heartbeat_thread(pg_dsn: str) -> None:
@@ -117,12 +117,11 @@ async def test_postgres_failed_claim_leaves_no_heartbeat_thread(pg_dsn: str) -> 
         with pytest.raises(StoreUnavailable):
             async with store.claim(heartbeat_interval=1.0, runner_timeout=5.0):
                 pass  # pragma: no cover - never entered
-        # A stopped StoreThread ends once it has drained its queue: give it the moment.
-        for _ in range(100):
-            if _heartbeat_threads() <= before:
-                break
-            await trio.sleep(0.01)
-        assert _heartbeat_threads() == before
+        # A stopped StoreThread ends once it has drained its queue (however long a loaded
+        # machine takes); one left running never does.
+        for thread in _heartbeat_threads() - before:
+            await trio.to_thread.run_sync(thread.join, 60)  # a hang guard, not a speed check
+        assert _heartbeat_threads() <= before
     finally:
         await store.aclose()
 
