@@ -66,6 +66,7 @@ from ._errors import (
     URLError,
     URLRefused,
 )
+from ._hosts import HostFigures
 from ._http import CheckURL, HttpFetcher, http_fetch, parse_retry_after
 from ._markup import html_to_markdown, html_to_text, main_content
 from ._ssrf import DestinationPolicy, Resolver, forbidden_reason
@@ -79,6 +80,7 @@ __all__ = [
     "FetchError",
     "FetchTimeout",
     "HTTPStatusError",
+    "HostFigures",
     "HttpFetcher",
     "LocalFileError",
     "NetworkError",

@@ -32,7 +32,11 @@ def load_fetch(spec: str) -> FetchFunc:
 
 
 def builtin_fetch(
-    *, allow_private: bool = False, allow_file: bool = False, process_timeout: float = 10.0
+    *,
+    allow_private: bool = False,
+    allow_file: bool = False,
+    process_timeout: float = 10.0,
+    **settings: Any,
 ) -> FetchFunc:
     """The service's default fetch function: the built-in HTTP fetcher behind the SSRF policy.
 
@@ -40,13 +44,16 @@ def builtin_fetch(
     proxies from the environment are refused. ``file://`` URLs are refused unless
     ``allow_file``: they read the server's own disk (its token file included) for every
     caller, so they are a separate choice from ``allow_private``. ``process_timeout`` bounds
-    the processing of one body (see :class:`HttpFetcher`). Needs the ``cli`` extra
-    (the ``http`` extra brings it).
+    the processing of one body (see :class:`HttpFetcher`). ``settings`` go to
+    :class:`HttpFetcher` as they are (``per_host_concurrency``, ``per_host_rate``, ``http2``).
+    Its connections go only to addresses the policy checked (DNS pinning). Needs the ``cli``
+    extra (the ``http`` extra brings it).
     """
     fetcher = HttpFetcher(
         check_url=DestinationPolicy(allow_private=allow_private, allow_file=allow_file),
         allow_file=allow_file,
         process_timeout=process_timeout,
         trust_env=False,
+        **settings,
     )
     return cast(FetchFunc, fetcher)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import datetime
-import email.utils
 import errno
 import functools
 import logging
@@ -23,21 +21,31 @@ import trio
 from .._model import Result, Target
 from .._text import parse_count
 from .._version import __version__
+from ._answers import (
+    REDIRECT_CODES,
+    TRANSIENT,
+    parse_retry_after,
+    redirect_target,
+    split_content_type,
+    status_error,
+)
 from ._body import Body
 from ._bounded import WorkerPool, process_bounded
 from ._errors import (
     FetchError,
     FetchTimeout,
-    HTTPStatusError,
     LocalFileError,
     NetworkError,
     RedirectError,
     ResponseTooLarge,
     URLError,
 )
+from ._hosts import HostFigures, Hosts, Politeness, Ticket
 from ._options import check_target, plan_for
+from ._pool import ClientSettings, Pools, Session
+from ._ssrf import DestinationPolicy
 
-__all__ = ["CheckURL", "HttpFetcher", "http_fetch"]
+__all__ = ["CheckURL", "HttpFetcher", "http_fetch", "parse_retry_after"]
 
 #: A hook called with every URL before it is requested: the first one and each redirect hop.
 #: It returns to allow the request, or raises (ideally :class:`URLRefused`) to refuse it.
@@ -69,7 +77,6 @@ if not any(isinstance(f, _URLsToOrigins) for f in _httpx_log.filters):
     _httpx_log.addFilter(_URLsToOrigins())
 
 _HTTP_SCHEMES = ("http", "https")
-_REDIRECT_CODES = (301, 302, 303, 307, 308)
 
 
 class HttpFetcher:
@@ -94,7 +101,17 @@ class HttpFetcher:
       resolves host names itself should also pin the addresses it checked, for instance
       through ``transport``, or a DNS answer that changes between check and connect slips by.
     - ``transport``: an ``httpx.AsyncBaseTransport`` to send requests through (default: httpx's
-      own connection pool with TLS verified against certifi's CA bundle).
+      own connection pool with TLS verified against ``verify``).
+    - ``verify``: the ``ssl.SSLContext`` servers are verified with (default: certifi's CA
+      bundle).
+    - ``http2``: offer HTTP/2 (ALPN); a server that takes it gets one multiplexed connection.
+    - ``max_connections``: connections open at once, over all hosts (idle keep-alive ones
+      are closed first when the pool is full).
+    - ``per_host_concurrency``: requests in flight to one host at once, over every job.
+    - ``per_host_rate``: requests started per second to one host (None: no rate limit).
+    - ``max_host_pause``: the longest a 429 (or a 503 with ``Retry-After``) pauses its host
+      for every job; see :mod:`trio_batch.fetchers._hosts`. Time spent waiting for a host's
+      turn does not count toward ``timeout``.
     - ``process_timeout``: seconds the processing of one body (grep, jq, HTML to text, PDF)
       may take; past it the worker process doing it is killed and the target fails with
       :class:`ContentError`. It is also the worker's CPU-time limit.
@@ -109,8 +126,14 @@ class HttpFetcher:
     - ``user_agent``: the ``User-Agent`` header.
     - ``trust_env``: honour ``HTTP(S)_PROXY``/``NO_PROXY`` and ``SSL_CERT_FILE`` as httpx does.
 
-    Each call opens its own short-lived ``httpx.AsyncClient`` (the TLS context is built once
-    per fetcher), so one fetcher may be used from any number of trio runs and tasks.
+    Connections: inside ``async with fetcher:`` (``open_runner`` enters a fetch function that
+    is an async context manager, so a runner's jobs share it) every call of that trio run
+    shares one pool of keep-alive connections and one set of per-host limits; leaving the last
+    such block closes them. A call outside any such block opens a client of its own and closes
+    it before returning. One fetcher may be used from any number of trio runs and tasks.
+    When ``check_url`` is a :class:`DestinationPolicy` and no ``transport`` is given, new
+    connections go only to addresses the policy allowed (DNS pinning, see ``_pool``);
+    environment proxies are then not used.
     CPU-heavy processing (HTML, PDF, jq, regex) runs in a worker process that is killed when
     it goes past ``process_timeout`` or ``process_memory`` (see ``_bounded``), so a costly
     pattern never holds the event loop; cancelling the fetch kills the worker too.
@@ -126,6 +149,12 @@ class HttpFetcher:
         allow_file: bool = True,
         check_url: CheckURL | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        verify: ssl.SSLContext | None = None,
+        http2: bool = False,
+        max_connections: int = 100,
+        per_host_concurrency: int = 4,
+        per_host_rate: float | None = None,
+        max_host_pause: float = 30.0,
         process_timeout: float = 10.0,
         process_memory: int = 2 * 1024 * 1024 * 1024,
         max_output: int | None = None,
@@ -143,6 +172,14 @@ class HttpFetcher:
             raise ValueError(
                 "max_bytes, max_redirects, context_lines and max_output must not be negative"
             )
+        if max_connections < 1:
+            raise ValueError("max_connections must be at least 1")
+        self.politeness = Politeness(
+            concurrency=per_host_concurrency,
+            rate=per_host_rate,
+            max_pause=max_host_pause,
+            first_pause=min(1.0, max_host_pause),
+        )
         self.timeout = timeout
         self.connect_timeout = connect_timeout
         self.max_bytes = max_bytes
@@ -150,6 +187,9 @@ class HttpFetcher:
         self.allow_file = allow_file
         self.check_url = check_url
         self.transport = transport
+        self.verify = verify
+        self.http2 = http2
+        self.max_connections = max_connections
         self.process_timeout = process_timeout
         self.process_memory = process_memory
         self.max_output = max_bytes if max_output is None else max_output
@@ -157,6 +197,43 @@ class HttpFetcher:
         self.context_lines = context_lines
         self.user_agent = user_agent
         self.trust_env = trust_env
+        self._pools = Pools(self._client_settings, lambda: Hosts(self.politeness))
+
+    async def __aenter__(self) -> HttpFetcher:
+        """Share one connection pool and per-host limits among this trio run's calls."""
+        self._pools.enter()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        """Leave the block; the last one out closes the run's connections (shielded)."""
+        await self._pools.leave()
+
+    async def aclose(self) -> None:
+        """Close this trio run's connections now, however many blocks are still open.
+
+        Later calls open a client each until the fetcher is entered again.
+        """
+        await self._pools.leave(close=True)
+
+    def host_figures(self) -> list[HostFigures]:
+        """Per-host figures of the current trio run's shared session (empty outside one)."""
+        session = self._pools.current()
+        return [] if session is None else session.hosts.figures()
+
+    def _client_settings(self) -> ClientSettings:
+        return ClientSettings(
+            timeout=httpx.Timeout(self.timeout, connect=self.connect_timeout),
+            limits=httpx.Limits(
+                max_connections=self.max_connections,
+                max_keepalive_connections=self.max_connections,
+            ),
+            http2=self.http2,
+            verify=self._ssl_context if self.verify is None else self.verify,
+            headers={"User-Agent": self.user_agent},
+            trust_env=self.trust_env,
+            policy=self.check_url if isinstance(self.check_url, DestinationPolicy) else None,
+            transport=self.transport,
+        )
 
     def __repr__(self) -> str:
         return (
@@ -199,7 +276,7 @@ class HttpFetcher:
         with trio.move_on_after(self.timeout) as scope:
             if scheme in _HTTP_SCHEMES:
                 _check_http_url(url)
-                return await self._fetch_http(url)
+                return await self._fetch_http(url, scope)
             if scheme == "file" and self.allow_file:
                 if self.check_url is not None:
                     await self.check_url(url)
@@ -218,22 +295,23 @@ class HttpFetcher:
 
         return ssl.create_default_context(cafile=certifi.where())
 
-    async def _fetch_http(self, url: str) -> Body:
-        client = httpx.AsyncClient(
-            timeout=httpx.Timeout(self.timeout, connect=self.connect_timeout),
-            follow_redirects=False,
-            verify=self._ssl_context if self.transport is None else True,
-            transport=self.transport,
-            trust_env=self.trust_env,
-            headers={"User-Agent": self.user_agent},
-        )
+    async def _fetch_http(self, url: str, deadline: trio.CancelScope) -> Body:
+        async with self._pools.session() as session:
+            return await self._fetch_hops(session, url, deadline)
+
+    async def _fetch_hops(self, session: Session, url: str, deadline: trio.CancelScope) -> Body:
+        """Follow ``url``'s redirects through ``session``; ``deadline`` is the fetch's scope,
+        moved on by the time spent waiting for a host's turn."""
+        client = session.client
         current = url
         try:
-            async with client:
-                for hop in range(self.max_redirects + 1):
-                    if self.check_url is not None:
-                        await self.check_url(current)
-                    request = client.build_request("GET", current)
+            for hop in range(self.max_redirects + 1):
+                if self.check_url is not None:
+                    await self.check_url(current)
+                request = client.build_request("GET", current)
+                queued = trio.current_time()
+                async with session.hosts.slot(request.url.host) as ticket:
+                    deadline.deadline += trio.current_time() - queued
                     try:
                         response = await client.send(request, stream=True)
                     except httpx.InvalidURL as exc:
@@ -243,20 +321,21 @@ class HttpFetcher:
                             hint="the server sent a broken Location header; report it to the site",
                         ) from None
                     try:
+                        self._note_answer(session, ticket, response)
                         location = response.headers.get("location")
-                        if response.status_code in _REDIRECT_CODES and location is not None:
+                        if response.status_code in REDIRECT_CODES and location is not None:
                             if hop == self.max_redirects:
                                 raise RedirectError(
                                     f"more than {self.max_redirects} redirects, starting at {url}",
                                     hint="the URL may redirect in a loop; fetch the final URL "
                                     "directly or raise the fetcher's max_redirects",
                                 )
-                            current = _redirect_target(response, location)
+                            current = redirect_target(response, location)
                             continue
                         if response.status_code >= 400:
-                            raise _status_error(response)
+                            raise status_error(response)
                         data = await self._read_capped(response)
-                        content_type, charset = _split_content_type(
+                        content_type, charset = split_content_type(
                             response.headers.get("content-type")
                         )
                         return Body(
@@ -268,6 +347,8 @@ class HttpFetcher:
                             hop,
                         )
                     finally:
+                        # An unread or half-read body closes its connection rather than
+                        # going back to the pool (httpcore shields this close).
                         await response.aclose()
         except httpx.TimeoutException as exc:
             raise FetchTimeout(
@@ -287,11 +368,21 @@ class HttpFetcher:
                 hint="check the host name and that the server is up and reachable",
                 # A refused, reset or broken connection may work a moment later; a TLS or
                 # protocol mismatch will not.
-                retryable=isinstance(exc, _TRANSIENT),
+                retryable=isinstance(exc, TRANSIENT),
             ) from None
         except httpx.HTTPError as exc:  # pragma: no cover - httpx raises the ones above
             raise FetchError(f"{type(exc).__name__} while fetching {current}: {exc}") from None
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+    @staticmethod
+    def _note_answer(session: Session, ticket: Ticket, response: httpx.Response) -> None:
+        """Tell the host's state how it answered: a 429, or a 503 with Retry-After, pauses it."""
+        code = response.status_code
+        retry_after = parse_retry_after(response.headers.get("retry-after"), now=time.time())
+        if code == 429 or (code == 503 and retry_after is not None):
+            session.hosts.throttled(ticket, retry_after)
+        else:
+            session.hosts.succeeded(ticket)
 
     async def _read_capped(self, response: httpx.Response) -> bytes:
         length = parse_count(response.headers.get("content-length", ""), max_digits=30)
@@ -404,80 +495,6 @@ def _unsupported_scheme(url: str, scheme: str, *, allow_file: bool) -> URLError:
         hint=f"this fetcher handles {allowed} URLs; pass your own fetch function to the runner "
         "for other schemes",
     )
-
-
-def _redirect_target(response: httpx.Response, location: str) -> str:
-    try:
-        target = response.url.join(location)
-    except httpx.InvalidURL as exc:
-        raise RedirectError(
-            f"{response.url} redirects to an invalid URL {location!r}: {exc}",
-            hint="the server sent a broken Location header; report it to the site",
-        ) from None
-    if target.scheme not in _HTTP_SCHEMES:
-        raise RedirectError(
-            f"{response.url} redirects to {location!r}; only http and https redirects are followed",
-            hint="redirects to other schemes (file:, ftp:, ...) are refused on purpose; "
-            "fetch that URL directly if you trust it",
-        )
-    return str(target)
-
-
-def _status_error(response: httpx.Response) -> HTTPStatusError:
-    code = response.status_code
-    message = f"HTTP {code} {response.reason_phrase} from {response.url}".replace("  ", " ")
-    if code in (401, 403):
-        hint = "the server refused access; the page may need a login or block automated clients"
-    elif code in (404, 410):
-        hint = "the page does not exist (any more); check the URL"
-    elif code == 429:
-        hint = "the server is rate limiting; wait and submit the target again"
-    elif code >= 500:
-        hint = "the server failed; try again later"
-    else:
-        hint = "the server rejected the request; check the URL"
-    return HTTPStatusError(
-        message,
-        status_code=code,
-        hint=hint,
-        retry_after=parse_retry_after(response.headers.get("retry-after"), now=time.time()),
-    )
-
-
-#: Connection failures that may not happen again a moment later.
-_TRANSIENT = (httpx.ConnectError, httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError)
-
-
-def parse_retry_after(value: str | None, *, now: float) -> float | None:
-    """Seconds to wait from a ``Retry-After`` header: delay-seconds or an HTTP date.
-
-    Strict: delay-seconds are ASCII digits only; a date in the past means 0. Anything else
-    (absent, malformed, absurd) gives None, and the retry policy's own delay applies.
-    """
-    if value is None:
-        return None
-    value = value.strip()
-    if value.isascii() and value.isdigit():
-        return float(value) if len(value) <= 12 else None  # past 30,000 years: nonsense
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError, OverflowError):
-        return None
-    if when.tzinfo is None:  # RFC 9110 dates are GMT; a zone-less one is taken as UTC
-        when = when.replace(tzinfo=datetime.UTC)
-    return max(0.0, when.timestamp() - now)
-
-
-def _split_content_type(header: str | None) -> tuple[str | None, str | None]:
-    if not header:
-        return None, None
-    media, _, params = header.partition(";")
-    charset = None
-    for param in params.split(";"):
-        key, _, value = param.partition("=")
-        if key.strip().lower() == "charset":
-            charset = value.strip().strip("\"'") or None
-    return media.strip().lower() or None, charset
 
 
 #: The default fetcher: ``HttpFetcher()`` with its default limits (30 s, 10 MiB, 5 redirects).

@@ -8,16 +8,17 @@ or otherwise not globally routable. A fetcher calls it before every request, red
 included (``HttpFetcher(check_url=...)``).
 
 Checking the name is not the whole story: a DNS answer can change between the check and the
-connection (DNS rebinding). The check still stops every literal address, every numeric spelling
-of one (``2130706433``, ``0x7f.1``) and every name that resolves inside the forbidden ranges at
-check time, which is what a naive caller tries.
+connection (DNS rebinding). :class:`~trio_batch.fetchers.HttpFetcher` therefore pins: when its
+``check_url`` is a policy, each new connection resolves the host through
+:meth:`DestinationPolicy.addresses` and connects only to an address that check allowed (see
+``_pool``), and every request, on a pooled connection too, is checked first.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import socket
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from urllib.parse import urlsplit
 
 import trio
@@ -102,7 +103,9 @@ class DestinationPolicy:
     :func:`forbidden_reason`). With ``allow_private=True`` every destination is allowed (for a
     service that is meant to fetch from its own network). ``file://`` URLs are refused unless
     ``allow_file=True``, whatever ``allow_private`` says: they read the server's own disk.
-    ``resolver`` replaces DNS (tests).
+    ``allow_networks`` lists networks allowed although they are not public (``"10.1.2.0/24"``,
+    ``"127.0.0.1/32"``): a narrower opening than ``allow_private``; a malformed one raises
+    ValueError. ``resolver`` replaces DNS (tests).
     """
 
     def __init__(
@@ -110,10 +113,12 @@ class DestinationPolicy:
         *,
         allow_private: bool = False,
         allow_file: bool = False,
+        allow_networks: Iterable[str] = (),
         resolver: Resolver | None = None,
     ) -> None:
         self.allow_private = allow_private
         self.allow_file = allow_file
+        self.allow_networks = tuple(ipaddress.ip_network(n, strict=False) for n in allow_networks)
         self._resolve: Resolver = resolve if resolver is None else resolver
 
     def __repr__(self) -> str:
@@ -151,6 +156,21 @@ class DestinationPolicy:
             raise DestinationRefused(
                 f"{url!r} names no host", hint="write the full URL, e.g. https://example.org/"
             )
+        default_port = 443 if parts.scheme.lower() == "https" else 80
+        await self._checked(host, port or default_port, url)
+
+    async def addresses(self, host: str, port: int) -> list[str] | None:
+        """The addresses of ``host`` that may be connected to, all of them checked.
+
+        Raises :class:`DestinationRefused` as a call does. None with ``allow_private``: the
+        host may be reached wherever it resolves to. A fetcher connects only to these
+        addresses (DNS pinning), so an answer that changes after the check cannot slip by.
+        """
+        if self.allow_private:
+            return None
+        return await self._checked(host, port, f"{host}:{port}")
+
+    async def _checked(self, host: str, port: int, url: str) -> list[str]:
         try:
             literal: IPAddress | None = ipaddress.ip_address(host)
         except ValueError:
@@ -158,9 +178,8 @@ class DestinationPolicy:
         if literal is not None:
             addresses: Sequence[str] = [str(literal)]
         else:
-            default_port = 443 if parts.scheme.lower() == "https" else 80
             try:
-                addresses = await self._resolve(host, port or default_port)
+                addresses = await self._resolve(host, port)
             except (OSError, UnicodeError) as exc:  # socket.gaierror is an OSError
                 raise DestinationRefused(
                     f"cannot resolve {host!r}: {exc}",
@@ -170,7 +189,7 @@ class DestinationPolicy:
             raise DestinationRefused(f"{host!r} resolves to no address", hint="check the host")
         for address in addresses:
             ip = ipaddress.ip_address(address.split("%", 1)[0])  # drop an IPv6 zone id
-            reason = forbidden_reason(ip)
+            reason = None if self._opened(ip) else forbidden_reason(ip)
             if reason is not None:
                 where = host if literal is not None else f"{host} ({ip})"
                 raise DestinationRefused(
@@ -178,3 +197,7 @@ class DestinationPolicy:
                     hint="this service fetches only public addresses; an operator can start "
                     "it with --allow-private to fetch from its own network",
                 )
+        return list(addresses)
+
+    def _opened(self, ip: IPAddress) -> bool:
+        return any(ip.version == net.version and ip in net for net in self.allow_networks)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 import trio
@@ -78,6 +78,10 @@ async def open_runner(
     and per store call of a drain (OpenTelemetry, the ``trio-batch[otel]`` extra); off by
     default, at the cost of a method call per event.
 
+    A ``fetch`` that is also an async context manager (``HttpFetcher`` is: its connection pool
+    and per-host limits) is entered before the first job and left after the last outcome is
+    stored, so the runner's jobs share what it holds and it is closed with the runner.
+
     On exit (normal, by exception or by cancellation) in-flight fetches are cancelled, every
     outcome already being stored is completed, and every job of this runner still live is
     marked ``failed`` with error ``"shutdown"``. Afterwards every runner method raises
@@ -93,9 +97,12 @@ async def open_runner(
         ):
             observer, job_store.on_write = job_store.on_write, on_store_write
             try:
-                async with _running(
-                    tracing.wrap_store(job_store), fetch, config, now, log, on_retry, tracing
-                ) as runner:
+                async with (
+                    _entered(fetch),
+                    _running(
+                        tracing.wrap_store(job_store), fetch, config, now, log, on_retry, tracing
+                    ) as runner,
+                ):
                     yield runner
             finally:
                 job_store.on_write = observer
@@ -103,6 +110,16 @@ async def open_runner(
         if job_store is not store:
             with trio.CancelScope(shield=True):
                 await job_store.aclose()
+
+
+@asynccontextmanager
+async def _entered(fetch: FetchFunc) -> AsyncIterator[None]:
+    """Hold ``fetch`` open for the runner's life if it is an async context manager."""
+    if isinstance(fetch, AbstractAsyncContextManager):
+        async with fetch:
+            yield
+    else:
+        yield
 
 
 @asynccontextmanager

@@ -1,0 +1,187 @@
+"""Politeness per host, shared by every job of a runner: in-flight cap, rate, host-wide pause.
+
+:class:`Hosts` holds one :class:`_Host` per host name. Every request (each redirect hop) takes a
+slot of its host with :meth:`Hosts.slot`: it waits while the host is paused, for one of the
+host's ``concurrency`` places, and for the host's rate, in that order of arrival. A 429 (or a
+503 carrying ``Retry-After``) pauses the host for every job (:meth:`Hosts.throttled`).
+
+The pause: the server's ``Retry-After`` if longer than the host's backoff, never more than
+``max_pause``. The backoff starts at ``first_pause`` and doubles with each 429 in a row, so
+``Retry-After: 0`` still pauses; 429s answering requests that were already in flight when the
+host was paused belong to the same burst and do not double it again. A success resets it.
+Each host's state is its own: a paused or slow host never holds a request to another one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import trio
+
+__all__ = ["HostFigures", "Hosts", "Politeness", "Ticket"]
+
+
+@dataclass(frozen=True, slots=True)
+class Politeness:
+    """Per-host limits: ``concurrency`` requests in flight, ``rate`` request starts a second
+    (None: no rate limit), and the pause after a 429: ``first_pause`` doubling up to
+    ``max_pause`` seconds, or the server's ``Retry-After`` within ``max_pause``."""
+
+    concurrency: int = 4
+    rate: float | None = None
+    first_pause: float = 1.0
+    max_pause: float = 30.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.concurrency, bool) or not isinstance(self.concurrency, int):
+            raise ValueError(
+                f"per-host concurrency must be a whole number, not {self.concurrency!r}"
+            )
+        if not 1 <= self.concurrency <= 1000:
+            raise ValueError(f"per-host concurrency must be from 1 to 1000, not {self.concurrency}")
+        if self.rate is not None and not (math.isfinite(self.rate) and self.rate > 0):
+            raise ValueError(f"per-host rate must be a positive number, not {self.rate!r}")
+        if not (0 < self.first_pause <= self.max_pause and math.isfinite(self.max_pause)):
+            raise ValueError("first_pause must be positive and no more than a finite max_pause")
+
+
+@dataclass(frozen=True, slots=True)
+class HostFigures:
+    """One host's figures since it was first seen (or since it was dropped as idle):
+    requests sent, 429s (and 503s with Retry-After) received, seconds of pause they set, and
+    requests in flight and waiting for their turn now."""
+
+    host: str
+    requests: int
+    throttled: int
+    paused_seconds: float
+    in_flight: int
+    waiting: int
+
+
+class _Host:
+    __slots__ = (
+        "epoch",
+        "in_flight",
+        "next_start",
+        "pause_until",
+        "paused_seconds",
+        "requests",
+        "slots",
+        "strikes",
+        "throttled",
+        "waiting",
+    )
+
+    def __init__(self, concurrency: int) -> None:
+        self.slots = trio.Semaphore(concurrency)
+        self.waiting = 0
+        self.in_flight = 0
+        self.requests = 0
+        self.throttled = 0
+        self.paused_seconds = 0.0
+        self.pause_until = -math.inf
+        self.next_start = -math.inf
+        self.strikes = 0  # 429 bursts in a row, for the backoff
+        self.epoch = 0  # bumped at each new burst; a request remembers the one it started in
+
+    def idle(self, now: float) -> bool:
+        return self.waiting == 0 and self.in_flight == 0 and self.pause_until <= now
+
+
+@dataclass(frozen=True, slots=True)
+class Ticket:
+    """A request's place at its host: what :meth:`Hosts.throttled` and ``succeeded`` take."""
+
+    host: _Host
+    epoch: int
+
+
+class Hosts:
+    """The per-host state of one trio run's fetches (see the module's docstring).
+
+    At most ``max_hosts`` hosts are remembered; past it the least recently used idle host is
+    forgotten (its figures with it), so a service fetching from millions of hosts stays bounded.
+    """
+
+    def __init__(self, politeness: Politeness, *, max_hosts: int = 1024) -> None:
+        self.politeness = politeness
+        self.max_hosts = max_hosts
+        self._hosts: OrderedDict[str, _Host] = OrderedDict()
+
+    def _host(self, name: str) -> _Host:
+        host = self._hosts.get(name)
+        if host is not None:
+            self._hosts.move_to_end(name)
+            return host
+        if len(self._hosts) >= self.max_hosts:
+            now = trio.current_time()
+            for old, state in self._hosts.items():
+                if state.idle(now):
+                    del self._hosts[old]
+                    break
+        host = self._hosts[name] = _Host(self.politeness.concurrency)
+        return host
+
+    @asynccontextmanager
+    async def slot(self, name: str) -> AsyncIterator[Ticket]:
+        """Hold one of ``name``'s places for a request: waits for a place, a pause, the rate.
+
+        Cancellation while waiting leaves no trace; the place is given back when the block
+        ends, however it ends.
+        """
+        host = self._host(name)
+        host.waiting += 1
+        try:
+            async with host.slots:
+                # A pause may be extended while it runs (another job's 429): look again.
+                while (wait := host.pause_until - trio.current_time()) > 0:  # noqa: ASYNC110
+                    await trio.sleep(wait)
+                rate = self.politeness.rate
+                if rate is not None:
+                    start = max(trio.current_time(), host.next_start)
+                    host.next_start = start + 1 / rate
+                    await trio.sleep_until(start)
+                host.waiting -= 1
+                host.in_flight += 1
+                host.requests += 1
+                try:
+                    yield Ticket(host, host.epoch)
+                finally:
+                    host.in_flight -= 1
+                    host.waiting += 1
+        finally:
+            host.waiting -= 1
+
+    def throttled(self, ticket: Ticket, retry_after: float | None) -> float:
+        """The host answered 429 (or 503 with Retry-After): pause it; returns the pause set."""
+        host = ticket.host
+        host.throttled += 1
+        if ticket.epoch == host.epoch:  # the first 429 of a new burst
+            host.strikes += 1
+            host.epoch += 1
+        p = self.politeness
+        backoff: float = min(p.first_pause * 2.0 ** min(host.strikes - 1, 64), p.max_pause)
+        pause = min(max(retry_after or 0.0, backoff), p.max_pause)
+        now = trio.current_time()
+        until = now + pause
+        if until > host.pause_until:
+            host.paused_seconds += until - max(host.pause_until, now)
+            host.pause_until = until
+        return pause
+
+    def succeeded(self, ticket: Ticket) -> None:
+        """The host answered without throttling: a request of the current burst resets it."""
+        if ticket.epoch == ticket.host.epoch:
+            ticket.host.strikes = 0
+
+    def figures(self) -> list[HostFigures]:
+        """Every remembered host's figures, by host name."""
+        return [
+            HostFigures(name, h.requests, h.throttled, h.paused_seconds, h.in_flight, h.waiting)
+            for name, h in sorted(self._hosts.items())
+        ]
