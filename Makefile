@@ -55,12 +55,14 @@ $(BENCH_STAMP): pyproject.toml $(STAMP)
 bench: $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks.run
 	$(BIN)/python -m benchmarks.postgres
+	$(BIN)/python -m benchmarks.fetch
 
 # First the peers' smoke tests (left out of `make test`, which does not install the peers).
 bench-quick: $(BENCH_STAMP)
 	$(BIN)/pytest -m peers tests/test_benchmarks_smoke.py
 	$(BIN)/python -m benchmarks.run --quick
 	$(BIN)/python -m benchmarks.postgres --quick
+	$(BIN)/python -m benchmarks.fetch --quick
 
 # A real batch through `trio-batch run` against a local fixture server (demo/), offline.
 demo: $(STAMP)

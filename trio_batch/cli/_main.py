@@ -54,7 +54,7 @@ from ._common import (
     targets_json,
 )
 from ._logs import add_log_format_argument
-from ._options import add_fetch_limits, add_store_options
+from ._options import add_fetch_limits, add_politeness, add_store_options
 from ._run import DEFAULT_MAX_TARGETS, cmd_run
 from ._telemetry import add_otel_argument
 
@@ -155,6 +155,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     add_fetch_limits(run)
     add_store_options(run)
+    add_politeness(run)
 
     status = sub.add_parser("status", parents=[db], help="show a job and its targets' statuses")
     _add_job_argument(status)

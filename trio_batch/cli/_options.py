@@ -4,11 +4,20 @@ from __future__ import annotations
 
 import argparse
 import math
+from typing import Any
 
 from .._config import COMMAND_TARGET_TIMEOUT, Config
 from .._retry import RetryPolicy
 
-__all__ = ["COMMAND_RETRIES", "EXIT_BUSY", "add_fetch_limits", "add_store_options", "retry_policy"]
+__all__ = [
+    "COMMAND_RETRIES",
+    "EXIT_BUSY",
+    "add_fetch_limits",
+    "add_politeness",
+    "add_store_options",
+    "politeness",
+    "retry_policy",
+]
 
 #: Exit code of ``run`` and ``serve`` when another runner holds the database: nothing was
 #: submitted or served (unlike 1, a job that ran and failed, or another start-up failure).
@@ -84,3 +93,58 @@ def add_store_options(parser: argparse.ArgumentParser) -> None:
         "postgresql:// URL of the same database, for LISTEN (without it, changes made by "
         "other runners are seen at each poll)",
     )
+
+
+#: Requests in flight to one host at once, over every job, unless told otherwise.
+PER_HOST_CONCURRENCY = 4
+
+
+def _concurrency(text: str) -> int:
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= 1000:
+        raise argparse.ArgumentTypeError(f"expected a whole number from 1 to 1000, not {text!r}")
+    return int(text)
+
+
+def _rate(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a positive number, not {text!r}")
+    return value
+
+
+def add_politeness(parser: argparse.ArgumentParser) -> None:
+    """The built-in fetcher's connection and per-host options (see ``politeness``)."""
+    parser.add_argument(
+        "--per-host-concurrency",
+        type=_concurrency,
+        default=PER_HOST_CONCURRENCY,
+        metavar="N",
+        help="the built-in fetcher sends at most N requests at once to one host, over every "
+        "job; a 429 (or a 503 with Retry-After) pauses that host for every job, as long as "
+        "Retry-After asks or 1 s doubling with each 429 in a row, at most 30 s "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
+        "--per-host-rate",
+        type=_rate,
+        default=None,
+        metavar="PER_SECOND",
+        help="start at most this many requests a second to one host (default: no limit)",
+    )
+    parser.add_argument(
+        "--http2",
+        action="store_true",
+        help="offer HTTP/2 to servers; one that takes it gets one multiplexed connection",
+    )
+
+
+def politeness(args: argparse.Namespace) -> dict[str, Any]:
+    """The keyword arguments ``add_politeness``'s options give ``HttpFetcher``."""
+    return {
+        "per_host_concurrency": args.per_host_concurrency,
+        "per_host_rate": args.per_host_rate,
+        "http2": args.http2,
+    }

@@ -40,7 +40,7 @@ from ._common import (
 )
 from ._input import InputError, parse_targets
 from ._logs import JsonFormatter
-from ._options import retry_policy
+from ._options import politeness, retry_policy
 from ._telemetry import setup_tracing
 
 if TYPE_CHECKING:
@@ -219,7 +219,7 @@ async def _run_job(
     targets: list[Target],
     tracing: Tracing,
 ) -> _Outcome:
-    from ..fetchers import http_fetch
+    from ..fetchers import HttpFetcher
     from ..runner import open_runner
     from . import _console
 
@@ -233,8 +233,9 @@ async def _run_job(
             _note(view, err, _console.retry_line(notice))
 
     with trio.open_signal_receiver(signal.SIGINT) as signals, trio.CancelScope() as hard_stop:
+        fetcher = HttpFetcher(**politeness(args))
         async with open_runner(
-            store, http_fetch, config, on_retry=on_retry, tracing=tracing
+            store, fetcher, config, on_retry=on_retry, tracing=tracing
         ) as runner:
             job_id, reused = await runner.submit(caller, args.caller_class, targets)
             outcome = _Outcome(job_id, reused, interrupted=False)

@@ -19,7 +19,14 @@ from ..http import Auth, HeaderAuth, TokenAuth, create_app, serve
 from ..http._app import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY
 from ._common import PrintableFormatter
 from ._logs import JsonFormatter, add_log_format_argument
-from ._options import EXIT_BUSY, add_fetch_limits, add_store_options, retry_policy
+from ._options import (
+    EXIT_BUSY,
+    add_fetch_limits,
+    add_politeness,
+    add_store_options,
+    politeness,
+    retry_policy,
+)
 from ._telemetry import add_otel_argument, setup_tracing
 
 __all__ = ["add_serve_arguments", "run_serve", "serve_main", "serve_parser"]
@@ -82,6 +89,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_fetch_limits(parser)
     add_store_options(parser)
+    add_politeness(parser)
     parser.add_argument(
         "--fetch",
         metavar="MODULE:FUNCTION",
@@ -158,6 +166,7 @@ def run_serve(args: argparse.Namespace) -> int:
                 allow_private=args.allow_private,
                 allow_file=args.allow_file,
                 process_timeout=args.process_timeout,
+                **politeness(args),
             )
         )
         config = Config(

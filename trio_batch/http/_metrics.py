@@ -1,6 +1,7 @@
 """The service's Prometheus metrics: store write and call times, fetch times, attempts by
 outcome, requests answered, and the store's jobs and targets by status, read at scrape time
-(:meth:`Metrics.set_store_counts`).
+(:meth:`Metrics.set_store_counts`), and the built-in fetcher's per-host figures, read at scrape
+time too (:meth:`Metrics.set_host_figures`).
 
 Fetch and store-call figures come through the runner's tracing hooks (:class:`Metered`, around
 whatever tracer the service has); with a tracer on, they carry the trace id as an exemplar
@@ -11,15 +12,18 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 from starlette.requests import ClientDisconnect
 from starlette.types import Receive, Scope, Send
 
 from .._model import Job, Target
 from .._tracing import Method, Tracing, WrappedStore, current_ids, error_class, store_backend
+from ..fetchers import HostFigures
 from ..store import StoreCounts
 
 __all__ = ["Metered", "Metrics", "RequestCounter"]
@@ -95,6 +99,12 @@ class Metrics:
             ["status"],
             registry=self.registry,
         )
+        self.hosts = _HostCollector()
+        self.registry.register(self.hosts)
+
+    def set_host_figures(self, figures: Sequence[HostFigures]) -> None:
+        """Replace the per-host figures the next scrape reports (taken on the event loop)."""
+        self.hosts.figures = list(figures)
 
     def observe_write(self, operation: str, seconds: float) -> None:
         """Record one store write (the runner's ``on_store_write`` hook)."""
@@ -199,6 +209,51 @@ class Metered(Tracing):
 
     def remote_parent(self, headers: Mapping[str, str]) -> contextlib.AbstractContextManager[None]:
         return self.inner.remote_parent(headers)
+
+
+class _HostCollector(Collector):
+    """The built-in fetcher's per-host figures, as they were when the scrape began.
+
+    A host forgotten as idle (the fetcher remembers a bounded number) drops out, and its
+    counters start again from zero if it comes back, which Prometheus reads as a reset.
+    """
+
+    def __init__(self) -> None:
+        self.figures: list[HostFigures] = []
+
+    def collect(self) -> Iterator[Metric]:
+        requests = CounterMetricFamily(
+            "trio_batch_fetch_host_requests",
+            "Requests the built-in fetcher sent to a host, redirect hops included.",
+            labels=["host"],
+        )
+        throttled = CounterMetricFamily(
+            "trio_batch_fetch_host_throttled",
+            "429 answers (and 503 with Retry-After) from a host; each paused the host.",
+            labels=["host"],
+        )
+        paused = CounterMetricFamily(
+            "trio_batch_fetch_host_paused_seconds",
+            "Seconds of host-wide pause those answers set.",
+            labels=["host"],
+        )
+        in_flight = GaugeMetricFamily(
+            "trio_batch_fetch_host_in_flight",
+            "Requests to a host in flight now.",
+            labels=["host"],
+        )
+        waiting = GaugeMetricFamily(
+            "trio_batch_fetch_host_waiting",
+            "Requests waiting for their turn at a host (its limit, rate or pause) now.",
+            labels=["host"],
+        )
+        for f in self.figures:
+            requests.add_metric([f.host], f.requests)
+            throttled.add_metric([f.host], f.throttled)
+            paused.add_metric([f.host], f.paused_seconds)
+            in_flight.add_metric([f.host], f.in_flight)
+            waiting.add_metric([f.host], f.waiting)
+        yield from (requests, throttled, paused, in_flight, waiting)
 
 
 class RequestCounter:

@@ -12,6 +12,7 @@ from starlette.responses import JSONResponse, Response
 
 from .._errors import BatchError
 from .._text import parse_count
+from ..fetchers import HttpFetcher
 from ._batch_data import FILTER_KEYS, filter_from_query, filter_query
 from ._bodies import (
     job_json,
@@ -176,6 +177,8 @@ async def metrics(request: Request) -> Response:
     if runner is not None:
         counts = await runner.store.counts(now=service.now())
         service.metrics.set_store_counts(counts)
+    if isinstance(service.fetch, HttpFetcher):
+        service.metrics.set_host_figures(service.fetch.host_figures())
     if "application/openmetrics-text" in request.headers.get("accept", ""):
         text = await trio.to_thread.run_sync(openmetrics_latest, service.metrics.registry)
         return Response(text, media_type=OPENMETRICS_CONTENT_TYPE)
