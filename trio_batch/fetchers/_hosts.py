@@ -15,12 +15,15 @@ Each host's state is its own: a paused or slow host never holds a request to ano
 from __future__ import annotations
 
 import math
+import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import trio
+
+from ._answers import parse_retry_after
 
 __all__ = ["HostFigures", "Hosts", "Politeness", "Ticket"]
 
@@ -156,6 +159,14 @@ class Hosts:
                     host.waiting += 1
         finally:
             host.waiting -= 1
+
+    def answered(self, ticket: Ticket, status: int, retry_after: str | None) -> None:
+        """Note how the host answered: a 429, or a 503 with ``Retry-After``, pauses it."""
+        delay = parse_retry_after(retry_after, now=time.time())
+        if status == 429 or (status == 503 and delay is not None):
+            self.throttled(ticket, delay)
+        else:
+            self.succeeded(ticket)
 
     def throttled(self, ticket: Ticket, retry_after: float | None) -> float:
         """The host answered 429 (or 503 with Retry-After): pause it; returns the pause set."""

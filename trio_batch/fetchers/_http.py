@@ -9,7 +9,6 @@ import mimetypes
 import os
 import ssl
 import stat
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import SplitResult, urlsplit
@@ -40,7 +39,7 @@ from ._errors import (
     ResponseTooLarge,
     URLError,
 )
-from ._hosts import HostFigures, Hosts, Politeness, Ticket
+from ._hosts import HostFigures, Hosts, Politeness
 from ._options import check_target, plan_for
 from ._pool import ClientSettings, Pools, Session
 from ._ssrf import DestinationPolicy
@@ -321,7 +320,8 @@ class HttpFetcher:
                             hint="the server sent a broken Location header; report it to the site",
                         ) from None
                     try:
-                        self._note_answer(session, ticket, response)
+                        retry_after = response.headers.get("retry-after")
+                        session.hosts.answered(ticket, response.status_code, retry_after)
                         location = response.headers.get("location")
                         if response.status_code in REDIRECT_CODES and location is not None:
                             if hop == self.max_redirects:
@@ -373,16 +373,6 @@ class HttpFetcher:
         except httpx.HTTPError as exc:  # pragma: no cover - httpx raises the ones above
             raise FetchError(f"{type(exc).__name__} while fetching {current}: {exc}") from None
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
-
-    @staticmethod
-    def _note_answer(session: Session, ticket: Ticket, response: httpx.Response) -> None:
-        """Tell the host's state how it answered: a 429, or a 503 with Retry-After, pauses it."""
-        code = response.status_code
-        retry_after = parse_retry_after(response.headers.get("retry-after"), now=time.time())
-        if code == 429 or (code == 503 and retry_after is not None):
-            session.hosts.throttled(ticket, retry_after)
-        else:
-            session.hosts.succeeded(ticket)
 
     async def _read_capped(self, response: httpx.Response) -> bytes:
         length = parse_count(response.headers.get("content-length", ""), max_digits=30)
