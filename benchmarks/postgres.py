@@ -14,7 +14,11 @@ per round, each on a fresh database:
 - **cycle**, 1 caller and 8: the loop an embedding program runs (build a job's targets, submit,
   ``wait``, the next), beside **the bare loop** (:mod:`benchmarks.minimal_postgres`: the least
   trio code with the same guarantees on one synchronous psycopg connection), each cycle also
-  as a ratio to the bare loop of its round.
+  as a ratio to the bare loop of its round;
+- **serial** and **8 jobs** again **through PgBouncer** (demo/local_pgbouncer.py: transaction
+  mode, over TCP on 127.0.0.1, the server behind it on its Unix socket), beside the direct rows
+  above: what the pooler's extra hop costs (one runner: ``?listen=off``, LISTEN has nothing
+  to tell it).
 
 Figures are medians over interleaved rounds; ratios to the floor are taken within a round.
 Read the ratios, not the absolute figures: the machine is shared.
@@ -35,6 +39,7 @@ from typing import Any
 import psycopg
 import trio
 
+from demo.local_pgbouncer import PgBouncer, start_pgbouncer, stop_pgbouncer
 from demo.local_postgres import PgServer, start_postgres
 from trio_batch import JobState, Target
 from trio_batch.store import NewJob
@@ -149,8 +154,20 @@ def _child(url: str, k: int) -> None:
     trio.run(main)
 
 
+def _pooled(bouncer: PgBouncer, url: str) -> str:
+    """The database of ``url`` (a direct one) through the pooler; one runner, so no LISTEN."""
+    dbname = url.split("/")[3].split("?")[0]
+    return f"{bouncer.url(dbname)}?listen=off"
+
+
 def run(
-    server: PgServer, *, rounds: int, floor_targets: int, serial_jobs: int, per_caller: int
+    server: PgServer,
+    bouncer: PgBouncer,
+    *,
+    rounds: int,
+    floor_targets: int,
+    serial_jobs: int,
+    per_caller: int,
 ) -> dict[str, list[float]]:
     """Every measurement once per round, in turn; figures per round."""
     rows: dict[str, list[float]] = {}
@@ -180,6 +197,18 @@ def run(
         (
             "bare loop, 8 callers",
             lambda url: minimal_postgres.measure(url, callers=8, jobs=per_caller),
+        ),
+        (
+            "serial, through PgBouncer",
+            lambda url: workloads.measure_serial(_pooled(bouncer, url), jobs=serial_jobs),
+        ),
+        (
+            "8 jobs, through PgBouncer",
+            lambda url: (
+                workloads.measure_concurrent(
+                    _pooled(bouncer, url), jobs_per_caller=per_caller
+                ).targets_per_s
+            ),
         ),
     ]
     for r in range(rounds):
@@ -221,7 +250,11 @@ def main(argv: list[str] | None = None) -> None:
         sizes["rounds"] = args.rounds
     server = start_postgres()
     try:
-        print(render(run(server, **sizes)))
+        bouncer = start_pgbouncer(server)
+        try:
+            print(render(run(server, bouncer, **sizes)))
+        finally:
+            stop_pgbouncer(bouncer)
     finally:
         server.destroy()
 
