@@ -28,7 +28,8 @@ TRIO_BATCH = str(Path(sys.executable).parent / "trio-batch")
 
 
 def batch(base: str) -> list[dict[str, Any]]:
-    """The demo's targets: every option the built-in fetcher has, and two failures."""
+    """The demo's targets: every option the built-in fetcher has, and two failures at fetch time (options that cannot work at all, such as ``question``, which
+this fetcher does not support, are refused at submit and would stop the run)."""
     page, api = f"{base}/index.html", f"{base}/api/status.json"
     return [
         {"url": page},
@@ -42,7 +43,7 @@ def batch(base: str) -> list[dict[str, Any]]:
         {"url": f"{base}/slow"},
         {"url": f"{base}/old-news", "options": {"mode": "text", "grep": "inspection"}},
         {"url": f"{base}/no-such-page.html"},
-        {"url": page, "options": {"question": "Which lights are dark?"}},
+        {"url": page, "options": {"jq": ".version"}},  # an HTML page: not JSON
     ]
 
 
@@ -72,7 +73,7 @@ def main(argv: list[str]) -> int:
         print(batch_file.read_text().replace(server.base, "$BASE"), end="")
 
         run = [TRIO_BATCH, "run", str(batch_file), "--db", str(db)]
-        step("run the batch (two targets fail on purpose: a 404 and an unsupported option)", run)
+        step("run the batch (two targets fail on purpose: a 404 and jq on an HTML page)", run)
         started = time.monotonic()
         first = subprocess.run(run, env=env, check=False)
         took = time.monotonic() - started
