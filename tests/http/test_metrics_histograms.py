@@ -6,13 +6,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
 from trio_batch import otel_tracing
 
 from ..support.fakes import FakeClock, ScriptedFetch
+from ..support.tracing import memory_provider
 from .test_http import running
 from .test_http_hardening import metric
 
@@ -36,9 +33,7 @@ async def test_fetches_attempts_and_store_calls_are_measured(
 async def test_exemplars_carry_the_trace_id_in_openmetrics(
     tmp_path: Path, fetch: ScriptedFetch, clock: FakeClock
 ) -> None:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    provider, exporter = memory_provider()
     async with running(tmp_path, fetch, clock, tracing=otel_tracing(provider)) as svc:
         job_id = (await svc.submit("a"))["id"]
         await svc.wait_done(job_id)

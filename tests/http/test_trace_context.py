@@ -6,13 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from trio_batch import otel_tracing
 
 from ..support.fakes import FakeClock, ScriptedFetch
+from ..support.tracing import memory_provider
 from .test_http import auth, body, running
 
 PARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -30,9 +28,7 @@ PARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 async def test_the_job_links_to_a_valid_traceparent_only(
     tmp_path: Path, fetch: ScriptedFetch, clock: FakeClock, traceparent: str, linked: bool
 ) -> None:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    provider, exporter = memory_provider()
     async with running(tmp_path, fetch, clock, tracing=otel_tracing(provider)) as svc:
         r = await svc.client.post(
             "/v1/batches", json=body("a"), headers={**auth(), "traceparent": traceparent}

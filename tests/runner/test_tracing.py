@@ -11,29 +11,48 @@ import pytest
 import trio
 import trio.testing
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from trio_batch import Config, RetryableError, RetryPolicy, Store, Target, open_runner, otel_tracing
+from trio_batch import (
+    Config,
+    FetchFunc,
+    Job,
+    RetryableError,
+    RetryPolicy,
+    Store,
+    Target,
+    Tracing,
+    open_runner,
+    otel_tracing,
+)
 
 from ..support.fakes import FakeClock, ScriptedFetch, urls
+from ..support.tracing import memory_provider, spans_named
 
 
 @pytest.fixture
-def exporter() -> InMemorySpanExporter:
-    return InMemorySpanExporter()
+def traced() -> tuple[TracerProvider, InMemorySpanExporter]:
+    return memory_provider()
 
 
 @pytest.fixture
-def provider(exporter: InMemorySpanExporter) -> TracerProvider:
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    return provider
+def exporter(traced: tuple[TracerProvider, InMemorySpanExporter]) -> InMemorySpanExporter:
+    return traced[1]
 
 
-def spans_named(exporter: InMemorySpanExporter, name: str) -> list[ReadableSpan]:
-    return [span for span in exporter.get_finished_spans() if span.name == name]
+@pytest.fixture
+def provider(traced: tuple[TracerProvider, InMemorySpanExporter]) -> TracerProvider:
+    return traced[0]
+
+
+async def run_job(
+    store: Store, fetch: FetchFunc, clock: FakeClock, tracing: Tracing, targets: list[Target]
+) -> Job | None:
+    """Run one job of ``targets`` to its end on a runner of its own; returns it as it ended."""
+    async with open_runner(store, fetch, now=clock, tracing=tracing) as runner:
+        job_id, _ = await runner.submit("alice", "default", targets)
+        return await runner.wait(job_id)
 
 
 def children_of(exporter: InMemorySpanExporter, parent: ReadableSpan) -> list[ReadableSpan]:
@@ -82,10 +101,9 @@ async def test_a_job_is_a_span_with_a_child_per_attempt_and_store_call(
     exporter: InMemorySpanExporter,
     provider: TracerProvider,
 ) -> None:
-    tracing = otel_tracing(provider)
-    async with open_runner(store, fetch, now=clock, tracing=tracing) as runner:
-        job_id, _ = await runner.submit("alice", "default", urls("a", "fail", "c"))
-        await runner.wait(job_id)
+    ended = await run_job(store, fetch, clock, otel_tracing(provider), urls("a", "fail", "c"))
+    assert ended is not None
+    job_id = ended.id
 
     [job] = spans_named(exporter, "trio_batch.job")
     assert job.parent is None  # a trace of its own
@@ -167,9 +185,7 @@ async def test_the_full_url_is_recorded_only_when_asked(
     secret = "https://example.test/a?token=s3cret"
     for full_urls in (False, True):
         tracing = otel_tracing(provider, full_urls=full_urls)
-        async with open_runner(Store.open(), fetch, now=clock, tracing=tracing) as runner:
-            job_id, _ = await runner.submit("alice", "default", [Target(secret)])
-            await runner.wait(job_id)
+        await run_job(Store.open(), fetch, clock, tracing, [Target(secret)])
         [attempt] = spans_named(exporter, "trio_batch.attempt")
         exporter.clear()
         recorded = [str(v) for v in (attempt.attributes or {}).values()]
@@ -282,10 +298,7 @@ async def test_store_spans_can_be_left_out(
     exporter: InMemorySpanExporter,
     provider: TracerProvider,
 ) -> None:
-    tracing = otel_tracing(provider, store_spans=False)
-    async with open_runner(store, fetch, now=clock, tracing=tracing) as runner:
-        job_id, _ = await runner.submit("alice", "default", urls("a", "b"))
-        await runner.wait(job_id)
+    await run_job(store, fetch, clock, otel_tracing(provider, store_spans=False), urls("a", "b"))
     names = sorted(span.name for span in exporter.get_finished_spans())
     assert names == ["trio_batch.attempt", "trio_batch.attempt", "trio_batch.job"]
 
@@ -299,9 +312,7 @@ async def test_a_url_that_does_not_parse_is_traced_without_a_host(
 ) -> None:
     # Accepted at submit, but urlsplit raises on it: the trace must not fail the job.
     targets = [Target("http://[::1/"), *urls("b")]
-    async with open_runner(store, fetch, now=clock, tracing=otel_tracing(provider)) as runner:
-        job_id, _ = await runner.submit("alice", "default", targets)
-        job = await runner.wait(job_id)
+    job = await run_job(store, fetch, clock, otel_tracing(provider), targets)
     assert job is not None
     assert (job.status, job.targets_done, job.targets_failed) == ("done", 2, 0)
     hosts = [
