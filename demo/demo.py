@@ -28,8 +28,8 @@ TRIO_BATCH = str(Path(sys.executable).parent / "trio-batch")
 
 
 def batch(base: str) -> list[dict[str, Any]]:
-    """The demo's targets: every option the built-in fetcher has, and two failures at fetch time (options that cannot work at all, such as ``question``, which
-this fetcher does not support, are refused at submit and would stop the run)."""
+    """The demo's targets: every option the built-in fetcher has, and two failures at fetch
+    time (an option that cannot work at all, such as ``question``, is refused at submit)."""
     page, api = f"{base}/index.html", f"{base}/api/status.json"
     return [
         {"url": page},
