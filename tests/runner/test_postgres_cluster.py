@@ -400,7 +400,9 @@ async def test_a_runner_whose_heartbeat_is_overdue_starts_no_new_target(pg_dsn: 
 def test_submits_from_three_runners_at_once_keep_the_total_cap(
     spawn: Callable[..., Child], pg_dsn: str, figures: Figures
 ) -> None:
-    runners = [spawn(jobs_total=8) for _ in range(3)]
+    # 600 creations queue on one lock: on a loaded machine the last may wait past the default
+    # store_timeout (5 s) and be refused as StoreUnavailable; this is about the cap, not speed.
+    runners = [spawn(jobs_total=8, store_timeout=120) for _ in range(3)]
     live = "SELECT count(*) FROM jobs WHERE status IN ('queued', 'running')"
     peak = 0
     sampling = threading.Event()
