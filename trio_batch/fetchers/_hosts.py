@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import trio
 
+from .._tracing import note
 from ._answers import parse_retry_after
 
 __all__ = ["HostFigures", "Hosts", "Politeness", "Ticket"]
@@ -134,6 +135,8 @@ class Hosts:
     async def slot(self, name: str) -> AsyncIterator[Ticket]:
         """Hold one of ``name``'s places for a request: waits for a place, a pause, the rate.
 
+        Each wait for a pause is an event of the current span (the attempt's, with tracing on).
+
         Cancellation while waiting leaves no trace; the place is given back when the block
         ends, however it ends.
         """
@@ -142,7 +145,8 @@ class Hosts:
         try:
             async with host.slots:
                 # A pause may be extended while it runs (another job's 429): look again.
-                while (wait := host.pause_until - trio.current_time()) > 0:  # noqa: ASYNC110
+                while (wait := host.pause_until - trio.current_time()) > 0:
+                    note("trio_batch.host_pause", {"server.address": name, "pause_s": wait})
                     await trio.sleep(wait)
                 rate = self.politeness.rate
                 if rate is not None:
