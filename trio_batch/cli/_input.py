@@ -36,12 +36,12 @@ def parse_targets(text: str) -> tuple[list[Target], list[int]]:
     The format is told from the content:
 
     - a file whose first non-blank character is ``[`` is a JSON array of target objects
-      ``{"url": ..., "options": {...}}``;
+      ``{"url": ..., "options": {...}, "custom_id": ...}``;
     - otherwise each non-blank line that does not start with ``#`` is one target: a JSON
       object if it starts with ``{`` (JSON Lines), else a bare URL. The two may be mixed.
 
     Raises :class:`InputError` naming the offending line: malformed JSON, a bad target or
-    option, a URL with spaces, a repeated target, or no target at all.
+    option, a URL with spaces, a repeated target or custom id, or no target at all.
     """
     if text.startswith("\ufeff"):
         text = text[1:]  # a byte-order mark left by some editors
@@ -52,6 +52,7 @@ def parse_targets(text: str) -> tuple[list[Target], list[int]]:
     targets: list[Target] = []
     lines: list[int] = []
     seen: dict[Target, int] = {}
+    custom_ids: dict[str, int] = {}
     for item in items:
         try:
             if item.plain:
@@ -67,6 +68,14 @@ def parse_targets(text: str) -> tuple[list[Target], list[int]]:
                 f"repeats the target on line {first} ({target.url}); a job's targets are distinct",
                 line=item.line,
             )
+        if target.custom_id is not None:
+            first = custom_ids.setdefault(target.custom_id, item.line)
+            if first != item.line:
+                raise InputError(
+                    f"repeats the custom_id {target.custom_id!r} of line {first}; custom ids "
+                    "are unique within a job",
+                    line=item.line,
+                )
         targets.append(target)
         lines.append(item.line)
     return targets, lines

@@ -36,6 +36,7 @@ from .._model import Job, TargetStatus, is_job_id
 from .._text import parse_count
 from .._version import __version__
 from ..store import JobStore
+from ._batch_data import add_export_parser, add_job_filters, cmd_export, job_filter
 from ._common import (
     EXIT_BUSY,
     EXIT_CANCELLED,
@@ -55,7 +56,7 @@ from ._common import (
 )
 from ._logs import add_log_format_argument
 from ._options import add_fetch_limits, add_politeness, add_store_options
-from ._run import DEFAULT_MAX_TARGETS, cmd_run
+from ._run import DEFAULT_MAX_TARGETS, cmd_run, default_caller
 from ._telemetry import add_otel_argument
 
 __all__ = [
@@ -168,6 +169,8 @@ def _parser() -> argparse.ArgumentParser:
     jobs.add_argument("--caller", default=None, help="only this caller's jobs")
     jobs.add_argument("--limit", type=int, default=100, help="at most this many (default 100)")
     jobs.add_argument("--json", action="store_true", help="print JSON")
+    add_job_filters(jobs)
+    _add_job_argument(add_export_parser(sub, db))
 
     forget = sub.add_parser(
         "forget",
@@ -199,7 +202,7 @@ def _positive_count(text: str) -> int:
 
 
 #: The commands that take a job id.
-_JOB_COMMANDS = ("status", "results", "forget")
+_JOB_COMMANDS = ("status", "results", "forget", "export")
 
 
 def _add_job_argument(parser: argparse.ArgumentParser) -> None:
@@ -294,6 +297,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return _cmd_jobs(store, args)
             if args.command == "forget":
                 return _cmd_forget(store, args)
+            if args.command == "export":
+                return cmd_export(store, args)
             return _cmd_gc(store)
     except UsageError as exc:
         report_error(str(exc))
@@ -376,7 +381,17 @@ def _cmd_jobs(store: JobStore, args: argparse.Namespace) -> int:
 
     if args.limit < 1:
         raise UsageError("--limit must be at least 1")
-    jobs = ask(store, lambda s: s.list_jobs(caller=args.caller, limit=args.limit, now=time.time()))
+    where = job_filter(args)
+    if where is None:
+        jobs = ask(
+            store, lambda s: s.list_jobs(caller=args.caller, limit=args.limit, now=time.time())
+        )
+    else:  # a caller's own jobs, newest first, read off the filter's index
+        caller = args.caller if args.caller is not None else default_caller()
+        jobs = ask(
+            store,
+            lambda s: s.list_caller_jobs(caller, now=time.time(), limit=args.limit, where=where),
+        )
     if args.json:
         print_json([job.to_json() for job in jobs])
     elif not jobs:

@@ -47,10 +47,11 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 
-__all__ = ["cmd_run"]
+__all__ = ["cmd_run", "default_caller"]
 
 
-def _default_caller() -> str:
+def default_caller() -> str:
+    """The caller a local command runs as: the login name, or ``cli`` without one."""
     try:
         return getpass.getuser() or "cli"
     except (OSError, KeyError):  # no login name in some containers
@@ -113,7 +114,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     for flag, value in (("--ttl", args.ttl), ("--target-timeout", args.target_timeout)):
         if not (value > 0 and math.isfinite(value)):
             raise UsageError(f"{flag} must be a positive number of seconds")
-    caller = args.caller if args.caller is not None else _default_caller()
+    caller = args.caller if args.caller is not None else default_caller()
     try:
         tracing, flush_traces = setup_tracing(args.otel)
     except ValueError as exc:

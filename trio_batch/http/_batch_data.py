@@ -17,8 +17,9 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from .._errors import BatchError, InvalidRequest
-from .._model import JobState, TargetStatus
+from .._model import JobState
 from .._text import json_type, parse_count, safe_text, unknown_keys
+from ..runner import export_line
 from ..store import JobFilter
 from ._bodies import job_json, parse_json, read_body, require_json
 from ._problems import not_found, problem_for
@@ -112,26 +113,6 @@ def filter_query(where: JobFilter) -> str:
 
 # ---------------------------------------------------------------------------------------------
 # GET /v1/batches/{id}/results.jsonl
-
-
-def export_line(job_id: str, target: TargetStatus, *, merged: bool) -> dict[str, Any]:
-    """One target as a line of the JSONL export: ``idx``, ``custom_id``, ``url``, ``status``,
-    then ``result`` (a success) or ``error`` and ``hint`` (a failure); nothing more for a
-    target without an outcome. ``merged``: ``job_id``, the job whose outcome it is."""
-    line: dict[str, Any] = {
-        "idx": target.idx,
-        "custom_id": target.custom_id,
-        "url": target.url,
-        "status": str(target.status),
-    }
-    if merged:
-        line["job_id"] = job_id
-    result = target.result
-    if result is not None and target.error is None:
-        line["result"] = {"content": result.content, "meta": result.meta}
-    elif target.error is not None:
-        line["error"], line["hint"] = target.error, target.hint
-    return line
 
 
 async def results_jsonl(request: Request) -> Response:

@@ -6,10 +6,12 @@ each job): ``_runner`` (:class:`Runner`: submit, cancel, wait, the drains), ``_o
 attempts and retries), ``_drain`` (a job's drain state), ``_cluster`` (other runners' cancels,
 reaps and heartbeats on a shared database), ``_check`` (the fetch function's submit-time
 check of targets), ``_purge`` (lapsed jobs) and ``_store_retry``
-(riding out a store that is briefly unavailable).
+(riding out a store that is briefly unavailable), ``_batch_ops`` (retries, exports, bulk
+cancels).
 """
 
 from ._attempts import FetchFunc, current_caller
+from ._batch_ops import export_line, export_targets
 from ._check import CheckTarget, TargetChecked, check_each, target_checker
 from ._open import open_runner, otel_tracing
 from ._runner import Runner
@@ -21,6 +23,8 @@ __all__ = [
     "TargetChecked",
     "check_each",
     "current_caller",
+    "export_line",
+    "export_targets",
     "open_runner",
     "otel_tracing",
     "target_checker",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -25,6 +25,7 @@ __all__ = [
     "RETRY_KINDS",
     "BatchOps",
     "check_only",
+    "export_line",
     "export_targets",
     "matching_live_jobs",
     "retry_targets",
@@ -154,6 +155,26 @@ async def matching_live_jobs(
             break
         before = (page[-1].created_at, page[-1].id)
     return found[:MAX_BULK]
+
+
+def export_line(job_id: str, target: TargetStatus, *, merged: bool) -> dict[str, Any]:
+    """One target as a line of the JSONL export: ``idx``, ``custom_id``, ``url``, ``status``,
+    then ``result`` (a success) or ``error`` and ``hint`` (a failure); nothing more for a
+    target without an outcome. ``merged``: ``job_id``, the job whose outcome it is."""
+    line: dict[str, Any] = {
+        "idx": target.idx,
+        "custom_id": target.custom_id,
+        "url": target.url,
+        "status": str(target.status),
+    }
+    if merged:
+        line["job_id"] = job_id
+    result = target.result
+    if result is not None and target.error is None:
+        line["result"] = {"content": result.content, "meta": result.meta}
+    elif target.error is not None:
+        line["error"], line["hint"] = target.error, target.hint
+    return line
 
 
 class BatchOps:

@@ -1,0 +1,137 @@
+"""``trio-batch export`` (a job's results as JSONL) and the filters of ``trio-batch jobs``."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+import trio
+
+from .._errors import InvalidRequest
+from .._model import JobState
+from ..runner import export_line, export_targets
+from ..store import JobFilter, JobStore
+from ._common import EXIT_DONE, EXIT_FAILED, UsageError, ask, report_error
+
+__all__ = ["add_export_parser", "add_job_filters", "cmd_export", "job_filter"]
+
+_STATES = {state.value: state for state in JobState}
+
+
+def add_export_parser(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], db: argparse.ArgumentParser
+) -> argparse.ArgumentParser:
+    """The ``export`` command's parser."""
+    export = sub.add_parser(
+        "export",
+        parents=[db],
+        help="write a job's targets and outcomes as JSON Lines, one target a line",
+        description="Write one JSON object a line per target, in order: idx, custom_id, url, "
+        "status, then result (a success) or error and hint (a failure). Read a page at a "
+        "time, so any size of job takes the same memory.",
+    )
+    export.add_argument("-o", "--output", metavar="FILE", help="write FILE (default: stdout)")
+    export.add_argument(
+        "--after", type=int, default=-1, metavar="IDX", help="start after target IDX (resume)"
+    )
+    export.add_argument(
+        "--merged",
+        action="store_true",
+        help="show the outcomes of the job's retries (trio-batch retry) in its place",
+    )
+    return export
+
+
+def add_job_filters(jobs: argparse.ArgumentParser) -> None:
+    """``jobs``' filter flags: they list one caller's jobs (--caller, or yours)."""
+    jobs.add_argument(
+        "--status",
+        action="append",
+        default=[],
+        choices=list(_STATES),
+        help="only jobs of this status (repeat for several)",
+    )
+    jobs.add_argument(
+        "--label",
+        action="append",
+        default=[],
+        metavar="KEY:VALUE",
+        help="only jobs whose metadata has KEY set to VALUE (repeat: all must hold)",
+    )
+    jobs.add_argument(
+        "--created-after", type=float, default=None, metavar="EPOCH", help="only jobs made later"
+    )
+
+
+def job_filter(args: argparse.Namespace) -> JobFilter | None:
+    """The filter ``jobs``' flags ask for, or None without any; UsageError for a bad one."""
+    if not (args.status or args.label or args.created_after is not None):
+        return None
+    labels = []
+    for label in args.label:
+        key, colon, value = label.partition(":")
+        if not colon:
+            raise UsageError(f"--label {label!r}: write it as KEY:VALUE")
+        labels.append((key, value))
+    try:
+        return JobFilter(
+            statuses=frozenset(_STATES[s] for s in args.status),
+            labels=tuple(labels),
+            created_after=args.created_after,
+        )
+    except InvalidRequest as exc:
+        raise UsageError(str(exc)) from None
+
+
+@contextlib.contextmanager
+def _output(name: str | None) -> Iterator[tuple[IO[str], bool]]:
+    """Where the lines go: stdout, or FILE made whole or not at all (written beside it,
+    renamed into place at the end). Yields the stream and whether it is a file."""
+    if name is None:
+        yield sys.stdout, False
+        return
+    path = Path(name)
+    fd, tmp = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.", suffix=".part")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            yield f, True
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def cmd_export(store: JobStore, args: argparse.Namespace) -> int:
+    """``trio-batch export JOB``: 0 once every line is written, 1 for an unknown job."""
+    if args.after < -1:
+        raise UsageError("--after must be a target index")
+
+    job = ask(store, lambda s: s.get_job(args.job, now=time.time()))
+    if job is None:
+        report_error(f"no job {args.job} in {store.location} (unknown id, or its lease has lapsed)")
+        return EXIT_FAILED
+
+    async def export(out: IO[str], to_file: bool) -> None:
+        assert job is not None
+        # To a terminal or a pipe: ASCII only, so no byte of a result can drive a terminal.
+        async for job_id, target in export_targets(
+            store, job, now=time.time(), after=args.after, merged=args.merged
+        ):
+            line = export_line(job_id, target, merged=args.merged)
+            out.write(json.dumps(line, ensure_ascii=not to_file, separators=(",", ":")) + "\n")
+
+    try:
+        with _output(args.output) as (out, to_file):
+            trio.run(export, out, to_file)
+            return EXIT_DONE
+    except OSError as exc:
+        raise UsageError(f"cannot write {args.output}: {exc.strerror or exc}") from None
