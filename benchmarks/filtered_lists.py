@@ -4,9 +4,9 @@ Fills a SQLite file with ``--jobs`` jobs (default 1,000,000) of a few callers, e
 labels, made through the store's own schema (rows inserted in bulk, as the store writes them),
 then times one page (``limit`` 20, and the next page after it) of
 ``list_caller_jobs`` per filter: none, a status, two statuses, a label, a label and a status,
-two labels, created_after. The same reads on a database of ``--small`` jobs (default 10,000)
+two labels, created_after. The same reads on a database of ``--small`` jobs (default 100,000)
 run in the same process, so the ratio says how the cost grows with the table (an indexed read
-grows with log n; a scan would grow 100-fold).
+grows with log n; a scan would grow 10-fold).
 
 Medians of ``--rounds`` reads, interleaved; the machine is shared, so read the ratios.
 """
@@ -24,11 +24,13 @@ from trio_batch.store import JobFilter
 from trio_batch.store.sqlite import _queries as q
 
 CALLERS = ("alice", "bob", "carol", "dave")
-STATUSES = ("done", "done", "done", "partial", "failed", "cancelled")
+STATUSES = ("done", "done", "partial", "failed", "cancelled")  # 5: coprime with 4 callers
 
 
 def fill(path: Path, jobs: int) -> None:
-    """``jobs`` jobs, spread over CALLERS, statuses and 50 'run' labels, one second apart."""
+    """``jobs`` jobs, spread over CALLERS, statuses, 49 'run' and 3 'team' labels (counts
+    coprime with the callers', so every filter below matches some of each caller's jobs),
+    one second apart."""
     with Store.open(path) as store:
         conn = store.db.conn
         batch = 20_000
@@ -40,7 +42,7 @@ def fill(path: Path, jobs: int) -> None:
                 caller = CALLERS[i % len(CALLERS)]
                 status = "running" if i >= jobs - 4 else STATUSES[i % len(STATUSES)]
                 created = 1_700_000_000.0 + i
-                meta = f'{{"run":"r{i % 50}","team":"t{i % 3}"}}'
+                meta = f'{{"run":"r{i % 49}","team":"t{i % 3}"}}'
                 job_rows.append(
                     (
                         job_id,
@@ -59,7 +61,7 @@ def fill(path: Path, jobs: int) -> None:
                         None,
                     )
                 )
-                label_rows.append((job_id, caller, "run", f"r{i % 50}", created))
+                label_rows.append((job_id, caller, "run", f"r{i % 49}", created))
                 label_rows.append((job_id, caller, "team", f"t{i % 3}", created))
             with store.transaction():
                 conn.executemany(q.INSERT_JOB, job_rows)
@@ -75,24 +77,25 @@ FILTERS = {
     "label+status": JobFilter(statuses=frozenset({JobState.DONE}), labels=(("run", "r7"),)),
     "2 labels": JobFilter(labels=(("run", "r7"), ("team", "t1"))),
     "created_after": JobFilter(created_after=1_700_000_000.0 + 1000),
+    "label, old jobs": JobFilter(labels=(("run", "r7"),), created_after=1_700_000_000.0),
 }
 
 
 def page_us(store: Store, where: JobFilter) -> float:
-    """Microseconds to read one page and the next one after it."""
+    """Microseconds to read one full page of 20 and the next one after it."""
     began = time.perf_counter()
     page = store.list_caller_jobs("carol", now=1.0, limit=20, where=where)
-    if page:
-        store.list_caller_jobs(
-            "carol", now=1.0, limit=20, before=(page[-1].created_at, page[-1].id), where=where
-        )
+    assert len(page) == 20 and all(where.matches(job) for job in page), where
+    store.list_caller_jobs(
+        "carol", now=1.0, limit=20, before=(page[-1].created_at, page[-1].id), where=where
+    )
     return (time.perf_counter() - began) * 1e6 / 2
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=1_000_000)
-    parser.add_argument("--small", type=int, default=10_000)
+    parser.add_argument("--small", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=51)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
