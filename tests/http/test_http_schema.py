@@ -63,6 +63,9 @@ def _labels() -> list[str]:
         "GET /v1/batches/{id}/targets/{idx}",
         "POST /v1/batches/{id}/cancel",
         "GET /v1/batches/{id}/events",
+        "POST /v1/batches/cancel",
+        "GET /v1/batches/{id}/results.jsonl",
+        "POST /v1/batches/{id}/retry",
         "GET /healthz",
         "GET /metrics",
     ]

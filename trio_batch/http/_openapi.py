@@ -13,6 +13,13 @@ from .._model import (
     Options,
     TargetState,
 )
+from ._openapi_batch_data import (
+    CUSTOM_ID,
+    LIST_FILTERS,
+    METADATA,
+    batch_data_paths,
+    batch_data_schemas,
+)
 from ._problems import PROBLEM_JSON
 
 __all__ = ["openapi_document"]
@@ -105,6 +112,7 @@ _SCHEMAS: dict[str, Any] = {
         "properties": {
             "url": {"type": "string", "minLength": 1, "maxLength": MAX_URL_LENGTH},
             "options": _ref("Options"),
+            "custom_id": CUSTOM_ID,
         },
     },
     "BatchRequest": {
@@ -124,6 +132,7 @@ _SCHEMAS: dict[str, Any] = {
                 "maxLength": MAX_CALLER_LENGTH,
                 "description": "Must match the class the credentials grant, if given.",
             },
+            "metadata": METADATA,
         },
     },
     "Counts": {
@@ -168,6 +177,8 @@ _SCHEMAS: dict[str, Any] = {
                 "description": "Unix epoch seconds; the job and its results are gone after it.",
             },
             "counts": _ref("Counts"),
+            "metadata": METADATA,
+            "parent_id": _nullable({"type": "string", "description": "The job this retries."}),
         },
     },
     "BatchCreated": {
@@ -201,6 +212,7 @@ _SCHEMAS: dict[str, Any] = {
         ],
         "properties": {
             "idx": {"type": "integer"},
+            "custom_id": _nullable(CUSTOM_ID),
             "url": {"type": "string"},
             "options": {"type": "object"},
             "status": {"type": "string", "enum": [str(s) for s in TargetState]},
@@ -238,6 +250,7 @@ _SCHEMAS: dict[str, Any] = {
         ],
         "properties": {
             "idx": {"type": "integer"},
+            "custom_id": _nullable(CUSTOM_ID),
             "url": {"type": "string"},
             "options": {"type": "object"},
             "status": {"type": "string", "enum": [str(s) for s in TargetState]},
@@ -286,7 +299,10 @@ def openapi_document(*, auth_header: str | None = None) -> dict[str, Any]:
             "version": "1",
             "description": "Submit batches of URLs to fetch, follow their progress, read results.",
         },
-        "components": {"schemas": _SCHEMAS, "securitySchemes": {"caller": scheme}},
+        "components": {
+            "schemas": {**_SCHEMAS, **batch_data_schemas()},
+            "securitySchemes": {"caller": scheme},
+        },
         "paths": {
             "/v1/batches": {
                 "get": {
@@ -307,6 +323,7 @@ def openapi_document(*, auth_header: str | None = None) -> dict[str, Any]:
                             "description": "From the previous page's `next` link.",
                             "schema": {"type": "string"},
                         },
+                        *LIST_FILTERS,
                     ],
                     "responses": {
                         "200": {
@@ -358,6 +375,17 @@ def openapi_document(*, auth_header: str | None = None) -> dict[str, Any]:
                     },
                 },
             },
+            **batch_data_paths(
+                secured,
+                {
+                    "job_id": _JOB_ID,
+                    "unauthorized": _UNAUTHORIZED,
+                    "not_found": _NOT_FOUND,
+                    "unavailable": _UNAVAILABLE,
+                    "cross_site": _CROSS_SITE,
+                    "problem": _problem,
+                },
+            ),
             "/v1/batches/{id}": {
                 "get": {
                     "operationId": "getBatch",
