@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from trio_batch.cli._options import politeness
 from trio_batch.cli._serve import add_serve_arguments
 from trio_batch.fetchers import HttpFetcher, builtin_fetch
 
@@ -54,16 +55,17 @@ def serve_args(*extra: str) -> argparse.Namespace:
 
 
 def test_serve_takes_the_per_host_options_to_the_builtin_fetcher() -> None:
-    args = serve_args("--per-host-concurrency", "2", "--per-host-rate", "0.5", "--http2")
-    fetch = builtin_fetch(
-        per_host_concurrency=args.per_host_concurrency,
-        per_host_rate=args.per_host_rate,
-        http2=args.http2,
+    args = serve_args(
+        "--per-host-concurrency", "2", "--per-host-rate", "0.5", "--http2", "--obey-robots"
     )
+    fetch = builtin_fetch(**politeness(args))
     assert isinstance(fetch, HttpFetcher)
-    assert (fetch.politeness.concurrency, fetch.politeness.rate, fetch.http2) == (2, 0.5, True)
-    default = serve_args()
-    assert (default.per_host_concurrency, default.per_host_rate, default.http2) == (4, None, False)
+    assert (fetch.politeness.concurrency, fetch.politeness.rate) == (2, 0.5)
+    assert (fetch.http2, fetch.obey_robots) == (True, True)
+    default = builtin_fetch(**politeness(serve_args()))
+    assert isinstance(default, HttpFetcher)
+    assert (default.politeness.concurrency, default.politeness.rate) == (4, None)
+    assert (default.http2, default.obey_robots) == (False, False)
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ check connection reuse and per-host limits from the server's side. Routes:
 - ``/throttle?after=S&times=K``: the first ``K`` requests for this exact URL answer 429 (with
   ``Retry-After: S`` if given), later ones 200.
 - ``/stall``: headers and half the body, then nothing until ``release`` is set.
+- ``/robots.txt``: ``robots`` (404 while it is None, 500 when it is ``"500"``).
 
 The certificate is valid for ``localhost``, ``127.0.0.1`` and the names in ``NAMES`` (tests
 point those at 127.0.0.1 through the SSRF policy's resolver). Run as a module
@@ -63,6 +64,7 @@ class TLSServer(ThreadingHTTPServer):
         self.in_flight: Counter[str] = Counter()
         self.most_in_flight: Counter[str] = Counter()
         self.release = threading.Event()
+        self.robots: str | None = None  # /robots.txt: None answers 404, "500" answers 500
 
     @property
     def port(self) -> int:
@@ -156,6 +158,12 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(429, b"slow down", **headers)
             else:
                 self._send(200, b"fine now")
+        elif parts.path == "/robots.txt":
+            robots = self.server.robots
+            if robots is None or robots == "500":
+                self._send(404 if robots is None else 500, b"no robots here")
+            else:
+                self._send(200, robots.encode())
         elif parts.path == "/stall":
             self.send_response(200)
             self.send_header("Content-Length", "10")

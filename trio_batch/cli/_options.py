@@ -139,6 +139,12 @@ def add_politeness(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="offer HTTP/2 to servers; one that takes it gets one multiplexed connection",
     )
+    parser.add_argument(
+        "--obey-robots",
+        action="store_true",
+        help="read each site's robots.txt first (once an hour) and fail the targets it "
+        "disallows, with a hint; a site whose robots.txt fails with 5xx is not fetched for now",
+    )
 
 
 def politeness(args: argparse.Namespace) -> dict[str, Any]:
@@ -147,4 +153,5 @@ def politeness(args: argparse.Namespace) -> dict[str, Any]:
         "per_host_concurrency": args.per_host_concurrency,
         "per_host_rate": args.per_host_rate,
         "http2": args.http2,
+        "obey_robots": args.obey_robots,
     }

@@ -18,6 +18,7 @@ error and the hint beside it. :class:`DestinationRefused` is the SSRF policy's r
     ├── RedirectError
     ├── ResponseTooLarge
     ├── LocalFileError
+    ├── RobotsDisallowed
     └── ContentError
         └── OutputTooLarge
     DestinationRefused
@@ -40,6 +41,7 @@ __all__ = [
     "OutputTooLarge",
     "RedirectError",
     "ResponseTooLarge",
+    "RobotsDisallowed",
     "URLError",
     "URLRefused",
     "UnsupportedOption",
@@ -145,6 +147,10 @@ class RedirectError(FetchError):
 
 class ResponseTooLarge(FetchError):
     """The body is larger than the fetcher's ``max_bytes``."""
+
+
+class RobotsDisallowed(FetchError):
+    """The site's robots.txt disallows the URL (only with ``obey_robots``)."""
 
 
 class LocalFileError(FetchError):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import errno
 import functools
-import logging
 import mimetypes
 import os
 import ssl
@@ -39,7 +38,7 @@ from ._errors import (
     ResponseTooLarge,
     URLError,
 )
-from ._hosts import HostFigures, Hosts, Politeness
+from ._hosts import HostFigures, Politeness
 from ._options import check_target, plan_for
 from ._pool import ClientSettings, Pools, Session
 from ._ssrf import DestinationPolicy
@@ -50,30 +49,6 @@ __all__ = ["CheckURL", "HttpFetcher", "http_fetch", "parse_retry_after"]
 #: It returns to allow the request, or raises (ideally :class:`URLRefused`) to refuse it.
 CheckURL = Callable[[str], Awaitable[None]]
 
-
-class _URLsToOrigins(logging.Filter):
-    """Logs httpx's request lines with the URL cut to its origin (``https://host:port/…``).
-
-    httpx logs every request's full URL at INFO; a target URL may carry a secret in its path
-    or query string (a token, a signed link), so none reaches the log by default.
-    """
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if isinstance(record.args, tuple):
-            record.args = tuple(
-                _origin(arg) if isinstance(arg, httpx.URL) else arg for arg in record.args
-            )
-        return True
-
-
-def _origin(url: httpx.URL) -> str:
-    port = f":{url.port}" if url.port is not None else ""
-    return f"{url.scheme}://{url.host}{port}/…"
-
-
-_httpx_log = logging.getLogger("httpx")
-if not any(isinstance(f, _URLsToOrigins) for f in _httpx_log.filters):
-    _httpx_log.addFilter(_URLsToOrigins())
 
 _HTTP_SCHEMES = ("http", "https")
 
@@ -124,6 +99,9 @@ class HttpFetcher:
     - ``context_lines``: how many lines either side of a match ``context: true`` keeps.
     - ``user_agent``: the ``User-Agent`` header.
     - ``trust_env``: honour ``HTTP(S)_PROXY``/``NO_PROXY`` and ``SSL_CERT_FILE`` as httpx does.
+    - ``obey_robots``: fetch each origin's robots.txt first (once an hour per session, through
+      the same policy and limits) and fail a disallowed URL with :class:`RobotsDisallowed`;
+      see ``_robots``.
 
     Connections: inside ``async with fetcher:`` (``open_runner`` enters a fetch function that
     is an async context manager, so a runner's jobs share it) every call of that trio run
@@ -162,6 +140,7 @@ class HttpFetcher:
         context_lines: int = 1,
         user_agent: str = f"trio-batch/{__version__}",
         trust_env: bool = True,
+        obey_robots: bool = False,
     ) -> None:
         if not timeout > 0 or not connect_timeout > 0 or not process_timeout > 0:
             raise ValueError("timeout, connect_timeout and process_timeout must be positive")
@@ -196,7 +175,8 @@ class HttpFetcher:
         self.context_lines = context_lines
         self.user_agent = user_agent
         self.trust_env = trust_env
-        self._pools = Pools(self._client_settings, lambda: Hosts(self.politeness))
+        self.obey_robots = obey_robots
+        self._pools = Pools(self._client_settings, user_agent)
 
     async def __aenter__(self) -> HttpFetcher:
         """Share one connection pool and per-host limits among this trio run's calls."""
@@ -232,6 +212,7 @@ class HttpFetcher:
             trust_env=self.trust_env,
             policy=self.check_url if isinstance(self.check_url, DestinationPolicy) else None,
             transport=self.transport,
+            politeness=self.politeness,
         )
 
     def __repr__(self) -> str:
@@ -298,15 +279,25 @@ class HttpFetcher:
         async with self._pools.session() as session:
             return await self._fetch_hops(session, url, deadline)
 
-    async def _fetch_hops(self, session: Session, url: str, deadline: trio.CancelScope) -> Body:
+    async def _fetch_hops(
+        self, session: Session, url: str, deadline: trio.CancelScope, *, robots: bool = True
+    ) -> Body:
         """Follow ``url``'s redirects through ``session``; ``deadline`` is the fetch's scope,
-        moved on by the time spent waiting for a host's turn."""
+        moved on by the time spent waiting for a host's turn. ``robots``: check each hop
+        against its origin's robots.txt (when the fetcher obeys it)."""
+
+        async def robots_text(robots_url: str) -> str:
+            body = await self._fetch_hops(session, robots_url, deadline, robots=False)
+            return body.data.decode("utf-8", "replace")
+
         client = session.client
         current = url
         try:
             for hop in range(self.max_redirects + 1):
                 if self.check_url is not None:
                     await self.check_url(current)
+                if robots and self.obey_robots:
+                    await session.robots.check(current, robots_text)
                 request = client.build_request("GET", current)
                 queued = trio.current_time()
                 async with session.hosts.slot(request.url.host) as ticket:

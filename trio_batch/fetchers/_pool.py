@@ -11,10 +11,13 @@ only to an address the policy has just allowed, so a DNS answer that changes aft
 (DNS rebinding) never reaches a forbidden address, and a pooled connection always leads to an
 address that was allowed when it was opened. Requests are checked before they are sent, so a
 destination the policy now refuses never gets a pooled connection either.
+
+httpx's own log lines are cut to the URL's origin here (:class:`_URLsToOrigins`).
 """
 
 from __future__ import annotations
 
+import logging
 import ssl
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
@@ -24,10 +27,36 @@ import httpcore
 import httpx
 import trio
 
-from ._hosts import Hosts
+from ._hosts import Hosts, Politeness
+from ._robots import RobotsCache
 from ._ssrf import DestinationPolicy
 
 __all__ = ["PinnedBackend", "Pools", "Session"]
+
+
+class _URLsToOrigins(logging.Filter):
+    """Logs httpx's request lines with the URL cut to its origin (``https://host:port/…``).
+
+    httpx logs every request's full URL at INFO; a target URL may carry a secret in its path
+    or query string (a token, a signed link), so none reaches the log by default.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(
+                _origin(arg) if isinstance(arg, httpx.URL) else arg for arg in record.args
+            )
+        return True
+
+
+def _origin(url: httpx.URL) -> str:
+    port = f":{url.port}" if url.port is not None else ""
+    return f"{url.scheme}://{url.host}{port}/…"
+
+
+_httpx_log = logging.getLogger("httpx")
+if not any(isinstance(f, _URLsToOrigins) for f in _httpx_log.filters):
+    _httpx_log.addFilter(_URLsToOrigins())
 
 #: How long closing a run's connections may take (each is shut down politely first).
 _CLOSE_SECONDS = 5.0
@@ -97,6 +126,7 @@ class ClientSettings:
     trust_env: bool
     policy: DestinationPolicy | None
     transport: httpx.AsyncBaseTransport | None
+    politeness: Politeness
 
 
 def open_client(settings: ClientSettings) -> httpx.AsyncClient:
@@ -142,16 +172,23 @@ class Session:
 
     client: httpx.AsyncClient
     hosts: Hosts
+    robots: RobotsCache
     users: int = 0
 
 
 class Pools:
     """The sessions of one fetcher, one per trio run that entered it (reference counted)."""
 
-    def __init__(self, settings: Callable[[], ClientSettings], hosts: Callable[[], Hosts]) -> None:
+    def __init__(self, settings: Callable[[], ClientSettings], user_agent: str) -> None:
         self._settings = settings
-        self._hosts = hosts
+        self._user_agent = user_agent
         self._sessions: dict[trio.lowlevel.TrioToken, Session] = {}
+
+    def _new(self) -> Session:
+        settings = self._settings()
+        return Session(
+            open_client(settings), Hosts(settings.politeness), RobotsCache(self._user_agent)
+        )
 
     def current(self) -> Session | None:
         """The session of the current trio run, if it entered the fetcher."""
@@ -162,7 +199,7 @@ class Pools:
         token = trio.lowlevel.current_trio_token()
         session = self._sessions.get(token)
         if session is None:
-            session = Session(open_client(self._settings()), self._hosts())
+            session = self._new()
             self._sessions[token] = session
         session.users += 1
         return session
@@ -190,7 +227,7 @@ class Pools:
         if session is not None:
             yield session
             return
-        own = Session(open_client(self._settings()), self._hosts())
+        own = self._new()
         try:
             yield own
         finally:
