@@ -297,15 +297,17 @@ LIST_JOBS_OF_CALLER = (
     f"SELECT {JOB_COLUMNS} FROM jobs WHERE caller = %s AND expires_at > %s "
     "ORDER BY expires_at DESC LIMIT %s"
 )
-#: Unexpired jobs by status, for metrics.
-COUNT_BY_STATUS = "SELECT status, count(*) FROM jobs WHERE expires_at > %s GROUP BY status"
-#: Unexpired jobs' target totals, for metrics; the last column counts the targets that
-#: terminal jobs will never run (abandoned).
-SUM_TARGETS = (
-    "SELECT coalesce(sum(targets_total), 0), coalesce(sum(targets_done), 0), "
-    "coalesce(sum(targets_failed), 0), "
-    f"coalesce(sum(CASE WHEN status IN {LIVE} THEN 0 ELSE targets_total - targets_done END), 0) "
-    "FROM jobs WHERE expires_at > %s"
+#: Unexpired jobs by status with their targets' totals, for metrics: the live ones (few: the
+#: caps bound them; read through the partial index jobs_live) and the terminal ones (all the
+#: rest; the store caches their counts, see PostgresReads.counts). Columns: status, jobs,
+#: targets, done, failed.
+COUNT_LIVE_BY_STATUS = (
+    "SELECT status, count(*), sum(targets_total), sum(targets_done), sum(targets_failed) "
+    f"FROM jobs WHERE status IN {LIVE} AND expires_at > %s GROUP BY status"
+)
+COUNT_TERMINAL_BY_STATUS = (
+    "SELECT status, count(*), sum(targets_total), sum(targets_done), sum(targets_failed) "
+    f"FROM jobs WHERE status NOT IN {LIVE} AND expires_at > %s GROUP BY status"
 )
 #: A job's targets without their results, and each result's size (characters), last.
 GET_TARGETS_WITHOUT_RESULTS = (

@@ -23,6 +23,9 @@ __all__ = ["PostgresReads"]
 
 T = TypeVar("T")
 
+#: Default of :attr:`PostgresReads.terminal_counts_max_age`, in seconds.
+TERMINAL_COUNTS_MAX_AGE = 30.0
+
 
 class PostgresReads(PostgresConnection):
     """Reading jobs and targets; lapsed jobs read as absent."""
@@ -67,19 +70,62 @@ class PostgresReads(PostgresConnection):
         rows = self._run(lambda c: self._one(c, Op.READ, sql, params).fetchall(), op=Op.READ)
         return [job_from_row(row) for row in rows]
 
+    #: Seconds :meth:`counts` reuses its count of the terminal jobs.
+    terminal_counts_max_age = TERMINAL_COUNTS_MAX_AGE
+    # (the ``now`` it was read at, status -> [jobs, targets, done, failed]) of terminal jobs.
+    _terminal: tuple[float, dict[str, list[int]]] | None = None
+
     def counts(self, *, now: float) -> StoreCounts:
-        """Unexpired jobs by status (every status present, zeros included), and their targets."""
+        """Unexpired jobs by status (every status present, zeros included), and their targets.
 
-        def read(conn: Conn) -> tuple[list[Any], Any]:
+        The live jobs are counted at every call (the caps keep them few). Counting the terminal
+        ones reads every unexpired job, so that count is reused for
+        :attr:`terminal_counts_max_age` seconds of ``now`` (a ``/metrics`` scrape does not
+        count a million rows each time), kept up to date with this store's own jobs that
+        finish, and read again after this store fails, forgets or purges jobs. Other
+        runners' finished jobs, jobs reaped by the heartbeat's own connection, and lapsed ones
+        show within that age.
+        """
+        # Aged by the caller's clock, the one leases lapse by.
+        stale = self._terminal is None or not (
+            0 <= now - self._terminal[0] < self.terminal_counts_max_age
+        )
+
+        def read(conn: Conn) -> tuple[list[Any], list[Any] | None]:
             with self._tx(conn, Op.READ, snapshot=True):
-                by_status = conn.execute(q.COUNT_BY_STATUS, (now,)).fetchall()
-                sums = conn.execute(q.SUM_TARGETS, (now,)).fetchone()
-            return by_status, sums
+                live = conn.execute(q.COUNT_LIVE_BY_STATUS, (now,)).fetchall()
+                terminal = None
+                if stale:
+                    terminal = conn.execute(q.COUNT_TERMINAL_BY_STATUS, (now,)).fetchall()
+            return live, terminal
 
-        by_status, (total, done, failed, abandoned) = self._run(read, op=Op.READ)
+        live, terminal = self._run(read, op=Op.READ)
+        if terminal is not None:
+            tallies = {str(row[0]): [int(v) for v in row[1:]] for row in terminal}
+            self._terminal = (now, tallies)
+        assert self._terminal is not None
         jobs = dict.fromkeys((str(s) for s in JobState), 0)
-        jobs.update((str(status), int(count)) for status, count in by_status)
-        return StoreCounts(jobs, int(total), int(done), int(failed), int(abandoned))
+        total = done = failed = abandoned = 0
+        for status, n, targets, ok, bad in [
+            *((row[0], *map(int, row[1:])) for row in live),
+            *((status, *tally) for status, tally in self._terminal[1].items()),
+        ]:
+            jobs[str(status)] += n
+            total, done, failed = total + targets, done + ok, failed + bad
+            if not JobState(status).is_live:
+                abandoned += targets - ok
+        return StoreCounts(jobs, total, done, failed, abandoned)
+
+    def _count_finished(self, job: Job) -> None:
+        """``job`` was just made terminal by this store: count it in the reused tally."""
+        if self._terminal is not None:
+            tally = self._terminal[1].setdefault(str(job.status), [0, 0, 0, 0])
+            for i, value in enumerate((1, job.targets_total, job.targets_done, job.targets_failed)):
+                tally[i] += value
+
+    def _recount_finished(self) -> None:
+        """This store changed terminal jobs in ways it cannot tally: count them again."""
+        self._terminal = None
 
     def forget_job(self, job_id: str, *, caller: str | None = None, now: float) -> Job | None:
         """Delete a terminal job and its targets in one transaction; see ``JobStore``."""
@@ -97,7 +143,10 @@ class PostgresReads(PostgresConnection):
                 conn.execute(q.FORGET_JOB, (job_id,))
             return job
 
-        return self._run(forget)
+        forgotten = self._run(forget)
+        if forgotten is not None:
+            self._recount_finished()
+        return forgotten
 
     def get_overview(
         self, job_id: str, *, now: float

@@ -45,6 +45,9 @@ from ._reads import PostgresReads
 
 __all__ = ["PostgresStore"]
 
+#: The statuses the last outcome of a job gives it.
+_FINAL_STATUSES = frozenset({JobState.DONE, JobState.FAILED, JobState.PARTIAL})
+
 T = TypeVar("T")
 
 
@@ -130,13 +133,19 @@ class PostgresStore(PostgresReads):
                 _notify(conn, reaped)
                 return len(reaped)
 
-        return self._run(reap)
+        count = self._run(reap)
+        if count:
+            self._recount_finished()
+        return count
 
     def fail_own_jobs(self, reason: str, *, now: float) -> int:
         """Fail this runner's live jobs (``runner_id``'s; no runner: the jobs with no owner).
         Idempotent (a retry finds them failed already)."""
         values = (reason, now, self.runner_id)
-        return self._run(lambda c: self._one(c, Op.WRITE, q.FAIL_OWN_JOBS, values).rowcount)
+        count = self._run(lambda c: self._one(c, Op.WRITE, q.FAIL_OWN_JOBS, values).rowcount)
+        if count:
+            self._recount_finished()
+        return count
 
     def drain_changes(self, job_ids: Sequence[str]) -> tuple[set[str], set[str]]:
         """Of ``job_ids`` (this runner's drains): ``(cancelled, no longer this runner's)``."""
@@ -296,6 +305,15 @@ class PostgresStore(PostgresReads):
             raise exc
         for write in writes:
             self._maybe_committed.discard((write.job_id, write.idx))
+        for answer in answers:
+            # The write that stores a job's last outcome sets its final status (a cancelled
+            # job was terminal before).
+            if (
+                isinstance(answer, Job)
+                and answer.status in _FINAL_STATUSES
+                and answer.targets_done >= answer.targets_total
+            ):
+                self._count_finished(answer)
         return answers
 
     def _can_pipeline(self, writes: Sequence[OutcomeWrite]) -> bool:
@@ -412,7 +430,11 @@ class PostgresStore(PostgresReads):
             return row
 
         row = self._run(finish)
-        return None if row is None else job_from_row(row)
+        if row is None:
+            return None
+        job = job_from_row(row)
+        self._count_finished(job)
+        return job
 
     def purge_expired(self, *, now: float, batch_size: int) -> int:
         """Delete at most ``batch_size`` lapsed jobs (targets by cascade); returns how many.
@@ -423,7 +445,10 @@ class PostgresStore(PostgresReads):
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
         values = (now, batch_size)
-        return self._run(lambda c: self._one(c, Op.WRITE, q.PURGE_LAPSED, values).rowcount)
+        count = self._run(lambda c: self._one(c, Op.WRITE, q.PURGE_LAPSED, values).rowcount)
+        if count:
+            self._recount_finished()
+        return count
 
 
 def _notify(conn: Conn, job_ids: Sequence[str]) -> None:
