@@ -10,7 +10,7 @@ import trio
 import trio.testing
 
 from trio_batch import Config, JobState, RetryPolicy, Store, Target, open_runner
-from trio_batch.fetchers import HttpFetcher
+from trio_batch.fetchers import HttpFetcher, HTTPStatusError
 from trio_batch.fetchers._hosts import Hosts, Politeness
 
 from ..support.fakes import FakeClock
@@ -154,3 +154,22 @@ def test_bad_politeness_settings_are_refused() -> None:
     for kwargs in ({"per_host_concurrency": 0}, {"per_host_rate": 0}, {"max_host_pause": 0}):
         with pytest.raises(ValueError):
             HttpFetcher(**kwargs)  # type: ignore[arg-type]
+
+
+async def test_waiting_out_a_pause_longer_than_the_timeout_does_not_time_the_fetch_out(
+    tls_server: TLSServer, client_tls: ssl.SSLContext, mock_clock: trio.testing.MockClock
+) -> None:
+    fetcher = HttpFetcher(verify=client_tls, trust_env=False, timeout=1, max_host_pause=60)
+    results: list[str] = []
+
+    async def page() -> None:
+        results.append((await fetcher(Target(tls_server.url("/page?n=1")))).content)
+
+    async with fetcher:
+        with pytest.raises(HTTPStatusError):
+            await fetcher(Target(tls_server.url("/throttle?after=5&times=1")))
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(page)
+            await until(lambda: figures(fetcher, "localhost").get("waiting") == 1)
+            mock_clock.jump(5)  # past the pause, and past the fetch's 1 s
+    assert len(results) == 1 and "Page 1" in results[0]

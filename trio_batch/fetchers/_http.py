@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import functools
+import math
 import mimetypes
 import os
 import ssl
@@ -299,9 +300,12 @@ class HttpFetcher:
                 if robots and self.obey_robots:
                     await session.robots.check(current, robots_text)
                 request = client.build_request("GET", current)
-                queued = trio.current_time()
+                # The fetch's clock stops while it waits for the host's turn (a pause may
+                # outlast the timeout) and starts again with what was left.
+                left = deadline.deadline - trio.current_time()
+                deadline.deadline = math.inf
                 async with session.hosts.slot(request.url.host) as ticket:
-                    deadline.deadline += trio.current_time() - queued
+                    deadline.deadline = trio.current_time() + left
                     try:
                         response = await client.send(request, stream=True)
                     except httpx.InvalidURL as exc:
