@@ -564,3 +564,52 @@ def test_keyboard_only_at_phone_width_in_dark_mode(
     assert light.evaluate("getComputedStyle(document.documentElement).backgroundColor") == (
         "rgb(247, 247, 245)"
     )
+
+
+# --------------------------------------------------------------------------------------------
+# Metadata, filters, retry
+
+
+def test_jobs_are_filtered_by_label_and_a_failed_target_is_retried(
+    serve: ServeFactory, server: LocalServer, new_page: Pages
+) -> None:
+    base = serve()
+    bearer = {"Authorization": f"Bearer {ALICE}"}
+    with httpx.Client(base_url=base, headers=bearer, timeout=WAIT / 1000) as client:
+        ids = {}
+        for run, path in (("nightly", "/missing"), ("adhoc", "/text.txt")):
+            targets = [{"url": server.url("/text.txt?x"), "custom_id": "a"}]
+            targets.append({"url": server.url(path), "custom_id": "b"})
+            r = client.post("/v1/batches", json={"targets": targets, "metadata": {"run": run}})
+            assert r.status_code == 201, r.text
+            ids[run] = r.json()["id"]
+            with client.stream("GET", f"/v1/batches/{ids[run]}/events") as events:
+                assert "event: job" in list(events.iter_lines())  # finished
+    page = new_page()
+    sign_in(page, base)
+    items = page.locator("#jobs li")
+    expect(items).to_have_count(2)
+    page.fill("#filter-label", "run:nightly")
+    page.click("#filter-form button")
+    expect(items).to_have_count(1)
+    expect(items.first).to_have_attribute("data-job", ids["nightly"])
+    expect(items.first.locator(".labels")).to_have_text("run=nightly")
+    page.fill("#filter-label", "novalue")
+    page.click("#filter-form button")
+    expect(page.locator("#filter-problem")).to_contain_text("key:value")
+
+    page.goto(f"{base}/ui/#/jobs/{ids['adhoc']}")
+    status(page).to_have_text("done")
+    expect(page.locator("#retry")).to_be_hidden()  # nothing failed
+    page.goto(f"{base}/ui/#/jobs/{ids['nightly']}")
+    status(page).to_have_text("partial")
+    expect(page.locator("#job-meta")).to_have_text("run=nightly")
+    page.click("#retry")
+    page.wait_for_url("**/ui/#/jobs/*")
+    expect(page.locator("#job-meta")).to_contain_text(f"retry of {ids['nightly']}")
+    child = page.url.rsplit("/", 1)[-1]
+    assert child != ids["nightly"]
+    with httpx.Client(base_url=base, headers=bearer) as client:
+        job = client.get(f"/v1/batches/{child}").json()
+    assert job["parent_id"] == ids["nightly"] and job["metadata"] == {"run": "nightly"}
+    assert [t["custom_id"] for t in job["targets"]] == ["b"]

@@ -163,16 +163,35 @@ let pendingNotice = ""; // shown once the next view is up
 /** Load the list's first ``listShown`` jobs; refreshed every few seconds while one is live. */
 async function renderJobs() {
   clearTimeout(listTimer);
-  const res = await api(`/v1/batches?limit=${Math.min(listShown, MAX_PAGE)}`);
+  const res = await api(`/v1/batches?limit=${Math.min(listShown, MAX_PAGE)}${filterQuery()}`);
   const page = await body(res);
   if ($("jobs-view").hidden) return; // navigated away meanwhile
+  $("filter-problem").textContent = res.status === 422 ? page.detail : "";
   if (!res.ok) {
-    notice(`${page.title}: ${page.detail}`);
+    if (res.status !== 422) notice(`${page.title}: ${page.detail}`);
     return;
   }
   $("jobs").replaceChildren(...page.jobs.map(jobItem));
   listNext = page.next;
   showListState(page.jobs);
+}
+
+/** The filter form as query parameters (``&``-prefixed), or "" without a filter. */
+function filterQuery() {
+  const params = new URLSearchParams();
+  const status = $("filter-status").value;
+  const label = $("filter-label").value.trim();
+  if (status) params.append("status", status);
+  if (label) params.append("label", label);
+  const text = params.toString();
+  return text ? `&${text}` : "";
+}
+
+/** A job's metadata as one line of ``key=value`` pairs (text only). */
+function metadataText(job) {
+  return Object.entries(job.metadata || {})
+    .map(([key, value]) => `${key}=${value}`)
+    .join(" · ");
 }
 
 async function moreJobs() {
@@ -206,6 +225,8 @@ function jobItem(job) {
   badge(status, job.status);
   li.append(status);
   li.append(el("span", { cls: "meta", text: `${countsText(job)} · ${age(job.created_at)}` }));
+  const labels = metadataText(job);
+  if (labels) li.append(el("span", { cls: "meta labels", text: labels }));
   const bar = el("div", { cls: "bar-progress" }, el("span", { cls: "seg done" }), el("span", { cls: "seg failed" }));
   setBar(bar, job);
   li.append(bar);
@@ -365,6 +386,12 @@ function renderJobHead(job) {
   setBar($("job-bar"), job);
   $("cancel").hidden = !isLive(job.status);
   $("forget").hidden = isLive(job.status);
+  // A retry is offered for an ended job with targets that failed or never ran.
+  $("retry").hidden = isLive(job.status) || job.targets_done - job.targets_failed >= job.targets_total;
+  const labels = metadataText(job);
+  const parent = job.parent_id ? `retry of ${job.parent_id}` : "";
+  $("job-meta").textContent = [labels, parent].filter(Boolean).join(" · ");
+  $("job-meta").hidden = !$("job-meta").textContent;
   $("job-error").textContent = job.error || "";
   $("job-error").hidden = !job.error;
 }
@@ -541,6 +568,27 @@ async function cancelJob() {
   }
 }
 
+async function retryJob() {
+  const state = current;
+  if (!state) return;
+  $("retry").disabled = true;
+  try {
+    const res = await api(`/v1/batches/${encodeURIComponent(state.id)}/retry`, {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ only: ["failed", "pending"] }),
+    });
+    const data = await body(res);
+    if (res.ok) {
+      location.hash = `#/jobs/${encodeURIComponent(data.id)}`;
+    } else {
+      notice(`${data.title}: ${data.detail}`);
+    }
+  } finally {
+    $("retry").disabled = false;
+  }
+}
+
 async function forgetJob() {
   const state = current;
   if (!state || !window.confirm(`Forget job ${state.id} and its results? This cannot be undone.`)) {
@@ -594,6 +642,12 @@ document.addEventListener("DOMContentLoaded", () => {
   });
   $("cancel").addEventListener("click", () => cancelJob().catch(reportError));
   $("forget").addEventListener("click", () => forgetJob().catch(reportError));
+  $("retry").addEventListener("click", () => retryJob().catch(reportError));
+  $("filter-form").addEventListener("submit", (e) => {
+    e.preventDefault();
+    listShown = PAGE;
+    renderJobs().catch(reportError);
+  });
   $("jobs-more").addEventListener("click", () => moreJobs().catch(reportError));
   window.addEventListener("hashchange", () => {
     notice(pendingNotice);
