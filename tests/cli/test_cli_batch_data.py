@@ -82,3 +82,46 @@ def test_jobs_filters_list_one_callers_jobs_by_status_and_label(tmp_path: Path, 
     assert json.loads(proc.stdout)[0]["metadata"] == {"run": "nightly"}
     bad = cli("jobs", "--db", str(db), "--label", "novalue")
     assert bad.returncode == 2 and "KEY:VALUE" in bad.stderr
+
+
+def test_retry_fetches_a_restart_killed_jobs_unfinished_targets_and_export_merges(
+    server: LocalServer, db: Path
+) -> None:
+    # A job a dead run left running: its first target stored, the others never fetched.
+    targets = [
+        Target(server.url("/text.txt"), custom_id="one"),
+        Target(server.url("/text.txt?2"), custom_id="two"),
+        Target(server.url("/text.txt?3"), custom_id="three"),
+    ]
+    with Store.open(db) as store:
+        new = NewJob(
+            "me",
+            "cli",
+            targets,
+            ttl=3600,
+            targets_per_job=4,
+            jobs_per_caller=1,
+            jobs_total=4,
+            status=JobState.RUNNING,
+            metadata={"run": "nightly"},
+        )
+        parent = store.create_job(new)[0].id
+        store.record_outcome(parent, 0, error="NetworkError: refused", ttl=3600)
+    proc = cli("retry", parent, "--db", str(db), "--only", "failed,pending", "--json", "-q")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["job"]["parent_id"] == parent and out["job"]["metadata"] == {"run": "nightly"}
+    assert [t["custom_id"] for t in out["targets"]] == ["one", "two", "three"]
+    assert {t["status"] for t in out["targets"]} == {"done"}
+    with Store.open(db) as store:
+        old = store.get_job(parent)
+    assert old is not None and (old.status, old.error) == (JobState.FAILED, "restart")
+    merged = cli("export", parent, "--db", str(db), "--merged")
+    lines = [json.loads(line) for line in merged.stdout.splitlines()]
+    assert [(x["custom_id"], x["status"], x["job_id"]) for x in lines] == [
+        ("one", "done", out["job"]["id"]),
+        ("two", "done", out["job"]["id"]),
+        ("three", "done", out["job"]["id"]),
+    ]
+    again = cli("retry", parent, "--db", str(db), "--only", "everything")
+    assert again.returncode == 2 and "only" in again.stderr

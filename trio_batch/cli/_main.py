@@ -56,7 +56,7 @@ from ._common import (
 )
 from ._logs import add_log_format_argument
 from ._options import add_fetch_limits, add_politeness, add_store_options
-from ._run import DEFAULT_MAX_TARGETS, cmd_run, default_caller
+from ._run import DEFAULT_MAX_TARGETS, cmd_retry, cmd_run, default_caller
 from ._telemetry import add_otel_argument
 
 __all__ = [
@@ -124,39 +124,26 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     run.add_argument("file", metavar="FILE", help="the batch file, or - for standard input")
-    run.add_argument(
-        "--caller",
-        default=None,
-        help="who submits (default: your login name); part of the idempotency key",
+    _add_fetch_options(run)
+
+    retry = sub.add_parser(
+        "retry",
+        parents=[db],
+        help="fetch an ended job's failed targets again, as a new job",
+        description="Submit the failed targets of the ended job JOB (with --only "
+        "failed,pending also those it never fetched: a cancel or a restart stopped it) as a "
+        "new job of the same caller, class, metadata, options and custom ids, whose parent is "
+        "JOB, and fetch it as run does. `trio-batch export JOB --merged` then writes one "
+        "complete file.",
     )
-    run.add_argument(
-        "--class", dest="caller_class", default="cli", help="the caller's class (default: cli)"
+    _add_job_argument(retry)
+    retry.add_argument(
+        "--only",
+        default="failed",
+        metavar="KINDS",
+        help="failed, pending, or failed,pending (default: failed)",
     )
-    run.add_argument(
-        "--json", action="store_true", help="print the job and its targets as JSON on stdout"
-    )
-    run.add_argument("-q", "--quiet", action="store_true", help="show no progress")
-    add_otel_argument(run)
-    add_log_format_argument(run)
-    run.add_argument(
-        "--ttl",
-        type=float,
-        default=Config().ttl,
-        metavar="SECONDS",
-        help="how long the job and its results are kept after its last activity "
-        "(default: %(default)g)",
-    )
-    run.add_argument(
-        "--max-targets",
-        type=_positive_count,
-        default=DEFAULT_MAX_TARGETS,
-        metavar="N",
-        help="refuse a file of more than N targets, which one job would take too long to "
-        "fetch and show; split it instead (default: %(default)s)",
-    )
-    add_fetch_limits(run)
-    add_store_options(run)
-    add_politeness(run)
+    _add_fetch_options(retry)
 
     status = sub.add_parser("status", parents=[db], help="show a job and its targets' statuses")
     _add_job_argument(status)
@@ -202,7 +189,44 @@ def _positive_count(text: str) -> int:
 
 
 #: The commands that take a job id.
-_JOB_COMMANDS = ("status", "results", "forget", "export")
+_JOB_COMMANDS = ("status", "results", "forget", "export", "retry")
+
+
+def _add_fetch_options(run: argparse.ArgumentParser) -> None:
+    """The options of a command that submits a job and fetches it (``run``, ``retry``)."""
+    run.add_argument(
+        "--caller",
+        default=None,
+        help="who submits (default: your login name); part of the idempotency key",
+    )
+    run.add_argument(
+        "--class", dest="caller_class", default="cli", help="the caller's class (default: cli)"
+    )
+    run.add_argument(
+        "--json", action="store_true", help="print the job and its targets as JSON on stdout"
+    )
+    run.add_argument("-q", "--quiet", action="store_true", help="show no progress")
+    add_otel_argument(run)
+    add_log_format_argument(run)
+    run.add_argument(
+        "--ttl",
+        type=float,
+        default=Config().ttl,
+        metavar="SECONDS",
+        help="how long the job and its results are kept after its last activity "
+        "(default: %(default)g)",
+    )
+    run.add_argument(
+        "--max-targets",
+        type=_positive_count,
+        default=DEFAULT_MAX_TARGETS,
+        metavar="N",
+        help="refuse a file of more than N targets, which one job would take too long to "
+        "fetch and show; split it instead (default: %(default)s)",
+    )
+    add_fetch_limits(run)
+    add_store_options(run)
+    add_politeness(run)
 
 
 def _add_job_argument(parser: argparse.ArgumentParser) -> None:
@@ -286,6 +310,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "run":
             return cmd_run(args)
+        if args.command == "retry":
+            return cmd_retry(args)
         with open_db(args.db, create=False) as store:
             if store is None:
                 return _no_database(args)

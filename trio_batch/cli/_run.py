@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import getpass
 import logging
 import math
@@ -47,7 +48,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 
-__all__ = ["cmd_run", "default_caller"]
+__all__ = ["cmd_retry", "cmd_run", "default_caller", "fetch_job"]
 
 
 def default_caller() -> str:
@@ -111,10 +112,37 @@ def cmd_run(args: argparse.Namespace) -> int:
             "each (`split -l` for a file of one target per line), or raise --max-targets"
         )
     _check_options(targets, lines, label)
+    caller = args.caller if args.caller is not None else default_caller()
+    return fetch_job(args, targets, caller)
+
+
+def cmd_retry(args: argparse.Namespace) -> int:
+    """``trio-batch retry JOB``: fetch the ended job's failed (``--only``: and unfetched)
+    targets as a new job of the same caller, class, metadata and custom ids. The job is read
+    once the runner holds the database, so a job a killed run left live is reaped first
+    (failed, ``restart``) and its unfetched targets can be retried."""
+    from ..runner._batch_ops import check_only
+
+    try:
+        kinds = check_only([k.strip() for k in args.only.split(",")])
+    except InvalidRequest as exc:
+        raise UsageError(f"--only: {exc}") from None
+    return fetch_job(args, [], args.caller or default_caller(), retry=(args.job, kinds))
+
+
+def fetch_job(
+    args: argparse.Namespace,
+    targets: list[Target],
+    caller: str,
+    *,
+    retry: tuple[str, frozenset[str]] | None = None,
+) -> int:
+    """Submit ``targets`` as ``caller``'s job and fetch it, showing progress; or, with
+    ``retry`` (a job id and what to retry), the retry of that job (``run``'s and ``retry``'s
+    common part). Returns the exit code."""
     for flag, value in (("--ttl", args.ttl), ("--target-timeout", args.target_timeout)):
         if not (value > 0 and math.isfinite(value)):
             raise UsageError(f"{flag} must be a positive number of seconds")
-    caller = args.caller if args.caller is not None else default_caller()
     try:
         tracing, flush_traces = setup_tracing(args.otel)
     except ValueError as exc:
@@ -126,12 +154,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         assert store is not None  # created if missing
         config = Config(
             ttl=args.ttl,
-            targets_per_job=max(Config().targets_per_job, len(targets)),
+            targets_per_job=max(Config().targets_per_job, len(targets), args.max_targets),
             target_timeout=args.target_timeout,
             retry=retry_policy(args.retries),
         )
         try:
-            outcome = trio.run(_run_job, store, config, caller, args, targets, tracing)
+            submit = functools.partial(_run_job, retry=retry)
+            outcome = trio.run(submit, store, config, caller, args, targets, tracing)
         except StoreLocked:
             # The runner allows one runner per database: a second one would reap the first
             # one's live jobs as "restart".
@@ -219,6 +248,8 @@ async def _run_job(
     args: argparse.Namespace,
     targets: list[Target],
     tracing: Tracing,
+    *,
+    retry: tuple[str, frozenset[str]] | None = None,
 ) -> _Outcome:
     from ..fetchers import HttpFetcher
     from ..runner import open_runner
@@ -238,7 +269,16 @@ async def _run_job(
         async with open_runner(
             store, fetcher, config, on_retry=on_retry, tracing=tracing
         ) as runner:
-            job_id, reused = await runner.submit(caller, args.caller_class, targets)
+            if retry is None:
+                job_id, reused = await runner.submit(caller, args.caller_class, targets)
+            else:
+                found = await runner.retry(retry[0], only=retry[1])
+                if found is None:
+                    raise BatchError(f"no job {retry[0]} (unknown id, or its lease has lapsed)")
+                job_id, reused = found
+                status = await runner.status(job_id)
+                assert status is not None  # just created, with a lease of at least --ttl
+                targets = [Target(t.url, t.options, t.custom_id) for t in status[1]]
             outcome = _Outcome(job_id, reused, interrupted=False)
             if reused:
                 return outcome
