@@ -3,9 +3,6 @@ cancelling a caller's jobs by filter: on every backend, through the runner."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import pytest
 import trio
 
@@ -26,19 +23,12 @@ from trio_batch import (
     open_runner,
 )
 
-from ..support.backends import BACKENDS, open_backend
 from ..support.fakes import T0, FakeClock, ScriptedFetch
+from .test_runner import any_store
+
+__all__ = ["any_store"]  # the fixture, imported for pytest
 
 CONFIG = Config(ttl=100, targets_per_job=8, jobs_per_caller=4, jobs_total=8)
-
-
-@pytest.fixture(params=BACKENDS)
-async def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[JobStore]:
-    store = open_backend(request.param, request, tmp_path)
-    try:
-        yield store
-    finally:
-        await store.aclose()
 
 
 def _targets() -> list[Target]:
