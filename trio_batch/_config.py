@@ -83,6 +83,9 @@ class Config:
       :class:`~trio_batch.StoreUnavailable` (5 s; ``trio-batch serve`` then answers 503 with
       ``Retry-After``). The front ends open their store with it; a store you open yourself
       takes it as ``open_store(url, store_timeout=...)``.
+    - ``max_result_size``: longest result stored, in characters of its JSON (content and meta
+      together, 16 MiB); a fetch returning more fails its target with
+      :class:`~trio_batch.ResultTooLarge`, for every fetch function.
     - ``retry``: how a target whose attempt failed with a retryable error is tried again, before
       the next target starts (see :class:`~trio_batch.RetryPolicy`); None (the default) makes
       one attempt only.
@@ -102,6 +105,7 @@ class Config:
     retry: RetryPolicy | None = None
     poll_interval: float = 2.0
     store_timeout: float = 5.0
+    max_result_size: int = 16 * 1024 * 1024
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):

@@ -6,6 +6,7 @@
     ├── InvalidRequest           a malformed argument
     │   └── InvalidTargets       a malformed target list
     ├── TooManyTargets           over targets_per_job
+    ├── ResultTooLarge           a fetch's result over max_result_size (stored as its error)
     ├── CallerBusy               the caller holds jobs_per_caller live jobs
     ├── Busy                     jobs_total live jobs in all
     ├── JobLive                  a live job cannot be forgotten
@@ -29,6 +30,7 @@ __all__ = [
     "InvalidTargets",
     "JobLive",
     "OutcomeExists",
+    "ResultTooLarge",
     "RunnerClosed",
     "SchemaVersionError",
     "StoreError",
@@ -76,6 +78,12 @@ class InvalidTargets(InvalidRequest):
 
 class TooManyTargets(BatchError):
     """The job has more targets than the ``targets_per_job`` cap allows. HTTP 422."""
+
+
+class ResultTooLarge(BatchError):
+    """A fetch returned a result whose stored JSON (content and meta) is longer than
+    ``Config.max_result_size`` characters. Not raised to a caller: the store keeps nothing of
+    the result and fails its target with this error's name and message, and a hint."""
 
 
 class CallerBusy(BatchError):

@@ -562,7 +562,9 @@ class OutcomeWrite:
     Exactly one of ``result`` and ``error`` is set; ``hint`` goes with an error. ``attempts``
     is how many attempts at the target this outcome took (see :class:`~trio_batch.RetryPolicy`).
     ``seen`` is the job as the writer last saw it (what the store last answered for it), or
-    None. A store may use it to answer without reading the job back: it then bumps the job only
+    None. ``max_result_size`` caps the result's stored JSON (characters); past it the store
+    keeps the outcome as a :class:`~trio_batch.ResultTooLarge` failure instead. A store may
+    use ``seen`` to answer without reading the job back: it then bumps the job only
     if the job is still exactly as seen, checked in the same statement, and otherwise answers
     as it would without ``seen``. The answer is the same either way.
     """
@@ -574,6 +576,7 @@ class OutcomeWrite:
     hint: str | None = None
     attempts: int = 1
     seen: Job | None = None
+    max_result_size: int | None = None
 
 
 # --------------------------------------------------------------------------------------------

@@ -682,3 +682,25 @@ async def test_the_latest_retry_is_the_callers_newest_child(job_store: JobStore)
     assert latest is not None and latest.id == second.id
     assert await job_store.latest_retry(parent.id, caller="carol", now=T0) is None
     assert await job_store.latest_retry("bad id", caller="alice", now=T0) is None
+
+
+async def test_a_result_longer_than_max_result_size_is_stored_as_a_failure(
+    job_store: JobStore,
+) -> None:
+    job, _ = await _create(job_store, n=2)
+    fits = Result("x" * 80, {"n": 0})
+    limit = len(fits.to_json_text())
+    write = dataclasses.replace(_ok(job.id, 0), result=fits, max_result_size=limit)
+    await job_store.record_outcome(write, ttl=TTL, now=T0)
+    over = Result("x" * 80, {"n": 10})  # one character longer, in the meta
+    write = dataclasses.replace(_ok(job.id, 1), result=over, max_result_size=limit)
+    after = await job_store.record_outcome(write, ttl=TTL, now=T0)
+    assert after is not None and after.targets_failed == 1
+    found = await job_store.get_status(job.id, now=T0)
+    assert found is not None
+    kept, refused = found[1]
+    assert kept.status == TargetState.DONE and kept.result == fits
+    assert refused.status == TargetState.FAILED and refused.result is None
+    assert refused.error is not None and refused.error.startswith("ResultTooLarge: ")
+    assert f"the limit is {limit} (Config.max_result_size)" in refused.error
+    assert refused.hint is not None and "max_result_size" in refused.hint

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from json.encoder import encode_basestring
 from typing import Any
 
 import trio
@@ -35,6 +37,7 @@ __all__ = [
     "parse_submission",
     "read_body",
     "require_json",
+    "target_json_chunks",
     "target_summary_json",
 ]
 
@@ -76,6 +79,31 @@ def target_summary_json(job_id: str, target: TargetStatus, size: int) -> dict[st
     out["result_size"] = size
     out["result_url"] = f"/v1/batches/{job_id}/targets/{target.idx}" if size else None
     return out
+
+
+#: Characters of a result's content encoded at once when a target is sent in pieces.
+CONTENT_CHUNK = 1024 * 1024
+_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def target_json_chunks(target: TargetStatus, chunk: int = CONTENT_CHUNK) -> Iterator[bytes]:
+    """``target.to_json()`` as compact JSON in pieces of about ``chunk`` characters: a big
+    result is encoded a slice of its content at a time, so no piece costs more than that to
+    make or holds more than that in memory besides the content itself."""
+    out = target.to_json()
+    result = out["result"]
+    if result is None or len(result["content"]) <= chunk:
+        yield _COMPACT.encode(out).encode()
+        return
+    before = {k: out[k] for k in list(out)[: list(out).index("result")]}
+    after = {k: out[k] for k in list(out)[list(out).index("result") + 1 :]}
+    yield (_COMPACT.encode(before)[:-1] + ',"result":{"content":"').encode()
+    content: str = result["content"]
+    for start in range(0, len(content), chunk):
+        # A slice's JSON is its characters' escapes: the slices' together are the whole's.
+        yield encode_basestring(content[start : start + chunk])[1:-1].encode()
+    tail = _COMPACT.encode(after)
+    yield ('","meta":' + _COMPACT.encode(result["meta"]) + "}," + tail[1:]).encode()
 
 
 def parse_page(

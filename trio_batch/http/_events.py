@@ -1,4 +1,10 @@
-"""``GET /v1/batches/{id}/events``: a job's outcomes as Server-Sent Events."""
+"""``GET /v1/batches/{id}/events``: a job's outcomes as Server-Sent Events.
+
+A result of more than :data:`INLINE_RESULT` characters (its JSON) is not sent in the event:
+the event carries ``result: null`` with the result's ``result_size`` and the ``result_url`` to
+read it from, as the job view does. A stream of 50 MB results would otherwise be encoded on
+the event loop and sent to every watcher whether it wants them or not.
+"""
 
 from __future__ import annotations
 
@@ -11,12 +17,41 @@ import trio
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from .._model import Job, TargetStatus
+from .._model import Job, Result, TargetStatus
 from ..runner import Runner
-from ._bodies import job_json
+from ._bodies import job_json, target_summary_json
 from ._service import Service
 
-__all__ = ["EventStream"]
+__all__ = ["INLINE_RESULT", "EventStream"]
+
+#: Largest result (characters of its JSON, content and meta) sent inside a ``target`` event.
+INLINE_RESULT = 64 * 1024
+#: A result this small, with a meta of a few scalars, is encoded on the loop without a look.
+_CHEAP_CONTENT = 4096
+_CHEAP_META_ITEMS = 16
+
+
+def _cheap(result: Result) -> bool:
+    meta = result.meta
+    return (
+        len(result.content) <= _CHEAP_CONTENT
+        and len(meta) <= _CHEAP_META_ITEMS
+        and all(
+            v is None or isinstance(v, bool | int | float) or (isinstance(v, str) and len(v) < 256)
+            for v in meta.values()
+        )
+    )
+
+
+def _target_event(job_id: str, target: TargetStatus) -> bytes:
+    """The ``target`` event: the result inline if it is small, else a link to it."""
+    result = target.result
+    if result is not None and not _cheap(result):
+        size = len(result.to_json_text())
+        if size > INLINE_RESULT:
+            linked = {**target_summary_json(job_id, target, size), "result": None}
+            return _sse("target", linked, str(target.idx))
+    return _sse("target", target.to_json(), str(target.idx))
 
 
 def _sse(event: str, data: Mapping[str, Any], event_id: str | None = None) -> bytes:
@@ -85,7 +120,11 @@ class EventStream(Response):
                     if isinstance(item, Job):
                         await write(_sse("job", job_json(item)))
                     elif item.idx > self._after:
-                        await write(_sse("target", item.to_json(), str(item.idx)))
+                        if item.result is None or _cheap(item.result):
+                            event = _target_event(self._job_id, item)
+                        else:  # sized and encoded on a worker thread, off the event loop
+                            event = await trio.to_thread.run_sync(_target_event, self._job_id, item)
+                        await write(event)
             nursery.cancel_scope.cancel()
 
     async def _stop_on_shutdown(

@@ -13,6 +13,7 @@ from .._model import (
     Options,
     TargetState,
 )
+from ._events import INLINE_RESULT
 from ._openapi_batch_data import (
     CUSTOM_ID,
     LIST_FILTERS,
@@ -469,9 +470,11 @@ def openapi_document(*, auth_header: str | None = None) -> dict[str, Any]:
                     "summary": "Server-Sent Events: each target outcome as stored, then the job.",
                     "description": "Events: `target` (id: the target's idx; data: a "
                     "TargetStatus) for each stored outcome in order, then `job` (data: the "
-                    "terminal Job). A `shutdown` event ends the stream early if the service "
-                    "stops. Comment lines keep idle connections open. Send `Last-Event-ID` to "
-                    "skip the targets already seen.",
+                    f"terminal Job). A result of more than {INLINE_RESULT} characters (its "
+                    "JSON) is not sent inline: that event's `result` is null, and its "
+                    "`result_size` and `result_url` say where to read it. A `shutdown` event "
+                    "ends the stream early if the service stops. Comment lines keep idle "
+                    "connections open. Send `Last-Event-ID` to skip the targets already seen.",
                     "security": secured,
                     "parameters": [
                         _JOB_ID,

@@ -8,7 +8,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_late
 from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST as OPENMETRICS_CONTENT_TYPE
 from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from .._errors import BatchError
 from .._text import parse_count
@@ -22,6 +22,7 @@ from ._bodies import (
     parse_submission,
     read_body,
     require_json,
+    target_json_chunks,
     target_summary_json,
 )
 from ._events import EventStream
@@ -114,7 +115,9 @@ async def get_target(request: Request) -> Response:
     job, target = (None, None) if found is None else found
     service.owned(job, caller, missing)
     assert target is not None  # found, since owned() accepted its job
-    return JSONResponse(target.to_json())
+    # In pieces, each made on a worker thread: a big result encoded whole on the event loop
+    # stalled every other request for seconds, and held several copies of itself.
+    return StreamingResponse(target_json_chunks(target), media_type="application/json")
 
 
 async def cancel_batch(request: Request) -> Response:

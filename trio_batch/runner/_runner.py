@@ -513,6 +513,7 @@ class Runner(BatchOps):
             hint=failure.hint if failure else None,
             attempts=attempts,
             seen=drain.job,
+            max_result_size=self._config.max_result_size,
         )
         # Each attempt cannot be cancelled (see JobStore.record_outcome): in effect shielded,
         # and bounded by the store's own timeouts.

@@ -13,7 +13,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .._errors import Busy, CallerBusy, TooManyTargets
+from .._errors import Busy, CallerBusy, ResultTooLarge, TooManyTargets
 from .._model import (
     DEFAULT_OPTIONS,
     Job,
@@ -351,14 +351,18 @@ def check_caps(
 
 
 def outcome_values(
-    result: Result | None, error: str | None, hint: str | None
+    result: Result | None,
+    error: str | None,
+    hint: str | None,
+    max_result_size: int | None = None,
 ) -> tuple[TargetState, str | None, str | None, str | None]:
     """A target's stored outcome: ``(status, result_text, error, hint)``.
 
     Pass ``result`` for a success, or ``error`` (and optionally ``hint``) for a failure;
     ValueError for both or neither. A result that cannot be stored as JSON becomes a failure
-    saying why. Error and hint are stored as :func:`safe_text` makes them (bounded, no NUL),
-    so every backend keeps the same text.
+    saying why, and so does one longer than ``max_result_size`` characters
+    (:class:`~trio_batch.ResultTooLarge`; nothing of it is kept). Error and hint are stored as
+    :func:`safe_text` makes them (bounded, no NUL), so every backend keeps the same text.
     """
     if (result is None) == (error is None):
         raise ValueError("pass exactly one of result= and error=")
@@ -369,6 +373,18 @@ def outcome_values(
         except ValueError as exc:
             error = f"the fetch returned a Result that cannot be stored as JSON: {exc}"
             hint = "make Result.content a str and Result.meta a JSON-serialisable dict"
+        too_long = max_result_size is not None and len(result_text or "") > max_result_size
+        if too_long:
+            too_large = ResultTooLarge(
+                f"the result is {len(result_text or '')} characters of JSON; the limit is "
+                f"{max_result_size} (Config.max_result_size)"
+            )
+            error = f"{type(too_large).__name__}: {too_large}"
+            hint = (
+                "return less from the fetch function (narrow it with grep, jq or a text mode), "
+                "or raise Config.max_result_size"
+            )
+            result_text = None
     if error is None:
         return TargetState.DONE, result_text, None, hint
     return (
@@ -383,4 +399,4 @@ def write_values(
     write: OutcomeWrite,
 ) -> tuple[TargetState, str | None, str | None, str | None]:
     """:func:`outcome_values` of an :class:`OutcomeWrite`."""
-    return outcome_values(write.result, write.error, write.hint)
+    return outcome_values(write.result, write.error, write.hint, write.max_result_size)

@@ -153,12 +153,14 @@ class Store(Connection):
         ttl: float,
         now: float | None = None,
         seen: Job | None = None,
+        max_result_size: int | None = None,
     ) -> Job | None:
         """Store one target's outcome and bump its job, in one transaction.
 
         Pass ``result`` for a success, or ``error`` (and optionally ``hint``) for a failure;
         ``attempts`` is how many attempts the outcome took. A
-        result that cannot be stored as JSON is stored as a failure saying why. In the same
+        result that cannot be stored as JSON, or whose JSON is longer than ``max_result_size``
+        characters, is stored as a failure saying why. In the same
         transaction the job's ``targets_done`` (and ``targets_failed``), ``updated_at`` and lease
         (``expires_at = now + ttl``) are bumped; if this was the last outcome of a live job, the
         job takes its terminal status: ``done`` (no failures), ``failed`` (all failed) or
@@ -173,7 +175,7 @@ class Store(Connection):
         answer follows from it. If the job changed meanwhile, it is bumped and read back as
         without ``seen``; the answer is the same either way.
         """
-        status, result_text, error, hint = outcome_values(result, error, hint)
+        status, result_text, error, hint = outcome_values(result, error, hint, max_result_size)
         now = time.time() if now is None else now
         failed = int(error is not None)
         conn = self.db.conn  # the hot path: straight to sqlite3, no wrapper per statement
@@ -265,6 +267,7 @@ class Store(Connection):
                 ttl=ttl,
                 now=now,
                 seen=w.seen,
+                max_result_size=w.max_result_size,
             )
         except (OutcomeExists, ValueError) as exc:
             return exc

@@ -1,0 +1,97 @@
+"""Big results: read in pieces made off the event loop, linked rather than inlined in event
+streams, capped where they are stored (issue 26: six reads of a 50 MB result stalled
+``/healthz`` for seconds; the event stream sent it inline)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from trio_batch import Config, Result, TargetState, TargetStatus
+from trio_batch.http import _bodies
+from trio_batch.http._events import INLINE_RESULT
+
+from ..support.fakes import FakeClock, ScriptedFetch
+from ..support.http_fixtures import sse_events
+from .test_http import auth, body, running
+
+BIG = 'é\u202e"\\x' * (_bodies.CONTENT_CHUNK // 2) + "end"  # past two chunks, with escapes
+CONFIG = Config(ttl=100, targets_per_job=4, jobs_per_caller=1, jobs_total=2)
+
+
+def _big_fetch(fetch: ScriptedFetch, content: str, meta: dict[str, Any]) -> None:
+    fetch.custom["https://example.test/big"] = lambda: Result(content, meta)
+
+
+async def test_a_big_result_is_sent_in_pieces_and_reads_back_whole(
+    tmp_path: Path, fetch: ScriptedFetch, clock: FakeClock
+) -> None:
+    _big_fetch(fetch, BIG, {"kind": "big", "n": [1, 2]})
+    async with running(tmp_path, fetch, clock, config=CONFIG) as svc:
+        r = await svc.client.post("/v1/batches", json=body("big", "small"), headers=auth())
+        job_id = r.json()["id"]
+        await svc.wait_done(job_id)
+        async with svc.client.stream("GET", f"/v1/batches/{job_id}/targets/0", headers=auth()) as r:
+            assert r.status_code == 200
+            assert r.headers["content-type"] == "application/json"
+            assert "content-length" not in r.headers  # streamed, not built whole first
+            pieces = [piece async for piece in r.aiter_raw()]
+        assert len(pieces) > 1
+        data = json.loads(b"".join(pieces))
+        assert data["result"] == {"content": BIG, "meta": {"kind": "big", "n": [1, 2]}}
+        assert data["idx"] == 0 and data["status"] == "done"
+
+
+async def test_the_event_stream_links_a_big_result_and_inlines_small_ones(
+    tmp_path: Path, fetch: ScriptedFetch, clock: FakeClock
+) -> None:
+    content = "y" * (INLINE_RESULT + 1)
+    _big_fetch(fetch, content, {})
+    async with running(tmp_path, fetch, clock, config=CONFIG) as svc:
+        r = await svc.client.post("/v1/batches", json=body("big", "small"), headers=auth())
+        job_id = r.json()["id"]
+        async with svc.client.stream("GET", f"/v1/batches/{job_id}/events", headers=auth()) as r:
+            events = [e async for e in sse_events(r)]
+        big, small = (e["data"] for e in events if e["event"] == "target")
+        url = f"/v1/batches/{job_id}/targets/0"
+        assert big["result"] is None and big["result_url"] == url
+        assert big["result_size"] == len(Result(content).to_json_text())
+        assert small["result"]["content"] == "content of https://example.test/small"
+        read = await svc.client.get(url, headers=auth())
+        assert read.json()["result"]["content"] == content
+
+
+async def test_a_result_past_max_result_size_is_a_failed_target_in_the_api(
+    tmp_path: Path, fetch: ScriptedFetch, clock: FakeClock
+) -> None:
+    _big_fetch(fetch, "z" * 5000, {})
+    config = Config(ttl=100, targets_per_job=4, max_result_size=4096)
+    async with running(tmp_path, fetch, clock, config=config) as svc:
+        r = await svc.client.post("/v1/batches", json=body("big"), headers=auth())
+        job = await svc.wait_done(r.json()["id"])
+        assert job["status"] == "failed"
+        target = (await svc.client.get(f"/v1/batches/{job['id']}/targets/0", headers=auth())).json()
+        assert target["result"] is None and target["error"].startswith("ResultTooLarge: ")
+
+
+texts = st.text(st.characters(blacklist_categories=["Cs"]), max_size=40)
+metas = st.dictionaries(st.text(max_size=5), st.one_of(st.integers(), texts, st.none()))
+
+
+@given(content=texts, meta=metas, chunk=st.integers(min_value=1, max_value=9))
+def test_pieces_join_to_exactly_the_whole_json(
+    content: str, meta: dict[str, Any], chunk: int
+) -> None:
+    result = Result(content, meta)
+    target = TargetStatus(
+        7, "https://x.test/é", TargetState.DONE, result, None, "h", finished_at=2.5, attempts=3
+    )
+    pieces = list(_bodies.target_json_chunks(target, chunk))
+    whole = json.dumps(target.to_json(), ensure_ascii=False, separators=(",", ":"))
+    assert b"".join(pieces).decode() == whole
+    if len(content) > chunk:
+        assert len(pieces) >= 3  # the head, the content in slices, the tail
