@@ -55,7 +55,8 @@ _FILES: Mapping[str, str] = {
 
 
 def dashboard_routes() -> list[BaseRoute]:
-    """The routes serving the dashboard: ``/ui/`` and its files, and ``/`` redirecting there."""
+    """The routes serving the dashboard: ``/ui/`` and its files, and ``/`` and ``/ui``
+    redirecting there."""
     static = resources.files(__package__) / "static"
     files = {name: (static / name).read_bytes() for name in _FILES}
 
@@ -72,10 +73,12 @@ def dashboard_routes() -> list[BaseRoute]:
         return file_response(name)
 
     async def root(request: Request) -> Response:
+        # A fixed path, never one built from the request's Host header.
         return RedirectResponse("/ui/", status_code=303)
 
     return [
         Route("/", root, methods=["GET"]),
+        Route("/ui", root, methods=["GET"]),  # without the slash, as people type it
         Route("/ui/", index, methods=["GET"]),
         Route("/ui/{name}", asset, methods=["GET"]),
     ]

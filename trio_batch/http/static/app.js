@@ -19,17 +19,33 @@ const PREVIEW_CHARS = 2000; // of each result's content shown on the job page
 const LIST_POLL_MS = 2000; // how often the jobs list refreshes while a job is live
 const STREAM_IDLE_MS = 45000; // no bytes for this long (3 missed keep-alives): reconnect
 const RECONNECT_MS = [500, 1000, 2000, 4000, 5000];
+const URL_SHOWN = 120; // longer URLs show shortened in their row; the whole one on demand
 
 const $ = (id) => document.getElementById(id);
 
 // ---------------------------------------------------------------------------------------------
 // Small helpers
 
-/** An element with text content (never HTML) and the given class and children. */
+// Control characters and bidi marks and overrides, shown as escapes: an invisible U+202E in a
+// result makes "gnp.exe" read "exe.png" (the same set the command line escapes).
+const UNSEEN = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
+
+/** ``text`` with every control or bidi character spelled as ``\x1b`` or ``\u202e``. */
+function visible(text) {
+  return String(text)
+    .replace(/\r\n/g, "\n")
+    .replace(UNSEEN, (ch) => {
+      const code = ch.charCodeAt(0);
+      const hex = code.toString(16);
+      return code < 0x100 ? `\\x${hex.padStart(2, "0")}` : `\\u${hex.padStart(4, "0")}`;
+    });
+}
+
+/** An element with text content (never HTML, controls made visible), class and children. */
 function el(tag, { cls, text, label } = {}, ...children) {
   const node = document.createElement(tag);
   if (cls) node.className = cls;
-  if (text !== undefined && text !== null) node.textContent = String(text);
+  if (text !== undefined && text !== null) node.textContent = visible(text);
   if (label) node.dataset.label = label;
   for (const child of children) if (child) node.append(child);
   return node;
@@ -40,7 +56,7 @@ function showOnly(viewId) {
 }
 
 function notice(text) {
-  $("notice").textContent = text || "";
+  $("notice").textContent = visible(text || "");
   $("notice").hidden = !text;
 }
 
@@ -143,7 +159,7 @@ async function signIn(event) {
   }
   if (!res.ok) {
     const problem = await body(res);
-    $("sign-in-error").textContent = `${problem.title}: ${problem.detail}`;
+    $("sign-in-error").textContent = visible(`${problem.title}: ${problem.detail}`);
     return;
   }
   sessionStorage.setItem(TOKEN_KEY, value);
@@ -166,7 +182,7 @@ async function renderJobs() {
   const res = await api(`/v1/batches?limit=${Math.min(listShown, MAX_PAGE)}${filterQuery()}`);
   const page = await body(res);
   if ($("jobs-view").hidden) return; // navigated away meanwhile
-  $("filter-problem").textContent = res.status === 422 ? page.detail : "";
+  $("filter-problem").textContent = res.status === 422 ? visible(page.detail) : "";
   if (!res.ok) {
     if (res.status !== 422) notice(`${page.title}: ${page.detail}`);
     return;
@@ -257,10 +273,10 @@ function parseTargets(text) {
 function showProblem(problem, text) {
   $("submit-problem").hidden = !problem;
   if (!problem) return;
-  $("submit-problem-title").textContent = problem.title || "Error";
+  $("submit-problem-title").textContent = visible(problem.title || "Error");
   let detail = problem.detail || "";
   if (problem.retryAfter) detail += ` (retry after ${problem.retryAfter} s)`;
-  $("submit-problem-detail").textContent = detail;
+  $("submit-problem-detail").textContent = visible(detail);
   // A 429 for a busy caller links the live job in the way.
   const blocking = /^\/v1\/batches\/([A-Za-z0-9_-]+)$/.exec(problem.job || "");
   $("submit-problem-job").hidden = !blocking;
@@ -270,7 +286,7 @@ function showProblem(problem, text) {
   if (hasLine) {
     const all = text.split("\n");
     $("submit-problem-lineno").textContent = String(problem.line + 1);
-    $("submit-problem-text").textContent = all[problem.line];
+    $("submit-problem-text").textContent = visible(all[problem.line]);
     // Select the offending line so the keyboard lands on it.
     const start = all.slice(0, problem.line).reduce((n, l) => n + l.length + 1, 0);
     $("targets").focus();
@@ -334,16 +350,18 @@ function targetRow(t) {
   if (t.hint) error.append(el("span", { cls: "hint", text: t.hint }));
   const result = el("td", { label: "Result" });
   if (t.result) {
-    // From the event stream, which carries each result whole.
+    // From the event stream, which carries small results whole.
     const content = String(t.result.content);
-    const details = el("details", {}, el("summary", { text: `${content.length} characters` }));
+    const details = el("details", {}, el("summary", { text: `result (${content.length} characters)` }));
     showResult(details, t.result);
     details.open = content.length <= 200; // short results show at once
     result.append(details);
   } else if (t.result_url && t.result_url.startsWith("/v1/batches/")) {
-    // From the job view, which gives only the size: the result is read when opened.
-    // result_size counts the stored result (content and meta); the summary says so until read.
-    const details = el("details", {}, el("summary", { text: `result (${t.result_size} characters stored)` }));
+    // From the job view (or the stream, for a big result), which gives only the size: the
+    // result is read when opened. result_size counts content and meta as stored, and says so;
+    // the content's own length is shown once read.
+    const stored = `result (${t.result_size} characters stored with its meta)`;
+    const details = el("details", {}, el("summary", { text: stored }));
     details.addEventListener("toggle", () => loadResult(details, t.result_url).catch(reportError), {
       once: true,
     });
@@ -351,7 +369,7 @@ function targetRow(t) {
   }
   row.append(
     el("td", { label: "#", text: t.idx }),
-    el("td", { label: "URL" }, el("code", { cls: "url", text: t.url })),
+    el("td", { label: "URL" }, urlCell(String(t.url))),
     el("td", { label: "Status" }, status),
     el("td", { label: "Attempts", cls: "attempts", text: t.attempts }),
     error,
@@ -360,12 +378,23 @@ function targetRow(t) {
   return row;
 }
 
+/** A URL as code; a long one shortened, the whole of it shown when its summary is opened. */
+function urlCell(url) {
+  if (url.length <= URL_SHOWN) return el("code", { cls: "url", text: url });
+  const short = `${url.slice(0, URL_SHOWN - 40)}…${url.slice(-39)}`;
+  const summary = el("summary", { cls: "url-short" }, el("code", { cls: "url", text: short }));
+  summary.title = `${url.length} characters: open to show the whole URL`;
+  return el("details", { cls: "url-long" }, summary, el("code", { cls: "url url-whole", text: url }));
+}
+
 /** Add a result's preview (as text) and its meta to an opened ``details``. */
 function showResult(details, res) {
   const content = String(res.content);
-  if (content.length > PREVIEW_CHARS) {
-    details.append(el("p", { cls: "note", text: `The first ${PREVIEW_CHARS} of ${content.length} characters:` }));
-  }
+  const note =
+    content.length > PREVIEW_CHARS
+      ? `The first ${PREVIEW_CHARS} of ${content.length} characters of content:`
+      : `${content.length} characters of content:`;
+  details.append(el("p", { cls: "note", text: note }));
   details.append(el("pre", { cls: "content", text: content.slice(0, PREVIEW_CHARS) }));
   const meta = JSON.stringify(res.meta, null, 1);
   details.append(el("details", {}, el("summary", { text: "meta" }), el("pre", { cls: "meta", text: meta })));
@@ -375,7 +404,6 @@ async function loadResult(details, url) {
   const res = await api(url);
   const data = await body(res);
   if (res.ok && data.result) {
-    details.querySelector("summary").textContent = `${String(data.result.content).length} characters`;
     showResult(details, data.result);
   } else details.append(el("p", { cls: "error", text: `${data.title}: ${data.detail}` }));
 }
@@ -390,9 +418,9 @@ function renderJobHead(job) {
   $("retry").hidden = isLive(job.status) || job.targets_done - job.targets_failed >= job.targets_total;
   const labels = metadataText(job);
   const parent = job.parent_id ? `retry of ${job.parent_id}` : "";
-  $("job-meta").textContent = [labels, parent].filter(Boolean).join(" · ");
+  $("job-meta").textContent = visible([labels, parent].filter(Boolean).join(" · "));
   $("job-meta").hidden = !$("job-meta").textContent;
-  $("job-error").textContent = job.error || "";
+  $("job-error").textContent = visible(job.error || "");
   $("job-error").hidden = !job.error;
 }
 
@@ -437,7 +465,7 @@ async function openJob(id) {
   const state = { id, job: null, targets: new Map(), abort: null, timer: null, attempt: 0 };
   current = state;
   showOnly("job-view");
-  $("job-id").textContent = id;
+  $("job-id").textContent = visible(id); // from the address bar: anything may be in it
   $("job-missing").hidden = true;
   $("job-body").hidden = true;
   $("stream-state").textContent = "";
@@ -547,7 +575,7 @@ function onEvent(state, event) {
     renderJobHead(state.job);
     $("stream-state").textContent = "finished";
   } else if (event.event === "shutdown") {
-    $("stream-state").textContent = data.detail;
+    $("stream-state").textContent = visible(data.detail);
   }
 }
 
@@ -623,8 +651,18 @@ function route() {
     return;
   }
   const match = /^#\/jobs\/([^/]+)$/.exec(location.hash);
+  let id = null;
   if (match) {
-    openJob(decodeURIComponent(match[1])).catch(reportError);
+    try {
+      id = decodeURIComponent(match[1]);
+    } catch {
+      // A malformed escape (#/jobs/%E0%A4%A) names no job: say so, rather than throw and
+      // leave the previous view up.
+      notice(`The address ${location.hash} names no job: its escapes are malformed.`);
+    }
+  }
+  if (id !== null) {
+    openJob(id).catch(reportError);
     return;
   }
   stopStream();
