@@ -3,6 +3,7 @@ start-up failures reported in one line, no redirects built from request headers,
 
 from __future__ import annotations
 
+import json
 import logging
 import socket
 import subprocess
@@ -455,3 +456,48 @@ async def test_a_repeated_json_key_is_refused_with_400_naming_it(
         r = await svc.client.post("/v1/batches", content=text, headers=headers)
         assert repr(key) in problem(r, 400, "malformed-json")["detail"]
         assert fetch.calls == []
+
+
+async def _raw_answer(url: str, request: bytes) -> tuple[int, dict[str, str], bytes]:
+    """Send ``request`` as is on a fresh connection; the status, headers and body back."""
+    host, port = url.removeprefix("http://").split(":")
+    stream = await trio.open_tcp_stream(host, int(port))
+    async with stream:
+        await stream.send_all(request)
+        data = b""
+        while chunk := await stream.receive_some(65536):
+            data += chunk  # the server closes the connection after its error answer
+    head, _, content = data.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines)}
+    return int(status_line.split()[1]), headers, content
+
+
+@pytest.mark.parametrize(
+    "request_bytes, status, kind",
+    [
+        (
+            b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 70_000 + b"\r\n\r\n",
+            431,
+            "headers-too-large",
+        ),
+        (b"GARBAGE\r\n\r\n", 400, "malformed-request"),
+        (b"GET /healthz HTTP/1.1\r\nHost: x\r\nBad Header: y\r\n\r\n", 400, "malformed-request"),
+    ],
+)
+async def test_requests_the_server_cannot_parse_get_problems_with_the_api_headers(
+    tmp_path: Path,
+    fetch: ScriptedFetch,
+    clock: FakeClock,
+    request_bytes: bytes,
+    status: int,
+    kind: str,
+) -> None:
+    async with running(tmp_path, fetch, clock) as svc:
+        got, headers, content = await _raw_answer(svc.url, request_bytes)
+    assert got == status
+    for name, value in API_HEADERS.items():
+        assert headers[name.lower()] == value
+    assert headers["content-type"] == "application/problem+json"
+    problem = json.loads(content)
+    assert problem["type"] == f"urn:trio-batch:problem:{kind}" and problem["status"] == status

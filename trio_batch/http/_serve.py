@@ -11,6 +11,7 @@ from typing import cast
 import trio
 from starlette.applications import Starlette
 
+from ._problems import Problem
 from ._service import Service
 
 __all__ = ["serve"]
@@ -39,6 +40,8 @@ async def serve(
     from hypercorn.trio import serve as hypercorn_serve
     from hypercorn.typing import Framework
 
+    _answer_unparsable_requests_with_problems()
+
     config = HypercornConfig()
     config.bind = [bind]
     config.accesslog = None  # requests carry tokens; there is no access log to leak them into
@@ -63,3 +66,47 @@ async def serve(
         # only a service whose runner is up is announced.
         if service.runner_ is not None:
             task_status.started(urls)
+
+
+#: What Hypercorn's own answers to a request it cannot parse say, by status.
+_UNPARSABLE = {
+    431: (
+        "headers-too-large",
+        "Request header fields too large",
+        "the request's headers are too large; send smaller ones",
+    ),
+    400: ("malformed-request", "Bad request", "the request is not valid HTTP/1.1"),
+}
+
+
+def _answer_unparsable_requests_with_problems() -> None:
+    """Make Hypercorn's own 400 and 431 answers problem documents with the API's headers.
+
+    A request h11 cannot parse (a malformed request line, headers past the size limit) never
+    reaches the application: Hypercorn answers it itself, with an empty body and none of the
+    security headers every other answer carries. Hypercorn has no setting for that answer, so
+    the HTTP/1.1 protocol class it builds connections with is swapped for a subclass that
+    sends the problem instead. Idempotent.
+    """
+    import h11
+    from hypercorn import protocol
+    from hypercorn.protocol.h11 import H11Protocol
+
+    names = vars(protocol)  # the module's globals: ProtocolWrapper looks the class up there
+    if names["H11Protocol"] is not H11Protocol:
+        return  # already swapped
+
+    class ProblemH11Protocol(H11Protocol):
+        async def _send_error_response(self, status_code: int) -> None:
+            kind, title, detail = _UNPARSABLE.get(status_code, _UNPARSABLE[400])
+            answer = Problem(status_code, kind, title, detail).response()
+            headers = [
+                *answer.raw_headers,  # content-type, content-length and the security headers
+                (b"connection", b"close"),
+                *self.config.response_headers("h11"),
+            ]
+            await self._send_h11_event(h11.Response(status_code=status_code, headers=headers))
+            await self._send_h11_event(h11.Data(data=bytes(answer.body)))
+            await self._send_h11_event(h11.EndOfMessage())
+
+    names["H11Protocol"] = ProblemH11Protocol
