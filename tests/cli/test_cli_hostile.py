@@ -256,3 +256,16 @@ def test_log_lines_are_escaped(capsys: pytest.CaptureFixture[str], as_json: bool
     assert "trio-batch: fetched \\x1b[2J\\u202e\n" in err
     assert "pypdf: WARNING: damaged\\x1b]0;PWNED\\x07\nsecond line\n" in err
     assert_printable(err)
+
+
+@pytest.mark.parametrize("name", ["/dev/zero", "fifo"])
+def test_serve_refuses_a_tokens_file_that_is_not_a_regular_file(
+    tmp_path: Path, db: Path, name: str
+) -> None:
+    path = name
+    if name == "fifo":
+        path = str(tmp_path / "fifo")
+        os.mkfifo(path)
+    proc = cli("serve", "--tokens", path, "--db", str(db), "--bind", "127.0.0.1:0")
+    assert proc.returncode == 2, proc.stderr
+    assert f"{path} is not a regular file" in proc.stderr

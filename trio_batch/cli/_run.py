@@ -7,9 +7,7 @@ import functools
 import getpass
 import logging
 import math
-import os
 import signal
-import stat
 import sys
 import time
 from dataclasses import dataclass
@@ -19,6 +17,7 @@ import trio
 
 from .._config import Config
 from .._errors import BatchError, InvalidRequest, InvalidTargets, StoreLocked
+from .._files import read_bounded
 from .._model import Job, JobState, Target, TargetStatus
 from .._retry import RetryNotice
 from .._text import printable
@@ -74,23 +73,17 @@ def _read_input(name: str) -> str:
     try:
         if name == "-":
             data = sys.stdin.buffer.read(MAX_BATCH_BYTES + 1)
+            if len(data) > MAX_BATCH_BYTES:
+                raise ValueError(f"standard input holds more than {MAX_BATCH_BYTES // 2**20} MiB")
         else:
-            # Non-blocking, so that opening a FIFO with no writer does not hang here.
-            fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK)
-            with os.fdopen(fd, "rb") as f:
-                if not stat.S_ISREG(os.fstat(fd).st_mode):
-                    raise UsageError(
-                        f"{name} is not a regular file; pass a batch file, or - to read "
-                        "standard input"
-                    )
-                data = f.read(MAX_BATCH_BYTES + 1)
+            data = read_bounded(name, MAX_BATCH_BYTES)
     except OSError as exc:
         raise UsageError(f"cannot read {name}: {exc.strerror or exc}") from None
-    if len(data) > MAX_BATCH_BYTES:
+    except ValueError as exc:
         raise UsageError(
-            f"{'standard input' if name == '-' else name} holds more than "
-            f"{MAX_BATCH_BYTES // (1024 * 1024)} MiB; split it into several batch files"
-        )
+            f"{exc}; pass a batch file of at most {MAX_BATCH_BYTES // 2**20} MiB (split a "
+            "bigger one), or - to read standard input"
+        ) from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -11,12 +11,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .._errors import InvalidRequest
+from .._files import read_bounded
 from .._model import check_caller
 
 __all__ = ["DEFAULT_CALLER_CLASS", "MIN_TOKEN_LENGTH", "Auth", "Caller", "HeaderAuth", "TokenAuth"]
 
 #: The caller class of a caller whose credentials name none.
 DEFAULT_CALLER_CLASS = "default"
+#: Largest tokens file read (bytes): room for thousands of tokens.
+MAX_TOKENS_FILE = 1024 * 1024
 #: Shortest bearer token a tokens file may hold.
 MIN_TOKEN_LENGTH = 16
 
@@ -51,30 +54,31 @@ class TokenAuth:
 
         Tokens must be at least ``MIN_TOKEN_LENGTH`` characters and distinct (generate one with
         ``python -c 'import secrets; print(secrets.token_urlsafe(32))'``). Raises ValueError
-        naming the line, never the token, for a malformed file.
+        naming the line, never the token, for a malformed file, for one that is not a regular
+        file or holds more than ``MAX_TOKENS_FILE`` bytes.
         """
         tokens: dict[str, Caller] = {}
-        with open(path, encoding="utf-8") as f:
-            for lineno, raw in enumerate(f, 1):
-                line = raw.split("#", 1)[0].strip()
-                if not line:
-                    continue
-                fields = line.split()
-                where = f"{os.fspath(path)} line {lineno}"
-                if len(fields) not in (2, 3):
-                    raise ValueError(f"{where}: expected 'TOKEN CALLER [CLASS]'")
-                token, name = fields[0], fields[1]
-                klass = fields[2] if len(fields) == 3 else DEFAULT_CALLER_CLASS
-                if len(token) < MIN_TOKEN_LENGTH:
-                    raise ValueError(
-                        f"{where}: the token is shorter than {MIN_TOKEN_LENGTH} characters"
-                    )
-                if token in tokens:
-                    raise ValueError(f"{where}: the token repeats an earlier line's")
-                try:
-                    tokens[token] = Caller(check_caller(name), check_caller(klass, "caller class"))
-                except InvalidRequest as exc:
-                    raise ValueError(f"{where}: {exc}") from None
+        text = read_bounded(path, MAX_TOKENS_FILE).decode("utf-8")  # ValueError: not a file
+        for lineno, raw in enumerate(text.splitlines(), 1):
+            line = raw.split("#", 1)[0].strip()
+            if not line:
+                continue
+            fields = line.split()
+            where = f"{os.fspath(path)} line {lineno}"
+            if len(fields) not in (2, 3):
+                raise ValueError(f"{where}: expected 'TOKEN CALLER [CLASS]'")
+            token, name = fields[0], fields[1]
+            klass = fields[2] if len(fields) == 3 else DEFAULT_CALLER_CLASS
+            if len(token) < MIN_TOKEN_LENGTH:
+                raise ValueError(
+                    f"{where}: the token is shorter than {MIN_TOKEN_LENGTH} characters"
+                )
+            if token in tokens:
+                raise ValueError(f"{where}: the token repeats an earlier line's")
+            try:
+                tokens[token] = Caller(check_caller(name), check_caller(klass, "caller class"))
+            except InvalidRequest as exc:
+                raise ValueError(f"{where}: {exc}") from None
         if not tokens:
             raise ValueError(f"{os.fspath(path)} holds no token")
         return cls(tokens)
