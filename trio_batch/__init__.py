@@ -27,6 +27,7 @@ from ._errors import (
     StoreUnavailable,
     TooManyTargets,
 )
+from ._event import Delivery, JobEvent
 from ._model import (
     Job,
     JobState,
@@ -41,7 +42,7 @@ from ._model import (
 from ._retry import RetryableError, RetryNotice, RetryPolicy
 from ._tracing import Tracing
 from ._version import __version__ as __version__
-from .runner import FetchFunc, Runner, open_runner, otel_tracing
+from .runner import DeliveryAnswer, FetchFunc, Runner, WebhookDeliverer, open_runner, otel_tracing
 from .store import (
     SCHEMA_VERSION,
     JobFilter,
@@ -60,10 +61,13 @@ __all__ = [
     "CallerBusy",
     "ClassLimits",
     "Config",
+    "Delivery",
+    "DeliveryAnswer",
     "FetchFunc",
     "InvalidRequest",
     "InvalidTargets",
     "Job",
+    "JobEvent",
     "JobFilter",
     "JobLive",
     "JobState",
@@ -91,6 +95,7 @@ __all__ = [
     "TargetStatus",
     "TooManyTargets",
     "Tracing",
+    "WebhookDeliverer",
     "idem_key",
     "open_runner",
     "open_store",

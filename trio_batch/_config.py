@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from ._event import JobEvent
 from ._retry import RetryPolicy
 
 __all__ = ["COMMAND_TARGET_TIMEOUT", "ClassLimits", "Config"]
@@ -89,6 +90,13 @@ class Config:
     - ``retry``: how a target whose attempt failed with a retryable error is tried again, before
       the next target starts (see :class:`~trio_batch.RetryPolicy`); None (the default) makes
       one attempt only.
+    - ``on_terminal``: an async callback given each job's :class:`~trio_batch.JobEvent` after
+      the transaction that made the job terminal has committed (done, failed, partial,
+      cancelled, failed by a restart or a shutdown). The event is written to the store's
+      outbox in that transaction, so it is called at least once even if the process dies
+      (then by the next runner): a callback that raises or takes over a minute is called
+      again later with backoff, for up to a day, so it should be idempotent (the event's
+      ``id`` stays the same). None (the default): no callback.
     """
 
     ttl: float = 86400.0
@@ -106,10 +114,15 @@ class Config:
     poll_interval: float = 2.0
     store_timeout: float = 5.0
     max_result_size: int = 16 * 1024 * 1024
+    on_terminal: Callable[[JobEvent], Awaitable[None]] | None = None
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
+            if f.name == "on_terminal":
+                if value is not None and not callable(value):
+                    raise TypeError("Config.on_terminal must be an async callable or None")
+                continue
             if f.name == "retry":
                 if value is not None and not isinstance(value, RetryPolicy):
                     raise TypeError(

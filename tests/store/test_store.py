@@ -31,6 +31,7 @@ from trio_batch import (
     TooManyTargets,
 )
 from trio_batch.store import JobFilter, NewJob
+from trio_batch.store.sqlite import _outbox
 from trio_batch.store.sqlite import _queries as q
 from trio_batch.store.sqlite._views import job_overview, latest_retry, one_target, targets_after
 
@@ -584,7 +585,16 @@ def _exercise_every_method(store: Store) -> None:
     targets_after(store, job.id, 0, now=T0, limit=2)
     latest_retry(store, job.id, "a", now=T0)
     store.forget_job(other.id, now=T0)
+    hooked, _ = create(store, "c", webhook_url="https://example.org/hook")
     store.mark_in_flight_failed("restart", now=T0)
+    event = _outbox.claim_delivery(store, "me", now=T0, lease=60)
+    assert event is not None and event.job_id == hooked.id
+    _outbox.record_delivery(
+        store, event, "me", answer="HTTP 500", delivered=False, now=T0, next_at=T0 + 5
+    )
+    _outbox.next_due(store)
+    _outbox.get_delivery(store, hooked.id, now=T0)
+    _outbox.redeliver(store, hooked.id, now=T0)
     store.purge_expired(T0 + TTL)
 
 

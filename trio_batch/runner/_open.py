@@ -16,6 +16,7 @@ from .._retry import RetryNotice
 from .._tracing import NO_TRACING, Tracing
 from ..store import JobStore, SQLiteJobStore, Store, WriteObserver
 from ._cluster import poll_drain_changes
+from ._deliveries import WebhookDeliverer
 from ._runner import FetchFunc, Runner
 
 __all__ = ["open_runner", "otel_tracing"]
@@ -51,6 +52,7 @@ async def open_runner(
     on_store_write: WriteObserver | None = None,
     on_retry: Callable[[RetryNotice], None] | None = None,
     tracing: Tracing = NO_TRACING,
+    webhooks: WebhookDeliverer | None = None,
 ) -> AsyncIterator[Runner]:
     """Start a runner on ``store``; leaving the block shuts it down.
 
@@ -77,6 +79,10 @@ async def open_runner(
     ``tracing``: :func:`~trio_batch.otel_tracing` for a span per job, per attempt at a target
     and per store call of a drain (OpenTelemetry, the ``trio-batch[otel]`` extra); off by
     default, at the cost of a method call per event.
+    ``webhooks``, if given, sends the terminal events of jobs submitted with a webhook URL
+    (``trio-batch serve`` wires :class:`trio_batch.fetchers.WebhookSender`). With it or
+    ``Config.on_terminal``, a task delivers the outbox's events (see
+    :mod:`trio_batch.runner._deliveries`), also those a previous run left undelivered.
 
     A ``fetch`` that is also an async context manager (``HttpFetcher`` is: its connection pool
     and per-host limits) is entered before the first job and left after the last outcome is
@@ -100,7 +106,14 @@ async def open_runner(
                 async with (
                     _entered(fetch),
                     _running(
-                        tracing.wrap_store(job_store), fetch, config, now, log, on_retry, tracing
+                        tracing.wrap_store(job_store),
+                        fetch,
+                        config,
+                        now,
+                        log,
+                        on_retry,
+                        tracing,
+                        webhooks,
                     ) as runner,
                 ):
                     yield runner
@@ -131,6 +144,7 @@ async def _running(
     log: logging.Logger,
     on_retry: Callable[[RetryNotice], None] | None,
     tracing: Tracing,
+    webhooks: WebhookDeliverer | None,
 ) -> AsyncIterator[Runner]:
     """The runner's life on a claimed store: reap, serve, then shut down."""
     runner: Runner | None = None
@@ -149,8 +163,11 @@ async def _running(
                 nursery=nursery,
                 on_retry=on_retry,
                 tracing=tracing,
+                webhooks=webhooks,
             )
             nursery.start_soon(runner._purge_periodically, name="trio_batch purge")
+            if runner._deliveries.enabled:
+                nursery.start_soon(runner._deliveries.run, name="trio_batch deliveries")
             changes = runner._elsewhere
             nursery.start_soon(
                 poll_drain_changes,

@@ -17,6 +17,7 @@ import trio
 
 from .._config import Config
 from .._errors import InvalidRequest, JobLive, RunnerClosed, StoreUnavailable
+from .._event import Delivery
 from .._model import (
     Job,
     JobState,
@@ -39,6 +40,7 @@ from ._attempts import Attempts, Failure, FetchFunc
 from ._batch_ops import BatchOps
 from ._check import check_each, target_checker
 from ._cluster import ChangedElsewhere, release, wait_at_most, wait_elsewhere, wait_for_heartbeat
+from ._deliveries import Deliveries, WebhookDeliverer
 from ._drain import _Drain
 from ._purge import purge_lapsed
 from ._store_retry import retry_refused
@@ -66,9 +68,19 @@ class Runner(BatchOps):
         nursery: trio.Nursery,
         on_retry: Callable[[RetryNotice], None] | None = None,
         tracing: Tracing = NO_TRACING,
+        webhooks: WebhookDeliverer | None = None,
     ) -> None:
         self._store = store
         self._tracing = tracing
+        self._webhooks = webhooks
+        self._deliveries = Deliveries(
+            store,
+            now=now,
+            webhooks=webhooks,
+            on_terminal=config.on_terminal,
+            poll_interval=config.poll_interval,
+            logger=logger,
+        )
         self._config = config
         self._now = now
         self._log = logger
@@ -107,6 +119,7 @@ class Runner(BatchOps):
         *,
         metadata: Mapping[str, str] | None = None,
         parent_id: str | None = None,
+        webhook: str | None = None,
     ) -> tuple[str, bool]:
         """Submit a job of ``targets`` for ``caller``; returns ``(job_id, reused)``.
 
@@ -121,6 +134,10 @@ class Runner(BatchOps):
 
         The caps are the :class:`Config`'s, with ``targets_per_job`` and ``jobs_per_caller``
         overridden for ``caller_class`` by ``Config.class_limits``.
+
+        ``webhook``: a URL the job's terminal event is sent to (signed, at least once; see
+        :mod:`trio_batch.runner._deliveries`), checked by the runner's webhook sender; a
+        runner without one raises :class:`InvalidRequest`. A reused job keeps its own.
 
         Raises :class:`InvalidTargets` (an empty list, a non-target, a repeated target, or one
         the fetch function's ``check_target`` hook refused, see ``_check``: nothing stored),
@@ -143,6 +160,10 @@ class Runner(BatchOps):
             raise InvalidRequest(f"parent_id {safe_text(parent_id, 80)!r} is not a job id")
         if self._check_target is not None:
             check_each(self._check_target, checked)
+        if webhook is not None:
+            if self._webhooks is None:
+                raise InvalidRequest("this runner sends no webhooks (none was configured)")
+            webhook = self._webhooks.check_url(webhook)
         config = self._config
         targets_per_job, jobs_per_caller = config.limits_for(caller_class)
         # The drain is registered before the job exists, under the id the job will get: the
@@ -161,6 +182,8 @@ class Runner(BatchOps):
             job_id=drain.job_id,
             metadata=labels,
             parent_id=parent_id,
+            webhook_url=webhook,
+            callback=config.on_terminal is not None,
         )
         self._drains[drain.job_id] = drain
         started = False
@@ -222,8 +245,31 @@ class Runner(BatchOps):
                 if drain.cancel_writes == 0:
                     drain.cancel_settled.set()
         if job is not None:
+            self._deliveries.wake()
             self._log.info("job cancelled", extra={"job_id": job_id, "caller": job.caller})
         return job is not None
+
+    async def delivery(self, job_id: str) -> Delivery | None:
+        """Where the job's terminal event stands (attempts, last answer, delivered at); None
+        for a job without a webhook or ``Config.on_terminal``, or an unknown or lapsed one."""
+        await trio.lowlevel.checkpoint_if_cancelled()
+        self._check_running()
+        if not is_job_id(job_id):
+            return None
+        return await self._store.get_delivery(job_id, now=self._now())
+
+    async def redeliver(self, job_id: str) -> Delivery | None:
+        """Send the terminal job's event again now, with the same event id: a new round of
+        attempts, with backoff, for up to a day. None if the job has no written event (it
+        is live, has no webhook, or is unknown). The caller checks whose job it is."""
+        await trio.lowlevel.checkpoint_if_cancelled()
+        self._check_running()
+        if not is_job_id(job_id):
+            return None
+        found = await self._store.redeliver(job_id, now=self._now())
+        if found is not None:
+            self._deliveries.wake()
+        return found
 
     async def forget(self, job_id: str, *, caller: str | None = None) -> Job | None:
         """Delete a terminal job and its results, so the same targets can be submitted afresh.
@@ -494,6 +540,7 @@ class Runner(BatchOps):
             log=self._log,
             extra={"job_id": drain.job_id, "status": str(status)},
         )
+        self._deliveries.wake()
 
     async def _store_outcome(
         self, drain: _Drain, idx: int, result: Result | Failure, attempts: int = 1
@@ -536,6 +583,7 @@ class Runner(BatchOps):
                 },
             )
         if job is not None and job.is_terminal:
+            self._deliveries.wake()
             self._log.info(
                 "job finished",
                 extra={"job_id": drain.job_id, "caller": drain.caller, "status": str(job.status)},

@@ -17,6 +17,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from .._event import Delivery, JobEvent
 from .._model import Job, JobState, OutcomeWrite, Target, TargetStatus
 from ._filters import EVERY_JOB, JobFilter
 
@@ -63,6 +64,10 @@ class NewJob:
     metadata: Mapping[str, str] | None = None
     #: The job this one retries (see :meth:`~trio_batch.Runner.retry`); part of the key too.
     parent_id: str | None = None
+    #: Where the job's terminal event is sent (checked by the runner's webhook sender).
+    webhook_url: str | None = None
+    #: Whether ``Config.on_terminal`` is told of the job's end.
+    callback: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +137,10 @@ class JobStore(Protocol):
         One atomic, serialised step (see :meth:`trio_batch.Store.create_job` for the rules):
         returns ``(job, reused)``; raises :class:`~trio_batch.TooManyTargets`,
         :class:`~trio_batch.CallerBusy` or :class:`~trio_batch.Busy`, writing nothing.
+        With ``new.webhook_url`` or ``new.callback`` (``Config.on_terminal``) a new job
+        gets an outbox row in the same transaction: whichever write makes the job terminal
+        (its last outcome, :meth:`finish_job`, a reap, a shutdown) writes its
+        :class:`~trio_batch.JobEvent` there in its own transaction. A reused job keeps its own.
         """
         ...
 
@@ -301,6 +310,39 @@ class JobStore(Protocol):
 
     async def counts(self, *, now: float) -> StoreCounts:
         """Unexpired jobs by status, and their targets' counts."""
+        ...
+
+    async def claim_delivery(self, *, now: float, lease: float) -> JobEvent | None:
+        """Lease the terminal event due first for this runner until ``now + lease``; None if
+        no event is due. No other runner takes an event while its lease lasts, unless the
+        lease holder is gone (then at once where that is known)."""
+        ...
+
+    async def record_delivery(
+        self,
+        event: JobEvent,
+        *,
+        answer: str,
+        delivered: bool,
+        now: float,
+        next_at: float | None,
+    ) -> bool:
+        """Record one attempt at ``event`` (leased by :meth:`claim_delivery`) and end the
+        lease: delivered, or due again at ``next_at``, or (``next_at`` None) given up.
+        False, writing nothing, if the lease is no longer this runner's."""
+        ...
+
+    async def get_delivery(self, job_id: str, *, now: float) -> Delivery | None:
+        """The delivery state of an unexpired job's terminal event; None without one."""
+        ...
+
+    async def redeliver(self, job_id: str, *, now: float) -> Delivery | None:
+        """Make the job's written event due again now, a new round of attempts with the same
+        event id; None if the job has no written event."""
+        ...
+
+    async def next_delivery_due(self) -> float | None:
+        """When the earliest waiting delivery is due (a ``now`` time); None if none waits."""
         ...
 
     async def aclose(self) -> None:

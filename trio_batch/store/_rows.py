@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._errors import Busy, CallerBusy, ResultTooLarge, TooManyTargets
+from .._event import Delivery, JobEvent
 from .._model import (
     DEFAULT_OPTIONS,
     Job,
@@ -37,7 +38,9 @@ from ._protocol import NewJob
 __all__ = [
     "JobInsert",
     "check_caps",
+    "delivery_from_row",
     "dumps",
+    "event_from_row",
     "job_after_outcome",
     "job_from_row",
     "metadata_from_text",
@@ -400,3 +403,31 @@ def write_values(
 ) -> tuple[TargetState, str | None, str | None, str | None]:
     """:func:`outcome_values` of an :class:`OutcomeWrite`."""
     return outcome_values(write.result, write.error, write.hint, write.max_result_size)
+
+
+def event_from_row(row: Any) -> JobEvent:
+    """A :class:`JobEvent` of a row of ``EVENT_COLUMNS`` (both backends' order)."""
+    (event_id, event, job_id, status, error, total, done, failed, at, url, callback, n, start) = (
+        row[:13]
+    )
+    return JobEvent(
+        id=event_id,
+        type=event,
+        job_id=job_id,
+        status=status,
+        error=error,
+        targets_total=int(total),
+        targets_done=int(done),
+        targets_failed=int(failed),
+        at=float(at),
+        url=url,
+        callback=bool(callback),
+        attempts=int(n),
+        round_from=float(start),
+        metadata=metadata_from_text(row[13] or "{}"),
+    )
+
+
+def delivery_from_row(row: Any) -> Delivery:
+    """A :class:`Delivery` of a row of ``DELIVERY_COLUMNS`` (both backends' order)."""
+    return Delivery(*row)

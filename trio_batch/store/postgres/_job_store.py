@@ -24,11 +24,13 @@ import psycopg
 import trio
 
 from ..._errors import StoreError, StoreUnavailable
+from ..._event import Delivery, JobEvent
 from ..._model import Job, JobState, OutcomeWrite, TargetStatus
 from .._face import StoreFace
 from .._filters import EVERY_JOB, JobFilter
 from .._protocol import ChangeObserver, DrainChanges, NewJob, StoreCounts
 from .._thread import StoreThread
+from . import _outbox
 from ._connection import DEFAULT_STORE_TIMEOUT, safe_location
 from ._errors import translate_errors
 from ._listen import PROBE_INTERVAL, listen_for_changes, split_listen_option
@@ -415,6 +417,41 @@ class PostgresJobStore(StoreFace):
         return await self._call(
             PostgresStore.get_targets_after, job_id, after, now=now, limit=limit
         )
+
+    async def claim_delivery(self, *, now: float, lease: float) -> JobEvent | None:
+        """:func:`_outbox.claim_delivery`: one runner delivers an event at a time."""
+        return await self._call(_outbox.claim_delivery, now=now, lease=lease)
+
+    async def record_delivery(
+        self,
+        event: JobEvent,
+        *,
+        answer: str,
+        delivered: bool,
+        now: float,
+        next_at: float | None,
+    ) -> bool:
+        """:func:`_outbox.record_delivery`."""
+        return await self._call(
+            _outbox.record_delivery,
+            event,
+            answer=answer,
+            delivered=delivered,
+            now=now,
+            next_at=next_at,
+        )
+
+    async def get_delivery(self, job_id: str, *, now: float) -> Delivery | None:
+        """:func:`_outbox.get_delivery`."""
+        return await self._call(_outbox.get_delivery, job_id, now=now)
+
+    async def redeliver(self, job_id: str, *, now: float) -> Delivery | None:
+        """:func:`_outbox.redeliver`."""
+        return await self._call(_outbox.redeliver, job_id, now=now)
+
+    async def next_delivery_due(self) -> float | None:
+        """:func:`_outbox.next_due`."""
+        return await self._call(_outbox.next_due)
 
     async def latest_retry(self, job_id: str, *, caller: str, now: float) -> Job | None:
         """:meth:`PostgresStore.latest_retry`."""

@@ -22,7 +22,7 @@ from . import _queries as q
 __all__ = ["SCHEMA_VERSION", "migrate"]
 
 #: The schema version this code writes.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 def migrate(
@@ -59,7 +59,11 @@ def migrate(
             # custom ids, metadata, parents, labels and the filtered lists' indexes
             for statement in q.MIGRATE_V2_BATCH_DATA:
                 conn.execute(statement)
-        # Later versions add their steps here: `if version < 3: ...`.
+        if version < 3:
+            # The outbox: one row per job that is to tell of its end (webhook, on_terminal).
+            for statement in q.CREATE_OUTBOX:
+                conn.execute(statement)
+        # Later versions add their steps here: `if version < 4: ...`.
         conn.execute(q.SET_VERSION, (SCHEMA_VERSION,))
 
 

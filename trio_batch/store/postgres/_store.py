@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 import psycopg
 
 from ..._errors import OutcomeExists, StoreError, StoreUnavailable
+from ..._event import new_event_id
 from ..._model import (
     Job,
     JobState,
@@ -130,6 +131,7 @@ class PostgresStore(PostgresReads):
                     return 0
                 conn.execute(q.DELETE_SILENT_RUNNERS, (runner_timeout,))
                 reaped = [row[0] for row in conn.execute(q.REAP_ORPHANED_JOBS, (reason, now))]
+                _emit(conn, reaped, now)
                 _notify(conn, reaped)
                 return len(reaped)
 
@@ -139,10 +141,18 @@ class PostgresStore(PostgresReads):
         return count
 
     def fail_own_jobs(self, reason: str, *, now: float) -> int:
-        """Fail this runner's live jobs (``runner_id``'s; no runner: the jobs with no owner).
-        Idempotent (a retry finds them failed already)."""
-        values = (reason, now, self.runner_id)
-        count = self._run(lambda c: self._one(c, Op.WRITE, q.FAIL_OWN_JOBS, values).rowcount)
+        """Fail this runner's live jobs (``runner_id``'s; no runner: the jobs with no owner),
+        and write their terminal events, in one transaction. Idempotent (a retry finds them
+        failed already)."""
+
+        def fail(conn: Conn) -> int:
+            with self._tx(conn, Op.WRITE):
+                rows = conn.execute(q.FAIL_OWN_JOBS, (reason, now, self.runner_id)).fetchall()
+                failed = [row[0] for row in rows]
+                _emit(conn, failed, now)
+                return len(failed)
+
+        count = self._run(fail)
         if count:
             self._recount_finished()
         return count
@@ -236,6 +246,9 @@ class PostgresStore(PostgresReads):
                     cur.executemany(q.INSERT_TARGET, insert.target_params())
                     if job.metadata:
                         cur.executemany(q.INSERT_LABEL, insert.label_params())
+                if new.webhook_url is not None or new.callback:
+                    outbox_row = (job.id, new_event_id(), new.webhook_url, new.callback)
+                    conn.execute(q.INSERT_OUTBOX, outbox_row)
             return job, False
 
         return self._run(create)
@@ -426,6 +439,7 @@ class PostgresStore(PostgresReads):
             with self._tx(conn, Op.WRITE):
                 row = conn.execute(q.FINISH_JOB, (status.value, error, now, job_id, now)).fetchone()
                 if row is not None:
+                    _emit(conn, [job_id], now)
                     _notify(conn, [job_id])  # the runner draining it learns of a cancel now
             return row
 
@@ -455,6 +469,13 @@ def _notify(conn: Conn, job_ids: Sequence[str]) -> None:
     """Notify the listening runners of ``job_ids`` (at the commit of the current transaction)."""
     if job_ids:
         conn.execute(q.NOTIFY_JOBS, (q.CHANNEL, list(job_ids)))
+
+
+def _emit(conn: Conn, job_ids: Sequence[str], now: float | None) -> None:
+    """Write the terminal events of ``job_ids`` (just made terminal) into the outbox, in the
+    current transaction. ``now`` None: the database's clock."""
+    if job_ids:
+        conn.execute(q.EMIT_EVENTS, {"now": now, "ids": list(job_ids)})
 
 
 def _count(conn: Conn, sql: str, params: tuple[Any, ...]) -> int:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from typing import Any, Concatenate, ParamSpec, TypeVar
@@ -32,13 +33,14 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 import trio
 
 from ..._errors import StoreError
+from ..._event import Delivery, JobEvent
 from ..._model import Job, JobState, OutcomeWrite, TargetStatus
 from .._face import StoreFace
 from .._filters import EVERY_JOB, JobFilter
 from .._loop_budget import LoopBudget
 from .._protocol import ChangeObserver, DrainChanges, NewJob, StoreCounts
 from .._thread import StoreThread
-from . import _fast_path
+from . import _fast_path, _outbox
 from ._errors import translate_errors
 from ._fast_path import MISS, Miss, cheap_result, run_unless_declined
 from ._lock import RunnerLock
@@ -99,6 +101,8 @@ class SQLiteJobStore(StoreFace):
         self._writes_beside_checkpoint = 0  # by the side thread, during this copy
         self._side_thread = StoreThread(name="trio_batch store, beside a checkpoint")
         self._budget = LoopBudget(FAST_PASS_BUDGET)
+        # Leases on outbox rows: another owner's is a dead process's (one runner per file).
+        self._owner = secrets.token_urlsafe(9)
 
     # ----------------------------------------------------------------------------------------
     # Life cycle
@@ -497,3 +501,39 @@ class SQLiteJobStore(StoreFace):
     async def counts(self, *, now: float) -> StoreCounts:
         """:meth:`Store.counts`, on the store thread."""
         return await self._on_thread(Store.counts, now=now)
+
+    async def claim_delivery(self, *, now: float, lease: float) -> JobEvent | None:
+        """:func:`_outbox.claim_delivery`, on the store thread."""
+        return await self._on_thread(_outbox.claim_delivery, self._owner, now=now, lease=lease)
+
+    async def record_delivery(
+        self,
+        event: JobEvent,
+        *,
+        answer: str,
+        delivered: bool,
+        now: float,
+        next_at: float | None,
+    ) -> bool:
+        """:func:`_outbox.record_delivery`, on the store thread."""
+        return await self._on_thread(
+            _outbox.record_delivery,
+            event,
+            self._owner,
+            answer=answer,
+            delivered=delivered,
+            now=now,
+            next_at=next_at,
+        )
+
+    async def get_delivery(self, job_id: str, *, now: float) -> Delivery | None:
+        """:func:`_outbox.get_delivery`."""
+        return await self._call(0, _outbox.get_delivery, job_id, now=now)
+
+    async def redeliver(self, job_id: str, *, now: float) -> Delivery | None:
+        """:func:`_outbox.redeliver`, on the store thread."""
+        return await self._on_thread(_outbox.redeliver, job_id, now=now)
+
+    async def next_delivery_due(self) -> float | None:
+        """:func:`_outbox.next_due`."""
+        return await self._call(0, _outbox.next_due)

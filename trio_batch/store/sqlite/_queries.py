@@ -80,7 +80,7 @@ FINISH_JOB = (
 #: Fail every live job (a restart or a shutdown).
 FAIL_LIVE = (
     "UPDATE jobs SET status = 'failed', error = ?, updated_at = ? "
-    "WHERE status IN ('queued', 'running')"
+    "WHERE status IN ('queued', 'running') RETURNING id"
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -173,3 +173,87 @@ MIGRATE_V3_BATCH_DATA = (
     # A parent's retries (a merged export).
     "CREATE INDEX jobs_parent ON jobs (parent_id, created_at) WHERE parent_id IS NOT NULL",
 )
+# ---------------------------------------------------------------------------------------------
+# The outbox: jobs' terminal events and their deliveries (version 4)
+
+CREATE_OUTBOX = (
+    """CREATE TABLE outbox (
+        job_id TEXT PRIMARY KEY,
+        event_id TEXT NOT NULL,
+        url TEXT,
+        callback INTEGER NOT NULL DEFAULT 0,
+        event TEXT,
+        job_status TEXT,
+        job_error TEXT,
+        job_metadata TEXT,
+        targets_total INTEGER,
+        targets_done INTEGER,
+        targets_failed INTEGER,
+        event_at REAL,
+        round_from REAL,
+        due_at REAL,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        last_answer TEXT,
+        last_attempt_at REAL,
+        delivered_at REAL,
+        gave_up_at REAL,
+        lease_owner TEXT,
+        lease_until REAL
+    ) STRICT""",
+    # The deliveries due: only rows waiting for an attempt are in it.
+    "CREATE INDEX outbox_due ON outbox (due_at) WHERE due_at IS NOT NULL",
+)
+#: A new job that is to tell of its end.
+INSERT_OUTBOX = "INSERT INTO outbox (job_id, event_id, url, callback) VALUES (?, ?, ?, ?)"
+_EMIT = (
+    "UPDATE outbox SET event = 'job.' || j.status, job_status = j.status, job_error = j.error, "
+    "job_metadata = j.metadata, "
+    "targets_total = j.targets_total, targets_done = j.targets_done, "
+    "targets_failed = j.targets_failed, event_at = ?, round_from = ?, due_at = ? "
+    "FROM jobs AS j WHERE outbox.job_id = j.id AND outbox.event IS NULL "
+    "AND j.status NOT IN ('queued', 'running') AND j.id "
+)
+#: The terminal event of one job whose status has just become terminal (same transaction);
+#: a job without an outbox row, or whose event was written already, is not touched.
+EMIT_EVENT = _EMIT + "= ?"
+#: The same for a JSON array of job ids.
+EMIT_EVENTS = _EMIT + "IN (SELECT value FROM json_each(?))"
+EVENT_COLUMNS = (
+    "event_id, event, job_id, job_status, job_error, targets_total, targets_done, "
+    "targets_failed, event_at, url, callback, attempts, round_from, job_metadata"
+)
+#: Lease the delivery due first that no live delivery holds (a lease of another owner is a
+#: dead process's: one runner per SQLite database).
+CLAIM_DELIVERY = (
+    "UPDATE outbox SET lease_owner = ?, lease_until = ? WHERE job_id = ("
+    "SELECT job_id FROM outbox WHERE due_at <= ? "
+    "AND (lease_until IS NULL OR lease_until <= ? OR lease_owner != ?) "
+    f"ORDER BY due_at LIMIT 1) RETURNING {EVENT_COLUMNS}"
+)
+#: One attempt's answer, if the lease is still the writer's; ``due_at`` NULL ends the round.
+RECORD_DELIVERY = (
+    "UPDATE outbox SET attempts = attempts + 1, last_answer = ?, last_attempt_at = ?, "
+    "delivered_at = coalesce(?, delivered_at), due_at = ?, gave_up_at = ?, "
+    "lease_owner = NULL, lease_until = NULL "
+    "WHERE job_id = ? AND event_id = ? AND lease_owner = ?"
+)
+DELIVERY_COLUMNS = (
+    "o.event_id, o.url, o.event, o.attempts, o.last_answer, o.last_attempt_at, "
+    "o.delivered_at, o.due_at, o.gave_up_at"
+)
+#: The delivery state of an unexpired job's event.
+GET_DELIVERY = (
+    f"SELECT {DELIVERY_COLUMNS} FROM outbox AS o JOIN jobs AS j ON j.id = o.job_id "
+    "WHERE o.job_id = ? AND j.expires_at > ?"
+)
+#: A new round of attempts for an unexpired job's written event (any lease dropped: its
+#: answer is ignored).
+REDELIVER = (
+    "UPDATE outbox SET due_at = ?, round_from = ?, attempts = 0, gave_up_at = NULL, "
+    "lease_owner = NULL, lease_until = NULL WHERE job_id = ? AND event IS NOT NULL "
+    "AND EXISTS (SELECT 1 FROM jobs WHERE jobs.id = outbox.job_id AND jobs.expires_at > ?)"
+)
+#: The earliest due delivery, to know how long to sleep.
+NEXT_DUE = "SELECT min(due_at) FROM outbox WHERE due_at IS NOT NULL"
+DELETE_OUTBOX_OF = "DELETE FROM outbox WHERE job_id IN (SELECT value FROM json_each(?))"
+FORGET_OUTBOX = "DELETE FROM outbox WHERE job_id = ?"

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 __all__ = ["SCHEMA_VERSION", "migrate"]
 
 #: The schema version this code writes, kept in ``PRAGMA user_version``.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 def migrate(store: Connection) -> None:
@@ -46,7 +46,9 @@ def migrate(store: Connection) -> None:
             _migrate_v2_attempts(store.db)
         if version < 3:
             _migrate_v3_batch_data(store.db)
-        # Later versions add their steps here: `if version < 4: ...`.
+        if version < 4:
+            _migrate_v4_outbox(store.db)
+        # Later versions add their steps here: `if version < 5: ...`.
         store.db.execute(f"PRAGMA user_version={SCHEMA_VERSION:d}")
 
 
@@ -143,4 +145,11 @@ def _migrate_v3_batch_data(db: Database) -> None:
     Jobs stored before version 3 have no metadata (``'{}'``), no parent and no labels.
     """
     for statement in q.MIGRATE_V3_BATCH_DATA:
+        db.execute(statement)
+
+
+def _migrate_v4_outbox(db: Database) -> None:
+    """Version 4: ``outbox``, one row per job that is to tell of its end (a webhook or
+    ``Config.on_terminal``), filled with the event when its status becomes terminal."""
+    for statement in q.CREATE_OUTBOX:
         db.execute(statement)

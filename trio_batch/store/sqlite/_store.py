@@ -19,6 +19,7 @@ import time
 from collections.abc import Sequence
 
 from ..._errors import JobLive, OutcomeExists
+from ..._event import new_event_id
 from ..._model import (
     Job,
     JobState,
@@ -86,8 +87,10 @@ class Store(Connection):
 
         ``new.status`` is the new job's status: ``queued``, or ``running`` for a caller that
         starts draining at once. ``new.job_id`` is the id a new job gets (made with
-        :func:`new_job_id`); by default a fresh one. Invalid targets or caller names raise
-        :class:`InvalidTargets` / :class:`InvalidRequest` before any I/O.
+        :func:`new_job_id`); by default a fresh one. With ``new.webhook_url`` or
+        ``new.callback``, the new job gets an outbox row (see :meth:`JobStore.create_job`).
+        Invalid targets or caller names raise :class:`InvalidTargets` / :class:`InvalidRequest`
+        before any I/O.
         """
         now = time.time() if now is None else now
         insert = new_job(new, now=now)
@@ -112,6 +115,9 @@ class Store(Connection):
             self.db.conn.executemany(q.INSERT_TARGET, insert.target_params())
             if job.metadata:
                 self.db.conn.executemany(q.INSERT_LABEL, insert.label_params())
+            if new.webhook_url is not None or new.callback:
+                outbox_row = (job.id, new_event_id(), new.webhook_url, new.callback)
+                self.db.execute(q.INSERT_OUTBOX, outbox_row)
             return job, False
 
     def find_reusable_job(self, caller: str, key: str, *, now: float | None = None) -> Job | None:
@@ -200,6 +206,7 @@ class Store(Connection):
                 # out of the bump above, so the status index is only touched once per job.)
                 final = final_status(job.targets_total, job.targets_failed)
                 conn.execute(q.SET_STATUS, (final.value, job_id))
+                conn.execute(q.EMIT_EVENT, (now, now, now, job_id))
                 job = dataclasses.replace(job, status=final)
             updated = conn.execute(
                 q.STORE_OUTCOME,
@@ -295,6 +302,8 @@ class Store(Connection):
         now = time.time() if now is None else now
         with self.transaction():
             row = self.db.execute(q.FINISH_JOB, (status.value, error, now, job_id, now)).fetchone()
+            if row is not None:
+                self.db.execute(q.EMIT_EVENT, (now, now, now, job_id))
         return None if row is None else _job(row)
 
     def mark_in_flight_failed(self, reason: str, now: float | None = None) -> int:
@@ -306,7 +315,10 @@ class Store(Connection):
         """
         now = time.time() if now is None else now
         with self.transaction():
-            return self.db.execute(q.FAIL_LIVE, (reason, now)).rowcount
+            ids = [row[0] for row in self.db.execute(q.FAIL_LIVE, (reason, now)).fetchall()]
+            if ids:
+                self.db.execute(q.EMIT_EVENTS, (now, now, now, dumps(ids)))
+            return len(ids)
 
     def purge_expired(
         self,
@@ -334,6 +346,7 @@ class Store(Connection):
                     id_list = dumps(ids)
                     self.db.execute(q.DELETE_TARGETS_OF, (id_list,))
                     self.db.execute(q.DELETE_LABELS_OF, (id_list,))
+                    self.db.execute(q.DELETE_OUTBOX_OF, (id_list,))
                     self.db.execute(q.DELETE_JOBS, (id_list,))
             deleted += len(ids)
             if len(ids) < batch_size:
@@ -359,6 +372,7 @@ class Store(Connection):
                 raise JobLive(f"job {job_id} is {job.status}; cancel it first, then forget it")
             self.db.execute(q.FORGET_TARGETS, (job_id,))
             self.db.execute(q.FORGET_LABELS, (job_id,))
+            self.db.execute(q.FORGET_OUTBOX, (job_id,))
             self.db.execute(q.FORGET_JOB, (job_id,))
         return job
 
