@@ -18,6 +18,9 @@ from .support.pg_server import pg_dsn, pg_server  # noqa: F401
 # A throw-away PgBouncer in transaction mode before it (pgbouncer.py).
 from .support.pgbouncer import pgbouncer, pooled_dsn  # noqa: F401
 
+# A local HTTPS webhook receiver that checks signatures (webhook_receiver.py).
+from .support.webhook_receiver import receiver, webhook_ca  # noqa: F401
+
 # Hypothesis' per-example deadline is a wall-clock threshold; on shared, loaded machines it
 # fails correct code. Speed is measured in benchmarks/, never asserted in tests.
 settings.register_profile("trio_batch", deadline=None)

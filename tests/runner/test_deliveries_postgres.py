@@ -10,7 +10,7 @@ import trio
 import trio.testing
 
 from trio_batch import Config, JobEvent, open_runner, open_store
-from trio_batch.runner._deliveries import LEASE
+from trio_batch.runner._deliveries import CONCURRENCY, LEASE
 
 from ..support.deliveries import delivery_reaches
 from ..support.fakes import FakeClock, ScriptedFetch, urls
@@ -88,21 +88,23 @@ async def test_two_runners_deliver_each_event_once_while_both_keep_claiming(
         store_a.claim_delivery = counting(store_a.claim_delivery, claims_a)  # type: ignore[method-assign]
         store_b.claim_delivery = counting(store_b.claim_delivery, claims_b)  # type: ignore[method-assign]
         jobs = []
-        for i in range(6):
+        # Fewer events than a runner's delivery slots: each keeps a free one and goes on
+        # claiming while all are held.
+        for i in range(CONCURRENCY - 1):
             runner = a if i % 2 else b
             job_id, _ = await runner.submit("c", "user", urls(f"x{i}"))
             jobs.append(job_id)
         for job_id in jobs:
             await (a if jobs.index(job_id) % 2 else b).wait(job_id)
-        await until(lambda: len(calls) >= 6, lambda: a_cb.called)
+        await until(lambda: len(calls) >= len(jobs), lambda: a_cb.called)
         # Every event is leased and held: both runners go on claiming, and get nothing.
         seen_a, seen_b = claims_a[0], claims_b[0]
         await until(lambda: claims_a[0] > seen_a + 3 and claims_b[0] > seen_b + 3, trio.Event)
-        assert len(calls) == 6
+        assert len(calls) == len(jobs)
         release.set()
         for job_id in jobs:
             await delivery_reaches(a, job_id, state="delivered", others=(b,))
-    assert len({event_id for _, event_id in calls}) == 6  # each once
+    assert len(calls) == len({event_id for _, event_id in calls}) == len(jobs)  # each once
     assert {name for name, _ in calls} <= {"a", "b"}
 
 

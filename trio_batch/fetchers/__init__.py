@@ -20,8 +20,9 @@ front of the fetcher; :func:`builtin_fetch` is that combination, the fetch funct
 The package's modules: ``_errors`` (the exception tree), ``_http`` (:class:`HttpFetcher`),
 ``_options`` (a target's options, checked at submit and before any I/O), ``_body`` (turning a
 body into text), ``_markup`` (HTML to text and Markdown), ``_bounded`` (the worker processes,
-shared fairly between callers), ``_ssrf`` (:class:`DestinationPolicy`) and ``_builtin`` (the
-service's fetch function).
+shared fairly between callers), ``_ssrf`` (:class:`DestinationPolicy`), ``_builtin`` (the
+service's fetch function) and ``_webhook`` (:class:`WebhookSender`, which signs and sends
+jobs' terminal events).
 
 Options
 -------
@@ -71,6 +72,7 @@ from ._hosts import HostFigures
 from ._http import CheckURL, HttpFetcher, http_fetch, parse_retry_after
 from ._markup import html_to_markdown, html_to_text, main_content
 from ._ssrf import DestinationPolicy, Resolver, forbidden_reason
+from ._webhook import WebhookSender, load_webhook_secret
 
 __all__ = [
     "RETRYABLE_STATUSES",
@@ -94,6 +96,7 @@ __all__ = [
     "URLError",
     "URLRefused",
     "UnsupportedOption",
+    "WebhookSender",
     "WorkerPool",
     "builtin_fetch",
     "forbidden_reason",
@@ -102,6 +105,7 @@ __all__ = [
     "html_to_text",
     "http_fetch",
     "load_fetch",
+    "load_webhook_secret",
     "main_content",
     "parse_retry_after",
 ]

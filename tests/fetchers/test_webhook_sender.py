@@ -1,0 +1,167 @@
+"""WebhookSender: jobs' terminal events POSTed to a real local HTTPS receiver, signed so that
+the standardwebhooks library verifies them, at least once, through the SSRF policy."""
+
+from __future__ import annotations
+
+import pytest
+
+from trio_batch import InvalidRequest, JobEvent, Store, open_runner
+from trio_batch.fetchers import DestinationPolicy, WebhookSender, load_webhook_secret
+from trio_batch.runner._deliveries import RETRY_DELAYS
+
+from ..support.deliveries import delivery_reaches
+from ..support.fakes import FakeClock, ScriptedFetch, urls
+from ..support.webhook_receiver import Receiver
+
+
+def sender_for(receiver: Receiver, *, allow_private: bool = True, **kw: object) -> WebhookSender:
+    return WebhookSender(
+        receiver.secret,
+        DestinationPolicy(allow_private=allow_private),
+        ssl_context=receiver.client_context,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+async def test_a_finished_job_is_posted_once_signed_for_the_standardwebhooks_library(
+    store: Store, fetch: ScriptedFetch, clock: FakeClock, receiver: Receiver
+) -> None:
+    async with open_runner(store, fetch, now=clock, webhooks=sender_for(receiver)) as runner:
+        job_id, _ = await runner.submit("a", "user", urls("x", "fail"), webhook=receiver.url)
+        await runner.wait(job_id)
+        delivery = await delivery_reaches(runner, job_id, attempts=1)
+    (got,) = receiver.received
+    assert got.verified and got.answered == 204
+    assert delivery is not None
+    assert got.webhook_id == delivery.event_id and got.webhook_id.startswith("msg_")
+    assert got.headers["content-type"] == "application/json"
+    assert got.payload["type"] == "job.partial"
+    assert got.payload["data"]["id"] == job_id
+    assert got.payload["data"]["counts"] == {
+        "total": 2,
+        "succeeded": 1,
+        "failed": 1,
+        "unfinished": 0,
+    }
+    assert (delivery.attempts, delivery.last_answer) == (1, "HTTP 204")
+    assert delivery.delivered_at == clock.now and delivery.url == receiver.url
+
+
+async def test_a_receiver_failing_the_first_deliveries_gets_the_same_id_until_it_takes_it(
+    store: Store,
+    fetch: ScriptedFetch,
+    clock: FakeClock,
+    receiver: Receiver,
+) -> None:
+    receiver.fail_first = 2
+    async with open_runner(store, fetch, now=clock, webhooks=sender_for(receiver)) as runner:
+        job_id, _ = await runner.submit("a", "user", urls("x"), webhook=receiver.url)
+        delivery = await delivery_reaches(runner, job_id, attempts=1)
+        assert (delivery.state, delivery.last_answer) == ("pending", "HTTP 503")
+        assert delivery.next_attempt_at == clock.now + RETRY_DELAYS[0]
+        for n, delay in enumerate(RETRY_DELAYS[:2], start=2):
+            clock.advance(delay)
+            runner._deliveries.wake()
+            delivery = await delivery_reaches(runner, job_id, attempts=n)
+        assert delivery.state == "delivered"
+    assert [r.answered for r in receiver.received] == [503, 503, 204]
+    assert len({r.webhook_id for r in receiver.received}) == 1
+    assert all(r.verified for r in receiver.received)
+    assert (delivery.attempts, delivery.last_answer) == (3, "HTTP 204")
+
+
+async def test_a_private_receiver_is_refused_without_allow_private_and_nothing_is_sent(
+    store: Store, fetch: ScriptedFetch, clock: FakeClock, receiver: Receiver
+) -> None:
+    sender = sender_for(receiver, allow_private=False)
+    async with open_runner(store, fetch, now=clock, webhooks=sender) as runner:
+        job_id, _ = await runner.submit("a", "user", urls("x"), webhook=receiver.url)
+        delivery = await delivery_reaches(runner, job_id, attempts=1)
+    assert delivery.state == "pending"
+    assert delivery.last_answer is not None
+    assert delivery.last_answer.startswith("refused: ") and "loopback" in delivery.last_answer
+    assert receiver.received == []
+
+
+@pytest.mark.parametrize(
+    ("url", "allow_private", "says"),
+    [
+        ("http://example.org/hook", False, "https://"),
+        ("ftp://example.org/hook", True, "https://"),
+        ("https://user:pw@example.org/hook", False, "password"),
+        ("https:///hook", False, "no host"),
+        ("https://example.org:99999999/", False, "malformed"),
+        ("https://example.org/" + "x" * 3000, False, "characters"),
+        (42, False, "string"),
+    ],
+)
+async def test_a_webhook_that_can_never_be_delivered_is_refused_at_submit(
+    store: Store,
+    fetch: ScriptedFetch,
+    clock: FakeClock,
+    url: object,
+    allow_private: bool,
+    says: str,
+) -> None:
+    sender = WebhookSender("whsec_" + "A" * 43, DestinationPolicy(allow_private=allow_private))
+    async with open_runner(store, fetch, now=clock, webhooks=sender) as runner:
+        with pytest.raises(InvalidRequest, match=says):
+            await runner.submit("a", "user", urls("x"), webhook=url)  # type: ignore[arg-type]
+    assert store.list_jobs(now=clock.now) == []
+
+
+async def test_a_runner_without_a_sender_refuses_a_webhook_at_submit(
+    store: Store, fetch: ScriptedFetch, clock: FakeClock
+) -> None:
+    async with open_runner(store, fetch, now=clock) as runner:
+        with pytest.raises(InvalidRequest, match="no webhooks"):
+            await runner.submit("a", "user", urls("x"), webhook="https://example.org/")
+    assert store.list_jobs(now=clock.now) == []
+
+
+def event_to(url: str) -> JobEvent:
+    return JobEvent("msg_x", "job.done", "j" * 22, "done", None, 1, 1, 0, 1.0, url=url)
+
+
+@pytest.mark.parametrize(("code", "says"), [(302, "redirects are not followed"), (500, "500")])
+async def test_a_redirect_or_an_error_answer_is_a_failed_delivery(
+    receiver: Receiver, code: int, says: str
+) -> None:
+    receiver.answer = code
+    with pytest.raises(Exception, match=says) as failed:
+        await sender_for(receiver).deliver(event_to(receiver.url))
+    assert type(failed.value).__name__ == "DeliveryAnswer"
+    assert len(receiver.received) == 1
+
+
+async def test_a_big_answer_is_not_read_past_a_few_kib(receiver: Receiver) -> None:
+    receiver.answer, receiver.answer_body = 200, b"x" * (4 * 1024 * 1024)
+    assert await sender_for(receiver).deliver(event_to(receiver.url)) == "HTTP 200"
+
+
+async def test_a_receiver_that_does_not_answer_times_out(receiver: Receiver) -> None:
+    receiver.hold.clear()
+    with pytest.raises(Exception, match=r"no answer within 0\.2 s"):
+        await sender_for(receiver, timeout=0.2).deliver(event_to(receiver.url))
+    receiver.hold.set()
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("secret", "whsec_"),
+        ("whsec_not base64!", "not base64"),
+        ("whsec_AAAA", "at least 16"),
+    ],
+)
+def test_a_bad_secret_file_is_refused_with_a_clear_message(
+    tmp_path: object, text: str, says: str
+) -> None:
+    from pathlib import Path
+
+    path = Path(str(tmp_path)) / "secret"
+    path.write_text(text + "\n")
+    with pytest.raises(ValueError, match=says):
+        load_webhook_secret(path)
+    with pytest.raises(ValueError, match="cannot read"):
+        load_webhook_secret(Path(str(tmp_path)) / "missing")

@@ -1,0 +1,136 @@
+"""A real HTTPS webhook receiver on 127.0.0.1 that checks every delivery's signature.
+
+A ``ThreadingHTTPServer`` on port 0 in a background thread, behind TLS with a certificate from
+a trustme CA (the sender trusts that CA). Each POST is verified with the ``standardwebhooks``
+library, the way a user's receiver would, and recorded; the first ``fail_first`` deliveries
+are answered 503 (a receiver that is down), and ``hold`` keeps answers back until released
+(a delivery reliably in flight). ``answer`` sets the status of the others (default 204).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import ssl
+import threading
+from base64 import b64encode
+from collections.abc import Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+import trustme
+from standardwebhooks import Webhook, WebhookVerificationError
+
+#: How long a held answer waits at most if a test never releases it (seconds).
+HOLD_TIMEOUT = 30.0
+
+
+@dataclass
+class Received:
+    """One delivery as the receiver saw it."""
+
+    webhook_id: str
+    verified: bool
+    payload: Any
+    headers: dict[str, str]
+    answered: int
+
+
+class Receiver(ThreadingHTTPServer):
+    """The server; its deliveries in :attr:`received`, in arrival order."""
+
+    daemon_threads = True
+
+    def __init__(self, ca: trustme.CA) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        cert = ca.issue_cert("127.0.0.1", "localhost")
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        cert.configure_cert(context)
+        self.socket = context.wrap_socket(self.socket, server_side=True)
+        self.secret = "whsec_" + b64encode(secrets.token_bytes(32)).decode()
+        self.verifier = Webhook(self.secret)
+        self.client_context = ssl.create_default_context()
+        ca.configure_trust(self.client_context)
+        self.received: list[Received] = []
+        self.arrivals = 0  # requests read, answered or not
+        self.fail_first = 0
+        self.answer = 204
+        self.answer_body = b""
+        self.hold = threading.Event()
+        self.hold.set()
+        self.changed = threading.Condition()
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.server_address[1]}/hook"
+
+    def accepted(self) -> list[Received]:
+        """The verified deliveries answered with a 2xx."""
+        with self.changed:
+            return [r for r in self.received if r.verified and 200 <= r.answered < 300]
+
+    def wait_for_request(self, n: int, *, timeout: float = 60.0) -> None:
+        """Block (a thread) until ``n`` requests have been read, answered or not."""
+        with self.changed:
+            if not self.changed.wait_for(lambda: self.arrivals >= n, timeout):
+                raise AssertionError(f"{self.arrivals} requests arrived, not {n}")
+
+    def wait_for(self, n: int, *, timeout: float = 60.0) -> list[Received]:
+        """Block (a thread) until ``n`` deliveries have arrived; all of them."""
+        with self.changed:
+            if not self.changed.wait_for(lambda: len(self.received) >= n, timeout):
+                raise AssertionError(f"{len(self.received)} deliveries arrived, not {n}")
+            return list(self.received)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: Receiver
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("content-length", "0"))
+        body = self.rfile.read(length)
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        try:
+            payload = self.server.verifier.verify(body, headers)
+            verified = True
+        except WebhookVerificationError:
+            payload, verified = json.loads(body or b"null"), False
+        server = self.server
+        with server.changed:
+            failing = sum(1 for r in server.received if r.answered == 503) < server.fail_first
+            server.arrivals += 1
+            server.changed.notify_all()
+        code = 503 if failing else (server.answer if verified else 400)
+        server.hold.wait(HOLD_TIMEOUT)
+        with server.changed:
+            server.received.append(
+                Received(headers.get("webhook-id", ""), verified, payload, headers, code)
+            )
+            server.changed.notify_all()
+        self.send_response(code)
+        self.send_header("Content-Length", str(len(server.answer_body)))
+        self.end_headers()
+        self.wfile.write(server.answer_body)
+
+
+@pytest.fixture(scope="session")
+def webhook_ca() -> trustme.CA:
+    return trustme.CA()
+
+
+@pytest.fixture
+def receiver(webhook_ca: trustme.CA) -> Iterator[Receiver]:
+    server = Receiver(webhook_ca)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.hold.set()
+        server.shutdown()
+        server.server_close()
