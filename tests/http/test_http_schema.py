@@ -66,6 +66,7 @@ def _labels() -> list[str]:
         "POST /v1/batches/cancel",
         "GET /v1/batches/{id}/results.jsonl",
         "POST /v1/batches/{id}/retry",
+        "POST /v1/batches/{id}/webhook/redeliver",
         "GET /healthz",
         "GET /metrics",
     ]

@@ -7,6 +7,7 @@ import trio.testing
 
 from trio_batch import Config, JobEvent, JobState, Store, open_runner
 from trio_batch.runner._deliveries import GIVE_UP_AFTER, RETRY_DELAYS
+from trio_batch.store import NewJob
 
 from ..support.fakes import FakeClock, ScriptedFetch, urls
 
@@ -140,16 +141,18 @@ async def test_jobs_failed_by_a_restart_or_a_shutdown_are_told_by_the_next_run(
 ) -> None:
     # A job left running by a runner that died: it got its outbox row when it was created.
     left, _ = store.create_job(
-        "a",
-        "user",
-        urls("x"),
-        ttl=86400,
-        targets_per_job=8,
-        jobs_per_caller=8,
-        jobs_total=8,
-        status=JobState.RUNNING,
+        NewJob(
+            "a",
+            "user",
+            urls("x"),
+            ttl=86400,
+            targets_per_job=8,
+            jobs_per_caller=8,
+            jobs_total=8,
+            status=JobState.RUNNING,
+            callback=True,
+        ),
         now=clock.now,
-        callback=True,
     )
     recorder = Recorder()
     config = Config(on_terminal=recorder)

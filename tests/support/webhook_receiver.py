@@ -5,10 +5,13 @@ a trustme CA (the sender trusts that CA). Each POST is verified with the ``stand
 library, the way a user's receiver would, and recorded; the first ``fail_first`` deliveries
 are answered 503 (a receiver that is down), and ``hold`` keeps answers back until released
 (a delivery reliably in flight). ``answer`` sets the status of the others (default 204).
+``tls=False`` serves plain http (for a ``trio-batch serve`` process, which trusts only the
+public CAs).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
 import ssl
@@ -43,12 +46,14 @@ class Receiver(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, ca: trustme.CA) -> None:
+    def __init__(self, ca: trustme.CA, *, tls: bool = True) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
-        cert = ca.issue_cert("127.0.0.1", "localhost")
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        cert.configure_cert(context)
-        self.socket = context.wrap_socket(self.socket, server_side=True)
+        self.tls = tls
+        if tls:
+            cert = ca.issue_cert("127.0.0.1", "localhost")
+            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            cert.configure_cert(context)
+            self.socket = context.wrap_socket(self.socket, server_side=True)
         self.secret = "whsec_" + b64encode(secrets.token_bytes(32)).decode()
         self.verifier = Webhook(self.secret)
         self.client_context = ssl.create_default_context()
@@ -64,7 +69,8 @@ class Receiver(ThreadingHTTPServer):
 
     @property
     def url(self) -> str:
-        return f"https://127.0.0.1:{self.server_address[1]}/hook"
+        scheme = "https" if self.tls else "http"
+        return f"{scheme}://127.0.0.1:{self.server_address[1]}/hook"
 
     def accepted(self) -> list[Received]:
         """The verified deliveries answered with a 2xx."""
@@ -123,9 +129,10 @@ def webhook_ca() -> trustme.CA:
     return trustme.CA()
 
 
-@pytest.fixture
-def receiver(webhook_ca: trustme.CA) -> Iterator[Receiver]:
-    server = Receiver(webhook_ca)
+@contextlib.contextmanager
+def receiving(ca: trustme.CA, *, tls: bool = True) -> Iterator[Receiver]:
+    """A receiver serving in a thread for the block."""
+    server = Receiver(ca, tls=tls)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -134,3 +141,9 @@ def receiver(webhook_ca: trustme.CA) -> Iterator[Receiver]:
         server.hold.set()
         server.shutdown()
         server.server_close()
+
+
+@pytest.fixture
+def receiver(webhook_ca: trustme.CA) -> Iterator[Receiver]:
+    with receiving(webhook_ca) as server:
+        yield server

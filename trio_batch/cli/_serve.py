@@ -14,7 +14,13 @@ import trio
 from .._config import Config
 from .._errors import StoreError, StoreLocked
 from .._text import printable
-from ..fetchers import builtin_fetch, load_fetch
+from ..fetchers import (
+    DestinationPolicy,
+    WebhookSender,
+    builtin_fetch,
+    load_fetch,
+    load_webhook_secret,
+)
 from ..http import Auth, HeaderAuth, TokenAuth, create_app, serve
 from ..http._app import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY
 from ._common import PrintableFormatter
@@ -64,6 +70,14 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="let the built-in fetcher reach loopback, private and link-local addresses; "
         "refused by default",
+    )
+    parser.add_argument(
+        "--webhook-secret-file",
+        metavar="FILE",
+        help="a Standard Webhooks secret, one line such as whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw "
+        "(base64 after the prefix): jobs submitted with "
+        '"webhook": {"url": ...} get their terminal event POSTed there, signed with it; '
+        "--allow-private also lets webhooks reach private addresses and plain http://",
     )
     parser.add_argument(
         "--allow-file",
@@ -192,6 +206,7 @@ def run_serve(args: argparse.Namespace) -> int:
             max_body=args.max_body,
             body_timeout=args.body_timeout,
             tracing=tracing,
+            webhooks=_webhook_sender(args),
         )
     except (OSError, ValueError, TypeError) as exc:
         print(f"trio-batch serve: {printable(str(exc))}", file=sys.stderr)
@@ -224,6 +239,15 @@ def run_serve(args: argparse.Namespace) -> int:
     finally:
         flush_traces()  # the spans of the last jobs, as far as the exporter's timeouts allow
     return 0
+
+
+def _webhook_sender(args: argparse.Namespace) -> WebhookSender | None:
+    """The webhook sender ``--webhook-secret-file`` asks for, through the same SSRF policy as
+    the fetcher's; None without it. Raises ValueError for a bad secret file."""
+    if args.webhook_secret_file is None:
+        return None
+    secret = load_webhook_secret(args.webhook_secret_file)
+    return WebhookSender(secret, DestinationPolicy(allow_private=args.allow_private))
 
 
 def _startup_failure(exc: BaseException, bind: str) -> str | None:

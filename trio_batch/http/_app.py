@@ -22,7 +22,7 @@ from starlette.routing import Route
 from .._config import Config
 from .._errors import BatchError
 from .._tracing import NO_TRACING, Tracing
-from ..runner import FetchFunc, open_runner
+from ..runner import FetchFunc, WebhookDeliverer, open_runner
 from ..store import JobStore, open_store
 from ._auth import HeaderAuth, TokenAuth
 from ._batch_data import batch_data_routes
@@ -42,6 +42,7 @@ from ._routes import (
     openapi_json,
 )
 from ._service import Service
+from ._webhooks import webhook_routes
 
 __all__ = ["DEFAULT_BODY_TIMEOUT", "DEFAULT_MAX_BODY", "create_app"]
 
@@ -66,6 +67,7 @@ def create_app(
     logger: logging.Logger | None = None,
     tracing: Tracing = NO_TRACING,
     listen_db: str | None = None,
+    webhooks: WebhookDeliverer | None = None,
 ) -> Starlette:
     """Build the service as a Starlette application; serve it with :func:`serve`.
 
@@ -78,6 +80,8 @@ def create_app(
     job submitted with a W3C ``traceparent`` header links to that trace. For a
     PostgreSQL ``db``, ``config.store_timeout`` bounds each store call and ``listen_db`` is a
     direct URL for LISTEN beside a pooled ``db`` (see :func:`~trio_batch.open_store`).
+    ``webhooks`` (a :class:`~trio_batch.fetchers.WebhookSender`) sends the terminal events of
+    jobs submitted with a ``"webhook"``; without it such a submit is refused (422).
 
     ``app.state.service.begin_shutdown()`` refuses new jobs and ends event streams; :func:`serve`
     calls it when its shutdown trigger fires.
@@ -113,6 +117,7 @@ def create_app(
                 logger=service.logger,
                 on_store_write=service.metrics.observe_write,
                 tracing=Metered(service.tracing, service.metrics),
+                webhooks=webhooks,
             ) as runner,
         ):
             service.runner_ = runner
@@ -141,6 +146,7 @@ def create_app(
         routes=[
             Route("/v1/batches", batches, methods=["GET", "POST"]),
             *batch_data_routes(),
+            *webhook_routes(),
             # One route per path, so a 405 lists every allowed method.
             Route("/v1/batches/{id}", batch_resource, methods=["GET", "DELETE"]),
             Route("/v1/batches/{id}/targets/{idx}", get_target, methods=["GET"]),

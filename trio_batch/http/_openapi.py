@@ -21,6 +21,7 @@ from ._openapi_batch_data import (
     batch_data_paths,
     batch_data_schemas,
 )
+from ._openapi_webhooks import WEBHOOK_SCHEMAS, WEBHOOKS, redeliver_path
 from ._problems import PROBLEM_JSON
 
 __all__ = ["openapi_document"]
@@ -134,6 +135,7 @@ _SCHEMAS: dict[str, Any] = {
                 "description": "Must match the class the credentials grant, if given.",
             },
             "metadata": METADATA,
+            "webhook": _ref("WebhookRequest"),
         },
     },
     "Counts": {
@@ -279,7 +281,10 @@ _SCHEMAS: dict[str, Any] = {
             {
                 "type": "object",
                 "required": ["targets"],
-                "properties": {"targets": {"type": "array", "items": _ref("TargetSummary")}},
+                "properties": {
+                    "targets": {"type": "array", "items": _ref("TargetSummary")},
+                    "webhook": _nullable(_ref("Delivery")),
+                },
             },
         ]
     },
@@ -301,9 +306,10 @@ def openapi_document(*, auth_header: str | None = None) -> dict[str, Any]:
             "description": "Submit batches of URLs to fetch, follow their progress, read results.",
         },
         "components": {
-            "schemas": {**_SCHEMAS, **batch_data_schemas()},
+            "schemas": {**_SCHEMAS, **batch_data_schemas(), **WEBHOOK_SCHEMAS},
             "securitySchemes": {"caller": scheme},
         },
+        "webhooks": WEBHOOKS,
         "paths": {
             "/v1/batches": {
                 "get": {
@@ -464,6 +470,18 @@ def openapi_document(*, auth_header: str | None = None) -> dict[str, Any]:
                     },
                 }
             },
+            "/v1/batches/{id}/webhook/redeliver": redeliver_path(
+                security=secured,
+                job_id=_JOB_ID,
+                problems={
+                    "401": _UNAUTHORIZED,
+                    "403": _CROSS_SITE,
+                    "404": _problem("No such job for this caller, or it has no webhook."),
+                    "409": _problem("The job is still live: its event is sent once it ends."),
+                    "415": _problem("A Content-Type was sent and it is not JSON."),
+                    "503": _UNAVAILABLE,
+                },
+            ),
             "/v1/batches/{id}/events": {
                 "get": {
                     "operationId": "batchEvents",

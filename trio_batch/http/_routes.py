@@ -28,6 +28,7 @@ from ._bodies import (
 from ._events import EventStream
 from ._problems import Problem, not_found, problem_for
 from ._service import Service
+from ._webhooks import delivery_json, parse_webhook
 
 __all__ = [
     "batch_resource",
@@ -55,10 +56,12 @@ async def submit(request: Request) -> Response:
     obj = parse_json(body)
     try:
         caller_class, targets, metadata = parse_submission(obj, caller, service.config)
+        assert isinstance(obj, dict)  # parse_submission refuses anything else
+        webhook = parse_webhook(obj)
         runner = service.runner
         with service.tracing.remote_parent(request.headers):  # the job links to its trace
             job_id, reused = await runner.submit(
-                caller.name, caller_class, targets, metadata=metadata
+                caller.name, caller_class, targets, metadata=metadata, webhook=webhook
             )
     except BatchError as exc:
         raise problem_for(exc, retry_after=service.retry_after) from None
@@ -102,7 +105,8 @@ async def get_batch(request: Request) -> Response:
     job, targets, sizes = found
     service.owned(job, caller)
     summaries = [target_summary_json(job.id, t, n) for t, n in zip(targets, sizes, strict=True)]
-    return JSONResponse({**job_json(job, targets), "targets": summaries})
+    webhook = await delivery_json(service, job.id)
+    return JSONResponse({**job_json(job, targets), "webhook": webhook, "targets": summaries})
 
 
 async def get_target(request: Request) -> Response:

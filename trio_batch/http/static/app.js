@@ -422,6 +422,23 @@ function renderJobHead(job) {
   $("job-meta").hidden = !$("job-meta").textContent;
   $("job-error").textContent = visible(job.error || "");
   $("job-error").hidden = !job.error;
+  $("job-webhook").textContent = webhookText(job.webhook);
+  $("job-webhook").hidden = !job.webhook;
+}
+
+/** The job's webhook delivery state in a line (as read with the job; null: no webhook). */
+function webhookText(hook) {
+  if (!hook) return "";
+  const tries = `${hook.attempts} attempt${hook.attempts === 1 ? "" : "s"}`;
+  const last = hook.last_answer ? `, last answer: ${hook.last_answer}` : "";
+  const when = (t) => new Date(t * 1000).toLocaleString();
+  const text = {
+    waiting: "sent when the job ends",
+    pending: hook.next_attempt_at ? `next attempt ${when(hook.next_attempt_at)}` : "due",
+    delivered: hook.delivered_at ? `delivered ${when(hook.delivered_at)}` : "delivered",
+    gave_up: "gave up",
+  }[hook.state] || hook.state;
+  return `Webhook ${hook.url || ""}: ${text} (${tries}${last})`;
 }
 
 /** Counts from the targets the page holds (the stream sends the job only at its end). */

@@ -1,0 +1,162 @@
+"""Webhooks through the service: a submit's "webhook", the delivery state in the job, the
+redeliver endpoint, and `serve --webhook-secret-file`."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import trio
+import trustme
+
+from trio_batch.fetchers import DestinationPolicy, WebhookSender
+
+from ..support.fakes import FakeClock, ScriptedFetch
+from ..support.http_fixtures import ALICE, BOB, start_server, stop_server
+from ..support.webhook_receiver import Receiver, receiving
+from .test_http import Service, auth, body, problem, running
+
+
+def sender(receiver: Receiver) -> WebhookSender:
+    return WebhookSender(
+        receiver.secret, DestinationPolicy(allow_private=True), ssl_context=receiver.client_context
+    )
+
+
+async def webhook_state(service: Service, job_id: str, state: str) -> dict[str, Any]:
+    """The job's webhook once it reads ``state`` (the runner records an answer just after the
+    receiver has sent it: read again until then)."""
+    while True:
+        r = await service.get(job_id)
+        assert r.status_code == 200, r.text
+        hook: dict[str, Any] = r.json()["webhook"]
+        if hook["state"] == state:
+            return hook
+        await trio.sleep(0.02)
+
+
+async def test_a_job_with_a_webhook_is_posted_and_its_delivery_shown_then_redelivered(
+    tmp_path: Path, clock: FakeClock, receiver: Receiver
+) -> None:
+    fetch = ScriptedFetch()
+    async with running(tmp_path, fetch, clock, webhooks=sender(receiver)) as service:
+        r = await service.client.post(
+            "/v1/batches",
+            json=body("x", metadata={"team": "a"}, webhook={"url": receiver.url}),
+            headers=auth(),
+        )
+        assert r.status_code == 201, r.text
+        job_id = r.json()["id"]
+        await service.wait_done(job_id)
+        await trio.to_thread.run_sync(receiver.wait_for, 1)
+        hook = await webhook_state(service, job_id, "delivered")
+        assert hook["url"] == receiver.url and hook["attempts"] == 1
+        assert hook["last_answer"] == "HTTP 204" and hook["delivered_at"] == clock.now
+        r = await service.client.post(f"/v1/batches/{job_id}/webhook/redeliver", headers=auth())
+        assert r.status_code == 202, r.text
+        assert r.json()["state"] == "pending"
+        await trio.to_thread.run_sync(receiver.wait_for, 2)
+        await webhook_state(service, job_id, "delivered")
+        # Another caller's job reads as unknown.
+        r = await service.client.post(f"/v1/batches/{job_id}/webhook/redeliver", headers=auth(BOB))
+        problem(r, 404, "not-found")
+    first, again = receiver.received
+    assert first.verified and again.verified and first.webhook_id == again.webhook_id
+    assert first.payload["data"]["metadata"] == {"team": "a"}
+    assert first.payload["data"]["links"]["self"] == f"/v1/batches/{job_id}"
+
+
+async def test_redeliver_answers_409_for_a_live_job_and_404_without_a_webhook(
+    tmp_path: Path, clock: FakeClock, receiver: Receiver
+) -> None:
+    fetch = ScriptedFetch()
+    async with running(tmp_path, fetch, clock, webhooks=sender(receiver)) as service:
+        plain = (await service.submit("y"))["id"]
+        await service.wait_done(plain)
+        r = await service.get(plain)
+        assert r.json()["webhook"] is None
+        r = await service.client.post(f"/v1/batches/{plain}/webhook/redeliver", headers=auth())
+        problem(r, 404, "not-found")
+        job_id, release = await service.submit_held()
+        r = await service.client.post(f"/v1/batches/{job_id}/webhook/redeliver", headers=auth())
+        problem(r, 409, "job-live")
+        release.set()
+
+
+@pytest.mark.parametrize(
+    ("webhook", "says"),
+    [
+        ("https://example.org/", "must be an object"),
+        ({}, "needs"),
+        ({"url": 5}, "string"),
+        ({"url": "https://example.org/", "secret": "x"}, "unknown"),
+        ({"url": "http://example.org/"}, "https://"),
+    ],
+)
+async def test_a_bad_webhook_is_422_and_creates_nothing(
+    tmp_path: Path, clock: FakeClock, receiver: Receiver, webhook: object, says: str
+) -> None:
+    no_private = WebhookSender(receiver.secret, DestinationPolicy())
+    async with running(tmp_path, ScriptedFetch(), clock, webhooks=no_private) as service:
+        r = await service.client.post(
+            "/v1/batches", json=body("x", webhook=webhook), headers=auth()
+        )
+        assert says in problem(r, 422, "invalid-request")["detail"]
+        r = await service.client.get("/v1/batches", headers=auth())
+        assert r.json()["jobs"] == []
+
+
+async def test_a_service_without_a_webhook_secret_refuses_a_webhook(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    async with running(tmp_path, ScriptedFetch(), clock) as service:
+        r = await service.client.post(
+            "/v1/batches", json=body("x", webhook={"url": "https://example.org/"}), headers=auth()
+        )
+        assert "no webhooks" in problem(r, 422, "invalid-request")["detail"]
+
+
+def test_serve_with_a_webhook_secret_file_posts_signed_events(
+    tmp_path: Path, webhook_ca: trustme.CA
+) -> None:
+    with receiving(webhook_ca, tls=False) as receiver:
+        secret = tmp_path / "webhook-secret"
+        secret.write_text(receiver.secret + "\n")
+        proc, url = start_server(tmp_path, "--webhook-secret-file", str(secret), "--allow-private")
+        try:
+            r = httpx.post(
+                f"{url}/v1/batches",
+                json=body("x", webhook={"url": receiver.url}),
+                headers=auth(ALICE),
+            )
+            assert r.status_code == 201, r.text
+            (got,) = receiver.wait_for(1)
+        finally:
+            stop_server(proc)
+    assert got.verified and got.answered == 204 and got.payload["type"] == "job.done"
+
+
+def test_serve_refuses_a_bad_webhook_secret_file(tmp_path: Path) -> None:
+    secret = tmp_path / "webhook-secret"
+    secret.write_text("not-a-secret\n")
+    done = subprocess.run(
+        [
+            str(Path(sys.executable).with_name("trio-batch")),
+            "serve",
+            "--db",
+            str(tmp_path / "jobs.db"),
+            "--caller-header",
+            "X-User",
+            "--webhook-secret-file",
+            str(secret),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2
+    assert "whsec_" in done.stderr and "not-a-secret" not in done.stderr
