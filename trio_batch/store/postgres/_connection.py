@@ -13,6 +13,11 @@ RDS Proxy, a hosted service's pooled URL):
   transaction, sent in the same message as its first statement;
 - no session locks: advisory locks are transaction locks.
 
+Whether a connection is pooled is told at connect (:meth:`PostgresConnection._settle`): a
+direct connection prepares its frequent statements and holds its bounds as session settings,
+which a direct connection keeps (without them every statement is planned again: 2-3x the
+cost of a lone read or outcome write).
+
 Every call is bounded on the client side too: a call still running at its deadline has its
 socket shut down by a :class:`~._watchdog.Watchdog` and fails with :class:`StoreUnavailable`
 (see :meth:`PostgresConnection.within`). A connection found dead before use (a restart while
@@ -34,6 +39,7 @@ import psycopg
 from psycopg import pq
 
 from ..._errors import StoreError, StoreUnavailable
+from . import _queries as q
 from ._errors import connection_lost
 from ._schema import migrate
 from ._watchdog import Watchdog, shut_socket
@@ -47,6 +53,8 @@ Conn = psycopg.Connection[Any]
 
 #: The default client-side bound on one store call, in seconds (``Config.store_timeout``).
 DEFAULT_STORE_TIMEOUT = 5.0
+#: psycopg's default: a statement run this often on a direct connection is prepared.
+_DIRECT_PREPARE_THRESHOLD = 5
 #: A schema migration's bounds: it waits for every session's locks on the tables it alters.
 MIGRATE_TIMEOUT = 60.0
 
@@ -142,8 +150,16 @@ class PostgresConnection:
         self._sent_write = False
         self._cut_while_connecting = False
         self._was_cut: Callable[[], bool] = lambda: False
-        self.watchdog = Watchdog(self._cut, name="trio_batch postgres watchdog")
+        # Polled at a quarter of the timeout: a cut comes at most that late.
+        self.watchdog = Watchdog(
+            self._cut, poll=store_timeout / 4, name="trio_batch postgres watchdog"
+        )
         self._set_local = {op: self._settings(op) for op in Op}
+        self._session_settings = self._set_local[Op.WRITE].replace("SET LOCAL", "SET") + (
+            f"SET idle_in_transaction_session_timeout = {_millis(store_timeout)}"
+        )
+        #: Whether the connection goes through a pooler (None: not connected yet).
+        self.pooled: bool | None = None
 
     def _settings(self, op: Op) -> str:
         """The ``SET LOCAL`` statements of ``op``'s bounds, as SQL (integers of our own)."""
@@ -203,6 +219,11 @@ class PostgresConnection:
             application_name="trio_batch",
             **self._options,
         )
+        try:
+            self._settle(conn)
+        except BaseException:
+            conn.close()
+            raise
         with self.watchdog.lock:
             cut, self._cut_while_connecting = self._cut_while_connecting, False
             if not cut:
@@ -211,6 +232,21 @@ class PostgresConnection:
             conn.close()
             raise psycopg.OperationalError("store_timeout passed while connecting")
         return conn
+
+    def _settle(self, conn: Conn) -> None:
+        """Tell a pooled connection from a direct one, and set a direct one up for speed.
+
+        A pooler answers the connection's start with a backend key of its own (it must, to
+        route a cancel), so the server process id libpq was given is not the one serving the
+        statement. A direct connection prepares its frequent statements (the default psycopg
+        threshold) and takes the WRITE bounds as session settings, so a lone statement goes
+        without its ``SET LOCAL`` prefix; a pooled one keeps neither.
+        """
+        row = conn.execute(q.BACKEND_PID, prepare=False).fetchone()
+        self.pooled = row is None or row[0] != conn.info.backend_pid
+        if not self.pooled:
+            conn.execute(self._session_settings, prepare=False)
+            conn.prepare_threshold = _DIRECT_PREPARE_THRESHOLD
 
     def close(self, *, final: bool = False) -> None:
         """Close the connection; a later call would open a new one (``final``: and stop the
@@ -291,7 +327,7 @@ class PostgresConnection:
                     raise
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _one(self, conn: Conn, op: Op, sql: str, params: Any = None) -> psycopg.ClientCursor[Any]:
+    def _one(self, conn: Conn, op: Op, sql: str, params: Any = None) -> psycopg.Cursor[Any]:
         """Run ``sql`` as a transaction of its own with ``op``'s bounds, in one round trip: one
         simple-protocol message ``SET LOCAL ...; SET LOCAL ...; sql`` (an implicit transaction,
         so the settings end with it), parameters bound on the client. The cursor is on the
@@ -301,6 +337,8 @@ class PostgresConnection:
         connection leaves it in doubt (never retried by _run)."""
         if op is not Op.READ:
             self._sent_write = True
+        if not self.pooled:  # the session's settings bound it: a prepared statement
+            return conn.execute(sql, params)
         cur = psycopg.ClientCursor(conn)
         cur.execute(self._set_local[op] + sql, params)
         for _ in range(self._SETTINGS):

@@ -188,8 +188,10 @@ class PostgresJobStore(StoreFace):
         registering = trio.current_time()
         self.store.runner_id = await self._call(PostgresStore.register_runner)
         self._beat_ok_at = registering
-        # Its calls are bounded by the interval too: a heartbeat that hangs is a missed one.
-        beat_timeout = min(self.store.store_timeout, heartbeat_interval)
+        # A heartbeat that hangs is a missed one; bounded by a quarter of runner_timeout too,
+        # so one hung beat cannot last until the others reap this runner. Not by the interval:
+        # reconnecting on a slow network takes several round trips.
+        beat_timeout = min(self.store.store_timeout, runner_timeout / 4)
         beat_store = PostgresStore(
             self.store.conninfo, store_timeout=beat_timeout, connect_timeout=beat_timeout
         )

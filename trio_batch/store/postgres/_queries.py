@@ -35,6 +35,9 @@ XACT_LOCK = "SELECT pg_advisory_xact_lock(%s, %s)"
 #: True if this transaction now holds the reaper's lock; False at once if another has it.
 TRY_LOCK_REAPER = "SELECT pg_try_advisory_xact_lock(%s, %s)"
 
+#: The server process serving this statement: through a pooler, not the one libpq was told of.
+BACKEND_PID = "SELECT pg_backend_pid()"
+
 #: The channel on which runners tell each other of jobs they changed (see ``_listen``).
 CHANNEL = "trio_batch"
 

@@ -33,19 +33,23 @@ def shut_socket(fileno: int) -> None:
 class Watchdog:
     """Calls ``cut()`` if the block :meth:`guard` opens is still running at its deadline.
 
-    One guarded block at a time (a store connection is used from one thread). ``cut`` runs on
-    the watchdog's thread, under the lock :attr:`lock`, which the guarded side also takes
-    while it swaps or closes what ``cut`` reaches (so ``cut`` never sees a closed socket).
+    One guarded block at a time (a store connection is used from one thread). Starting and
+    ending a block only sets an attribute: the watchdog's thread is never woken per call (a
+    lock handed to it on every call costs the store thread a scheduling delay on a loaded
+    machine). It sleeps until the deadline of the block it saw last, or ``poll`` seconds when
+    none runs; ``poll`` at most the shortest timeout used keeps every cut on time. ``cut`` runs
+    on the watchdog's thread under :attr:`lock`, which the guarded side also takes while it
+    swaps or closes what ``cut`` reaches (so ``cut`` never sees a closed socket).
     """
 
-    def __init__(self, cut: Callable[[], None], *, name: str) -> None:
+    def __init__(self, cut: Callable[[], None], *, poll: float, name: str) -> None:
         self.lock = threading.Lock()
         self._cut = cut
-        self._changed = threading.Condition(self.lock)
+        self._poll = poll
         self._calls = itertools.count(1)
         self._current: tuple[int, float] | None = None  # (call number, monotonic deadline)
         self._fired: int | None = None
-        self._closed = False
+        self._closed = threading.Event()
         self._name = name
         self._thread: threading.Thread | None = None
 
@@ -53,38 +57,34 @@ class Watchdog:
     def guard(self, deadline: float) -> Iterator[Callable[[], bool]]:
         """Guard the block until ``deadline`` (``time.monotonic()``); yields a function that
         tells whether the watchdog cut this block's connection."""
-        with self._changed:
-            if self._thread is None and not self._closed:
-                self._thread = threading.Thread(target=self._watch, name=self._name, daemon=True)
-                self._thread.start()
-            call = next(self._calls)
-            self._current = (call, deadline)
-            self._changed.notify()
+        if self._thread is None and not self._closed.is_set():
+            self._thread = threading.Thread(target=self._watch, name=self._name, daemon=True)
+            self._thread.start()
+        call = next(self._calls)
+        self._current = (call, deadline)
         try:
             yield lambda: self._fired == call
         finally:
-            with self._changed:
-                self._current = None
+            self._current = None
 
     def close(self) -> None:
-        """Stop the thread (it ends at its next wake-up)."""
-        with self._changed:
-            self._closed = True
-            self._changed.notify()
+        """Stop the thread (it ends at once)."""
+        self._closed.set()
 
     def _watch(self) -> None:
-        with self._changed:
-            while not self._closed:
-                current = self._current
-                if current is None:
-                    self._changed.wait()
-                    continue
-                call, deadline = current
-                left = deadline - time.monotonic()
-                if left > 0:
-                    self._changed.wait(left)
-                    continue
+        delay = self._poll
+        while not self._closed.wait(delay):
+            current = self._current
+            if current is None:
+                delay = self._poll
+                continue
+            call, deadline = current
+            left = deadline - time.monotonic()
+            if left > 0:
+                delay = min(left, self._poll)
+                continue
+            with self.lock:
                 if self._current == current and self._fired != call:
                     self._fired = call
                     self._cut()
-                self._changed.wait()  # until the guarded block ends
+            delay = self._poll
