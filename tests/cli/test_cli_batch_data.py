@@ -125,3 +125,11 @@ def test_retry_fetches_a_restart_killed_jobs_unfinished_targets_and_export_merge
     ]
     again = cli("retry", parent, "--db", str(db), "--only", "everything")
     assert again.returncode == 2 and "only" in again.stderr
+
+
+def test_retry_takes_no_caller_class_or_size_of_its_own(db: Path) -> None:
+    # A retry is the parent's caller's and class's job: options it would ignore are refused.
+    for option in (["--caller", "bob"], ["--class", "vip"], ["--max-targets", "5"]):
+        proc = cli("retry", "job_x", "--db", str(db), *option)
+        assert proc.returncode == 2, option
+        assert "unrecognized arguments" in proc.stderr

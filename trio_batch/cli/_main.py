@@ -124,6 +124,7 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     run.add_argument("file", metavar="FILE", help="the batch file, or - for standard input")
+    _add_submitter_options(run)
     _add_fetch_options(run)
 
     retry = sub.add_parser(
@@ -144,6 +145,8 @@ def _parser() -> argparse.ArgumentParser:
         help="failed, pending, or failed,pending (default: failed)",
     )
     _add_fetch_options(retry)
+    # The retry is the parent's caller's and class's, and as big as the parent's failures.
+    retry.set_defaults(caller=None, caller_class=None, max_targets=DEFAULT_MAX_TARGETS)
 
     status = sub.add_parser("status", parents=[db], help="show a job and its targets' statuses")
     _add_job_argument(status)
@@ -192,8 +195,8 @@ def _positive_count(text: str) -> int:
 _JOB_COMMANDS = ("status", "results", "forget", "export", "retry")
 
 
-def _add_fetch_options(run: argparse.ArgumentParser) -> None:
-    """The options of a command that submits a job and fetches it (``run``, ``retry``)."""
+def _add_submitter_options(run: argparse.ArgumentParser) -> None:
+    """Who submits a batch file and how big it may be (``run``; a retry takes its parent's)."""
     run.add_argument(
         "--caller",
         default=None,
@@ -202,6 +205,18 @@ def _add_fetch_options(run: argparse.ArgumentParser) -> None:
     run.add_argument(
         "--class", dest="caller_class", default="cli", help="the caller's class (default: cli)"
     )
+    run.add_argument(
+        "--max-targets",
+        type=_positive_count,
+        default=DEFAULT_MAX_TARGETS,
+        metavar="N",
+        help="refuse a file of more than N targets, which one job would take too long to "
+        "fetch and show; split it instead (default: %(default)s)",
+    )
+
+
+def _add_fetch_options(run: argparse.ArgumentParser) -> None:
+    """The options of a command that submits a job and fetches it (``run``, ``retry``)."""
     run.add_argument(
         "--json", action="store_true", help="print the job and its targets as JSON on stdout"
     )
@@ -215,14 +230,6 @@ def _add_fetch_options(run: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="how long the job and its results are kept after its last activity "
         "(default: %(default)g)",
-    )
-    run.add_argument(
-        "--max-targets",
-        type=_positive_count,
-        default=DEFAULT_MAX_TARGETS,
-        metavar="N",
-        help="refuse a file of more than N targets, which one job would take too long to "
-        "fetch and show; split it instead (default: %(default)s)",
     )
     add_fetch_limits(run)
     add_store_options(run)
