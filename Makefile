@@ -45,7 +45,7 @@ soak: $(STAMP) system-packages
 # The documentation site (docs/, Sphinx + MyST): warnings are errors, so a broken reference or
 # a docstring that does not parse fails `make test`; tests/test_docs.py runs its examples.
 docs: $(STAMP)
-	$(BIN)/sphinx-build -q -W --keep-going -b html docs docs/_build/html
+	$(BIN)/sphinx-build -q -E -W --keep-going -b html docs docs/_build/html
 
 # Benchmarks (not part of `make test`; CI does not run them). The `bench` extra adds the peers.
 $(BENCH_STAMP): pyproject.toml $(STAMP)
