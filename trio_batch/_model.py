@@ -2,25 +2,65 @@
 
 Everything here is plain data and pure functions: frozen dataclasses, string enums, job ids, the
 terminal-status rule and the derived ``running`` state. Nothing in this module touches a
-database or trio. The exceptions live in :mod:`._errors`, the configuration in :mod:`._config`.
+database or trio. The exceptions live in :mod:`._errors`, the configuration in :mod:`._config`,
+what a caller submits (targets, options, metadata) and its checks in :mod:`._targets`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
-import hashlib
 import json
 import re
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from json.encoder import encode_basestring_ascii
 from typing import Any
 
-from ._errors import InvalidRequest, InvalidTargets
-from ._text import CONTROL_CHARACTER, json_type, safe_text, unknown_keys
+# What a caller submits lives in ._targets; importable from here too, as before.
+from ._targets import (
+    DEFAULT_OPTIONS as DEFAULT_OPTIONS,
+)
+from ._targets import (
+    MAX_CALLER_LENGTH as MAX_CALLER_LENGTH,
+)
+from ._targets import (
+    MAX_CUSTOM_ID_LENGTH as MAX_CUSTOM_ID_LENGTH,
+)
+from ._targets import (
+    MAX_METADATA_KEY_LENGTH as MAX_METADATA_KEY_LENGTH,
+)
+from ._targets import (
+    MAX_METADATA_KEYS as MAX_METADATA_KEYS,
+)
+from ._targets import (
+    MAX_METADATA_VALUE_LENGTH as MAX_METADATA_VALUE_LENGTH,
+)
+from ._targets import (
+    MAX_OPTION_LENGTH as MAX_OPTION_LENGTH,
+)
+from ._targets import (
+    MAX_URL_LENGTH as MAX_URL_LENGTH,
+)
+from ._targets import (
+    Options as Options,
+)
+from ._targets import (
+    Target as Target,
+)
+from ._targets import (
+    check_caller as check_caller,
+)
+from ._targets import (
+    check_metadata as check_metadata,
+)
+from ._targets import (
+    check_targets as check_targets,
+)
+from ._targets import (
+    idem_key as idem_key,
+)
+from ._text import safe_text
 
 __all__ = [
     "Job",
@@ -37,22 +77,6 @@ __all__ = [
     "new_job_id",
     "with_running",
 ]
-
-#: Longest URL a target may carry; far past any real URL, short enough to keep rows small.
-MAX_URL_LENGTH = 8192
-#: Longest option string (a grep pattern, a jq program, a question).
-MAX_OPTION_LENGTH = 8192
-#: Longest caller or caller-class name.
-MAX_CALLER_LENGTH = 256
-#: Longest custom id of a target.
-MAX_CUSTOM_ID_LENGTH = 64
-#: Most metadata keys a job may carry, the longest key and the longest value.
-MAX_METADATA_KEYS = 16
-MAX_METADATA_KEY_LENGTH = 64
-MAX_METADATA_VALUE_LENGTH = 512
-#: A metadata key: what a label filter ``key:value`` can name (no ``:``, no spaces).
-_METADATA_KEY = re.compile(r"[A-Za-z0-9_.\-/]{1,64}", re.ASCII)
-
 
 # --------------------------------------------------------------------------------------------
 # Job ids
@@ -122,300 +146,6 @@ class TargetState(StrEnum):
     RUNNING = "running"
     DONE = "done"
     FAILED = "failed"
-
-
-# --------------------------------------------------------------------------------------------
-# Targets
-
-
-def _check_text(value: object, what: str, max_length: int, *, index: int | None) -> str:
-    """Return ``value`` if it is a string SQLite and JSON can store, else raise InvalidTargets."""
-    if not isinstance(value, str):
-        raise InvalidTargets(f"{what} must be a string, not {type(value).__name__}", index=index)
-    if len(value) > max_length:
-        raise InvalidTargets(
-            f"{what} is {len(value)} characters long; the limit is {max_length}", index=index
-        )
-    if "\x00" in value:
-        raise InvalidTargets(f"{what} contains a NUL character", index=index)
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidTargets(
-            f"{what} is not valid Unicode (it contains a lone surrogate)", index=index
-        ) from None
-    return value
-
-
-@dataclass(frozen=True, slots=True)
-class Options:
-    """How to fetch a target. Empty strings and ``False`` mean "not set".
-
-    The meaning of each field belongs to the fetch function; the runner only stores them.
-    """
-
-    mode: str = ""
-    question: str = ""
-    pages: str = ""
-    grep: str = ""
-    jq: str = ""
-    context: bool = False
-    recover: bool = False
-
-    def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if f.type == "bool":
-                if not isinstance(value, bool):
-                    raise InvalidTargets(
-                        f"option {f.name!r} must be true or false, not {type(value).__name__}"
-                    )
-            else:
-                _check_text(value, f"option {f.name!r}", MAX_OPTION_LENGTH, index=None)
-
-    @classmethod
-    def from_json(cls, obj: object) -> Options:
-        """Build options from a decoded JSON object, strictly.
-
-        Raises :class:`InvalidTargets` for a non-object, an unknown key or a wrongly typed value.
-        """
-        if not isinstance(obj, Mapping):
-            raise InvalidTargets(f"options must be a JSON object, not {json_type(obj)}")
-        known = [name for name, _ in _OPTION_DEFAULTS]
-        unknown = unknown_keys(obj, known)
-        if unknown:
-            raise InvalidTargets(
-                f"unknown option(s) {unknown}; known options are {', '.join(known)}"
-            )
-        return cls(**obj)
-
-    def to_json(self) -> dict[str, Any]:
-        """The options as a JSON object, with every empty or default field left out."""
-        out = {}
-        for name, default in _OPTION_DEFAULTS:
-            value = getattr(self, name)
-            if value != default:
-                out[name] = value
-        return out
-
-
-_OPTION_DEFAULTS = tuple((f.name, f.default) for f in dataclasses.fields(Options))
-
-#: Every option unset: the options of a target made without any (shared, it is immutable).
-DEFAULT_OPTIONS = Options()
-
-
-@dataclass(frozen=True, slots=True)
-class Target:
-    """One unit of work: a URL, the options to fetch it with, and optionally the caller's id.
-
-    Constructing a target validates it: ``url`` must be a non-empty string of at most
-    ``MAX_URL_LENGTH`` characters, without control characters (C0, C1, DEL, bidirectional
-    overrides and marks) or lone surrogates. ``custom_id``, if set, is the caller's own name
-    for the target (1 to ``MAX_CUSTOM_ID_LENGTH`` characters, same rules, unique within its
-    job): it comes back in status, export and retries. A bad value raises
-    :class:`InvalidTargets`. The URL scheme is left to the fetch function.
-    """
-
-    url: str
-    options: Options = DEFAULT_OPTIONS
-    custom_id: str | None = None
-
-    def __post_init__(self) -> None:
-        _check_text(self.url, "url", MAX_URL_LENGTH, index=None)
-        if not self.url.strip():
-            raise InvalidTargets("url must not be empty")
-        control = CONTROL_CHARACTER.search(self.url)
-        if control is not None:
-            # A URL has no use for them, and printed they steer the operator's terminal.
-            raise InvalidTargets(
-                f"url contains the control character U+{ord(control.group()):04X} at position "
-                f"{control.start()}; percent-encode it if it is meant"
-            )
-        if not isinstance(self.options, Options):
-            raise InvalidTargets(
-                f"options must be an Options instance, not {type(self.options).__name__}"
-            )
-        if self.custom_id is not None:
-            _check_text(self.custom_id, "custom_id", MAX_CUSTOM_ID_LENGTH, index=None)
-            if not self.custom_id:
-                raise InvalidTargets("custom_id must not be empty")
-
-    @classmethod
-    def from_json(cls, obj: object) -> Target:
-        """Build a target from a decoded JSON object
-        ``{"url": ..., "options": {...}, "custom_id": ...}``.
-
-        Strict: a non-object, a missing or non-string ``url``, an unknown key, a wrongly
-        typed option or a bad ``custom_id`` raises :class:`InvalidTargets`.
-        """
-        if not isinstance(obj, Mapping):
-            raise InvalidTargets(f"a target must be a JSON object, not {json_type(obj)}")
-        unknown = unknown_keys(obj, ("url", "options", "custom_id"))
-        if unknown:
-            raise InvalidTargets(
-                f"unknown target key(s) {unknown}; a target has 'url' and optionally "
-                "'options' and 'custom_id'"
-            )
-        if "url" not in obj:
-            raise InvalidTargets("a target needs a 'url'")
-        url = obj["url"]
-        if not isinstance(url, str):
-            raise InvalidTargets(f"url must be a string, not {json_type(url)}")
-        options = Options.from_json(obj["options"]) if "options" in obj else DEFAULT_OPTIONS
-        custom_id = obj.get("custom_id")
-        if custom_id is not None and not isinstance(custom_id, str):
-            raise InvalidTargets(f"custom_id must be a string, not {json_type(custom_id)}")
-        return cls(url, options, custom_id)
-
-    def to_json(self) -> dict[str, Any]:
-        """The target as a JSON object; ``options`` is left out when every option is unset,
-        ``custom_id`` when there is none."""
-        out: dict[str, Any] = {"url": self.url}
-        options = self.options.to_json()
-        if options:
-            out["options"] = options
-        if self.custom_id is not None:
-            out["custom_id"] = self.custom_id
-        return out
-
-
-class _CheckedTargets(tuple[Target, ...]):
-    """Targets :func:`check_targets` has passed. A tuple of frozen targets cannot change, so
-    it is not checked again (the runner checks a job's targets, then hands them to the store,
-    which checks what other callers hand it)."""
-
-    __slots__ = ()
-
-
-def check_targets(targets: object) -> tuple[Target, ...]:
-    """Return ``targets`` as a tuple if it is a non-empty sequence of distinct targets.
-
-    Raises :class:`InvalidTargets` naming the first offending position otherwise.
-    """
-    if type(targets) is _CheckedTargets:
-        return targets
-    if isinstance(targets, str | bytes) or not isinstance(targets, Sequence):
-        raise InvalidTargets(f"targets must be a list of Target, not {type(targets).__name__}")
-    if not targets:
-        raise InvalidTargets("a job needs at least one target")
-    seen: dict[Target, int] = {}
-    custom_ids: dict[str, int] = {}
-    for i, target in enumerate(targets):
-        if not isinstance(target, Target):
-            raise InvalidTargets(f"target {i} is a {type(target).__name__}, not a Target", index=i)
-        first = seen.setdefault(target, i)
-        if first != i:
-            raise InvalidTargets(f"target {i} repeats target {first} ({target.url})", index=i)
-        if target.custom_id is not None:
-            first = custom_ids.setdefault(target.custom_id, i)
-            if first != i:
-                raise InvalidTargets(
-                    f"target {i} repeats the custom_id {target.custom_id!r} of target {first}",
-                    index=i,
-                )
-    return _CheckedTargets(targets)
-
-
-def check_metadata(obj: object) -> dict[str, str]:
-    """Return ``obj`` as a job's metadata if it is one: a mapping of at most
-    ``MAX_METADATA_KEYS`` keys (letters, digits, ``_.-/``, at most
-    ``MAX_METADATA_KEY_LENGTH`` characters) to strings of at most
-    ``MAX_METADATA_VALUE_LENGTH`` characters (no NUL, no lone surrogate).
-
-    Raises :class:`InvalidRequest` naming what is wrong otherwise.
-    """
-    if obj is None:
-        return {}
-    if not isinstance(obj, Mapping):
-        raise InvalidRequest(f"metadata must be a JSON object of strings, not {json_type(obj)}")
-    if len(obj) > MAX_METADATA_KEYS:
-        raise InvalidRequest(f"metadata has {len(obj)} keys; the limit is {MAX_METADATA_KEYS}")
-    out: dict[str, str] = {}
-    for key, value in obj.items():
-        if not isinstance(key, str) or _METADATA_KEY.fullmatch(key) is None:
-            raise InvalidRequest(
-                f"metadata key {safe_text(key, 80)!r} must be 1 to {MAX_METADATA_KEY_LENGTH} "
-                "letters, digits or '_.-/'"
-            )
-        if not isinstance(value, str):
-            raise InvalidRequest(
-                f"metadata value of {key!r} must be a string, not {json_type(value)}"
-            )
-        try:
-            _check_text(value, f"metadata value of {key!r}", MAX_METADATA_VALUE_LENGTH, index=None)
-        except InvalidTargets as exc:
-            raise InvalidRequest(str(exc)) from None
-        out[key] = value
-    return out
-
-
-def check_caller(value: object, what: str = "caller") -> str:
-    """Return ``value`` if it is a usable caller (or caller-class) name.
-
-    Raises :class:`InvalidRequest` for a non-string, an empty or over-long name, a control
-    character (see :data:`~trio_batch._text.CONTROL_CHARACTER`) or a lone surrogate.
-    """
-    if not isinstance(value, str) or not value:
-        raise InvalidRequest(f"{what} must be a non-empty string")
-    try:
-        _check_text(value, what, MAX_CALLER_LENGTH, index=None)
-    except InvalidTargets as exc:
-        raise InvalidRequest(str(exc)) from None
-    control = CONTROL_CHARACTER.search(value)
-    if control is not None:  # printed in job listings: it must not steer a terminal
-        raise InvalidRequest(f"{what} contains the control character U+{ord(control.group()):04X}")
-    return value
-
-
-def idem_key(
-    caller: str,
-    targets: Sequence[Target],
-    metadata: Mapping[str, str] | None = None,
-    parent_id: str | None = None,
-) -> str:
-    """The idempotency key of ``targets`` submitted by ``caller``.
-
-    Hex SHA-256 of ``caller + "\\x00" + canonical(targets)``, where canonical is compact JSON of
-    ``[t.to_json() for t in targets]`` with sorted keys: field order, whitespace and options
-    spelled out at their defaults do not change the key; any change of a URL, an option, a
-    custom id, the order of the targets or the caller does. Metadata and a parent (a retry)
-    are part of the request too: when either is set, ``"\\x00" + canonical(metadata) +
-    "\\x00" + parent_id`` follows, so the same targets with other metadata make another job
-    (whose metadata is not silently dropped), and a retry is never the job of a plain submit.
-    Without them the key is what it was before they existed.
-    """
-    # Built piece by piece, byte for byte what json.dumps of that list writes, without a dict
-    # per target: a target's keys sort as "options" < "url".
-    parts = []
-    for target in targets:
-        url = encode_basestring_ascii(target.url)
-        options = "{}" if target.options is DEFAULT_OPTIONS else _canonical(target.options)
-        # Sorted keys: "custom_id" < "options" < "url".
-        custom = (
-            ""
-            if target.custom_id is None
-            else f'"custom_id":{encode_basestring_ascii(target.custom_id)},'
-        )
-        if options == "{}":
-            parts.append(f'{{{custom}"url":{url}}}')
-        else:
-            parts.append(f'{{{custom}"options":{options},"url":{url}}}')
-    canonical = "[" + ",".join(parts) + "]"
-    if metadata or parent_id is not None:
-        extra = _CANONICAL_ENCODER.encode(dict(metadata or {}))
-        canonical = f"{canonical}\x00{extra}\x00{parent_id or ''}"
-    return hashlib.sha256(f"{caller}\x00{canonical}".encode()).hexdigest()
-
-
-#: The canonical JSON of idempotency keys: compact, sorted keys, ASCII only.
-_CANONICAL_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-
-
-@functools.lru_cache(maxsize=1024)
-def _canonical(options: Options) -> str:
-    # Most targets share a handful of option sets; equal options have equal JSON.
-    return _CANONICAL_ENCODER.encode(options.to_json())
 
 
 # --------------------------------------------------------------------------------------------
