@@ -17,7 +17,6 @@ import trio
 
 from .._config import Config
 from .._errors import InvalidRequest, JobLive, RunnerClosed, StoreUnavailable
-from .._event import Delivery
 from .._model import (
     Job,
     JobState,
@@ -30,7 +29,6 @@ from .._model import (
     check_targets,
     is_job_id,
     new_job_id,
-    with_running,
 )
 from .._retry import RetryNotice
 from .._text import safe_text
@@ -43,6 +41,7 @@ from ._cluster import ChangedElsewhere, release, wait_at_most, wait_elsewhere, w
 from ._deliveries import Deliveries, WebhookDeliverer
 from ._drain import _Drain
 from ._purge import purge_lapsed
+from ._reads import JobReads
 from ._store_retry import retry_refused
 
 __all__ = ["FetchFunc", "Runner"]
@@ -51,7 +50,7 @@ __all__ = ["FetchFunc", "Runner"]
 WATCH_PAGE = 256
 
 
-class Runner(BatchOps):
+class Runner(BatchOps, JobReads):
     """Runs jobs: submit, cancel, status, wait. Get one from :func:`open_runner`.
 
     Every method may be called from any task of the trio run that opened the runner.
@@ -249,28 +248,6 @@ class Runner(BatchOps):
             self._log.info("job cancelled", extra={"job_id": job_id, "caller": job.caller})
         return job is not None
 
-    async def delivery(self, job_id: str) -> Delivery | None:
-        """Where the job's terminal event stands (attempts, last answer, delivered at); None
-        for a job without a webhook or ``Config.on_terminal``, or an unknown or lapsed one."""
-        await trio.lowlevel.checkpoint_if_cancelled()
-        self._check_running()
-        if not is_job_id(job_id):
-            return None
-        return await self._store.get_delivery(job_id, now=self._now())
-
-    async def redeliver(self, job_id: str) -> Delivery | None:
-        """Send the terminal job's event again now, with the same event id: a new round of
-        attempts, with backoff, for up to a day. None if the job has no written event (it
-        is live, has no webhook, or is unknown). The caller checks whose job it is."""
-        await trio.lowlevel.checkpoint_if_cancelled()
-        self._check_running()
-        if not is_job_id(job_id):
-            return None
-        found = await self._store.redeliver(job_id, now=self._now())
-        if found is not None:
-            self._deliveries.wake()
-        return found
-
     async def forget(self, job_id: str, *, caller: str | None = None) -> Job | None:
         """Delete a terminal job and its results, so the same targets can be submitted afresh.
 
@@ -292,62 +269,6 @@ class Runner(BatchOps):
                 f"job {job_id} is still running or storing its last target; wait for it to end"
             )
         return await self._store.forget_job(job_id, caller=caller, now=self._now())
-
-    async def status(self, job_id: str) -> tuple[Job, list[TargetStatus]] | None:
-        """The job and its targets as stored, or None for an unknown or lapsed id.
-
-        The target being fetched reads as ``running``.
-
-        Cancellation: a cancel raises ``Cancelled`` before the read, not after it (a read
-        started completes), so a loop of reads can be cancelled.
-        """
-        await trio.lowlevel.checkpoint_if_cancelled()
-        self._check_running()
-        if not is_job_id(job_id):
-            return None
-        # Read before the snapshot: a target in flight then is still pending, or done, in it.
-        drain = self._drains.get(job_id)
-        in_flight = None if drain is None else drain.in_flight
-        status = await self._store.get_status(job_id, now=self._now())
-        if status is None or in_flight is None:
-            return status
-        # The store derives "running" for running jobs; a cancelled job's last fetch is known
-        # only here.
-        job, targets = status
-        return job, with_running(job, targets, in_flight)
-
-    async def overview(self, job_id: str) -> tuple[Job, list[TargetStatus], list[int]] | None:
-        """Like :meth:`status` without the results: each target's ``result`` is None, and the
-        third item gives each result's size in characters. Costs the same however big the
-        results are; read one with :meth:`target`. Cancellation: as :meth:`status`."""
-        await trio.lowlevel.checkpoint_if_cancelled()
-        self._check_running()
-        if not is_job_id(job_id):
-            return None
-        drain = self._drains.get(job_id)
-        in_flight = None if drain is None else drain.in_flight
-        found = await self._store.get_overview(job_id, now=self._now())
-        if found is None or in_flight is None:
-            return found
-        job, targets, sizes = found
-        return job, with_running(job, targets, in_flight), sizes
-
-    async def target(self, job_id: str, idx: int) -> tuple[Job, TargetStatus] | None:
-        """The job and one of its targets with its result; None for an unknown job or index.
-
-        Cancellation: as :meth:`status`.
-        """
-        await trio.lowlevel.checkpoint_if_cancelled()
-        self._check_running()
-        if not is_job_id(job_id):  # the stores answer None for an index that cannot exist
-            return None
-        drain = self._drains.get(job_id)
-        in_flight = None if drain is None else drain.in_flight
-        found = await self._store.get_target(job_id, idx, now=self._now())
-        if found is None or in_flight is None:
-            return found
-        job, target = found
-        return job, with_running(job, [target], in_flight)[0]
 
     async def wait(self, job_id: str) -> Job | None:
         """Wait until the job is terminal and its drain task has stopped; return the job.
