@@ -4,10 +4,14 @@
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from trio_batch import Config, Result
+from trio_batch.http import _batch_data
 
 from ..support.fakes import FakeClock, ScriptedFetch
 from ..support.http_fixtures import BOB
@@ -179,3 +183,29 @@ async def test_a_client_may_stop_reading_an_export_midway(
         assert json.loads(first)["idx"] == 0
         # The service goes on serving after the abandoned stream.
         assert len(await _jsonl(s, job["id"], "?after=398")) == 1
+
+
+async def test_a_big_result_in_the_export_is_encoded_off_the_event_loop(
+    tmp_path: Path, fetch: ScriptedFetch, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The same class as GET .../targets/{idx}: a big result encoded on the loop stalls every
+    # request beside it. Which thread encodes each line is recorded, not how long it takes.
+    big = "é" * (_batch_data.BIG_LINE + 1)
+    fetch.custom["https://example.test/big"] = lambda: Result(big)
+    on_loop: list[tuple[int, bool]] = []
+    real = _batch_data.encode_line
+
+    def encode(line: dict[str, Any]) -> str:
+        on_loop.append((line["idx"], threading.current_thread() is threading.main_thread()))
+        return real(line)
+
+    monkeypatch.setattr(_batch_data, "encode_line", encode)
+    async with running(tmp_path, fetch, clock, config=CONFIG) as s:
+        job = await _submit(s, ("small", "big"))
+        await s.wait_done(job["id"])
+        lines = await _jsonl(s, job["id"])
+    assert [line["result"]["content"] for line in lines] == [
+        "content of https://example.test/small",
+        big,
+    ]
+    assert on_loop == [(0, True), (1, False)]

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 from urllib.parse import urlencode
 
+import trio
 from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -114,6 +115,15 @@ def filter_query(where: JobFilter) -> str:
 # ---------------------------------------------------------------------------------------------
 # GET /v1/batches/{id}/results.jsonl
 
+#: A line whose result holds more characters than this is encoded on a worker thread: a big
+#: result (up to ``Config.max_result_size``) would stall every request beside it on the loop.
+BIG_LINE = 64 * 1024
+
+
+def encode_line(line: dict[str, Any]) -> str:
+    """One export line as compact JSON (non-ASCII kept as it is)."""
+    return json.dumps(line, ensure_ascii=False, separators=(",", ":"))
+
 
 async def results_jsonl(request: Request) -> Response:
     """GET /v1/batches/{id}/results.jsonl: every target, one JSON object a line, in order."""
@@ -140,11 +150,12 @@ async def results_jsonl(request: Request) -> Response:
         chunk: list[str] = []
         size = 0
         async for job_id, target in runner.export(job, after=after, merged=overlay):
-            text = json.dumps(
-                export_line(job_id, target, merged=overlay),
-                ensure_ascii=False,
-                separators=(",", ":"),
-            )
+            line = export_line(job_id, target, merged=overlay)
+            result = line.get("result")
+            if result is not None and len(result["content"]) > BIG_LINE:
+                text = await trio.to_thread.run_sync(encode_line, line)  # not on the loop
+            else:
+                text = encode_line(line)
             chunk.append(text + "\n")
             size += len(text) + 1
             if size >= _CHUNK:
