@@ -5,7 +5,7 @@ from __future__ import annotations
 import trio
 import trio.testing
 
-from trio_batch import Config, JobEvent, JobState, Store, open_runner
+from trio_batch import Config, Delivery, JobEvent, JobState, Runner, Store, open_runner
 from trio_batch.runner._deliveries import GIVE_UP_AFTER, RETRY_DELAYS
 from trio_batch.store import NewJob
 
@@ -35,6 +35,18 @@ class Recorder:
     async def wait_for(self, n: int) -> None:
         while len(self.events) < n:
             await self.changed.wait()
+
+
+async def recorded(runner: Runner, job_id: str, attempts: int) -> Delivery:
+    """The job's delivery once its ``attempts``-th attempt is stored. The callback is called
+    before its outcome is written (on the store thread), so a test waits for this before it
+    reads the state or moves the wall clock the next delay is counted from."""
+    while True:
+        delivery = await runner.delivery(job_id)
+        assert delivery is not None
+        if delivery.attempts >= attempts:
+            return delivery
+        await trio.sleep(1)
 
 
 async def test_each_terminal_status_is_told_once_after_its_commit(
@@ -87,8 +99,8 @@ async def test_a_failing_callback_is_retried_after_each_delay_with_the_same_even
         await recorder.wait_for(1)
         await trio.sleep(30)  # polls many times; the backoff is on the wall clock, which stands
         assert len(recorder.events) == 1
-        delivery = await runner.delivery(job_id)
-        assert delivery is not None and delivery.state == "pending"
+        delivery = await recorded(runner, job_id, 1)
+        assert delivery.state == "pending"
         assert delivery.attempts == 1
         assert delivery.last_answer == "RuntimeError: receiver down (call 1)"
         assert delivery.next_attempt_at == clock.now + RETRY_DELAYS[0]
@@ -97,10 +109,11 @@ async def test_a_failing_callback_is_retried_after_each_delay_with_the_same_even
         assert len(recorder.events) == 1  # not due yet
         clock.advance(1)
         await recorder.wait_for(2)
+        await recorded(runner, job_id, 2)
         clock.advance(RETRY_DELAYS[1])
         await recorder.wait_for(3)
+        delivery = await recorded(runner, job_id, 3)
         await trio.sleep(30)
-        delivery = await runner.delivery(job_id)
     assert len(recorder.events) == 3
     assert len({e.id for e in recorder.events}) == 1
     assert delivery is not None and delivery.state == "delivered" and delivery.attempts == 3
@@ -118,11 +131,12 @@ async def test_after_a_day_of_failures_it_gives_up_and_redeliver_starts_again(
         job_id, _ = await runner.submit("a", "user", urls("x"))
         for n, delay in enumerate(RETRY_DELAYS, start=1):
             await recorder.wait_for(n)
+            await recorded(runner, job_id, n)
             clock.advance(delay)
         await recorder.wait_for(len(RETRY_DELAYS) + 1)
+        delivery = await recorded(runner, job_id, len(RETRY_DELAYS) + 1)
         await trio.sleep(30)
-        delivery = await runner.delivery(job_id)
-        assert delivery is not None and delivery.state == "gave_up"
+        assert delivery.state == "gave_up"
         assert delivery.attempts == len(RETRY_DELAYS) + 1
         assert clock.now - start <= GIVE_UP_AFTER
         clock.advance(600)  # the job's lease (a day from its last write) has not lapsed yet
