@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Callable
 
 import outcome
 import trio
@@ -64,8 +65,6 @@ def measure(
     (``callers=1``: the serial case), on a fresh database at ``path``."""
     floor.create_db(path)
     conn = floor.connect(path)
-    # (job_id, idx, result JSON, last?) and the task waiting for its commit (None: the leader)
-    batch: list[tuple[tuple[str, int, str, bool], trio.lowlevel.Task | None]] = []
 
     def store_one(job_id: str, idx: int, text: str, last: bool, t: float) -> None:
         """One write, checked as the store checks it (raises, for the caller to undo it)."""
@@ -76,9 +75,7 @@ def measure(
         if conn.execute(_STORE, (text, t, job_id, idx)).rowcount != 1:
             raise LookupError(f"target {idx} of job {job_id} already has an outcome")
 
-    def commit(
-        writes: list[tuple[tuple[str, int, str, bool], trio.lowlevel.Task | None]],
-    ) -> list[outcome.Outcome[None]]:
+    def commit(writes: Pending) -> list[outcome.Outcome[None]]:
         """One transaction; each write all-or-nothing (a savepoint when it shares the commit)."""
         t = time.time()
         shared = savepoints and len(writes) > 1
@@ -106,7 +103,53 @@ def measure(
             raise
         return answers
 
-    async def store(write: tuple[str, int, str, bool]) -> None:
+    def submit(caller: str, urls: list[str]) -> str:
+        now = time.time()
+        job_id = floor.new_job_id()
+        key = hashlib.sha256(json.dumps(urls).encode()).hexdigest()
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute(q.FIND_REUSABLE, (caller, key, now)).fetchone()
+        conn.execute(q.COUNT_LIVE_OF_CALLER, (caller,)).fetchone()
+        conn.execute(q.COUNT_LIVE).fetchone()
+        job = (job_id, "running", None, len(urls), 0, 0, caller, "bench", key, now, now)
+        conn.execute(q.INSERT_JOB, (*job, now + _TTL, "{}", None))  # no metadata, no parent
+        conn.executemany(
+            q.INSERT_TARGET,
+            [(job_id, idx, url, "{}", "pending", None) for idx, url in enumerate(urls)],
+        )
+        conn.execute("COMMIT")
+        return job_id
+
+    try:
+        return run_bare_loop(
+            commit, submit, callers=callers, jobs=jobs, targets_per_job=targets_per_job
+        )
+    finally:
+        conn.close()
+
+
+#: An outcome to store: (job id, target index, result JSON, the job's last target?).
+Write = tuple[str, int, str, bool]
+#: Writes waiting for a commit, each with the task waiting for it (None: the leader's own).
+Pending = list[tuple[Write, trio.lowlevel.Task | None]]
+
+
+def run_bare_loop(
+    commit: Callable[[Pending], list[outcome.Outcome[None]]],
+    submit: Callable[[str, list[str]], str],
+    *,
+    callers: int,
+    jobs: int,
+    targets_per_job: int,
+) -> float:
+    """Targets/s of the bare loop over a backend's ``submit`` (one transaction per job) and
+    ``commit`` (one transaction for the writes ready together, each answered on its own):
+    ``callers`` tasks submit ``jobs`` jobs back to back, each drained by a task of its own in
+    a long-lived nursery, the caller waiting for its drain. Shared by every backend's bare
+    loop, so the loops differ only in their SQL."""
+    batch: Pending = []
+
+    async def store(write: Write) -> None:
         if batch:  # a leader is gathering: join its commit
             batch.append((write, trio.lowlevel.current_task()))
             await trio.lowlevel.wait_task_rescheduled(_aborted)
@@ -127,23 +170,6 @@ def measure(
 
     async def fetch(url: str) -> str:
         return ""
-
-    def submit(caller: str, urls: list[str]) -> str:
-        now = time.time()
-        job_id = floor.new_job_id()
-        key = hashlib.sha256(json.dumps(urls).encode()).hexdigest()
-        conn.execute("BEGIN IMMEDIATE")
-        conn.execute(q.FIND_REUSABLE, (caller, key, now)).fetchone()
-        conn.execute(q.COUNT_LIVE_OF_CALLER, (caller,)).fetchone()
-        conn.execute(q.COUNT_LIVE).fetchone()
-        job = (job_id, "running", None, len(urls), 0, 0, caller, "bench", key, now, now)
-        conn.execute(q.INSERT_JOB, (*job, now + _TTL, "{}", None))  # no metadata, no parent
-        conn.executemany(
-            q.INSERT_TARGET,
-            [(job_id, idx, url, "{}", "pending", None) for idx, url in enumerate(urls)],
-        )
-        conn.execute("COMMIT")
-        return job_id
 
     async def drain(job_id: str, urls: list[str], stopped: trio.Event) -> None:
         last = len(urls) - 1
@@ -169,8 +195,4 @@ def measure(
                     nursery.start_soon(caller, c, drains)
             return time.perf_counter() - start
 
-    try:
-        elapsed = trio.run(main)
-    finally:
-        conn.close()
-    return callers * jobs * targets_per_job / elapsed
+    return callers * jobs * targets_per_job / trio.run(main)

@@ -27,13 +27,12 @@ import time
 
 import outcome
 import psycopg
-import trio
-import trio.lowlevel
 
 from trio_batch.store.postgres import PostgresStore
 from trio_batch.store.postgres import _queries as q
 
 from . import floor
+from .minimal import Pending, Write, run_bare_loop
 
 _TTL = 86400.0
 _BUMP = (
@@ -46,21 +45,14 @@ _STORE = (
 )
 _FINISH = f"UPDATE jobs SET status = %s WHERE id = %s AND status IN {q.LIVE}"
 
-_Write = tuple[str, int, str, bool]
-
-
-def _aborted(_: object) -> trio.lowlevel.Abort:
-    return trio.lowlevel.Abort.FAILED
-
 
 def measure(url: str, *, callers: int, jobs: int, targets_per_job: int = 32) -> float:
     """Targets/s of ``callers`` concurrent callers, each running ``jobs`` jobs back to back
     (``callers=1``: the serial case), on the (fresh) database at ``url``."""
     PostgresStore.open(url).close()  # the store's schema, made by the store
     conn = psycopg.connect(url, autocommit=True)
-    batch: list[tuple[_Write, trio.lowlevel.Task | None]] = []
 
-    def store_one(write: _Write, t: float) -> None:
+    def store_one(write: Write, t: float) -> None:
         job_id, idx, text, last = write
         if conn.execute(_BUMP, (t, t + _TTL, job_id, t)).rowcount != 1:
             raise LookupError(f"job {job_id} is unknown or lapsed")
@@ -69,9 +61,7 @@ def measure(url: str, *, callers: int, jobs: int, targets_per_job: int = 32) -> 
         if conn.execute(_STORE, (text, t, job_id, idx)).rowcount != 1:
             raise LookupError(f"target {idx} of job {job_id} already has an outcome")
 
-    def commit(
-        writes: list[tuple[_Write, trio.lowlevel.Task | None]],
-    ) -> list[outcome.Outcome[None]]:
+    def commit(writes: Pending) -> list[outcome.Outcome[None]]:
         t = time.time()
         shared = len(writes) > 1
         answers: list[outcome.Outcome[None]] = []
@@ -89,28 +79,6 @@ def measure(url: str, *, callers: int, jobs: int, targets_per_job: int = 32) -> 
                 else:
                     answers.append(outcome.Value(None))
         return answers
-
-    async def store(write: _Write) -> None:
-        if batch:  # a leader is gathering: join its commit
-            batch.append((write, trio.lowlevel.current_task()))
-            await trio.lowlevel.wait_task_rescheduled(_aborted)
-            return
-        batch.append((write, None))
-        await trio.lowlevel.cancel_shielded_checkpoint()  # let the others' outcomes join
-        writes = batch[:]
-        batch.clear()
-        try:
-            answers = commit(writes)
-        except Exception as exc:  # the whole commit failed: every writer gets its error
-            answers = [outcome.Error(exc) for _ in writes]
-        for (_, task), answer in zip(writes, answers, strict=True):
-            if task is not None:
-                trio.lowlevel.reschedule(task, answer)
-            else:
-                answer.unwrap()
-
-    async def fetch(url: str) -> str:
-        return ""
 
     def submit(caller: str, urls: list[str]) -> str:
         now = time.time()
@@ -131,32 +99,9 @@ def measure(url: str, *, callers: int, jobs: int, targets_per_job: int = 32) -> 
                 )
         return job_id
 
-    async def drain(job_id: str, urls: list[str], stopped: trio.Event) -> None:
-        last = len(urls) - 1
-        for idx, url in enumerate(urls):
-            content = await fetch(url)
-            text = json.dumps({"content": content, "meta": {}}, separators=(",", ":"))
-            await store((job_id, idx, text, idx == last))
-        stopped.set()
-
-    async def caller(c: int, nursery: trio.Nursery) -> None:
-        for j in range(jobs):
-            urls = [f"https://minimal.test/{c}/{j}/{idx}" for idx in range(targets_per_job)]
-            job_id = submit(f"caller{c}", urls)
-            stopped = trio.Event()
-            nursery.start_soon(drain, job_id, urls, stopped)
-            await stopped.wait()
-
-    async def main() -> float:
-        async with trio.open_nursery() as drains:
-            start = time.perf_counter()
-            async with trio.open_nursery() as nursery:
-                for c in range(callers):
-                    nursery.start_soon(caller, c, drains)
-            return time.perf_counter() - start
-
     try:
-        elapsed = trio.run(main)
+        return run_bare_loop(
+            commit, submit, callers=callers, jobs=jobs, targets_per_job=targets_per_job
+        )
     finally:
         conn.close()
-    return callers * jobs * targets_per_job / elapsed
