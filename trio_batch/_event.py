@@ -62,6 +62,9 @@ class JobEvent:
     round_from: float = 0.0
     #: The job's metadata (its labels), as submitted.
     metadata: Mapping[str, str] = field(default_factory=dict)
+    #: The W3C ``traceparent`` a delivery sends (the job's stored trace context, or the
+    #: delivery's span within it); None: no header.
+    trace_context: str | None = None
 
     def payload(self) -> dict[str, Any]:
         """The event as the JSON object a receiver gets (the Standard Webhooks shape:

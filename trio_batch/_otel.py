@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from . import _tracing
 from ._model import Job, Target
@@ -43,7 +44,7 @@ class OtelTracing(_tracing.Tracing):
         self.store_spans = store_spans
         _tracing.set_event_sink(self)
 
-    def job_started(self, job: Job) -> Span:
+    def job_started(self, job_id: str, caller_class: str, targets_total: int) -> Span:
         parent = trace.get_current_span().get_span_context()
         return self.tracer.start_span(
             "trio_batch.job",
@@ -51,11 +52,34 @@ class OtelTracing(_tracing.Tracing):
             kind=SpanKind.CONSUMER,
             links=[Link(parent)] if parent.is_valid else None,
             attributes={
-                "trio_batch.job.id": job.id,
-                "trio_batch.job.caller_class": job.caller_class,
-                "trio_batch.job.targets_total": job.targets_total,
+                "trio_batch.job.id": job_id,
+                "trio_batch.job.caller_class": caller_class,
+                "trio_batch.job.targets_total": targets_total,
             },
         )
+
+    def trace_context(self, span: Any) -> str | None:
+        if span is None:
+            return None
+        carrier: dict[str, str] = {}
+        _W3C.inject(carrier, context=trace.set_span_in_context(span))
+        return carrier.get("traceparent")
+
+    def job_reaped(self, job_id: str, trace_context: str | None, reason: str) -> None:
+        span = self.tracer.start_span(
+            "trio_batch.job reaped",
+            context=_stored(trace_context),
+            attributes={"trio_batch.job.id": job_id, "trio_batch.job.error": reason},
+        )
+        span.set_status(Status(StatusCode.ERROR, reason))
+        span.end()
+
+    @contextlib.contextmanager
+    def delivery(self, trace_context: str | None) -> Iterator[str | None]:
+        with self.tracer.start_as_current_span(
+            "trio_batch.webhook delivery", context=_stored(trace_context), kind=SpanKind.PRODUCER
+        ) as span:
+            yield self.trace_context(span)
 
     def enter_job(self, span: Any) -> None:
         if span is not None:
@@ -188,6 +212,18 @@ def _traced(
             span.end()
 
     return call
+
+
+#: The W3C trace context format, whatever the global propagator: a job's stored context is
+#: always a traceparent.
+_W3C = TraceContextTextMapPropagator()
+
+
+def _stored(trace_context: str | None) -> otel_context.Context:
+    """The context a stored ``traceparent`` names (an empty one for None: a new trace)."""
+    if trace_context is None:
+        return otel_context.Context()
+    return _W3C.extract({"traceparent": trace_context}, context=otel_context.Context())
 
 
 def _host(url: str) -> str | None:

@@ -49,9 +49,25 @@ class Tracing:
     #: False for this no-op base: callers may skip work done only to feed a tracer.
     enabled = False
 
-    def job_started(self, job: Job) -> Any:
-        """A job was created (not reused) by :meth:`Runner.submit`; returns the job's handle."""
+    def job_started(self, job_id: str, caller_class: str, targets_total: int) -> Any:
+        """:meth:`Runner.submit` is about to create job ``job_id``; returns the job's handle.
+
+        A handle whose job is not created (a reuse, a refusal) is dropped without
+        :meth:`job_ended`."""
         return None
+
+    def trace_context(self, span: Any) -> str | None:
+        """The job's span as a W3C ``traceparent``, stored with the job; None: store none."""
+        return None
+
+    def job_reaped(self, job_id: str, trace_context: str | None, reason: str) -> None:
+        """This runner failed job ``job_id``, left live by another (or a previous) runner;
+        ``trace_context`` is the one stored with it."""
+
+    def delivery(self, trace_context: str | None) -> contextlib.AbstractContextManager[str | None]:
+        """Around one delivery of a job's event (``trace_context``: the job's, as stored);
+        gives the ``traceparent`` the request carries (None: no header)."""
+        return contextlib.nullcontext(trace_context)
 
     def enter_job(self, span: Any) -> None:
         """Make the job's span current in the calling task (the job's drain task)."""

@@ -27,7 +27,7 @@ import pytest
 import trio
 
 from trio_batch import JobState, OutcomeWrite, Result, StoreUnavailable
-from trio_batch.store import NewJob
+from trio_batch.store import NewJob, ReapedJob
 from trio_batch.store.postgres import PostgresJobStore, PostgresStore
 from trio_batch.store.postgres import _queries as q
 
@@ -68,14 +68,14 @@ def test_a_reap_racing_the_last_outcome_leaves_the_job_done(pg_dsn: str) -> None
         values = a._outcome_values(OutcomeWrite(job.id, 0, result=Result("x")), ttl=TTL, now=T0)
         assert writer.execute(q.RECORD_OUTCOME, values).fetchone()[1] is not None  # type: ignore[index]
         _sql(pg_dsn, "DELETE FROM runners WHERE id = %s", (a.runner_id,))
-        reaped: list[int] = []
+        reaped: list[list[ReapedJob]] = []
         reaper = threading.Thread(target=lambda: reaped.append(b.reap(30, now=T0 + 1)))
         reaper.start()
         _until(lambda: _waiting_on_locks(pg_dsn) >= 1, "the reap to wait on the job's row")
         writer.commit()  # the completion lands between the reaper's read and its write
         reaper.join()
         writer.close()
-        assert reaped == [0]
+        assert reaped == [[]]
         final = b.get_job(job.id, now=T0 + 2)
         assert final is not None and (final.status, final.error) == (JobState.DONE, None)
     finally:
@@ -115,7 +115,7 @@ def test_postgresql_killed_mid_reap_the_reap_completes_once_it_is_back(
         holder.close()
         pg_server.start()
         assert len(failed) == 1
-        assert b.reap(30, now=T0 + 2) == 3  # the next reap does it all
+        assert len(b.reap(30, now=T0 + 2)) == 3  # the next reap does it all
         states = _sql(
             pg_dsn,
             "SELECT status, error, owner FROM jobs WHERE id = ANY(%s)",
@@ -216,7 +216,7 @@ def test_a_sigstopped_holder_of_a_lock_holds_the_others_up_only_for_store_timeou
                 if lock == "create":
                     store.create_job(NewJob("alice", "user", urls("a"), ttl=TTL, **CAPS), now=T0)
                     break
-                if store.reap(30, now=T0) == 1:  # 0 while another holds the reaper's lock
+                if len(store.reap(30, now=T0)) == 1:  # none while another holds the reaper's lock
                     break
                 refused += 1
             except (psycopg.Error, StoreUnavailable):

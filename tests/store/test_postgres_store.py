@@ -175,6 +175,22 @@ def test_a_newer_schema_is_refused(pg_dsn: str) -> None:
         PostgresStore.open(pg_dsn)
 
 
+def test_a_version_3_database_gets_the_trace_context_column(pg_dsn: str) -> None:
+    PostgresStore.open(pg_dsn).close()
+    # Back to version 3: the column the version 4 step adds is dropped.
+    _sql(pg_dsn, "ALTER TABLE jobs DROP COLUMN trace_context")
+    _sql(pg_dsn, "UPDATE trio_batch_schema SET version = 3")
+    store = PostgresStore.open(pg_dsn)
+    try:
+        traced = "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"
+        new = NewJob("alice", "user", urls("a"), ttl=TTL, **_caps(), trace_context=traced)
+        store.create_job(new, now=T0)
+    finally:
+        store.close()
+    assert _sql(pg_dsn, "SELECT version FROM trio_batch_schema") == [(SCHEMA_VERSION,)]
+    assert _sql(pg_dsn, "SELECT trace_context FROM jobs") == [(traced,)]
+
+
 def test_a_version_1_database_is_upgraded_in_place(pg_dsn: str) -> None:
     from trio_batch.store.postgres import _queries as q
 
@@ -189,7 +205,9 @@ def test_a_version_1_database_is_upgraded_in_place(pg_dsn: str) -> None:
     _sql(pg_dsn, "INSERT INTO targets VALUES ('old', 0, 'https://a/', '{}', 'pending')")
     PostgresStore.open(pg_dsn).close()
     assert _sql(pg_dsn, "SELECT version FROM trio_batch_schema") == [(SCHEMA_VERSION,)]
-    assert _sql(pg_dsn, "SELECT metadata, parent_id FROM jobs") == [("{}", None)]
+    assert _sql(pg_dsn, "SELECT metadata, parent_id, trace_context FROM jobs") == [
+        ("{}", None, None)
+    ]
     assert _sql(pg_dsn, "SELECT custom_id FROM targets") == [(None,)]
     indexes = {row[0] for row in _sql(pg_dsn, "SELECT indexname FROM pg_indexes")}
     assert {
@@ -235,9 +253,9 @@ async def test_a_reaped_runner_writes_nothing_into_its_old_jobs(
             b_job, _ = await b.create_job(
                 NewJob("bob", "user", urls("c"), ttl=TTL, **_caps()), now=T0
             )
-            assert await b.reap_orphans(now=T0 + 2) == 0  # A is alive: nothing reaped
+            assert await b.reap_orphans(now=T0 + 2) == []  # A is alive: nothing reaped
             _age_runner(pg_dsn, a_id)
-            assert await b.reap_orphans(now=T0 + 3) == 1
+            assert len(await b.reap_orphans(now=T0 + 3)) == 1
             reaped = await b.get_job(a_job.id, now=T0 + 4)
             assert reaped is not None
             assert (reaped.status, reaped.error, reaped.targets_done) == (
@@ -372,6 +390,6 @@ async def test_a_runner_learns_of_cancels_and_reaps_by_others_and_waiters_of_its
         # A is taken for dead: its live job is reaped, and A learns it lost it.
         a_id = a.runner_id
         _age_runner(pg_dsn, a_id)
-        assert await b.reap_orphans(now=T0 + 2) == 1
+        assert len(await b.reap_orphans(now=T0 + 2)) == 1
         assert await a.drain_changes([two.id]) == DrainChanges(lost=frozenset({two.id}))
         assert await b.drain_over(two.id)

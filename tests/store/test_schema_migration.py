@@ -54,7 +54,7 @@ def test_a_version_1_database_is_upgraded_in_place_and_keeps_its_jobs(v1_copy: P
     assert targets[1].options.grep == "x"
     # Outcomes stored before retries existed took one attempt; a pending target has none.
     assert [t.attempts for t in targets] == [1, 1, 0]
-    assert _user_version(v1_copy) == SCHEMA_VERSION == 4
+    assert _user_version(v1_copy) == SCHEMA_VERSION == 5
 
 
 def test_an_upgraded_database_takes_new_jobs_with_attempts(v1_copy: Path) -> None:
@@ -105,6 +105,10 @@ def test_an_upgraded_database_has_the_batch_data_columns_and_indexes(v1_copy: Pa
         "jobs_caller_status_created",
         "jobs_parent",
     } <= indexes
-    # A job stored before version 3 has no metadata, parent or custom ids.
+    # A job stored before version 3 has no metadata, parent or custom ids; before version 5
+    # no trace context.
     assert old == ("{}", None)
+    assert "trace_context" in jobs
+    with sqlite3.connect(v1_copy) as conn:
+        assert conn.execute("SELECT trace_context FROM jobs").fetchall() == [(None,)]
     assert custom == [(None,), (None,), (None,)]

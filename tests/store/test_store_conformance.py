@@ -33,7 +33,7 @@ from trio_batch import (
     TooManyTargets,
     open_store,
 )
-from trio_batch.store import NewJob
+from trio_batch.store import NewJob, ReapedJob
 
 from ..support.backends import BACKENDS, open_backend
 
@@ -357,6 +357,19 @@ async def test_finish_job_sets_a_terminal_status_once(job_store: JobStore) -> No
 # Restarts, shutdown, retention
 
 
+async def test_a_reap_returns_each_job_with_the_trace_context_stored_at_create(
+    job_store: JobStore,
+) -> None:
+    traced = "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"
+    a, _ = await _create(job_store, caller="a", trace_context=traced)
+    b, _ = await _create(job_store, caller="b")
+    async with job_store.claim():
+        reaped = await job_store.reap_orphans(now=T0 + 1)
+    assert sorted(reaped, key=lambda r: r.job_id) == sorted(
+        [ReapedJob(a.id, traced), ReapedJob(b.id, None)], key=lambda r: r.job_id
+    )
+
+
 async def test_claim_reap_and_shutdown_fail_live_jobs_and_keep_outcomes(
     job_store: JobStore,
 ) -> None:
@@ -365,7 +378,7 @@ async def test_claim_reap_and_shutdown_fail_live_jobs_and_keep_outcomes(
     await job_store.record_outcome(_ok(live.id, 0), ttl=TTL, now=T0)
     await job_store.record_outcome(_ok(done.id, 0), ttl=TTL, now=T0)
     async with job_store.claim():
-        assert await job_store.reap_orphans(now=T0 + 1) == 1
+        assert len(await job_store.reap_orphans(now=T0 + 1)) == 1
         reaped = await job_store.get_status(live.id, now=T0 + 1)
         assert reaped is not None
         assert (reaped[0].status, reaped[0].error) == (JobState.FAILED, "restart")

@@ -136,7 +136,9 @@ class WebhookSender:
 
     async def deliver(self, event: JobEvent) -> str:
         """POST ``event`` to ``event.url`` once; ``"HTTP 2xx"`` if the receiver took it, else
-        raises :class:`~trio_batch.DeliveryAnswer` saying what happened."""
+        raises :class:`~trio_batch.DeliveryAnswer` saying what happened. With
+        ``event.trace_context``, the request carries it as ``traceparent`` (outside the signed
+        content: the signature covers the id, the timestamp and the body)."""
         if event.url is None:
             raise DeliveryAnswer("the event has no webhook URL")
         try:
@@ -154,6 +156,8 @@ class WebhookSender:
                 event.id, datetime.datetime.fromtimestamp(int(now), tz=datetime.UTC), body
             ),
         }
+        if event.trace_context is not None:
+            headers["traceparent"] = event.trace_context
         with trio.move_on_after(self.timeout) as scope:
             try:
                 status = await self._post(event.url, body.encode("utf-8"), headers)

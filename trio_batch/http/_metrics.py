@@ -145,8 +145,17 @@ class Metered(Tracing):
         self.inner = inner
         self.metrics = metrics
 
-    def job_started(self, job: Job) -> Any:
-        return self.inner.job_started(job)
+    def job_started(self, job_id: str, caller_class: str, targets_total: int) -> Any:
+        return self.inner.job_started(job_id, caller_class, targets_total)
+
+    def trace_context(self, span: Any) -> str | None:
+        return self.inner.trace_context(span)
+
+    def job_reaped(self, job_id: str, trace_context: str | None, reason: str) -> None:
+        self.inner.job_reaped(job_id, trace_context, reason)
+
+    def delivery(self, trace_context: str | None) -> contextlib.AbstractContextManager[str | None]:
+        return self.inner.delivery(trace_context)
 
     def enter_job(self, span: Any) -> None:
         self.inner.enter_job(span)

@@ -13,6 +13,7 @@ again, so a receiver may see an event twice and deduplicates on its id.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Protocol
@@ -22,6 +23,7 @@ import trio
 from .._errors import StoreUnavailable
 from .._event import MAX_ANSWER_LENGTH, JobEvent
 from .._text import safe_text
+from .._tracing import NO_TRACING, Tracing
 from ..store import JobStore
 from ._store_retry import retry_refused
 
@@ -92,8 +94,10 @@ class Deliveries:
         on_terminal: OnTerminal | None,
         poll_interval: float,
         logger: logging.Logger,
+        tracing: Tracing = NO_TRACING,
     ) -> None:
         self._store = store
+        self._tracing = tracing
         self._now = now
         self._webhooks = webhooks
         self._on_terminal = on_terminal
@@ -184,7 +188,12 @@ class Deliveries:
         ``BaseException``): a failing callback or receiver is an answer, not a crash."""
         try:
             answer = "ok"
-            with trio.fail_after(ATTEMPT_TIMEOUT):
+            with (
+                self._tracing.delivery(event.trace_context) as traceparent,
+                trio.fail_after(ATTEMPT_TIMEOUT),
+            ):
+                # The request carries the delivery's span (the job's trace, from the store).
+                event = dataclasses.replace(event, trace_context=traceparent)
                 if event.callback and self._on_terminal is not None:
                     await self._on_terminal(event)
                     answer = "callback ok"

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
@@ -14,7 +15,7 @@ from .._config import Config
 from .._errors import StoreUnavailable
 from .._retry import RetryNotice
 from .._tracing import NO_TRACING, Tracing
-from ..store import JobStore, SQLiteJobStore, Store, WriteObserver
+from ..store import JobStore, ReapedJob, SQLiteJobStore, Store, WriteObserver
 from ._cluster import poll_drain_changes
 from ._deliveries import WebhookDeliverer
 from ._runner import FetchFunc, Runner
@@ -102,6 +103,8 @@ async def open_runner(
             heartbeat_interval=config.heartbeat_interval, runner_timeout=config.runner_timeout
         ):
             observer, job_store.on_write = job_store.on_write, on_store_write
+            if tracing.enabled:
+                job_store.on_reaped = functools.partial(_traced_reap, tracing)
             try:
                 async with (
                     _entered(fetch),
@@ -119,6 +122,7 @@ async def open_runner(
                     yield runner
             finally:
                 job_store.on_write = observer
+                job_store.on_reaped = None
     finally:
         if job_store is not store:
             with trio.CancelScope(shield=True):
@@ -151,7 +155,10 @@ async def _running(
     try:
         reaped = await store.reap_orphans(now=now())
         if reaped:
-            log.warning("jobs left live by a previous run marked failed", extra={"jobs": reaped})
+            log.warning(
+                "jobs left live by a previous run marked failed", extra={"jobs": len(reaped)}
+            )
+            _traced_reap(tracing, reaped)
         body_error: BaseException | None = None
         async with trio.open_nursery() as nursery:
             runner = Runner(
@@ -205,3 +212,9 @@ async def _running(
                     runner._shutdown_marked_ok = marked_ok
                     runner._stopped = True
                     runner._shutdown_marked.set()
+
+
+def _traced_reap(tracing: Tracing, reaped: Sequence[ReapedJob]) -> None:
+    """A span per reaped job, in the job's trace (from its stored context)."""
+    for job in reaped:
+        tracing.job_reaped(job.job_id, job.trace_context, "restart")

@@ -79,6 +79,7 @@ class Runner(BatchOps, JobReads):
             on_terminal=config.on_terminal,
             poll_interval=config.poll_interval,
             logger=logger,
+            tracing=tracing,
         )
         self._config = config
         self._now = now
@@ -169,6 +170,10 @@ class Runner(BatchOps, JobReads):
         # moment another task can see the job (a reuse, a listing), cancel() and wait() find
         # its drain.
         drain = _Drain(new_job_id(), caller, checked)
+        # Started before the job exists, so the job is stored with its span's context; a span
+        # whose job is not created (a reuse, a refusal) is dropped unended: never exported.
+        if self._tracing.enabled:
+            drain.span = self._tracing.job_started(drain.job_id, caller_class, len(checked))
         request = NewJob(
             caller,
             caller_class,
@@ -183,6 +188,7 @@ class Runner(BatchOps, JobReads):
             parent_id=parent_id,
             webhook_url=webhook,
             callback=config.on_terminal is not None,
+            trace_context=self._tracing.trace_context(drain.span),
         )
         self._drains[drain.job_id] = drain
         started = False
@@ -197,7 +203,6 @@ class Runner(BatchOps, JobReads):
                 # Shutdown began while the job was being created; shutdown marks it failed.
                 raise RunnerClosed("the runner is shutting down; the job was not started")
             drain.job = job
-            drain.span = self._tracing.job_started(job)
             self._nursery.start_soon(self._drain, drain, name=f"trio_batch drain {job.id}")
             started = True
         finally:

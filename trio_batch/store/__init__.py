@@ -17,7 +17,16 @@ in one module of named statements), a URL scheme in :func:`open_store`, and a pa
 
 from ._filters import JobFilter
 from ._open import open_store
-from ._protocol import ChangeObserver, DrainChanges, JobStore, NewJob, StoreCounts, WriteObserver
+from ._protocol import (
+    ChangeObserver,
+    DrainChanges,
+    JobStore,
+    NewJob,
+    ReapedJob,
+    ReapObserver,
+    StoreCounts,
+    WriteObserver,
+)
 from .sqlite import SCHEMA_VERSION, SQLiteJobStore, Store
 
 __all__ = [
@@ -27,6 +36,8 @@ __all__ = [
     "JobFilter",
     "JobStore",
     "NewJob",
+    "ReapObserver",
+    "ReapedJob",
     "SQLiteJobStore",
     "Store",
     "StoreCounts",

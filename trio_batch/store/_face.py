@@ -15,7 +15,7 @@ from typing import Self
 
 from .._model import Job, OutcomeWrite
 from ._group_commit import GroupCommit
-from ._protocol import WriteObserver
+from ._protocol import ReapObserver, WriteObserver
 
 __all__ = ["StoreFace"]
 
@@ -29,6 +29,8 @@ class StoreFace:
     def __init__(self) -> None:
         #: See :data:`~trio_batch.store.WriteObserver`; None for no observer.
         self.on_write: WriteObserver | None = None
+        #: See :data:`~trio_batch.store.ReapObserver`; None for no observer.
+        self.on_reaped: ReapObserver | None = None
         self._group: GroupCommit[_TimedWrite, Job | None] = GroupCommit(self._commit)
 
     async def __aenter__(self) -> Self:

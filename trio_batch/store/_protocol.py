@@ -68,6 +68,22 @@ class NewJob:
     webhook_url: str | None = None
     #: Whether ``Config.on_terminal`` is told of the job's end.
     callback: bool = False
+    #: The job's span as a W3C ``traceparent`` (see :func:`check_trace_context`), stored with
+    #: the job so that the runner that reaps it, or delivers its webhook, continues its trace.
+    trace_context: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReapedJob:
+    """A live job a reap failed: its id and its stored trace context (None: none stored)."""
+
+    job_id: str
+    trace_context: str | None = None
+
+
+ReapObserver = Callable[[Sequence[ReapedJob]], None]
+"""Called on the event loop with the jobs a reap in the background failed (PostgreSQL's
+heartbeat reaps other runners' jobs), so a tracer can continue their traces."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +133,8 @@ class JobStore(Protocol):
     location: str
     #: See :data:`WriteObserver`; None for no observer.
     on_write: WriteObserver | None
+    #: See :data:`ReapObserver`; None for no observer.
+    on_reaped: ReapObserver | None
 
     def claim(
         self, *, heartbeat_interval: float = 5.0, runner_timeout: float = 30.0
@@ -163,8 +181,9 @@ class JobStore(Protocol):
         """Move a live job to the terminal ``status`` once; None if unknown, lapsed or terminal."""
         ...
 
-    async def reap_orphans(self, *, now: float) -> int:
-        """Fail (error ``"restart"``) the live jobs whose runner is gone; returns how many.
+    async def reap_orphans(self, *, now: float) -> Sequence[ReapedJob]:
+        """Fail (error ``"restart"``) the live jobs whose runner is gone; returns them, with
+        their trace contexts, read in the same transaction.
 
         Called when a runner starts. Such jobs are never resumed; their stored outcomes stay
         readable until their lease lapses.

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -240,11 +241,14 @@ def options_from_text(text: str) -> Options:
 class JobInsert:
     """A checked job request: the job a create would insert, and its targets' rows."""
 
-    __slots__ = ("job", "targets")
+    __slots__ = ("job", "targets", "trace_context")
 
-    def __init__(self, job: Job, targets: tuple[Target, ...]) -> None:
+    def __init__(
+        self, job: Job, targets: tuple[Target, ...], trace_context: str | None = None
+    ) -> None:
         self.job = job
         self.targets = targets
+        self.trace_context = trace_context
 
     def job_params(self) -> tuple[Any, ...]:
         """The job's values in job-column order (the order of :class:`Job`'s fields)."""
@@ -264,6 +268,7 @@ class JobInsert:
             j.expires_at,
             dumps(j.metadata),
             j.parent_id,
+            self.trace_context,
         )
 
     def label_params(self) -> list[tuple[str, str, str, str, float]]:
@@ -318,7 +323,20 @@ def new_job(new: NewJob, *, now: float) -> JobInsert:
         metadata=labels,
         parent_id=parent_id,
     )
-    return JobInsert(job, checked)
+    return JobInsert(job, checked, check_trace_context(new.trace_context))
+
+
+#: A W3C ``traceparent``: version 00, trace id, parent span id, flags (lower-case hex).
+_TRACEPARENT = re.compile(r"00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
+
+
+def check_trace_context(value: str | None) -> str | None:
+    """``value`` if it is None or a W3C ``traceparent`` (55 characters); else ValueError."""
+    if value is None or (
+        isinstance(value, str) and _TRACEPARENT.fullmatch(value) and "0" * 32 not in value
+    ):
+        return value
+    raise ValueError(f"{str(value)[:80]!r} is not a W3C traceparent")
 
 
 def check_caps(
@@ -411,6 +429,7 @@ def event_from_row(row: Any) -> JobEvent:
         row[:13]
     )
     return JobEvent(
+        trace_context=row[14] if len(row) > 14 else None,
         id=event_id,
         type=event,
         job_id=job_id,

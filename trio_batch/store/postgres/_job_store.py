@@ -28,7 +28,7 @@ from ..._event import Delivery, JobEvent
 from ..._model import Job, JobState, OutcomeWrite, TargetStatus
 from .._face import StoreFace
 from .._filters import EVERY_JOB, JobFilter
-from .._protocol import ChangeObserver, DrainChanges, NewJob, StoreCounts
+from .._protocol import ChangeObserver, DrainChanges, NewJob, ReapedJob, StoreCounts
 from .._thread import StoreThread
 from . import _outbox
 from ._connection import DEFAULT_STORE_TIMEOUT, safe_location
@@ -263,8 +263,10 @@ class PostgresJobStore(StoreFace):
                     reaped = await beat(PostgresStore.reap, runner_timeout, now=None)
                 if reaped:
                     _log.warning(
-                        "live jobs of silent runners marked failed", extra={"jobs": reaped}
+                        "live jobs of silent runners marked failed", extra={"jobs": len(reaped)}
                     )
+                    if self.on_reaped is not None:
+                        self.on_reaped(reaped)
             except StoreUnavailable:
                 _log.warning("heartbeat failed", exc_info=True, extra={"runner_id": runner_id})
 
@@ -304,7 +306,7 @@ class PostgresJobStore(StoreFace):
         """:meth:`PostgresStore.finish_job` (any runner may cancel any job)."""
         return await self._call(PostgresStore.finish_job, job_id, status, now=now, error=error)
 
-    async def reap_orphans(self, *, now: float) -> int:
+    async def reap_orphans(self, *, now: float) -> list[ReapedJob]:
         """Fail (``"restart"``) the live jobs of runners silent past ``runner_timeout``, and of
         no runner; never those of a live runner. 0 if another runner is reaping right now."""
         return await self._call(PostgresStore.reap, self._runner_timeout, now=now)

@@ -160,7 +160,7 @@ REAP_ORPHANED_JOBS = (
     "UPDATE jobs SET status = 'failed', error = %s, owner = NULL, "
     "updated_at = coalesce(%s, extract(epoch FROM now())) "
     f"WHERE status IN {LIVE} AND (owner IS NULL OR NOT EXISTS "
-    "(SELECT 1 FROM runners WHERE runners.id = jobs.owner)) RETURNING id"
+    "(SELECT 1 FROM runners WHERE runners.id = jobs.owner)) RETURNING id, trace_context"
 )
 #: Fail one runner's own live jobs (shutdown). NULL matches NULL: a store with no runner
 #: fails the jobs that have none.
@@ -212,7 +212,9 @@ COUNT_LIVE_OF_CALLER = f"SELECT count(*) FROM jobs WHERE status IN {LIVE} AND ca
 NEWEST_LIVE_OF_CALLER = (
     f"SELECT id FROM jobs WHERE status IN {LIVE} AND caller = %s ORDER BY created_at DESC LIMIT 1"
 )
-INSERT_JOB = f"INSERT INTO jobs ({JOB_COLUMNS}, owner) VALUES ({', '.join(['%s'] * 15)})"
+INSERT_JOB = (
+    f"INSERT INTO jobs ({JOB_COLUMNS}, trace_context, owner) VALUES ({', '.join(['%s'] * 16)})"
+)
 INSERT_TARGET = (
     "INSERT INTO targets (job_id, idx, url, options, status, custom_id) "
     "VALUES (%s, %s, %s, %s, %s, %s)"
@@ -347,6 +349,9 @@ GET_JOB_FOR_UPDATE = f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = %s AND expires_
 #: Forget a terminal job (its targets go with it: ON DELETE CASCADE).
 FORGET_JOB = f"DELETE FROM jobs WHERE id = %s AND status NOT IN {LIVE}"
 
+#: Version 4: the job's trace context (a W3C traceparent), NULL when it was not traced.
+ADD_TRACE_CONTEXT = "ALTER TABLE jobs ADD COLUMN IF NOT EXISTS trace_context text"
+
 # ---------------------------------------------------------------------------------------------
 # The outbox: jobs' terminal events and their deliveries (version 3)
 
@@ -405,7 +410,8 @@ CLAIM_DELIVERY = (
     "OR lease_until <= %(now)s "
     "OR NOT EXISTS (SELECT 1 FROM runners WHERE runners.id = outbox.lease_owner)) "
     "ORDER BY due_at LIMIT 1 FOR UPDATE SKIP LOCKED) "
-    f"RETURNING {EVENT_COLUMNS}"
+    f"RETURNING {EVENT_COLUMNS}, "
+    "(SELECT trace_context FROM jobs WHERE jobs.id = outbox.job_id)"
 )
 #: One attempt's answer, if the lease is still the writer's; ``due_at`` NULL ends the round.
 RECORD_DELIVERY = (

@@ -22,7 +22,7 @@ from . import _queries as q
 __all__ = ["SCHEMA_VERSION", "migrate"]
 
 #: The schema version this code writes.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 def migrate(
@@ -63,7 +63,10 @@ def migrate(
             # The outbox: one row per job that is to tell of its end (webhook, on_terminal).
             for statement in q.CREATE_OUTBOX:
                 conn.execute(statement)
-        # Later versions add their steps here: `if version < 4: ...`.
+        if version < 4:
+            # The job's trace context, for the runner that reaps it or delivers its event.
+            conn.execute(q.ADD_TRACE_CONTEXT)
+        # Later versions add their steps here: `if version < 5: ...`.
         conn.execute(q.SET_VERSION, (SCHEMA_VERSION,))
 
 

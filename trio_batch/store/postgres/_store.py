@@ -38,7 +38,7 @@ from ..._model import (
     OutcomeWrite,
     is_job_id,
 )
-from .._protocol import NewJob
+from .._protocol import NewJob, ReapedJob
 from .._rows import check_caps, job_from_row, new_job, write_values
 from . import _queries as q
 from ._connection import Conn, Op
@@ -113,32 +113,36 @@ class PostgresStore(PostgresReads):
         """Remove ``runner_id`` from the registry (at shutdown). Idempotent."""
         self._run(lambda c: self._one(c, Op.WRITE, q.UNREGISTER_RUNNER, (runner_id,)))
 
-    def reap(self, runner_timeout: float, *, now: float | None, reason: str = "restart") -> int:
+    def reap(
+        self, runner_timeout: float, *, now: float | None, reason: str = "restart"
+    ) -> list[ReapedJob]:
         """Remove runners silent past ``runner_timeout`` and fail every live job no registered
-        runner owns (error ``reason``); returns how many jobs.
+        runner owns (error ``reason``); returns those jobs with their trace contexts.
 
-        One reaper at a time across the cluster: if another holds the reaper's lock, returns 0
-        at once. Runners listening are notified of the reaped jobs. ``now`` is the jobs'
+        One reaper at a time across the cluster: if another holds the reaper's lock, returns
+        none at once. Runners listening are notified of the reaped jobs. ``now`` is the jobs'
         ``updated_at`` (the database clock if None). One transaction: a reap cut off (the
         database killed mid-way) either committed whole or left nothing, and the next reap
         (every heartbeat) does it again.
         """
 
-        def reap(conn: Conn) -> int:
+        def reap(conn: Conn) -> list[ReapedJob]:
             with self._tx(conn, Op.WRITE):
                 locked = conn.execute(q.TRY_LOCK_REAPER, (q.LOCK_CLASS, q.LOCK_REAP)).fetchone()
                 if not (locked and locked[0]):
-                    return 0
+                    return []
                 conn.execute(q.DELETE_SILENT_RUNNERS, (runner_timeout,))
-                reaped = [row[0] for row in conn.execute(q.REAP_ORPHANED_JOBS, (reason, now))]
-                _emit(conn, reaped, now)
-                _notify(conn, reaped)
-                return len(reaped)
+                rows = conn.execute(q.REAP_ORPHANED_JOBS, (reason, now)).fetchall()
+                reaped = [ReapedJob(row[0], row[1]) for row in rows]
+                ids = [job.job_id for job in reaped]
+                _emit(conn, ids, now)
+                _notify(conn, ids)
+                return reaped
 
-        count = self._run(reap)
-        if count:
+        reaped = self._run(reap)
+        if reaped:
             self._recount_finished()
-        return count
+        return reaped
 
     def fail_own_jobs(self, reason: str, *, now: float) -> int:
         """Fail this runner's live jobs (``runner_id``'s; no runner: the jobs with no owner),

@@ -38,7 +38,7 @@ from ..._model import Job, JobState, OutcomeWrite, TargetStatus
 from .._face import StoreFace
 from .._filters import EVERY_JOB, JobFilter
 from .._loop_budget import LoopBudget
-from .._protocol import ChangeObserver, DrainChanges, NewJob, StoreCounts
+from .._protocol import ChangeObserver, DrainChanges, NewJob, ReapedJob, StoreCounts
 from .._thread import StoreThread
 from . import _fast_path, _outbox
 from ._errors import translate_errors
@@ -398,9 +398,9 @@ class SQLiteJobStore(StoreFace):
         """:meth:`Store.finish_job`."""
         return await self._call(1, Store.finish_job, job_id, status, error=error, now=now)
 
-    async def reap_orphans(self, *, now: float) -> int:
+    async def reap_orphans(self, *, now: float) -> list[ReapedJob]:
         """Fail every live job as ``"restart"``: with the claim held, no runner drains them."""
-        return await self._on_thread(Store.mark_in_flight_failed, "restart", now)
+        return await self._on_thread(Store.fail_live, "restart", now)
 
     async def fail_own_jobs(self, reason: str, *, now: float) -> int:
         """Fail every live job: with the claim held, they are all this runner's."""

@@ -35,7 +35,7 @@ NEWEST_LIVE_OF_CALLER = (
     "SELECT id FROM jobs WHERE status IN ('queued', 'running') AND caller = ? "
     "ORDER BY created_at DESC LIMIT 1"
 )
-INSERT_JOB = f"INSERT INTO jobs ({JOB_COLUMNS}) VALUES ({', '.join('?' * 14)})"
+INSERT_JOB = f"INSERT INTO jobs ({JOB_COLUMNS}, trace_context) VALUES ({', '.join('?' * 15)})"
 INSERT_TARGET = (
     "INSERT INTO targets (job_id, idx, url, options, status, custom_id) VALUES (?, ?, ?, ?, ?, ?)"
 )
@@ -80,7 +80,7 @@ FINISH_JOB = (
 #: Fail every live job (a restart or a shutdown).
 FAIL_LIVE = (
     "UPDATE jobs SET status = 'failed', error = ?, updated_at = ? "
-    "WHERE status IN ('queued', 'running') RETURNING id"
+    "WHERE status IN ('queued', 'running') RETURNING id, trace_context"
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -173,6 +173,9 @@ MIGRATE_V3_BATCH_DATA = (
     # A parent's retries (a merged export).
     "CREATE INDEX jobs_parent ON jobs (parent_id, created_at) WHERE parent_id IS NOT NULL",
 )
+#: Version 5: the job's trace context (a W3C traceparent), NULL when it was not traced.
+ADD_TRACE_CONTEXT = "ALTER TABLE jobs ADD COLUMN trace_context TEXT"
+
 # ---------------------------------------------------------------------------------------------
 # The outbox: jobs' terminal events and their deliveries (version 4)
 
@@ -228,7 +231,8 @@ CLAIM_DELIVERY = (
     "UPDATE outbox SET lease_owner = ?, lease_until = ? WHERE job_id = ("
     "SELECT job_id FROM outbox WHERE due_at <= ? "
     "AND (lease_until IS NULL OR lease_until <= ? OR lease_owner != ?) "
-    f"ORDER BY due_at LIMIT 1) RETURNING {EVENT_COLUMNS}"
+    f"ORDER BY due_at LIMIT 1) RETURNING {EVENT_COLUMNS}, "
+    "(SELECT trace_context FROM jobs WHERE jobs.id = outbox.job_id)"
 )
 #: One attempt's answer, if the lease is still the writer's; ``due_at`` NULL ends the round.
 RECORD_DELIVERY = (

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 __all__ = ["SCHEMA_VERSION", "migrate"]
 
 #: The schema version this code writes, kept in ``PRAGMA user_version``.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 
 def migrate(store: Connection) -> None:
@@ -48,7 +48,10 @@ def migrate(store: Connection) -> None:
             _migrate_v3_batch_data(store.db)
         if version < 4:
             _migrate_v4_outbox(store.db)
-        # Later versions add their steps here: `if version < 5: ...`.
+        if version < 5:
+            # The job's trace context, for the runner that reaps it or delivers its event.
+            store.db.execute(q.ADD_TRACE_CONTEXT)
+        # Later versions add their steps here: `if version < 6: ...`.
         store.db.execute(f"PRAGMA user_version={SCHEMA_VERSION:d}")
 
 

@@ -31,7 +31,7 @@ from ..._model import (
     with_running,
 )
 from .._filters import EVERY_JOB, JobFilter, filtered_queries, merge_pages
-from .._protocol import NewJob, StoreCounts
+from .._protocol import NewJob, ReapedJob, StoreCounts
 from .._rows import check_caps, dumps, job_after_outcome, new_job, outcome_values
 from .._rows import job_from_row as _job
 from .._rows import target_from_row as _target
@@ -307,7 +307,12 @@ class Store(Connection):
         return None if row is None else _job(row)
 
     def mark_in_flight_failed(self, reason: str, now: float | None = None) -> int:
-        """Fail every ``queued``/``running`` job with ``error=reason``; returns how many.
+        """Fail every ``queued``/``running`` job with ``error=reason``; returns how many."""
+        return len(self.fail_live(reason, now))
+
+    def fail_live(self, reason: str, now: float | None = None) -> list[ReapedJob]:
+        """Fail every ``queued``/``running`` job with ``error=reason``; returns them, with
+        their trace contexts.
 
         For a restart (``"restart"``) or a shutdown (``"shutdown"``): such jobs are never
         resumed. Completed targets and leases are left as they are, so finished work stays
@@ -315,10 +320,11 @@ class Store(Connection):
         """
         now = time.time() if now is None else now
         with self.transaction():
-            ids = [row[0] for row in self.db.execute(q.FAIL_LIVE, (reason, now)).fetchall()]
-            if ids:
+            rows = self.db.execute(q.FAIL_LIVE, (reason, now)).fetchall()
+            if rows:
+                ids = [row[0] for row in rows]
                 self.db.execute(q.EMIT_EVENTS, (now, now, now, dumps(ids)))
-            return len(ids)
+            return [ReapedJob(row[0], row[1]) for row in rows]
 
     def purge_expired(
         self,
