@@ -59,6 +59,7 @@ def fill(path: Path, jobs: int) -> None:
                         4_000_000_000.0,
                         meta,
                         None,
+                        None,
                     )
                 )
                 label_rows.append((job_id, caller, "run", f"r{i % 49}", created))

@@ -112,7 +112,8 @@ def measure(
         conn.execute(q.COUNT_LIVE_OF_CALLER, (caller,)).fetchone()
         conn.execute(q.COUNT_LIVE).fetchone()
         job = (job_id, "running", None, len(urls), 0, 0, caller, "bench", key, now, now)
-        conn.execute(q.INSERT_JOB, (*job, now + _TTL, "{}", None))  # no metadata, no parent
+        # No metadata, no parent, no trace context.
+        conn.execute(q.INSERT_JOB, (*job, now + _TTL, "{}", None, None))
         conn.executemany(
             q.INSERT_TARGET,
             [(job_id, idx, url, "{}", "pending", None) for idx, url in enumerate(urls)],

@@ -91,7 +91,7 @@ def measure(url: str, *, callers: int, jobs: int, targets_per_job: int = 32) -> 
             conn.execute(q.COUNT_LIVE).fetchone()
             conn.execute(q.RETIRE_LAPSED, (caller, key, now))
             job = (job_id, "running", None, len(urls), 0, 0, caller, "bench", key, now, now)
-            conn.execute(q.INSERT_JOB, (*job, now + _TTL, "{}", None, None))
+            conn.execute(q.INSERT_JOB, (*job, now + _TTL, "{}", None, None, None))
             with conn.cursor() as cur:
                 cur.executemany(
                     q.INSERT_TARGET,
