@@ -370,6 +370,25 @@ async def test_a_reap_returns_each_job_with_the_trace_context_stored_at_create(
     )
 
 
+async def test_a_claimed_delivery_carries_the_trace_context_stored_with_its_job(
+    job_store: JobStore,
+) -> None:
+    traced = "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"
+    hook = "https://hooks.example/x"
+    a, _ = await _create(job_store, caller="a", n=1, trace_context=traced, webhook_url=hook)
+    b, _ = await _create(job_store, caller="b", n=1, webhook_url=hook)
+    async with job_store.claim():
+        await job_store.finish_job(a.id, JobState.CANCELLED, now=T0 + 1)
+        await job_store.finish_job(b.id, JobState.CANCELLED, now=T0 + 2)
+        first = await job_store.claim_delivery(now=T0 + 3, lease=60)
+        second = await job_store.claim_delivery(now=T0 + 3, lease=60)
+    assert first is not None and second is not None
+    assert {(first.job_id, first.trace_context), (second.job_id, second.trace_context)} == {
+        (a.id, traced),
+        (b.id, None),
+    }
+
+
 async def test_claim_reap_and_shutdown_fail_live_jobs_and_keep_outcomes(
     job_store: JobStore,
 ) -> None:
