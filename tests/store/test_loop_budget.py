@@ -296,3 +296,44 @@ async def test_concurrent_jobs_store_every_outcome_in_order_while_their_calls_wa
                 nursery.start_soon(run_job, f"caller{c}")
     store.close()
     assert statuses == [JobState.DONE] * 6
+
+
+async def test_calls_that_wait_for_room_leave_one_per_pass_in_the_order_they_came(
+    never_room: tuple[SQLiteJobStore, str],
+) -> None:
+    # A thousand submitters refused together must not come back together: past their
+    # deferrals, all of them would run in one pass, as long as all their calls together.
+    store, job_id = never_room
+    counter = PassCounter()
+    trio.lowlevel.add_instrument(counter)
+    came: list[int] = []
+    left: list[tuple[int, int]] = []
+
+    async def read(n: int) -> None:
+        came.append(n)
+        assert await store.get_job(job_id, now=NOW) is not None
+        left.append((counter.passes, n))
+
+    try:
+        async with trio.open_nursery() as nursery:
+            for n in range(CALLERS):
+                nursery.start_soon(read, n)
+    finally:
+        trio.lowlevel.remove_instrument(counter)
+    assert [n for _, n in left] == came
+    assert len({passes for passes, _ in left}) == CALLERS
+
+
+async def test_calls_queued_for_room_when_the_store_closes_get_the_closed_store_error(
+    never_room: tuple[SQLiteJobStore, str],
+) -> None:
+    # The queued calls sleep until the head hands on; the close must wake them all.
+    store, job_id = never_room
+    errors: list[Exception] = []
+    async with trio.open_nursery() as nursery:
+        for _ in range(3):
+            nursery.start_soon(_make_the_call, "get_job", store, job_id, errors)
+        for _ in range(2):  # the calls begin: one at the head, two queued
+            await trio.lowlevel.cancel_shielded_checkpoint()
+        await store.aclose()
+    assert [type(e) for e in errors] == [StoreError] * 3

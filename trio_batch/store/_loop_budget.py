@@ -7,6 +7,11 @@ jobs finish together, delay every timer and every socket by their sum. :class:`L
 counts the time such calls take in the current pass; once the pass has used its budget, the
 next call yields first, to a later pass, where the budget is whole again. Work is spread over
 passes instead of piling into one; none moves off the loop, so throughput stays.
+
+Calls that wait queue in arrival order: one at the head yields pass after pass until a pass
+has room, the rest sleep in the queue, so a thousand waiting calls cost a pass nothing and
+are never let through all at once (each pass lets through at most one queued call, beside
+the calls that found room without waiting).
 """
 
 from __future__ import annotations
@@ -15,10 +20,9 @@ import trio
 
 __all__ = ["LoopBudget"]
 
-#: At most this many passes a call waits for room before it runs anyway. Every pass gives its
-#: first call room, but the calls waiting race for it with each other and with new ones (trio
-#: varies the order it runs a pass's tasks in), so under load a call can find pass after pass
-#: spent; this bounds its wait. (A call from a run the budget is not installed in never waits.)
+#: At most this many passes the call at the head of the queue waits for room before it runs
+#: anyway: calls that never wait (new ones finding room, before the queue formed) can spend
+#: pass after pass. (A call from a run the budget is not installed in never waits.)
 MAX_DEFERRALS = 8
 
 
@@ -35,6 +39,9 @@ class LoopBudget(trio.abc.Instrument):
         #: Seconds spent in the current pass so far.
         self.used = 0.0
         self._root: trio.lowlevel.Task | None = None
+        # A call is at the head of the queue (or is being handed the head): later calls queue.
+        self._head = False
+        self._queue = trio.lowlevel.ParkingLot()
 
     def after_io_wait(self, timeout: float) -> None:
         """A new pass begins: the budget is whole again."""
@@ -49,6 +56,8 @@ class LoopBudget(trio.abc.Instrument):
     def uninstall(self) -> None:
         """Stop guarding, if called from the run it guards (a finished run dropped it)."""
         root, self._root = self._root, None
+        self._head = False
+        self._queue.unpark_all()  # they see the budget no longer guards the run, and go on
         if root is not None and trio.lowlevel.current_root_task() is root:
             trio.lowlevel.remove_instrument(self)
 
@@ -64,12 +73,28 @@ class LoopBudget(trio.abc.Instrument):
         return self.used > self.seconds
 
     async def wait_for_room(self) -> None:
-        """Yield to later passes until one has budget left, or :data:`MAX_DEFERRALS` have gone.
+        """Return at once if this pass has room and no call is queued; else queue, in arrival
+        order, and return once at the head a pass has room or :data:`MAX_DEFERRALS` passes
+        went by. A queued call waits for those ahead of it: at most one leaves the queue per
+        pass (and per :data:`MAX_DEFERRALS` passes at worst).
 
-        Cancellation: never raises ``Cancelled`` (the yields are shielded), so a call that
+        Cancellation: never raises ``Cancelled`` (the waits are shielded), so a call that
         waits here still runs; a pending cancel arrives at the caller's next checkpoint.
         """
-        for _ in range(MAX_DEFERRALS):
-            if not self.spent or not self.guards_this_run:
+        if not self.guards_this_run or (not self.spent and not self._head):
+            return
+        if self._head:
+            with trio.CancelScope(shield=True):
+                await self._queue.park()  # woken as the new head (or by uninstall)
+            if not self.guards_this_run:
                 return
-            await trio.lowlevel.cancel_shielded_checkpoint()
+        self._head = True
+        try:
+            for _ in range(MAX_DEFERRALS):
+                if not self.spent or not self.guards_this_run:
+                    return
+                await trio.lowlevel.cancel_shielded_checkpoint()
+        finally:
+            # The head passes to the next in the queue, if there is one.
+            if self._root is None or not self._queue.unpark():
+                self._head = False
