@@ -10,21 +10,33 @@ The pause: the server's ``Retry-After`` if longer than the host's backoff, never
 ``Retry-After: 0`` still pauses; 429s answering requests that were already in flight when the
 host was paused belong to the same burst and do not double it again. A success resets it.
 Each host's state is its own: a paused or slow host never holds a request to another one.
+
+Across runners (``shared``, a :class:`~trio_batch.store.HostLimits`: a PostgreSQL store): once
+a request has its local place, it also takes a leased slot of the host in the store, waiting
+(polling with a bounded backoff) while the store says the host is full, paused or ahead of its
+rate; a 429's pause is written there for every runner. The slot is given back when the request
+ends, even on cancellation (shielded, bounded by the store's deadline); a killed runner's slots
+expire with their lease. If the store cannot be reached within its deadline the request fails
+with a retryable :class:`~trio_batch.fetchers.FetchError` (the limits are never silently local).
 """
 
 from __future__ import annotations
 
 import math
+import secrets
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 
 import trio
 
+from .._errors import StoreError
 from .._tracing import note
+from ..store import HostLimits
 from ._answers import parse_retry_after
+from ._errors import FetchError
 
 __all__ = ["HostFigures", "Hosts", "Politeness", "Ticket"]
 
@@ -103,6 +115,7 @@ class Ticket:
 
     host: _Host
     epoch: int
+    name: str = ""
 
 
 class Hosts:
@@ -112,9 +125,24 @@ class Hosts:
     forgotten (its figures with it), so a service fetching from millions of hosts stays bounded.
     """
 
-    def __init__(self, politeness: Politeness, *, max_hosts: int = 1024) -> None:
+    #: The first and the longest wait between two asks for a full host's shared slot.
+    FIRST_POLL = 0.02
+    MAX_POLL = 1.0
+
+    def __init__(
+        self,
+        politeness: Politeness,
+        *,
+        max_hosts: int = 1024,
+        shared: HostLimits | None = None,
+        lease: float = 60.0,
+    ) -> None:
         self.politeness = politeness
         self.max_hosts = max_hosts
+        #: The per-host limits shared with other runners (None: this runner's only).
+        self.shared = shared
+        #: How long a shared slot is held at most: longer than any one request.
+        self.lease = lease
         self._hosts: OrderedDict[str, _Host] = OrderedDict()
 
     def _host(self, name: str) -> _Host:
@@ -153,24 +181,84 @@ class Hosts:
                     start = max(trio.current_time(), host.next_start)
                     host.next_start = start + 1 / rate
                     await trio.sleep_until(start)
-                host.waiting -= 1
-                host.in_flight += 1
-                host.requests += 1
-                try:
-                    yield Ticket(host, host.epoch)
-                finally:
-                    host.in_flight -= 1
-                    host.waiting += 1
+                async with self._shared_slot(name):
+                    host.waiting -= 1
+                    host.in_flight += 1
+                    host.requests += 1
+                    try:
+                        yield Ticket(host, host.epoch, name)
+                    finally:
+                        host.in_flight -= 1
+                        host.waiting += 1
         finally:
             host.waiting -= 1
 
-    def answered(self, ticket: Ticket, status: int, retry_after: str | None) -> None:
-        """Note how the host answered: a 429, or a 503 with ``Retry-After``, pauses it."""
+    @asynccontextmanager
+    async def _shared_slot(self, name: str) -> AsyncIterator[None]:
+        """Hold one of ``name``'s slots in the shared store, if there is one (see the module).
+
+        Cancellation while waiting, or a failure after asking, gives back (shielded) a slot
+        the last ask may have taken.
+        """
+        shared = self.shared
+        if shared is None:
+            yield
+            return
+        slot = secrets.token_urlsafe(12)
+        try:
+            await self._take(shared, name, slot)
+            yield
+        finally:
+            # Shielded: each store call is bounded by its deadline. Unreachable: the slot
+            # expires with its lease.
+            with trio.CancelScope(shield=True), suppress(StoreError):
+                await shared.release_host_slot(slot)
+
+    async def _take(self, shared: HostLimits, name: str, slot: str) -> None:
+        p = self.politeness
+        poll = self.FIRST_POLL
+        while True:
+            try:
+                wait = await shared.acquire_host_slot(
+                    name, slot, cap=p.concurrency, rate=p.rate, lease=self.lease
+                )
+            except StoreError as exc:
+                raise FetchError(
+                    f"the per-host limits for {name} could not be read from the store: {exc}",
+                    hint="the database shared by the runners is unreachable; the target is "
+                    "retried as the retry policy says",
+                    retryable=True,
+                ) from exc
+            if wait is None:
+                return
+            if wait > 0:  # paused, or the rate's next start is ahead
+                note("trio_batch.host_pause", {"server.address": name, "pause_s": wait})
+                await trio.sleep(min(wait, p.max_pause))
+                poll = self.FIRST_POLL
+            else:  # full: other runners hold every slot
+                await trio.sleep(poll)
+                poll = min(poll * 2, self.MAX_POLL)
+
+    def answered(self, ticket: Ticket, status: int, retry_after: str | None) -> float | None:
+        """Note how the host answered: a 429, or a 503 with ``Retry-After``, pauses it;
+        returns the pause set (None: no pause)."""
         delay = parse_retry_after(retry_after, now=time.time())
         if status == 429 or (status == 503 and delay is not None):
-            self.throttled(ticket, delay)
-        else:
-            self.succeeded(ticket)
+            return self.throttled(ticket, delay)
+        self.succeeded(ticket)
+        return None
+
+    async def report(self, ticket: Ticket, status: int, retry_after: str | None) -> None:
+        """:meth:`answered`, and a pause it sets written to the shared store for every runner.
+
+        A store that cannot be reached leaves the pause local (the other runners meet the
+        host's 429 themselves). Cancellation: the write is shielded (bounded by its deadline).
+        """
+        pause = self.answered(ticket, status, retry_after)
+        if pause is None or self.shared is None:
+            return
+        with trio.CancelScope(shield=True), suppress(StoreError):
+            await self.shared.pause_host(ticket.name, pause)
 
     def throttled(self, ticket: Ticket, retry_after: float | None) -> float:
         """The host answered 429 (or 503 with Retry-After): pause it; returns the pause set."""

@@ -20,6 +20,7 @@ import trio
 from .._model import Result, Target
 from .._text import parse_count
 from .._version import __version__
+from ..store import HostLimits
 from ._answers import (
     REDIRECT_CODES,
     TRANSIENT,
@@ -87,6 +88,10 @@ class HttpFetcher:
     - ``max_host_pause``: the longest a 429 (or a 503 with ``Retry-After``) pauses its host
       for every job; see :mod:`trio_batch.fetchers._hosts`. Time spent waiting for a host's
       turn does not count toward ``timeout``.
+    - ``host_limits``: a :class:`~trio_batch.store.HostLimits` (a PostgreSQL store) that holds
+      the per-host concurrency, rate and pause for every runner on it, beside this fetcher's
+      own (default None: this process's limits only). ``open_runner`` passes its store when
+      it is one; see :meth:`use_host_limits`.
     - ``process_timeout``: seconds the processing of one body (grep, jq, HTML to text, PDF)
       may take; past it the worker process doing it is killed and the target fails with
       :class:`ContentError`. It is also the worker's CPU-time limit.
@@ -142,6 +147,7 @@ class HttpFetcher:
         user_agent: str = f"trio-batch/{__version__}",
         trust_env: bool = True,
         obey_robots: bool = False,
+        host_limits: HostLimits | None = None,
     ) -> None:
         if not timeout > 0 or not connect_timeout > 0 or not process_timeout > 0:
             raise ValueError("timeout, connect_timeout and process_timeout must be positive")
@@ -177,6 +183,7 @@ class HttpFetcher:
         self.user_agent = user_agent
         self.trust_env = trust_env
         self.obey_robots = obey_robots
+        self.host_limits = host_limits
         self._pools = Pools(self._client_settings, user_agent)
 
     async def __aenter__(self) -> HttpFetcher:
@@ -194,6 +201,14 @@ class HttpFetcher:
         Later calls open a client each until the fetcher is entered again.
         """
         await self._pools.leave(close=True)
+
+    def use_host_limits(self, limits: HostLimits | None) -> None:
+        """Share per-host limits through ``limits`` from now on (None: this process's only),
+        in sessions opened later and in the current trio run's session."""
+        self.host_limits = limits
+        session = self._pools.current()
+        if session is not None:
+            session.hosts.shared = limits
 
     def host_figures(self) -> list[HostFigures]:
         """Per-host figures of the current trio run's shared session (empty outside one)."""
@@ -214,6 +229,8 @@ class HttpFetcher:
             policy=self.check_url if isinstance(self.check_url, DestinationPolicy) else None,
             transport=self.transport,
             politeness=self.politeness,
+            host_limits=self.host_limits,
+            host_lease=self.timeout + 10.0,
         )
 
     def __repr__(self) -> str:
@@ -316,7 +333,7 @@ class HttpFetcher:
                         ) from None
                     try:
                         retry_after = response.headers.get("retry-after")
-                        session.hosts.answered(ticket, response.status_code, retry_after)
+                        await session.hosts.report(ticket, response.status_code, retry_after)
                         location = response.headers.get("location")
                         if response.status_code in REDIRECT_CODES and location is not None:
                             if hop == self.max_redirects:

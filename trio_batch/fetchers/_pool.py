@@ -27,6 +27,7 @@ import httpcore
 import httpx
 import trio
 
+from ..store import HostLimits
 from ._hosts import Hosts, Politeness
 from ._robots import RobotsCache
 from ._ssrf import DestinationPolicy
@@ -127,6 +128,8 @@ class ClientSettings:
     policy: DestinationPolicy | None
     transport: httpx.AsyncBaseTransport | None
     politeness: Politeness
+    host_limits: HostLimits | None = None
+    host_lease: float = 60.0
 
 
 def open_client(settings: ClientSettings) -> httpx.AsyncClient:
@@ -187,7 +190,9 @@ class Pools:
     def _new(self) -> Session:
         settings = self._settings()
         return Session(
-            open_client(settings), Hosts(settings.politeness), RobotsCache(self._user_agent)
+            open_client(settings),
+            Hosts(settings.politeness, shared=settings.host_limits, lease=settings.host_lease),
+            RobotsCache(self._user_agent),
         )
 
     def current(self) -> Session | None:

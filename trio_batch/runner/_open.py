@@ -15,7 +15,7 @@ from .._config import Config
 from .._errors import StoreUnavailable
 from .._retry import RetryNotice
 from .._tracing import NO_TRACING, Tracing
-from ..store import JobStore, ReapedJob, SQLiteJobStore, Store, WriteObserver
+from ..store import HostLimits, JobStore, ReapedJob, SQLiteJobStore, Store, WriteObserver
 from ._cluster import poll_drain_changes
 from ._deliveries import WebhookDeliverer
 from ._runner import FetchFunc, Runner
@@ -107,7 +107,7 @@ async def open_runner(
                 job_store.on_reaped = functools.partial(_traced_reap, tracing)
             try:
                 async with (
-                    _entered(fetch),
+                    _entered(fetch, job_store),
                     _running(
                         tracing.wrap_store(job_store),
                         fetch,
@@ -130,13 +130,25 @@ async def open_runner(
 
 
 @asynccontextmanager
-async def _entered(fetch: FetchFunc) -> AsyncIterator[None]:
-    """Hold ``fetch`` open for the runner's life if it is an async context manager."""
-    if isinstance(fetch, AbstractAsyncContextManager):
-        async with fetch:
+async def _entered(fetch: FetchFunc, store: JobStore) -> AsyncIterator[None]:
+    """Hold ``fetch`` open for the runner's life if it is an async context manager; one that
+    takes per-host limits (``use_host_limits``, as ``HttpFetcher``) and has none of its own
+    shares them through ``store`` when it keeps them (PostgreSQL), for the runner's life."""
+    use: Callable[[HostLimits | None], None] | None = getattr(fetch, "use_host_limits", None)
+    limits = store if isinstance(store, HostLimits) else None
+    if limits is None or getattr(fetch, "host_limits", None) is not None:
+        use = None
+    if use is not None:
+        use(limits)
+    try:
+        if isinstance(fetch, AbstractAsyncContextManager):
+            async with fetch:
+                yield
+        else:
             yield
-    else:
-        yield
+    finally:
+        if use is not None:
+            use(None)
 
 
 @asynccontextmanager

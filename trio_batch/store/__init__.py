@@ -20,6 +20,7 @@ from ._open import open_store
 from ._protocol import (
     ChangeObserver,
     DrainChanges,
+    HostLimits,
     JobStore,
     NewJob,
     ReapedJob,
@@ -33,6 +34,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "ChangeObserver",
     "DrainChanges",
+    "HostLimits",
     "JobFilter",
     "JobStore",
     "NewJob",

@@ -367,3 +367,29 @@ class JobStore(Protocol):
     async def aclose(self) -> None:
         """Release the store's connections and threads; it answers no more calls."""
         ...
+
+
+@runtime_checkable
+class HostLimits(Protocol):
+    """Per-host request limits kept in a store that several runners share (PostgreSQL).
+
+    The fetcher's seam for politeness across runners: a slot per request in flight to a host
+    (leased, so a killed runner's slots expire), and a host-wide pause. Times are seconds;
+    each call is bounded by the store's deadline (past it, :class:`~trio_batch.StoreError`).
+    """
+
+    async def acquire_host_slot(
+        self, host: str, slot: str, *, cap: int, rate: float | None, lease: float
+    ) -> float | None:
+        """Take one of ``host``'s ``cap`` slots, named ``slot`` (the caller's unique id), for
+        ``lease`` seconds: None; or the seconds to wait (a pause, the rate; 0: the host is
+        full) before asking again, no slot taken."""
+        ...
+
+    async def release_host_slot(self, slot: str) -> None:
+        """Give back a slot (idempotent)."""
+        ...
+
+    async def pause_host(self, host: str, seconds: float) -> None:
+        """Pause ``host`` for every runner ``seconds`` from now, unless it is paused longer."""
+        ...

@@ -30,7 +30,7 @@ from .._face import StoreFace
 from .._filters import EVERY_JOB, JobFilter
 from .._protocol import ChangeObserver, DrainChanges, NewJob, ReapedJob, StoreCounts
 from .._thread import StoreThread
-from . import _outbox
+from . import _hosts, _outbox
 from ._connection import DEFAULT_STORE_TIMEOUT, safe_location
 from ._errors import translate_errors
 from ._listen import PROBE_INTERVAL, listen_for_changes, split_listen_option
@@ -456,6 +456,22 @@ class PostgresJobStore(StoreFace):
     async def next_delivery_due(self) -> float | None:
         """:func:`_outbox.next_due`."""
         return await self._call(_outbox.next_due)
+
+    async def acquire_host_slot(
+        self, host: str, slot: str, *, cap: int, rate: float | None, lease: float
+    ) -> float | None:
+        """:func:`_hosts.acquire_host_slot`: per-host limits shared by the runners."""
+        return await self._call(
+            _hosts.acquire_host_slot, host, slot, cap=cap, rate=rate, lease=lease
+        )
+
+    async def release_host_slot(self, slot: str) -> None:
+        """:func:`_hosts.release_host_slot`."""
+        await self._call(_hosts.release_host_slot, slot)
+
+    async def pause_host(self, host: str, seconds: float) -> None:
+        """:func:`_hosts.pause_host`."""
+        await self._call(_hosts.pause_host, host, seconds)
 
     async def latest_retry(self, job_id: str, *, caller: str, now: float) -> Job | None:
         """:meth:`PostgresStore.latest_retry`."""

@@ -439,3 +439,45 @@ REDELIVER = (
 )
 #: The earliest due delivery, to know how long to sleep.
 NEXT_DUE = "SELECT min(due_at) FROM outbox WHERE due_at IS NOT NULL"
+
+# ---------------------------------------------------------------------------------------------
+# Per-host limits shared by the runners (version 4): leased request slots, pause and rate.
+# Times are the database's clock (epoch seconds), so the runners' clocks need not agree.
+
+CREATE_HOST_LIMITS = (
+    """CREATE TABLE host_slots (
+        id text PRIMARY KEY,
+        host text NOT NULL,
+        holder text,
+        expires_at double precision NOT NULL
+    )""",
+    "CREATE INDEX host_slots_host ON host_slots (host, expires_at)",
+    """CREATE TABLE host_state (
+        host text PRIMARY KEY,
+        paused_until double precision NOT NULL DEFAULT 0,
+        next_start double precision NOT NULL DEFAULT 0
+    )""",
+)
+
+#: One host's state at a time: the slots count and insert cannot race (a transaction lock,
+#: which works behind a transaction pooler).
+HOST_LOCK = "SELECT pg_advisory_xact_lock(%s, hashtext(%s))"
+HOST_DROP_EXPIRED = (
+    "DELETE FROM host_slots WHERE host = %(host)s AND expires_at < extract(epoch FROM now())"
+)
+#: The database's now, the host's pause and next start (0 if none), and its slots held.
+HOST_LOOK = """SELECT extract(epoch FROM now()),
+    coalesce((SELECT paused_until FROM host_state WHERE host = %(host)s), 0),
+    coalesce((SELECT next_start FROM host_state WHERE host = %(host)s), 0),
+    (SELECT count(*) FROM host_slots WHERE host = %(host)s)"""
+HOST_TAKE_SLOT = """INSERT INTO host_slots (id, host, holder, expires_at)
+    VALUES (%(id)s, %(host)s, %(holder)s, extract(epoch FROM now()) + %(lease)s)
+    ON CONFLICT (id) DO NOTHING"""
+HOST_SET_NEXT_START = """INSERT INTO host_state (host, next_start) VALUES (%(host)s, %(next)s)
+    ON CONFLICT (host) DO UPDATE SET next_start = EXCLUDED.next_start"""
+HOST_RELEASE_SLOT = "DELETE FROM host_slots WHERE id = %s"
+#: A pause only ever grows: the latest end any runner set wins.
+HOST_PAUSE = """INSERT INTO host_state (host, paused_until)
+    VALUES (%(host)s, extract(epoch FROM now()) + %(pause)s)
+    ON CONFLICT (host) DO UPDATE
+    SET paused_until = greatest(host_state.paused_until, EXCLUDED.paused_until)"""

@@ -22,7 +22,7 @@ from . import _queries as q
 __all__ = ["SCHEMA_VERSION", "migrate"]
 
 #: The schema version this code writes.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 
 def migrate(
@@ -66,7 +66,11 @@ def migrate(
         if version < 4:
             # The job's trace context, for the runner that reaps it or delivers its event.
             conn.execute(q.ADD_TRACE_CONTEXT)
-        # Later versions add their steps here: `if version < 5: ...`.
+        if version < 5:
+            # Per-host limits shared by the runners: leased request slots, pause and rate.
+            for statement in q.CREATE_HOST_LIMITS:
+                conn.execute(statement)
+        # Later versions add their steps here: `if version < 6: ...`.
         conn.execute(q.SET_VERSION, (SCHEMA_VERSION,))
 
 

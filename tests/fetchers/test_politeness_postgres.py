@@ -1,0 +1,131 @@
+"""Per-host limits on PostgreSQL hold across runners: the concurrency cap, the 429 pause, and a
+killed runner's slots expiring. Two runners (each its own store and fetcher) on one database,
+against one real HTTPS server that counts what it sees."""
+
+from __future__ import annotations
+
+import signal
+import ssl
+import subprocess
+import sys
+from typing import Any
+
+import psycopg
+import trio
+
+from trio_batch import Config, JobState, Target, open_runner
+from trio_batch.fetchers import HttpFetcher
+from trio_batch.store.postgres import PostgresJobStore
+
+from ..support.tls_server import TLSServer, client_tls, tls_ca, tls_server, until
+from .test_politeness import figures
+
+__all__ = ["client_tls", "tls_ca", "tls_server"]  # fixtures
+
+
+def _sql(dsn: str, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.execute(sql, params).fetchall()
+
+
+async def test_per_host_concurrency_holds_across_two_runners(
+    pg_dsn: str, tls_server: TLSServer, client_tls: ssl.SSLContext
+) -> None:
+    fetchers = [
+        HttpFetcher(verify=client_tls, trust_env=False, per_host_concurrency=2) for _ in "ab"
+    ]
+    stores = [PostgresJobStore.open(pg_dsn) for _ in "ab"]
+    async with (
+        open_runner(stores[0], fetchers[0], Config(jobs_total=9)) as a,
+        open_runner(stores[1], fetchers[1], Config(jobs_total=9)) as b,
+    ):
+        ids = [
+            (
+                runner,
+                (await runner.submit(f"c{j}", "user", [Target(tls_server.url(f"/hold?j={j}"))]))[0],
+            )
+            for j, runner in enumerate([a, b] * 3)
+        ]
+        await until(lambda: tls_server.now_in_flight("localhost") == 2)
+        # Each runner's own cap (2) would let four through: the shared one holds the others.
+        await until(lambda: sum(figures(f, "localhost").get("waiting", 0) for f in fetchers) == 4)
+        assert tls_server.now_in_flight("localhost") == 2
+        tls_server.release.set()
+        done = [await runner.wait(job_id) for runner, job_id in ids]
+    assert all(job is not None and job.status is JobState.DONE for job in done)
+    assert tls_server.most_in_flight["localhost"] == 2
+    assert tls_server.count("/hold?j=5") == 1
+    assert _sql(pg_dsn, "SELECT count(*) FROM host_slots") == [(0,)]  # every slot given back
+    for store in stores:
+        await store.aclose()
+
+
+async def test_a_429_seen_by_one_runner_pauses_the_others_on_that_host_only(
+    pg_dsn: str, tls_server: TLSServer, client_tls: ssl.SSLContext
+) -> None:
+    fetchers = [HttpFetcher(verify=client_tls, trust_env=False, max_host_pause=600) for _ in "ab"]
+    stores = [PostgresJobStore.open(pg_dsn) for _ in "ab"]
+    async with (
+        open_runner(stores[0], fetchers[0]) as a,
+        open_runner(stores[1], fetchers[1]) as b,
+    ):
+        await a.submit("t", "user", [Target(tls_server.url("/throttle?after=300&times=1"))])
+        await until(lambda: figures(fetchers[0], "localhost").get("throttled") == 1)
+        paused = "SELECT paused_until - extract(epoch FROM now()) FROM host_state WHERE host = %s"
+        await until(lambda: bool(_sql(pg_dsn, paused, ("localhost",))))
+        assert _sql(pg_dsn, paused, ("localhost",))[0][0] > 200
+        same, _ = await b.submit("s", "user", [Target(tls_server.url("/page?n=s"))])
+        other, _ = await b.submit("o", "user", [Target(tls_server.url("/page?n=o", "127.0.0.1"))])
+        job = await b.wait(other)
+        assert job is not None and job.status is JobState.DONE
+        await until(lambda: figures(fetchers[1], "localhost").get("waiting") == 1)
+        assert tls_server.count("/page?n=s") == 0  # runner B never had a 429 itself
+        # Leaving the runners cancels the waits: no slot is left held.
+    assert tls_server.count("/page?n=s") == 0
+    assert _sql(pg_dsn, "SELECT count(*) FROM host_slots") == [(0,)]
+    for store in stores:
+        await store.aclose()
+
+
+_HOLDER = """
+import sys, trio
+from trio_batch.store.postgres import PostgresJobStore
+
+async def main():
+    store = PostgresJobStore.open(sys.argv[1])
+    assert await store.acquire_host_slot("h.test", "dead", cap=1, rate=None, lease=2) is None
+    print("held", flush=True)
+    await trio.sleep_forever()
+
+trio.run(main)
+"""
+
+
+async def test_a_killed_runners_slot_expires_with_its_lease(pg_dsn: str) -> None:
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, pg_dsn], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None
+        line = await trio.to_thread.run_sync(holder.stdout.readline)
+        assert line.strip() == "held"
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    # Killed without giving it back: the slot is still there...
+    assert _sql(pg_dsn, "SELECT id FROM host_slots") == [("dead",)]
+    store = PostgresJobStore.open(pg_dsn)
+    got: list[float | None] = []
+
+    async def take() -> bool:
+        got.append(await store.acquire_host_slot("h.test", "mine", cap=1, rate=None, lease=60))
+        return got[-1] is None
+
+    # ...until its lease lapses: then the cap of 1 lets the next holder in.
+    with trio.fail_after(60):
+        while not await take():
+            await trio.sleep(0.1)
+    assert _sql(pg_dsn, "SELECT id FROM host_slots") == [("mine",)]
+    await store.release_host_slot("mine")
+    assert _sql(pg_dsn, "SELECT count(*) FROM host_slots") == [(0,)]
+    await store.aclose()
