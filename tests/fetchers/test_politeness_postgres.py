@@ -74,7 +74,7 @@ async def test_a_429_seen_by_one_runner_pauses_the_others_on_that_host_only(
         paused = "SELECT paused_until - extract(epoch FROM now()) FROM host_state WHERE host = %s"
         await until(lambda: bool(_sql(pg_dsn, paused, ("localhost",))))
         assert _sql(pg_dsn, paused, ("localhost",))[0][0] > 200
-        same, _ = await b.submit("s", "user", [Target(tls_server.url("/page?n=s"))])
+        await b.submit("s", "user", [Target(tls_server.url("/page?n=s"))])
         other, _ = await b.submit("o", "user", [Target(tls_server.url("/page?n=o", "127.0.0.1"))])
         job = await b.wait(other)
         assert job is not None and job.status is JobState.DONE
@@ -102,16 +102,18 @@ trio.run(main)
 
 
 async def test_a_killed_runners_slot_expires_with_its_lease(pg_dsn: str) -> None:
-    holder = subprocess.Popen(
-        [sys.executable, "-c", _HOLDER, pg_dsn], stdout=subprocess.PIPE, text=True
+    holder = await trio.lowlevel.open_process(
+        [sys.executable, "-c", _HOLDER, pg_dsn], stdout=subprocess.PIPE
     )
     try:
         assert holder.stdout is not None
-        line = await trio.to_thread.run_sync(holder.stdout.readline)
-        assert line.strip() == "held"
+        said = b""
+        while not said.endswith(b"\n") and (chunk := await holder.stdout.receive_some()):
+            said += chunk
+        assert said == b"held\n"
     finally:
         holder.send_signal(signal.SIGKILL)
-        holder.wait()
+        await holder.wait()
     # Killed without giving it back: the slot is still there...
     assert _sql(pg_dsn, "SELECT id FROM host_slots") == [("dead",)]
     store = PostgresJobStore.open(pg_dsn)
@@ -123,9 +125,34 @@ async def test_a_killed_runners_slot_expires_with_its_lease(pg_dsn: str) -> None
 
     # ...until its lease lapses: then the cap of 1 lets the next holder in.
     with trio.fail_after(60):
-        while not await take():
+        while True:
+            if await take():
+                break
             await trio.sleep(0.1)
     assert _sql(pg_dsn, "SELECT id FROM host_slots") == [("mine",)]
     await store.release_host_slot("mine")
     assert _sql(pg_dsn, "SELECT count(*) FROM host_slots") == [(0,)]
     await store.aclose()
+
+
+async def test_shared_slots_pauses_and_rate_work_through_a_transaction_pooler(
+    pooled_dsn: str,
+) -> None:
+    a, b = PostgresJobStore.open(pooled_dsn), PostgresJobStore.open(pooled_dsn)
+    try:
+        assert await a.acquire_host_slot("p.test", "a1", cap=1, rate=None, lease=60) is None
+        assert await b.acquire_host_slot("p.test", "b1", cap=1, rate=None, lease=60) == 0.0
+        assert await b.acquire_host_slot("q.test", "b2", cap=1, rate=None, lease=60) is None
+        await a.release_host_slot("a1")
+        assert await b.acquire_host_slot("p.test", "b1", cap=1, rate=None, lease=60) is None
+        await a.pause_host("p.test", 300)
+        await b.pause_host("p.test", 1)  # a shorter pause never cuts a longer one
+        wait = await a.acquire_host_slot("p.test", "a2", cap=5, rate=None, lease=60)
+        assert wait is not None and wait > 200
+        # The rate's next start is shared too: one start per 100 s across both stores.
+        assert await a.acquire_host_slot("r.test", "a3", cap=5, rate=0.01, lease=60) is None
+        wait = await b.acquire_host_slot("r.test", "b3", cap=5, rate=0.01, lease=60)
+        assert wait is not None and wait > 50
+    finally:
+        await a.aclose()
+        await b.aclose()

@@ -177,8 +177,9 @@ def test_a_newer_schema_is_refused(pg_dsn: str) -> None:
 
 def test_a_version_3_database_gets_the_trace_context_column(pg_dsn: str) -> None:
     PostgresStore.open(pg_dsn).close()
-    # Back to version 3: the column the version 4 step adds is dropped.
+    # Back to version 3: the column the version 4 step adds is dropped (and version 5's tables).
     _sql(pg_dsn, "ALTER TABLE jobs DROP COLUMN trace_context")
+    _sql(pg_dsn, "DROP TABLE host_slots, host_state")
     _sql(pg_dsn, "UPDATE trio_batch_schema SET version = 3")
     store = PostgresStore.open(pg_dsn)
     try:
@@ -189,6 +190,16 @@ def test_a_version_3_database_gets_the_trace_context_column(pg_dsn: str) -> None
         store.close()
     assert _sql(pg_dsn, "SELECT version FROM trio_batch_schema") == [(SCHEMA_VERSION,)]
     assert _sql(pg_dsn, "SELECT trace_context FROM jobs") == [(traced,)]
+
+
+def test_a_version_4_database_gets_the_shared_per_host_tables(pg_dsn: str) -> None:
+    PostgresStore.open(pg_dsn).close()
+    _sql(pg_dsn, "DROP TABLE host_slots, host_state")
+    _sql(pg_dsn, "UPDATE trio_batch_schema SET version = 4")
+    PostgresStore.open(pg_dsn).close()
+    assert _sql(pg_dsn, "SELECT version FROM trio_batch_schema") == [(SCHEMA_VERSION,)]
+    assert _sql(pg_dsn, "SELECT count(*) FROM host_slots") == [(0,)]
+    assert _sql(pg_dsn, "SELECT count(*) FROM host_state") == [(0,)]
 
 
 def test_a_version_1_database_is_upgraded_in_place(pg_dsn: str) -> None:

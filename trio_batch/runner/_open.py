@@ -147,7 +147,7 @@ async def _entered(fetch: FetchFunc, store: JobStore) -> AsyncIterator[None]:
         else:
             yield
     finally:
-        if use is not None:
+        if use is not None and getattr(fetch, "host_limits", None) is limits:
             use(None)
 
 

@@ -441,7 +441,7 @@ REDELIVER = (
 NEXT_DUE = "SELECT min(due_at) FROM outbox WHERE due_at IS NOT NULL"
 
 # ---------------------------------------------------------------------------------------------
-# Per-host limits shared by the runners (version 4): leased request slots, pause and rate.
+# Per-host limits shared by the runners (version 5): leased request slots, pause and rate.
 # Times are the database's clock (epoch seconds), so the runners' clocks need not agree.
 
 CREATE_HOST_LIMITS = (
