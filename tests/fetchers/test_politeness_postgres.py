@@ -8,15 +8,20 @@ import signal
 import ssl
 import subprocess
 import sys
+import urllib.parse
 from typing import Any
 
 import psycopg
+import pytest
 import trio
 
 from trio_batch import Config, JobState, Target, open_runner
-from trio_batch.fetchers import HttpFetcher
+from trio_batch.fetchers import FetchError, HttpFetcher
+from trio_batch.fetchers._hosts import Hosts, Politeness
 from trio_batch.store.postgres import PostgresJobStore
 
+from ..support.cuttable_proxy import CuttableProxy
+from ..support.pg_server import PgServer
 from ..support.tls_server import TLSServer, client_tls, tls_ca, tls_server, until
 from .test_politeness import figures
 
@@ -156,3 +161,26 @@ async def test_shared_slots_pauses_and_rate_work_through_a_transaction_pooler(
     finally:
         await a.aclose()
         await b.aclose()
+
+
+async def test_an_unreachable_database_fails_the_request_retryably_instead_of_hanging(
+    pg_server: PgServer, pg_dsn: str
+) -> None:
+    with CuttableProxy(f"{pg_server.socket_dir}/.s.PGSQL.5432") as proxy:
+        dbname = urllib.parse.urlsplit(pg_dsn).path.lstrip("/")
+        store = PostgresJobStore.open(
+            f"postgresql://postgres@127.0.0.1:{proxy.port}/{dbname}", store_timeout=1.0
+        )
+        hosts = Hosts(Politeness(concurrency=2), shared=store)
+        try:
+            async with hosts.slot("h.test"):
+                pass  # reachable: a slot taken and given back
+            proxy.hold()  # a partition: only the store's deadline notices
+            with pytest.raises(FetchError) as caught:
+                async with hosts.slot("h.test"):
+                    raise AssertionError("no slot without the shared limits")
+            assert caught.value.retryable and "per-host limits" in str(caught.value)
+            assert hosts.figures()[0].in_flight == 0 and hosts.figures()[0].waiting == 0
+        finally:
+            proxy.release()
+            await store.aclose()
