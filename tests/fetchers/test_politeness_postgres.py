@@ -184,3 +184,21 @@ async def test_an_unreachable_database_fails_the_request_retryably_instead_of_ha
         finally:
             proxy.release()
             await store.aclose()
+
+
+async def test_the_purge_drops_lapsed_host_slots_and_idle_hosts_only(pg_dsn: str) -> None:
+    store = PostgresJobStore.open(pg_dsn)
+    try:
+        # Two hosts' rows: one left by a dead runner (lease and pause over), one still live.
+        assert (
+            await store.acquire_host_slot("live.test", "kept", cap=1, rate=None, lease=600) is None
+        )
+        await store.pause_host("live.test", 600)
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute("INSERT INTO host_slots VALUES ('dead', 'gone.test', 'x', 1)")
+            conn.execute("INSERT INTO host_state VALUES ('gone.test', 1, 1)")
+        await store.purge_expired(now=0, batch_size=10)
+        assert _sql(pg_dsn, "SELECT id FROM host_slots") == [("kept",)]
+        assert _sql(pg_dsn, "SELECT host FROM host_state") == [("live.test",)]
+    finally:
+        await store.aclose()

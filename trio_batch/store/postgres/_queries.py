@@ -476,6 +476,13 @@ HOST_TAKE_SLOT = """INSERT INTO host_slots (id, host, holder, expires_at)
 HOST_SET_NEXT_START = """INSERT INTO host_state (host, next_start) VALUES (%(host)s, %(next)s)
     ON CONFLICT (host) DO UPDATE SET next_start = EXCLUDED.next_start"""
 HOST_RELEASE_SLOT = "DELETE FROM host_slots WHERE id = %s"
+#: With the purge: slots whose lease lapsed (their holders died) and hosts whose pause and
+#: rate are over, which read the same as no row; a row being changed is re-checked by the DELETE.
+HOST_SWEEP = (
+    "DELETE FROM host_slots WHERE expires_at < extract(epoch FROM now())",
+    """DELETE FROM host_state
+    WHERE paused_until < extract(epoch FROM now()) AND next_start < extract(epoch FROM now())""",
+)
 #: A pause only ever grows: the latest end any runner set wins.
 HOST_PAUSE = """INSERT INTO host_state (host, paused_until)
     VALUES (%(host)s, extract(epoch FROM now()) + %(pause)s)

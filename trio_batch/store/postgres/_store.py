@@ -22,6 +22,7 @@ Several runners share the database. What keeps them apart:
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import secrets
 import socket
@@ -457,6 +458,8 @@ class PostgresStore(PostgresReads):
     def purge_expired(self, *, now: float, batch_size: int) -> int:
         """Delete at most ``batch_size`` lapsed jobs (targets by cascade); returns how many.
 
+        Also drops the per-host limits' lapsed slots and the hosts with no pause or rate left.
+
         Rows another runner is purging at the same moment are skipped, not waited for.
         Idempotent: a retry deletes the next batch.
         """
@@ -466,7 +469,12 @@ class PostgresStore(PostgresReads):
         count = self._run(lambda c: self._one(c, Op.WRITE, q.PURGE_LAPSED, values).rowcount)
         if count:
             self._recount_finished()
+        for sweep in q.HOST_SWEEP:  # the per-host limits' rows left by dead or idle runners
+            self._run(functools.partial(self._sweep, sweep))
         return count
+
+    def _sweep(self, sql: str, conn: Conn) -> None:
+        self._one(conn, Op.WRITE, sql)
 
 
 def _notify(conn: Conn, job_ids: Sequence[str]) -> None:
