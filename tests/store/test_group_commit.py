@@ -21,6 +21,7 @@ from typing import Any
 import psycopg
 import pytest
 import trio
+from trio.testing import wait_all_tasks_blocked
 
 from trio_batch import (
     Config,
@@ -364,3 +365,104 @@ async def test_a_shared_commit_cannot_be_cut_by_ctrl_c() -> None:
             nursery.start_soon(functools.partial(group.write, i, writer=i))
     assert seen and all(seen)
     assert not trio.lowlevel.currently_ki_protected()
+
+
+class _HeldCommit:
+    """A commit that waits for ``release`` the first time (a commit awaiting its thread or
+    socket), optionally failing then; records each batch."""
+
+    def __init__(self, *, first_fails: bool = False) -> None:
+        self.batches: list[list[int]] = []
+        self.release = trio.Event()
+        self.first_fails = first_fails
+
+    async def __call__(self, writes: list[int]) -> list[int | Exception]:
+        self.batches.append(list(writes))
+        if len(self.batches) == 1:
+            with trio.CancelScope(shield=True):  # a store call runs to completion
+                await self.release.wait()
+            if self.first_fails:
+                raise OSError("disk full")
+        return list(writes)
+
+
+async def test_writes_arriving_while_a_commit_is_in_flight_share_the_next_commit() -> None:
+    """While one commit awaits its thread, the writes that come one by one meanwhile (each in a
+    pass of its own) wait for it and then share one commit, instead of each queuing a
+    commit of its own behind it."""
+    commit = _HeldCommit()
+    group: GroupCommit[int, int] = GroupCommit(commit)
+    answers: dict[int, int] = {}
+
+    async def write(i: int) -> None:
+        answers[i] = await group.write(i, writer=i)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(write, 0)
+        await wait_all_tasks_blocked()
+        try:
+            for i in range(1, 4):
+                nursery.start_soon(write, i)
+                await wait_all_tasks_blocked()  # a pass of its own: it would have led a commit
+            assert commit.batches == [[0]]
+        finally:
+            commit.release.set()  # a failed check must not leave the first commit waiting
+    assert commit.batches == [[0], [1, 2, 3]]
+    assert answers == {i: i for i in range(4)}
+
+
+async def test_a_failed_commit_in_flight_lets_the_next_one_through() -> None:
+    """The commit in flight fails: its writer gets the error, and the writes that waited for
+    it are committed next, each with its own answer."""
+    commit = _HeldCommit(first_fails=True)
+    group: GroupCommit[int, int] = GroupCommit(commit)
+    answers: dict[int, int | Exception] = {}
+
+    async def write(i: int) -> None:
+        try:
+            answers[i] = await group.write(i, writer=i)
+        except OSError as exc:
+            answers[i] = exc
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(write, 0)
+        await wait_all_tasks_blocked()
+        nursery.start_soon(write, 1)
+        nursery.start_soon(write, 2)
+        await wait_all_tasks_blocked()
+        commit.release.set()
+    assert [sorted(batch) for batch in commit.batches] == [[0], [1, 2]]  # 1, 2: either order
+    assert isinstance(answers[0], OSError)
+    assert (answers[1], answers[2]) == (1, 2)
+
+
+async def test_a_writer_waiting_for_the_commit_in_flight_cannot_be_cancelled() -> None:
+    """Cancelled while it waits for the commit in flight, a writer still commits its write and
+    returns its answer; the Cancelled comes at its next checkpoint."""
+    commit = _HeldCommit()
+    group: GroupCommit[int, int] = GroupCommit(commit)
+    got: list[int] = []
+    cancelled_after = False
+
+    async def waiting_writer(scope: trio.CancelScope) -> None:
+        nonlocal cancelled_after
+        with scope:
+            got.append(await group.write(1, writer=1))
+            await trio.lowlevel.checkpoint()
+        cancelled_after = scope.cancelled_caught
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(functools.partial(group.write, 0, writer=0))
+        await wait_all_tasks_blocked()
+        scope = trio.CancelScope()
+        nursery.start_soon(waiting_writer, scope)
+        await wait_all_tasks_blocked()
+        try:
+            scope.cancel()
+            await wait_all_tasks_blocked()
+            assert got == []  # still waiting: the cancel did not cut it
+        finally:
+            commit.release.set()
+    assert commit.batches == [[0], [1]]
+    assert got == [1]
+    assert cancelled_after

@@ -46,6 +46,11 @@ class GroupCommit(Generic[W, A]):
         # Writers the last commit woke that have not resumed yet: trio runs them in the next
         # pass of its scheduler, before or after whoever leads the next commit.
         self._waking = 0
+        # Set when the commit in flight (awaiting its thread or socket) is known; None if none
+        # is. The next leader waits for it, gathering meanwhile: a backend runs its commits
+        # one at a time anyway, and many small ones queued behind each other cost a round trip
+        # and a transaction each.
+        self._in_flight: trio.Event | None = None
 
     # Protected from KeyboardInterrupt: raised between the leader taking its batch and the
     # block that wakes the followers, it would leave them waiting for good (they cannot be
@@ -56,7 +61,10 @@ class GroupCommit(Generic[W, A]):
         """Commit ``write`` with whatever else is ready now; return or raise its own answer.
 
         The first write in becomes the leader: it yields once so that every drain with an
-        outcome ready joins, then commits them all; the others wait for it.
+        outcome ready joins, then, once the commit in flight (if any) is known, commits them
+        all; the others wait for it. So while a commit awaits its thread or socket, the writes
+        that come meanwhile gather into the next one instead of each queuing a commit of its
+        own behind it.
 
         ``writer`` names who writes (a drain: its job's id). A writer that was alone in the last
         commit does not yield to gather, unless writers woken by a commit have yet to resume:
@@ -75,14 +83,20 @@ class GroupCommit(Generic[W, A]):
         if len(self._batch) == 1:
             if writer != self._sole_writer or self._waking:
                 await trio.lowlevel.cancel_shielded_checkpoint()
+            while self._in_flight is not None:  # one commit in flight: wait for it, gathering
+                with trio.CancelScope(shield=True):  # bounded by that commit's own timeouts
+                    await self._in_flight.wait()
             batch, self._batch = self._batch, []
             self._sole_writer = writer if len(batch) == 1 else None
             answers: list[A | Exception] | None = None
+            in_flight = self._in_flight = trio.Event()
             try:
                 answers = await self._commit([member.write for member in batch])
             except Exception as exc:
                 answers = [exc] * len(batch)
             finally:
+                self._in_flight = None
+                in_flight.set()
                 # Followers cannot be cancelled, so they must be woken whatever happens here
                 # (a KeyboardInterrupt included).
                 if answers is None:
