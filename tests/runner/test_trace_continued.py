@@ -226,3 +226,31 @@ def test_a_malformed_trace_context_is_refused_before_any_write(store: Store, bad
     with pytest.raises(ValueError, match="traceparent"):
         store.create_job(new, now=T0)
     assert store.list_jobs(now=T0) == []
+
+
+async def test_a_job_cancelled_through_another_runner_ends_its_span_cancelled(
+    pg_dsn: str,
+) -> None:
+    # The drain's runner finishes the job: its span, in the submitter's trace, says cancelled.
+    provider, exporter = memory_provider()
+    targets = urls("a", "b", "c")
+    fetch = ScriptedFetch()
+    started, release = fetch.gate(targets[0].url)
+    store_a, store_b = open_store(pg_dsn), open_store(pg_dsn)
+    async with (
+        open_runner(store_a, fetch, tracing=otel_tracing(provider)) as a,
+        open_runner(store_b, ScriptedFetch()) as b,
+    ):
+        job_id, _ = await a.submit("alice", "default", targets)
+        await started.wait()
+        assert await b.cancel(job_id)
+        release.set()
+        with trio.fail_after(60):
+            await a.wait(job_id)
+    (job,) = spans_named(exporter, "trio_batch.job")
+    attributes = job.attributes or {}
+    assert attributes["trio_batch.job.id"] == job_id
+    assert attributes["trio_batch.job.status"] == "cancelled"
+    assert attributes["trio_batch.job.targets_done"] == 1
+    await store_a.aclose()
+    await store_b.aclose()
