@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-import errno
 import functools
 import math
-import mimetypes
-import os
 import ssl
-import stat
 from collections.abc import Awaitable, Callable
 from typing import Any
-from urllib.parse import SplitResult, urlsplit
-from urllib.request import url2pathname
 
 import httpx
 import trio
@@ -34,16 +28,17 @@ from ._bounded import WorkerPool, process_bounded
 from ._errors import (
     FetchError,
     FetchTimeout,
-    LocalFileError,
     NetworkError,
     RedirectError,
     ResponseTooLarge,
     URLError,
 )
+from ._files import fetch_file
 from ._hosts import HostFigures, Politeness
 from ._options import check_target, plan_for
 from ._pool import ClientSettings, Pools, Session
 from ._ssrf import DestinationPolicy
+from ._urls import check_http_url, response_too_large, split_url, unsupported_scheme
 
 __all__ = ["CheckURL", "HttpFetcher", "http_fetch", "parse_retry_after"]
 
@@ -269,17 +264,17 @@ class HttpFetcher:
 
     async def _fetch_body(self, url: str) -> Body:
         """Fetch ``url`` within the fetcher's timeout; returns the raw body and its metadata."""
-        parts = _split(url)
+        parts = split_url(url)
         scheme = parts.scheme.lower()
         with trio.move_on_after(self.timeout) as scope:
             if scheme in _HTTP_SCHEMES:
-                _check_http_url(url)
+                check_http_url(url)
                 return await self._fetch_http(url, scope)
             if scheme == "file" and self.allow_file:
                 if self.check_url is not None:
                     await self.check_url(url)
                 return await self._fetch_file(url)
-            raise _unsupported_scheme(url, scheme, allow_file=self.allow_file)
+            raise unsupported_scheme(url, scheme, allow_file=self.allow_file)
         assert scope.cancelled_caught
         raise FetchTimeout(
             f"gave up on {url} after {self.timeout:g} s",
@@ -398,105 +393,10 @@ class HttpFetcher:
         return bytes(data)
 
     def _too_large(self, url: str, size: str) -> ResponseTooLarge:
-        return ResponseTooLarge(
-            f"the body of {url} is {size}; the limit is {self.max_bytes} bytes",
-            hint="fetch a smaller resource, or raise the fetcher's max_bytes",
-        )
+        return response_too_large(url, size, self.max_bytes)
 
     async def _fetch_file(self, url: str) -> Body:
-        parts = _split(url)
-        if parts.netloc not in ("", "localhost"):
-            raise URLError(
-                f"{url} names host {parts.netloc!r}; file URLs can only name local files",
-                hint="write file:///absolute/path (three slashes)",
-            )
-        path = url2pathname(parts.path)
-        try:
-            # Abandoned on cancel, so the fetcher's timeout bounds a slow disk (a thread cannot
-            # be interrupted); a FIFO or device never gets that far, see _read_file.
-            data = await trio.to_thread.run_sync(
-                _read_file, path, self.max_bytes, abandon_on_cancel=True
-            )
-        except FileNotFoundError:
-            raise LocalFileError(
-                f"no such file: {path}", hint="check the path; file URLs need an absolute path"
-            ) from None
-        except IsADirectoryError:
-            raise LocalFileError(
-                f"{path} is a directory", hint="name a file, not a directory"
-            ) from None
-        except OSError as exc:
-            raise LocalFileError(
-                f"cannot read {path}: {exc.strerror or exc}",
-                hint="name a regular file the process may read (not a pipe or device), and "
-                "check its permissions",
-            ) from None
-        if data is None:
-            raise self._too_large(url, f"more than {self.max_bytes} bytes")
-        content_type, encoding = mimetypes.guess_type(path)
-        if encoding is not None:  # x.json.gz is gzip data, not JSON
-            content_type = "application/octet-stream"
-        return Body(url, None, content_type, None, data, 0)
-
-
-def _read_file(path: str, max_bytes: int) -> bytes | None:
-    """Read at most ``max_bytes`` of the regular file ``path``; None if the file is larger.
-
-    Opened non-blocking and checked before reading: a FIFO, socket or device (``/dev/zero``,
-    a named pipe nobody writes to) would block or never end, and is refused with OSError.
-    """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    with open(fd, "rb") as f:
-        mode = os.fstat(fd).st_mode
-        if stat.S_ISDIR(mode):
-            raise IsADirectoryError(errno.EISDIR, "is a directory")
-        if not stat.S_ISREG(mode):
-            raise OSError(errno.EINVAL, "not a regular file")
-        data = f.read(max_bytes + 1)
-    return None if len(data) > max_bytes else data
-
-
-def _split(url: str) -> SplitResult:
-    try:
-        return urlsplit(url)
-    except ValueError as exc:
-        raise URLError(
-            f"{url!r} is not a valid URL: {exc}",
-            hint="check the URL for typos and unescaped characters",
-        ) from None
-
-
-def _check_http_url(url: str) -> None:
-    """Refuse an http(s) URL without a host or with a port out of range, before any I/O."""
-    parts = _split(url)
-    try:
-        parts.port  # noqa: B018 - raises ValueError when out of range
-    except ValueError as exc:
-        raise URLError(
-            f"{url!r} is not a valid URL: {exc}", hint="ports go from 1 to 65535"
-        ) from None
-    if not parts.hostname:
-        raise URLError(f"{url!r} has no host name", hint="write the URL as http://host/path")
-
-
-def _unsupported_scheme(url: str, scheme: str, *, allow_file: bool) -> URLError:
-    allowed = "http://, https:// and file://" if allow_file else "http:// and https://"
-    if not scheme:
-        return URLError(
-            f"{url!r} has no scheme",
-            hint=f"write the full URL, e.g. https://{url.lstrip('/')}",
-        )
-    if scheme == "file":
-        return URLError(
-            f"file URLs are not allowed here: {url}",
-            hint="this fetcher was built with allow_file=False (trio-batch serve refuses file "
-            "URLs unless started with --allow-file); fetch the file over http",
-        )
-    return URLError(
-        f"scheme {scheme!r} is not supported: {url}",
-        hint=f"this fetcher handles {allowed} URLs; pass your own fetch function to the runner "
-        "for other schemes",
-    )
+        return await fetch_file(url, self.max_bytes)
 
 
 #: The default fetcher: ``HttpFetcher()`` with its default limits (30 s, 10 MiB, 5 redirects).
