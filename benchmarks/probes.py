@@ -31,7 +31,7 @@ import trio
 import trio.lowlevel
 
 from trio_batch import Config, Result, Store, Target, open_runner
-from trio_batch.store.sqlite import _fast_path, _job_store
+from trio_batch.store.sqlite import _fast_path, _job_store, _paths
 from trio_batch.store.sqlite import _queries as q
 
 from . import floor, minimal
@@ -109,11 +109,11 @@ def _serial(variant: str, jobs: int = 400) -> tuple[float, float]:
     """(µs per target, µs per target the loop waited for calls made off it) in ``variant``."""
     store = Store.open(_scratch("serial.db"))
     waited = 0.0
-    real_run = _job_store.StoreThread.run
+    real_run = _paths.StoreThread.run
     store_class = _job_store.SQLiteJobStore
     real = store_class._checkpoint, store_class._fast_beside_checkpoint
 
-    async def timed_run(self: _job_store.StoreThread, fn: Callable[..., object], *a: object,
+    async def timed_run(self: _paths.StoreThread, fn: Callable[..., object], *a: object,
                         **k: object) -> object:  # fmt: skip
         nonlocal waited
         started = time.perf_counter()
@@ -132,14 +132,14 @@ def _serial(variant: str, jobs: int = 400) -> tuple[float, float]:
                 await run_job(runner, "probe", targets)
             return time.perf_counter() - started
 
-    _job_store.StoreThread.run = timed_run  # type: ignore[method-assign]
+    _paths.StoreThread.run = timed_run  # type: ignore[method-assign]
     if variant == "RESTART alone":
         store_class._checkpoint = _restart_alone  # type: ignore[method-assign]
         store_class._fast_beside_checkpoint = lambda *_: _fast_path.MISS  # type: ignore[method-assign]
     try:
         elapsed = trio.run(main)
     finally:
-        _job_store.StoreThread.run = real_run  # type: ignore[method-assign]
+        _paths.StoreThread.run = real_run  # type: ignore[method-assign]
         store_class._checkpoint, store_class._fast_beside_checkpoint = real  # type: ignore[method-assign]
         store.close()
     n = jobs * 32
@@ -161,19 +161,19 @@ def probe_checkpoint(*, jobs: int = 400, rounds: int = _ROUNDS) -> None:
 
 def _beside_8_jobs(budget: float, jobs_per_caller: int) -> tuple[float, list[float]]:
     """(targets/s, heartbeat lateness in seconds) of 8 concurrent callers at ``budget``."""
-    saved = _job_store.FAST_PASS_BUDGET
-    _job_store.FAST_PASS_BUDGET = budget
+    saved = _paths.FAST_PASS_BUDGET
+    _paths.FAST_PASS_BUDGET = budget
     try:
         got = measure_concurrent(
             _scratch("budget.db"), jobs_per_caller=jobs_per_caller, heartbeat=True
         )
     finally:
-        _job_store.FAST_PASS_BUDGET = saved
+        _paths.FAST_PASS_BUDGET = saved
     return got.targets_per_s, got.lateness
 
 
 def probe_budget(*, jobs_per_caller: int = 25, rounds: int = _ROUNDS) -> None:
-    variants = {"with the budget": _job_store.FAST_PASS_BUDGET, "without": float("inf")}
+    variants = {"with the budget": _paths.FAST_PASS_BUDGET, "without": float("inf")}
     for r in range(rounds):
         cells = [f"round {r + 1}:"]
         for name, budget in variants.items():

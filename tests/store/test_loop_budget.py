@@ -26,7 +26,7 @@ from trio_batch import (
 )
 from trio_batch.store import NewJob
 from trio_batch.store._loop_budget import MAX_DEFERRALS
-from trio_batch.store.sqlite import SQLiteJobStore, _fast_path, _job_store
+from trio_batch.store.sqlite import SQLiteJobStore, _fast_path, _paths
 
 from ..support.fakes import PassCounter
 
@@ -84,7 +84,7 @@ async def _passes_of_concurrent_reads(store: SQLiteJobStore, job_id: str) -> set
 async def test_fast_path_calls_past_the_budget_wait_for_later_passes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, budget: float, passes: int
 ) -> None:
-    monkeypatch.setattr(_job_store, "FAST_PASS_BUDGET", budget)
+    monkeypatch.setattr(_paths, "FAST_PASS_BUDGET", budget)
     async with SQLiteJobStore(Store.open(tmp_path / "jobs.db"), owns_store=True) as store:
         job_id = await _job_in(store)
         assert len(await _passes_of_concurrent_reads(store, job_id)) == passes
@@ -95,7 +95,7 @@ def test_calls_from_another_trio_run_are_never_held_back(
 ) -> None:
     # The budget is refilled only in the run it was installed in: anywhere else it must not
     # hold calls back, or they would wait for passes that never refill it.
-    monkeypatch.setattr(_job_store, "FAST_PASS_BUDGET", 0.0)
+    monkeypatch.setattr(_paths, "FAST_PASS_BUDGET", 0.0)
     store = SQLiteJobStore(Store.open(tmp_path / "jobs.db"), owns_store=True)
     job_id = trio.run(_job_in, store)  # installs the budget in this first run
     try:
@@ -143,7 +143,7 @@ def test_a_serial_drain_in_another_trio_run_still_lets_a_cancel_in_between_targe
 async def test_a_call_waiting_for_room_still_runs_when_cancelled(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_job_store, "FAST_PASS_BUDGET", 0.0)
+    monkeypatch.setattr(_paths, "FAST_PASS_BUDGET", 0.0)
     async with SQLiteJobStore(Store.open(tmp_path / "jobs.db"), owns_store=True) as store:
         job_id = await _job_in(store)
         counter = PassCounter()
@@ -177,7 +177,7 @@ async def never_room(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[tuple[SQLiteJobStore, str]]:
     """A store and a job in it, where every pass is spent before it starts: room never comes."""
-    monkeypatch.setattr(_job_store, "FAST_PASS_BUDGET", -1.0)
+    monkeypatch.setattr(_paths, "FAST_PASS_BUDGET", -1.0)
     async with SQLiteJobStore(Store.open(tmp_path / "jobs.db"), owns_store=True) as store:
         yield store, await _job_in(store)
 
@@ -230,7 +230,7 @@ async def test_a_call_waiting_for_room_when_the_store_closes_gets_the_closed_sto
     # Every pass is spent before it starts, so each call waits its full MAX_DEFERRALS passes:
     # the store is closed while it waits. It must get the store's own "closed" error, as a
     # call made after the close does, not the stopped thread's or the closed database's.
-    monkeypatch.setattr(_job_store, "FAST_PASS_BUDGET", -1.0)
+    monkeypatch.setattr(_paths, "FAST_PASS_BUDGET", -1.0)
     sqlite = Store.open(tmp_path / "jobs.db")
     store = SQLiteJobStore(sqlite, owns_store=owns_store)
     job_id = await _job_in(store)
@@ -272,7 +272,7 @@ async def test_concurrent_jobs_store_every_outcome_in_order_while_their_calls_wa
 ) -> None:
     # Group commits wait for room too: a leader that waits lets the next writers form a batch
     # of their own. Every outcome must still be stored once, in order, in its job.
-    monkeypatch.setattr(_job_store, "FAST_PASS_BUDGET", 0.0)
+    monkeypatch.setattr(_paths, "FAST_PASS_BUDGET", 0.0)
     store = Store.open(tmp_path / "jobs.db")
 
     async def fetch(target: Target) -> Result:

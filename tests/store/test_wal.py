@@ -24,7 +24,7 @@ from trio_batch import (
     open_runner,
 )
 from trio_batch.store import NewJob
-from trio_batch.store.sqlite import _job_store
+from trio_batch.store.sqlite import _job_store, _paths
 
 from ..support.fakes import T0 as NOW  # the time every call is made at: leases compare only with it
 
@@ -52,7 +52,7 @@ async def test_the_wal_is_checkpointed_and_stays_bounded_under_load(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The fast connection never checkpoints itself; the store thread must, often enough.
-    monkeypatch.setattr(_job_store, "CHECKPOINT_EVERY", 100)
+    monkeypatch.setattr(_paths, "CHECKPOINT_EVERY", 100)
     path = tmp_path / "jobs.db"
     store = Store.open(path)
     config = Config(targets_per_job=500, jobs_per_caller=8)
@@ -73,7 +73,7 @@ async def test_the_loop_never_writes_while_the_wal_is_checkpointed(
     # A checkpoint syncs the WAL and the database file; a fast-path write beside it could wait
     # in the kernel for those flushes, on the loop thread. So while one runs, the loop makes no
     # call on the fast connection: its calls go off the loop.
-    monkeypatch.setattr(_job_store, "CHECKPOINT_EVERY", 5)
+    monkeypatch.setattr(_paths, "CHECKPOINT_EVERY", 5)
     store = Store.open(tmp_path / "jobs.db")
     checkpoints: list[tuple[str, bool]] = []
     faces: list[_job_store.SQLiteJobStore] = []
@@ -120,7 +120,7 @@ async def test_outcomes_sharing_a_commit_each_count_toward_the_next_checkpoint(
 ) -> None:
     # A shared commit writes a page or two per outcome: counted as one call, 8 jobs' commits
     # let the WAL grow several times as large between two checkpoints.
-    monkeypatch.setattr(_job_store, "CHECKPOINT_EVERY", 8)
+    monkeypatch.setattr(_paths, "CHECKPOINT_EVERY", 8)
     steps: list[str] = []
     real_checkpoint = Store.checkpoint
 
@@ -180,7 +180,7 @@ async def _store_with_a_held_checkpoint(
     """A store whose first call (a job's creation) starts a checkpoint, which is then held;
     and the threads each statement on the fast connection runs on from then on. From then on
     ``CHECKPOINT_EVERY`` is ``every`` (the side thread makes up to half as many calls)."""
-    monkeypatch.setattr(_job_store, "CHECKPOINT_EVERY", 1)
+    monkeypatch.setattr(_paths, "CHECKPOINT_EVERY", 1)
 
     def checkpoint(store: Store, mode: str = "TRUNCATE") -> None:
         held.checkpoint(store, mode)
@@ -200,7 +200,7 @@ async def _store_with_a_held_checkpoint(
         now=NOW,
     )
     await trio.to_thread.run_sync(held.holding.wait)
-    monkeypatch.setattr(_job_store, "CHECKPOINT_EVERY", every)
+    monkeypatch.setattr(_paths, "CHECKPOINT_EVERY", every)
     threads: list[int] = []
     assert store._fast is not None
     store._fast.db.conn.set_trace_callback(lambda _: threads.append(threading.get_ident()))

@@ -1,0 +1,318 @@
+"""How the SQLite backend reaches its :class:`~trio_batch.Store`: the event loop never waits.
+
+Three paths to the synchronous :class:`~trio_batch.Store`:
+
+- **The fast path**, on the loop thread, for a small call that cannot wait: a second connection
+  to the same file with a busy timeout of 0 and automatic WAL checkpoints off. Under
+  ``synchronous=NORMAL`` a WAL commit only appends to the WAL file (no fsync), so such a call
+  costs tens of microseconds. The moment it would wait, because another connection or process
+  holds the write lock (SQLite answers "database is locked" at once, at ``BEGIN IMMEDIATE``,
+  before anything is written) or the in-process connection is busy, it gives up and the call
+  goes to the store thread instead.
+- **The store thread** (:class:`~trio_batch.store._thread.StoreThread`) for everything else:
+  calls that may wait on a lock or a disk flush (``synchronous=FULL``), big results, purges and
+  checkpoints.
+- **The side thread**, only while a checkpoint copies the WAL into the database (the loop must
+  not write beside its disk flushes, and the store thread is busy with it): the calls the fast
+  path declined, on the fast-path connection.
+
+:class:`FastPaths` holds the three and chooses between them; :class:`SQLiteJobStore
+<trio_batch.store.sqlite.SQLiteJobStore>` builds the :class:`~trio_batch.store.JobStore` on it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, Concatenate, ParamSpec, TypeVar
+
+import trio
+
+from ..._errors import StoreError
+from .._face import StoreFace
+from .._loop_budget import LoopBudget
+from .._thread import StoreThread
+from ._errors import translate_errors
+from ._fast_path import MISS, Miss, run_unless_declined
+from ._store import Store
+
+__all__ = ["CHECKPOINT_EVERY", "FAST_PASS_BUDGET", "FastPaths"]
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+#: Fast-path writes between two WAL checkpoints run on the store thread: an outcome write
+#: counts one per outcome in its commit (a shared commit writes a page or two per outcome),
+#: another write (a job created or finished) one, a read none. The fast connection never
+#: checkpoints (that would wait on a disk flush on the loop thread), so this bounds the WAL:
+#: about 1000 outcomes' pages, some MB. While a checkpoint copies the WAL, the side thread
+#: makes at most half as many writes, and later ones wait for it: the WAL holds at most 1.5
+#: times this many writes when it restarts, however long a slow disk makes the copy. Counting
+#: outcomes, not commits, keeps shared commits from letting the WAL grow several times larger.
+CHECKPOINT_EVERY = 1000
+#: Loop-thread time (seconds) the fast path may use in one pass of trio's scheduler; past it,
+#: the next call waits for a later pass (:class:`~trio_batch.store._loop_budget.LoopBudget`).
+#: A pass still runs its first call whatever it costs (about 0.3 ms for a 64-target job).
+FAST_PASS_BUDGET = 0.00015
+
+
+class FastPaths(StoreFace):
+    """The fast path, the store thread and the side thread over one :class:`Store`, and the
+    WAL checkpoints that bound the fast path's writes. The store thread and the fast-path
+    connection start at the first call, from inside a trio run; :meth:`aclose` them.
+    """
+
+    def __init__(self, store: Store, *, owns_store: bool = False) -> None:
+        super().__init__()
+        self.store = store
+        self.location = store.path
+        self._owns_store = owns_store
+        self._thread = StoreThread()
+        self._started = False
+        self._closed = False
+        self._fast: Store | None = None
+        self._owns_fast = False
+        self._writes_since_checkpoint = 0
+        # A checkpoint is queued or running: the loop makes no call on the fast connection.
+        self._checkpoint_pending = False
+        # ...and it is at its first step, the copy: calls may use the fast connection off the
+        # loop, on the side thread (see _off_loop).
+        self._checkpoint_copying = False
+        self._writes_beside_checkpoint = 0  # by the side thread, during this copy
+        self._side_thread = StoreThread(name="trio_batch store, beside a checkpoint")
+        self._budget = LoopBudget(FAST_PASS_BUDGET)
+
+    # ----------------------------------------------------------------------------------------
+    # Life cycle
+
+    def _start(self) -> None:
+        if self._closed:
+            raise StoreError(f"the store {self.location!r} is closed; it answers no more calls")
+        if self._started:
+            return
+        # Only NORMAL: under FULL every commit waits for a disk flush, which the loop must not.
+        if self.store.synchronous == "NORMAL":
+            if self.store.is_memory:
+                self._fast = self.store  # one connection; its lock says when the thread has it
+            else:
+                with translate_errors(self.store.busy_timeout):
+                    self._fast = self.store.reopen(busy_timeout=0, wal_autocheckpoint=False)
+                self._owns_fast = True
+                self._side_thread.start()
+        self._budget.install()
+        self._thread.start()
+        self._started = True
+
+    async def aclose(self) -> None:
+        """Close the fast-path connection, end the store thread after its queued calls, and
+        close the ``Store`` if this owns it. Later calls raise :class:`StoreError`.
+
+        Cancellation: the closing completes; nothing is left half-closed.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        self._budget.uninstall()
+        fast, self._fast = self._fast, None
+        if self._started:
+            with trio.CancelScope(shield=True):
+                if self._owns_fast and fast is not None:
+                    await self._side_thread.run(fast.close)  # after every queued call
+                    self._side_thread.stop()
+                if self._owns_store:
+                    await self._thread.run(self.store.close)  # after every queued call
+            self._thread.stop()
+        elif self._owns_store:
+            self.store.close()
+
+    # ----------------------------------------------------------------------------------------
+    # The two paths
+
+    async def _call(
+        self,
+        writes: int,
+        fn: Callable[Concatenate[Store, P], T],
+        /,
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T:
+        """``fn(store, ...)``: on the fast path if it can run there, else on the thread.
+        ``writes``: what it counts toward the next checkpoint (see :data:`CHECKPOINT_EVERY`).
+
+        Raises :class:`StoreError` if the store is closed, or closes while the call waits for
+        room in the loop (see :meth:`_ready_for_fast_call`).
+
+        Cancellation: as :meth:`StoreThread.run`: once started, the call completes, and
+        ``Cancelled`` is raised at the caller's next checkpoint.
+        """
+        answer, fast = await self._fast_else_off_loop(writes, fn, args, kwargs)
+        if fast:
+            await trio.lowlevel.cancel_shielded_checkpoint()  # an async call always yields once
+        return answer
+
+    async def _fast_else_off_loop(
+        self,
+        writes: int,
+        fn: Callable[..., T],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        *,
+        fast_kwargs: dict[str, Any] | None = None,
+        try_fast: bool = True,
+    ) -> tuple[T, bool]:
+        """``(fn(store, *args, **kwargs), ran_on_the_loop)``: tried on the fast path first (with
+        ``fast_kwargs`` added there, and only if ``try_fast``), off the loop if it declines.
+
+        The one place that chooses between the paths. A fast answer has not yielded yet (the
+        caller decides when it does); an answer from a thread has.
+
+        Cancellation: as :meth:`_call`.
+        """
+        if try_fast:
+            await self._ready_for_fast_call()
+        else:
+            self._start()  # off the loop: no room in it to wait for
+        with translate_errors(self.store.busy_timeout):
+            if try_fast:
+                extra = kwargs if fast_kwargs is None else {**kwargs, **fast_kwargs}
+                result = self._try_fast(writes, fn, *args, **extra)
+                if not isinstance(result, Miss):
+                    return result, True
+            return await self._off_loop(writes, fn, *args, **kwargs), False
+
+    async def _ready_for_fast_call(self) -> None:
+        """Check that the store is open (starting it), and wait for room in a later pass of the
+        loop if this pass has spent its budget.
+
+        Raises :class:`StoreError` if the store is closed, also when :meth:`aclose` ran while
+        the call waited (or while a group commit's leader yielded to gather its batch): the
+        call must get the closed store's error, not the stopped thread's or the closed
+        database's.
+
+        Cancellation: never raises ``Cancelled`` (see :meth:`LoopBudget.wait_for_room`).
+        """
+        self._start()
+        if self._budget.spent:
+            await self._budget.wait_for_room()
+            self._start()  # aclose may have run meanwhile
+
+    async def _on_thread(
+        self, fn: Callable[Concatenate[Store, P], T], /, *args: P.args, **kwargs: P.kwargs
+    ) -> T:
+        """``fn(store, ...)`` on the store thread, whatever it is."""
+        self._start()
+        with translate_errors(self.store.busy_timeout):
+            return await self._thread.run(fn, self.store, *args, **kwargs)
+
+    async def _off_loop(
+        self,
+        writes: int,
+        fn: Callable[Concatenate[Store, P], T],
+        /,
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T:
+        """``fn(store, ...)`` off the loop, for a call the fast path declined: on the side thread
+        with the fast connection while a checkpoint copies the WAL, else on the store thread.
+
+        The store thread is busy with the checkpoint then, and a call queued there would wait
+        for all of it. The copy step takes no lock, so other connections may go on writing
+        beside it, off the loop (see :meth:`_checkpoint`).
+
+        Cancellation: as :meth:`StoreThread.run`, on either thread.
+        """
+        with translate_errors(self.store.busy_timeout):
+            if self._checkpoint_copying:
+                result = await self._side_thread.run(
+                    self._fast_beside_checkpoint, writes, fn, args, kwargs
+                )
+                if not isinstance(result, Miss):
+                    return result
+                self._start()  # aclose may have run meanwhile: the closed store's error
+            return await self._thread.run(fn, self.store, *args, **kwargs)
+
+    def _fast_beside_checkpoint(
+        self,
+        writes: int,
+        fn: Callable[..., T],
+        args: tuple[object, ...],
+        kwargs: dict[str, object],
+    ) -> T | Miss:
+        """On the side thread: ``fn(fast, ...)`` if the checkpoint is still copying the WAL.
+
+        Once it restarts the WAL, no other connection may write (its ``RESTART`` waits for
+        them), so calls go to the store thread and queue behind it. A write that races the
+        restart is refused at ``BEGIN IMMEDIATE``, having written nothing, and goes there too.
+        So do writes past ``CHECKPOINT_EVERY // 2`` in one copy (counted as the loop counts
+        them: a shared commit of outcomes one per outcome), which bounds the WAL.
+        """
+        fast = self._fast
+        if fast is None or not self._checkpoint_copying:
+            return MISS
+        with fast._lock:
+            if not self._checkpoint_copying or (
+                writes and self._writes_beside_checkpoint + writes > CHECKPOINT_EVERY // 2
+            ):
+                return MISS
+            self._writes_beside_checkpoint += writes
+            return run_unless_declined(fn, fast, args, kwargs)
+
+    # Protected from KeyboardInterrupt: trio raises it wherever unprotected code runs, and
+    # between a BEGIN and the block that ends it, it would leave this connection inside a
+    # transaction that nothing commits. Held back, it arrives at the caller's next checkpoint;
+    # the call never waits (busy timeout 0), so that is soon.
+    @trio.lowlevel.enable_ki_protection
+    def _try_fast(
+        self,
+        writes: int,
+        fn: Callable[Concatenate[Store, P], T],
+        /,
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T | Miss:
+        """``fn(fast, ...)`` on the loop thread, or :data:`MISS` if it would wait; ``writes``
+        is what it counts toward the next checkpoint (see :data:`CHECKPOINT_EVERY`)."""
+        fast = self._fast
+        if fast is None or self._checkpoint_pending or not fast._lock.acquire(blocking=False):
+            return MISS
+        started = time.perf_counter()
+        try:
+            result = run_unless_declined(fn, fast, args, kwargs)
+        finally:
+            fast._lock.release()
+            self._budget.used += time.perf_counter() - started
+        if isinstance(result, Miss):
+            return result
+        self._writes_since_checkpoint += writes
+        if self._writes_since_checkpoint >= CHECKPOINT_EVERY and self._owns_fast:
+            self._writes_since_checkpoint = 0
+            # Until it is done, the loop makes no call on the fast connection: a checkpoint
+            # syncs the WAL and the database to disk, and a write beside those flushes could
+            # wait on them in the kernel, stalling the loop. Calls go off the loop instead.
+            self._checkpoint_pending = True
+            self._writes_beside_checkpoint = 0
+            self._checkpoint_copying = True
+            self._thread.run_soon(self._checkpoint)
+        return result
+
+    def _checkpoint(self) -> None:
+        """On the store thread: copy the WAL into the database and restart it from its
+        beginning (its file keeps its size, up to the journal size limit), then let the fast
+        path go on.
+
+        In two steps. ``PASSIVE`` copies the bulk and takes no write lock: meanwhile the calls
+        the loop would have made run on the side thread, with the fast connection, so drains
+        go on storing outcomes instead of waiting for the whole checkpoint. Racing constant
+        writes, it never restarts the WAL, which would then grow without end, so ``RESTART``
+        follows: it copies what was written meanwhile, waits for writers to finish, and
+        restarts the WAL. Calls go to this thread then, and queue behind it, so it gets the
+        write lock at once. (Not ``TRUNCATE``: growing the emptied file again made every
+        outcome write 20% slower.)
+        """
+        try:
+            self.store.checkpoint("PASSIVE")
+            self._checkpoint_copying = False
+            self.store.checkpoint("RESTART")
+        finally:
+            self._checkpoint_copying = False
+            self._checkpoint_pending = False  # one bool each, read by the loop thread
