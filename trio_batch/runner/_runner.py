@@ -20,8 +20,6 @@ from .._errors import InvalidRequest, JobLive, RunnerClosed, StoreUnavailable
 from .._model import (
     Job,
     JobState,
-    OutcomeWrite,
-    Result,
     Target,
     TargetStatus,
     check_caller,
@@ -34,15 +32,15 @@ from .._retry import RetryNotice
 from .._text import safe_text
 from .._tracing import NO_TRACING, Tracing
 from ..store import JobStore, NewJob
-from ._attempts import Attempts, Failure, FetchFunc
+from ._attempts import Attempts, FetchFunc
 from ._batch_ops import BatchOps
 from ._check import check_each, target_checker
-from ._cluster import ChangedElsewhere, release, wait_at_most, wait_elsewhere, wait_for_heartbeat
+from ._cluster import ChangedElsewhere, wait_at_most, wait_elsewhere
 from ._deliveries import Deliveries, WebhookDeliverer
 from ._drain import _Drain
+from ._drain_loop import DrainLoop
 from ._purge import purge_lapsed
 from ._reads import JobReads
-from ._store_retry import retry_refused
 
 __all__ = ["FetchFunc", "Runner"]
 
@@ -50,7 +48,7 @@ __all__ = ["FetchFunc", "Runner"]
 WATCH_PAGE = 256
 
 
-class Runner(BatchOps, JobReads):
+class Runner(BatchOps, JobReads, DrainLoop):
     """Runs jobs: submit, cancel, status, wait. Get one from :func:`open_runner`.
 
     Every method may be called from any task of the trio run that opened the runner.
@@ -388,7 +386,7 @@ class Runner(BatchOps, JobReads):
             await trio.sleep(self._config.purge_interval)
 
     # ----------------------------------------------------------------------------------------
-    # Draining
+    # Checks
 
     def _check_open(self) -> None:
         """New jobs are refused from the moment shutdown begins."""
@@ -400,118 +398,3 @@ class Runner(BatchOps, JobReads):
         """Every call is refused once the runner has stopped (its store may be closed)."""
         if self._stopped:
             raise RunnerClosed("the runner has stopped; its store answers no more calls")
-
-    async def _drain(self, drain: _Drain) -> None:
-        """Fetch the job's targets in order, storing each outcome before the next starts."""
-        self._tracing.enter_job(drain.span)  # this task's context: its store calls are children
-        try:
-            with drain.scope:
-                job: Job | None = None
-                for idx, target in enumerate(drain.targets):
-                    if not self._store.can_start_target():
-                        # Other runners may be about to take this one for dead: wait for a
-                        # heartbeat to get through (a reap stops the drain meanwhile).
-                        await wait_for_heartbeat(self._store, drain, self._config.poll_interval)
-                    if drain.cancel_requested:
-                        break
-                    drain.in_flight = idx
-                    result, attempts = await self._attempts.run(drain, idx, target)
-                    job = await self._store_outcome(drain, idx, result, attempts)
-                    drain.in_flight = None
-                    if job is None or job.is_terminal:
-                        break  # lapsed, finished, or cancelled while the target ran
-                if drain.cancel_requested and (job is None or not job.is_terminal):
-                    # Normally cancel() has marked the job; if its write failed, do it here.
-                    await drain.cancel_settled.wait()
-                    if drain.cancel_failed:
-                        await self._finish_when_possible(drain, JobState.CANCELLED, None)
-                if job is None or job.targets_done < job.targets_total:
-                    # Stopped early (cancelled here or elsewhere): tell waiters on other runners.
-                    await release(self._store, drain, self._log)
-        except Exception as exc:
-            self._tracing.job_failed(drain.span, exc)
-            # The database stayed unavailable past Config.store_retry_for (or a bug): fail the
-            # job rather than the host's nursery, and keep the runner serving other calls.
-            self._log.error(
-                "job drain failed",
-                exc_info=True,
-                extra={"job_id": drain.job_id, "caller": drain.caller, "idx": drain.in_flight},
-            )
-            reason = f"{type(exc).__name__}: {exc}"
-            if drain.in_flight is not None:
-                reason = f"could not store the outcome of target {drain.in_flight}: {reason}"
-            await self._finish_when_possible(drain, JobState.FAILED, safe_text(reason))
-            await release(self._store, drain, self._log)
-        finally:
-            if self._closed:
-                self._stopped_by_shutdown.add(drain.job_id)
-            drain.in_flight = None
-            self._tracing.job_ended(drain.span, drain.job, cancelled=drain.cancel_requested)
-            del self._drains[drain.job_id]
-            drain.stopped.set()
-            drain.notify_stored()  # watchers re-read and see the job without a drain task
-
-    async def _finish_when_possible(
-        self, drain: _Drain, status: JobState, error: str | None
-    ) -> None:
-        """Set the job's terminal status, retrying with backoff until the database takes it.
-
-        Cancellation (shutdown) stops the retries; the job is then reaped at shutdown or at the
-        next start.
-        """
-        await retry_refused(
-            lambda: self._store.finish_job(drain.job_id, status, error=error, now=self._now()),
-            what="set the job's status",
-            give_up_at=None,
-            log=self._log,
-            extra={"job_id": drain.job_id, "status": str(status)},
-        )
-        self._deliveries.wake()
-
-    async def _store_outcome(
-        self, drain: _Drain, idx: int, result: Result | Failure, attempts: int = 1
-    ) -> Job | None:
-        """Store one outcome; each attempt completes even during a cancel (it cannot be cancelled).
-
-        If the database refuses the write, it is retried with backoff for up to
-        ``Config.store_retry_for`` seconds; the waits between attempts can be cancelled (at
-        shutdown), the attempts themselves cannot. Raises StoreUnavailable once time is up.
-        """
-        success, failure = (result, None) if isinstance(result, Result) else (None, result)
-        write = OutcomeWrite(
-            drain.job_id,
-            idx,
-            result=success,
-            error=failure.error if failure else None,
-            hint=failure.hint if failure else None,
-            attempts=attempts,
-            seen=drain.job,
-            max_result_size=self._config.max_result_size,
-        )
-        # Each attempt cannot be cancelled (see JobStore.record_outcome): in effect shielded,
-        # and bounded by the store's own timeouts.
-        job = await retry_refused(
-            lambda: self._store.record_outcome(write, ttl=self._config.ttl, now=self._now()),
-            what="store an outcome",
-            give_up_at=trio.current_time() + self._config.store_retry_for,
-            log=self._log,
-            extra={"job_id": drain.job_id, "idx": idx},
-        )
-        drain.job = job
-        drain.notify_stored()
-        if self._log.isEnabledFor(logging.DEBUG):
-            self._log.debug(
-                "target stored",
-                extra={
-                    "job_id": drain.job_id,
-                    "idx": idx,
-                    "status": "failed" if failure else "done",
-                },
-            )
-        if job is not None and job.is_terminal:
-            self._deliveries.wake()
-            self._log.info(
-                "job finished",
-                extra={"job_id": drain.job_id, "caller": drain.caller, "status": str(job.status)},
-            )
-        return job

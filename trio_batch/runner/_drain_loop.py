@@ -1,0 +1,156 @@
+"""The drain loop: one task per job, fetching its targets in order and storing each outcome
+before the next starts (mixed into :class:`~trio_batch.Runner`, whose state it reads).
+
+Every outcome is written through the :class:`~trio_batch.JobStore` with a call that cannot be
+cancelled, so no cancellation can leave it half-written.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import trio
+
+from .._config import Config
+from .._model import Job, JobState, OutcomeWrite, Result
+from .._text import safe_text
+from .._tracing import Tracing
+from ..store import JobStore
+from ._attempts import Attempts, Failure
+from ._cluster import release, wait_for_heartbeat
+from ._deliveries import Deliveries
+from ._drain import _Drain
+from ._store_retry import retry_refused
+
+__all__ = ["DrainLoop"]
+
+
+class DrainLoop:
+    """The runner's drain tasks (mixed into :class:`~trio_batch.Runner`)."""
+
+    _store: JobStore
+    _tracing: Tracing
+    _config: Config
+    _now: Callable[[], float]
+    _log: logging.Logger
+    _attempts: Attempts
+    _deliveries: Deliveries
+    _drains: dict[str, _Drain]
+    _closed: bool
+    _stopped_by_shutdown: set[str]
+
+    async def _drain(self, drain: _Drain) -> None:
+        """Fetch the job's targets in order, storing each outcome before the next starts."""
+        self._tracing.enter_job(drain.span)  # this task's context: its store calls are children
+        try:
+            with drain.scope:
+                job: Job | None = None
+                for idx, target in enumerate(drain.targets):
+                    if not self._store.can_start_target():
+                        # Other runners may be about to take this one for dead: wait for a
+                        # heartbeat to get through (a reap stops the drain meanwhile).
+                        await wait_for_heartbeat(self._store, drain, self._config.poll_interval)
+                    if drain.cancel_requested:
+                        break
+                    drain.in_flight = idx
+                    result, attempts = await self._attempts.run(drain, idx, target)
+                    job = await self._store_outcome(drain, idx, result, attempts)
+                    drain.in_flight = None
+                    if job is None or job.is_terminal:
+                        break  # lapsed, finished, or cancelled while the target ran
+                if drain.cancel_requested and (job is None or not job.is_terminal):
+                    # Normally cancel() has marked the job; if its write failed, do it here.
+                    await drain.cancel_settled.wait()
+                    if drain.cancel_failed:
+                        await self._finish_when_possible(drain, JobState.CANCELLED, None)
+                if job is None or job.targets_done < job.targets_total:
+                    # Stopped early (cancelled here or elsewhere): tell waiters on other runners.
+                    await release(self._store, drain, self._log)
+        except Exception as exc:
+            self._tracing.job_failed(drain.span, exc)
+            # The database stayed unavailable past Config.store_retry_for (or a bug): fail the
+            # job rather than the host's nursery, and keep the runner serving other calls.
+            self._log.error(
+                "job drain failed",
+                exc_info=True,
+                extra={"job_id": drain.job_id, "caller": drain.caller, "idx": drain.in_flight},
+            )
+            reason = f"{type(exc).__name__}: {exc}"
+            if drain.in_flight is not None:
+                reason = f"could not store the outcome of target {drain.in_flight}: {reason}"
+            await self._finish_when_possible(drain, JobState.FAILED, safe_text(reason))
+            await release(self._store, drain, self._log)
+        finally:
+            if self._closed:
+                self._stopped_by_shutdown.add(drain.job_id)
+            drain.in_flight = None
+            self._tracing.job_ended(drain.span, drain.job, cancelled=drain.cancel_requested)
+            del self._drains[drain.job_id]
+            drain.stopped.set()
+            drain.notify_stored()  # watchers re-read and see the job without a drain task
+
+    async def _finish_when_possible(
+        self, drain: _Drain, status: JobState, error: str | None
+    ) -> None:
+        """Set the job's terminal status, retrying with backoff until the database takes it.
+
+        Cancellation (shutdown) stops the retries; the job is then reaped at shutdown or at the
+        next start.
+        """
+        await retry_refused(
+            lambda: self._store.finish_job(drain.job_id, status, error=error, now=self._now()),
+            what="set the job's status",
+            give_up_at=None,
+            log=self._log,
+            extra={"job_id": drain.job_id, "status": str(status)},
+        )
+        self._deliveries.wake()
+
+    async def _store_outcome(
+        self, drain: _Drain, idx: int, result: Result | Failure, attempts: int = 1
+    ) -> Job | None:
+        """Store one outcome; each attempt completes even during a cancel (it cannot be cancelled).
+
+        If the database refuses the write, it is retried with backoff for up to
+        ``Config.store_retry_for`` seconds; the waits between attempts can be cancelled (at
+        shutdown), the attempts themselves cannot. Raises StoreUnavailable once time is up.
+        """
+        success, failure = (result, None) if isinstance(result, Result) else (None, result)
+        write = OutcomeWrite(
+            drain.job_id,
+            idx,
+            result=success,
+            error=failure.error if failure else None,
+            hint=failure.hint if failure else None,
+            attempts=attempts,
+            seen=drain.job,
+            max_result_size=self._config.max_result_size,
+        )
+        # Each attempt cannot be cancelled (see JobStore.record_outcome): in effect shielded,
+        # and bounded by the store's own timeouts.
+        job = await retry_refused(
+            lambda: self._store.record_outcome(write, ttl=self._config.ttl, now=self._now()),
+            what="store an outcome",
+            give_up_at=trio.current_time() + self._config.store_retry_for,
+            log=self._log,
+            extra={"job_id": drain.job_id, "idx": idx},
+        )
+        drain.job = job
+        drain.notify_stored()
+        if self._log.isEnabledFor(logging.DEBUG):
+            self._log.debug(
+                "target stored",
+                extra={
+                    "job_id": drain.job_id,
+                    "idx": idx,
+                    "status": "failed" if failure else "done",
+                },
+            )
+        if job is not None and job.is_terminal:
+            self._deliveries.wake()
+            self._log.info(
+                "job finished",
+                extra={"job_id": drain.job_id, "caller": drain.caller, "status": str(job.status)},
+            )
+        return job
