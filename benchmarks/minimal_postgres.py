@@ -46,11 +46,14 @@ _STORE = (
 _FINISH = f"UPDATE jobs SET status = %s WHERE id = %s AND status IN {q.LIVE}"
 
 
-def measure(url: str, *, callers: int, jobs: int, targets_per_job: int = 32) -> float:
+def measure(
+    url: str, *, callers: int, jobs: int, targets_per_job: int = 32, pooled: bool = False
+) -> float:
     """Targets/s of ``callers`` concurrent callers, each running ``jobs`` jobs back to back
-    (``callers=1``: the serial case), on the (fresh) database at ``url``."""
+    (``callers=1``: the serial case), on the (fresh) database at ``url``; ``pooled``: ``url``
+    is a pooler's in transaction mode, so no statement is prepared (as the store's)."""
     PostgresStore.open(url).close()  # the store's schema, made by the store
-    conn = psycopg.connect(url, autocommit=True)
+    conn = psycopg.connect(url, autocommit=True, prepare_threshold=None if pooled else 5)
 
     def store_one(write: Write, t: float) -> None:
         job_id, idx, text, last = write

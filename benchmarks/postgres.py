@@ -1,4 +1,5 @@
-"""PostgreSQL rows of ``make bench``: ``python -m benchmarks.postgres [--quick] [--rounds N]``.
+"""PostgreSQL rows of ``make bench``: ``python -m benchmarks.postgres [--quick] [--rounds N]
+[--only ROW ...]``.
 
 On a throw-away local server (demo/local_postgres.py: Unix socket, ``fsync=off``,
 ``synchronous_commit=off``, so a commit costs CPU and a socket round trip, not a disk flush),
@@ -18,7 +19,8 @@ per round, each on a fresh database:
 - **serial** and **8 jobs** again **through PgBouncer** (demo/local_pgbouncer.py: transaction
   mode, over TCP on 127.0.0.1, the server behind it on its Unix socket), beside the direct rows
   above: what the pooler's extra hop costs (one runner: ``?listen=off``, LISTEN has nothing
-  to tell it).
+  to tell it), each beside the bare loop through PgBouncer too (no prepared statements there:
+  a pooler in transaction mode cannot keep them).
 
 Figures are medians over interleaved rounds; ratios to the floor are taken within a round.
 Read the ratios, not the absolute figures: the machine is shared.
@@ -33,7 +35,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 import psycopg
@@ -154,24 +156,20 @@ def _child(url: str, k: int) -> None:
     trio.run(main)
 
 
-def _pooled(bouncer: PgBouncer, url: str) -> str:
-    """The database of ``url`` (a direct one) through the pooler; one runner, so no LISTEN."""
-    dbname = url.split("/")[3].split("?")[0]
-    return f"{bouncer.url(dbname)}?listen=off"
+def _through(bouncer: PgBouncer, url: str) -> str:
+    """The database of ``url`` (a direct one) through the pooler."""
+    return bouncer.url(url.split("/")[3].split("?")[0])
 
 
-def run(
-    server: PgServer,
-    bouncer: PgBouncer,
-    *,
-    rounds: int,
-    floor_targets: int,
-    serial_jobs: int,
-    per_caller: int,
-) -> dict[str, list[float]]:
-    """Every measurement once per round, in turn; figures per round."""
-    rows: dict[str, list[float]] = {}
-    steps: list[tuple[str, Callable[[str], float]]] = [
+def steps(
+    bouncer: PgBouncer, *, floor_targets: int, serial_jobs: int, per_caller: int
+) -> list[tuple[str, Callable[[str], float]]]:
+    """Each row's measurement: a function of a fresh database's (direct) URL."""
+
+    def pooled(url: str) -> str:  # one runner, so no LISTEN
+        return f"{_through(bouncer, url)}?listen=off"
+
+    return [
         ("floor", lambda url: floor_throughput(url, targets=floor_targets)),
         ("serial", lambda url: workloads.measure_serial(url, jobs=serial_jobs)),
         (
@@ -200,22 +198,60 @@ def run(
         ),
         (
             "serial, through PgBouncer",
-            lambda url: workloads.measure_serial(_pooled(bouncer, url), jobs=serial_jobs),
+            lambda url: workloads.measure_serial(pooled(url), jobs=serial_jobs),
+        ),
+        (
+            "bare loop, 1 caller, through PgBouncer",
+            lambda url: minimal_postgres.measure(
+                _through(bouncer, url), callers=1, jobs=serial_jobs, pooled=True
+            ),
         ),
         (
             "8 jobs, through PgBouncer",
             lambda url: (
-                workloads.measure_concurrent(
-                    _pooled(bouncer, url), jobs_per_caller=per_caller
-                ).targets_per_s
+                workloads.measure_concurrent(pooled(url), jobs_per_caller=per_caller).targets_per_s
+            ),
+        ),
+        (
+            "bare loop, 8 callers, through PgBouncer",
+            lambda url: minimal_postgres.measure(
+                _through(bouncer, url), callers=8, jobs=per_caller, pooled=True
             ),
         ),
     ]
+
+
+def run(
+    server: PgServer,
+    bouncer: PgBouncer,
+    *,
+    rounds: int,
+    only: Collection[str] = (),
+    **sizes: int,
+) -> dict[str, list[float]]:
+    """Every measurement (``only``: those named, and the floor) once per round, in turn, the
+    order reversed every other round; figures per round."""
+    rows: dict[str, list[float]] = {}
+    chosen = [
+        (name, measure)
+        for name, measure in steps(bouncer, **sizes)
+        if not only or name in only or name == "floor"
+    ]
     for r in range(rounds):
-        for name, measure in steps if r % 2 == 0 else steps[::-1]:
+        for name, measure in chosen if r % 2 == 0 else chosen[::-1]:
             rows.setdefault(name, []).append(measure(fresh_database(server)))
-        print(f"round {r + 1}/{rounds} done", file=sys.stderr)
+        figures = ", ".join(f"{name} {values[-1]:.0f}" for name, values in rows.items())
+        print(f"round {r + 1}/{rounds}: {figures}", file=sys.stderr)
     return rows
+
+
+#: The bare loop each row is set beside: the same callers, the same path to the server.
+BARE_LOOP_OF = {
+    "cycle, 1 caller": "bare loop, 1 caller",
+    "cycle, 8 callers": "bare loop, 8 callers",
+    "serial, through PgBouncer": "bare loop, 1 caller, through PgBouncer",
+    "8 jobs, through PgBouncer": "bare loop, 8 callers, through PgBouncer",
+}
 
 
 def render(rows: dict[str, list[float]]) -> str:
@@ -223,8 +259,8 @@ def render(rows: dict[str, list[float]]) -> str:
     lines = [f"PostgreSQL (local throw-away server), medians over {len(rows['floor'])} rounds"]
     for name, values in rows.items():
         ratio = statistics.median(v / f for v, f in zip(values, rows["floor"], strict=True))
-        line = f"  {name:<34}{statistics.median(values):9.0f} targets/s   {ratio:.2f}x floor"
-        bare = rows.get(name.replace("cycle", "bare loop")) if name.startswith("cycle") else None
+        line = f"  {name:<42}{statistics.median(values):9.0f} targets/s   {ratio:.2f}x floor"
+        bare = rows.get(BARE_LOOP_OF.get(name, ""))
         if bare is not None:
             of_bare = statistics.median(v / b for v, b in zip(values, bare, strict=True))
             line += f"   {of_bare:.2f}x the bare loop"
@@ -236,6 +272,12 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.postgres", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="reduced sizes")
     parser.add_argument("--rounds", type=int)
+    parser.add_argument(
+        "--only",
+        action="append",
+        metavar="ROW",
+        help="measure this row (repeatable; the floor always is), e.g. --only serial",
+    )
     parser.add_argument("--child", nargs=2, metavar=("URL", "K"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -248,6 +290,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     if args.rounds:
         sizes["rounds"] = args.rounds
+    if args.only:
+        sizes["only"] = set(args.only)
     server = start_postgres()
     try:
         bouncer = start_pgbouncer(server)

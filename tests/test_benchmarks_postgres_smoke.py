@@ -10,6 +10,7 @@ import psycopg
 from benchmarks import minimal_postgres, postgres, workloads
 
 from .support.pg_server import PgServer
+from .support.pgbouncer import PgBouncer
 
 
 def test_each_postgres_row_runs(pg_server: PgServer) -> None:
@@ -33,3 +34,27 @@ def test_each_postgres_row_runs(pg_server: PgServer) -> None:
         {"floor": [1.0, 2.0], "cycle, 1 caller": [0.5, 1.0], "bare loop, 1 caller": [1.0, 1.0]}
     )
     assert "0.50x floor" in table and "0.75x the bare loop" in table
+
+
+def test_the_bare_loop_runs_through_pgbouncer(pooled_dsn: str) -> None:
+    # No statement prepared: a pooler in transaction mode would lose it between transactions.
+    assert minimal_postgres.measure(pooled_dsn, callers=2, jobs=3, targets_per_job=6, pooled=True)
+    with psycopg.connect(pooled_dsn, prepare_threshold=None) as conn:
+        targets = conn.execute("SELECT status, count(*) FROM targets GROUP BY 1").fetchall()
+        assert targets == [("done", 36)]
+
+
+def test_each_row_is_set_beside_a_bare_loop_that_is_measured(pgbouncer: PgBouncer) -> None:
+    names = [
+        name for name, _ in postgres.steps(pgbouncer, floor_targets=1, serial_jobs=1, per_caller=1)
+    ]
+    assert len(names) == len(set(names)) and names[0] == "floor"
+    assert set(postgres.BARE_LOOP_OF) <= set(names) >= set(postgres.BARE_LOOP_OF.values())
+    table = postgres.render(
+        {
+            "floor": [1.0],
+            "serial, through PgBouncer": [0.4],
+            "bare loop, 1 caller, through PgBouncer": [0.8],
+        }
+    )
+    assert "0.40x floor   0.50x the bare loop" in table
