@@ -11,6 +11,7 @@ psycopg's pipeline mode. On a real throw-away server (see pg_server.py).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import select
 from collections.abc import Iterator
@@ -21,20 +22,37 @@ import pytest
 
 from trio_batch import Job, JobState, OutcomeExists, OutcomeWrite, Result, StoreError
 from trio_batch._model import final_status
-from trio_batch.store.postgres import PostgresStore, _store
+from trio_batch.store.postgres import SCHEMA_VERSION, PostgresStore, _store
 from trio_batch.store.postgres import _queries as q
 
 from ..support.fakes import T0
 from .test_group_commit import TTL, create  # the same jobs as the shared-commit test
 
 
-@pytest.fixture
-def store(pg_dsn: str) -> Iterator[PostgresStore]:
-    opened = PostgresStore.open(pg_dsn)
+@pytest.fixture(params=["direct", "through PgBouncer"])
+def dsn(request: pytest.FixtureRequest, pg_dsn: str) -> str:
+    """The test's database, directly (``RECORD_OUTCOME`` prepared) and through PgBouncer in
+    transaction mode (the function that runs it, ``RECORD_OUTCOME_CALL``)."""
+    return pg_dsn if request.param == "direct" else str(request.getfixturevalue("pooled_dsn"))
+
+
+def _opened(dsn: str) -> Iterator[PostgresStore]:
+    opened = PostgresStore.open(dsn)
     try:
         yield opened
     finally:
         opened.close()
+
+
+@pytest.fixture
+def store(dsn: str) -> Iterator[PostgresStore]:
+    yield from _opened(dsn)
+
+
+@pytest.fixture
+def direct_store(pg_dsn: str) -> Iterator[PostgresStore]:
+    """A store on a direct connection: its server process is the one the test ends."""
+    yield from _opened(pg_dsn)
 
 
 def stored_row(store: PostgresStore, job_id: str) -> tuple[Any, ...]:
@@ -51,6 +69,23 @@ def stored_row(store: PostgresStore, job_id: str) -> tuple[Any, ...]:
         (job_id,),
     ).fetchall()
     return (*job, tuple(targets))
+
+
+def test_the_outcome_function_is_the_one_the_migrations_make() -> None:
+    """Through a pooler the outcome write is a function the schema migration creates: once
+    RECORD_OUTCOME (or the function around it) changes, a database migrated earlier still
+    runs the old one. Change it only with a new schema version whose step creates it again
+    (``CREATE OR REPLACE``), then update this digest."""
+    digest = hashlib.sha256(q.CREATE_RECORD_OUTCOME_FUNCTION.encode()).hexdigest()[:16]
+    assert (digest, SCHEMA_VERSION) == ("660a418e42d9e33f", 6)
+
+
+def test_through_a_pooler_the_write_is_the_function(
+    store: PostgresStore, dsn: str, pg_dsn: str
+) -> None:
+    store.connection()
+    assert store.pooled is (dsn != pg_dsn)
+    assert store._outcome_sql == (q.RECORD_OUTCOME_CALL if store.pooled else q.RECORD_OUTCOME)
 
 
 def test_the_terminal_status_sql_is_final_status(store: PostgresStore) -> None:
@@ -84,8 +119,8 @@ def test_the_last_outcome_sets_the_models_final_status(store: PostgresStore, fai
 # A refused write in a shared commit changes nothing: test_group_commit.py, on every backend.
 
 
-def test_a_write_for_another_runners_job_changes_nothing(pg_dsn: str) -> None:
-    with _runner_store(pg_dsn) as mine, _runner_store(pg_dsn) as theirs:
+def test_a_write_for_another_runners_job_changes_nothing(dsn: str) -> None:
+    with _runner_store(dsn) as mine, _runner_store(dsn) as theirs:
         ours = create(mine, "ours", 2)
         other = create(theirs, "theirs", 2)
         before = stored_row(mine, other.id)
@@ -347,7 +382,7 @@ def _psycopg_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 @pytest.mark.parametrize("cut", ["sending", "answering", "committing"])
 def test_a_connection_lost_mid_pipeline_leaves_the_writes_in_doubt_and_a_retry_stores_each_once(
-    store: PostgresStore,
+    direct_store: PostgresStore,
     pg_dsn: str,
     pipelines: list[int],
     monkeypatch: pytest.MonkeyPatch,
@@ -356,6 +391,7 @@ def test_a_connection_lost_mid_pipeline_leaves_the_writes_in_doubt_and_a_retry_s
     """The server ends the store's connection (pg_terminate_backend, as a restart does) while
     the writes are being sent, while their answers are read, or before COMMIT: the call
     fails, every write is kept as maybe committed, and the retry goes one write at a time."""
+    store = direct_store
     a = create(store, "a", 2)
     b = create(store, "b", 1)
     writes = [

@@ -202,6 +202,16 @@ def test_a_version_4_database_gets_the_shared_per_host_tables(pg_dsn: str) -> No
     assert _sql(pg_dsn, "SELECT count(*) FROM host_state") == [(0,)]
 
 
+def test_a_version_5_database_gets_the_outcome_function(pg_dsn: str) -> None:
+    PostgresStore.open(pg_dsn).close()
+    _sql(pg_dsn, "DROP FUNCTION trio_batch_record_outcome")
+    _sql(pg_dsn, "UPDATE trio_batch_schema SET version = 5")
+    PostgresStore.open(pg_dsn).close()
+    assert _sql(pg_dsn, "SELECT version FROM trio_batch_schema") == [(SCHEMA_VERSION,)]
+    functions = "SELECT count(*) FROM pg_proc WHERE proname = 'trio_batch_record_outcome'"
+    assert _sql(pg_dsn, functions) == [(1,)]
+
+
 def test_a_version_1_database_is_upgraded_in_place(pg_dsn: str) -> None:
     from trio_batch.store.postgres import _queries as q
 

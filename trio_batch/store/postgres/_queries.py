@@ -8,6 +8,8 @@ on the database's clock, the one clock every host shares.
 
 from __future__ import annotations
 
+import re
+
 __all__: list[str] = []  # imported as a module: ``from . import _queries as q``
 
 # Column order matches the Job dataclass, so a row maps to Job(*row).
@@ -277,6 +279,37 @@ RECORD_OUTCOME = (
     f"AND b.status NOT IN {LIVE}"
     ") "
     "SELECT EXISTS (SELECT 1 FROM job), bumped.* FROM (VALUES (1)) AS one LEFT JOIN bumped ON true"
+)
+#: ``RECORD_OUTCOME``'s parameters and their types: the arguments of the function below.
+_OUTCOME_ARGS = (
+    ("job_id", "text"), ("idx", "integer"), ("now", "double precision"),
+    ("expires", "double precision"), ("runner", "text"), ("status", "text"),
+    ("result", "text"), ("error", "text"), ("hint", "text"), ("attempts", "integer"),
+    ("failed", "integer"), ("size", "bigint"),
+)  # fmt: skip
+#: Version 6: ``RECORD_OUTCOME`` as a PL/pgSQL function, for connections through a pooler in
+#: transaction mode, where no statement can stay prepared: parsing and planning the statement
+#: each time cost twice what running it does, and a PL/pgSQL function's plan is kept by each
+#: server connection, whichever client calls it. A change to ``RECORD_OUTCOME`` needs a
+#: migration that runs this again (a test holds the statement's digest).
+CREATE_RECORD_OUTCOME_FUNCTION = (
+    "CREATE OR REPLACE FUNCTION trio_batch_record_outcome("
+    + ", ".join(f"p_{name} {type_}" for name, type_ in _OUTCOME_ARGS)
+    + ") RETURNS TABLE (owned boolean, id text, status text, error text, targets_total integer, "
+    "targets_done integer, targets_failed integer, caller text, caller_class text, "
+    "idem_key text, created_at double precision, updated_at double precision, "
+    "expires_at double precision, metadata text, parent_id text) "
+    # The table's columns win over the output columns of the same names.
+    "LANGUAGE plpgsql AS $body$ #variable_conflict use_column\nBEGIN RETURN QUERY "
+    + re.sub(r"%\((\w+)\)s", r"p_\1", RECORD_OUTCOME)
+    + "; END $body$"
+)
+#: ``RECORD_OUTCOME`` through that function: the same parameters, the same one row. Each cast
+#: to its argument's type, so a value out of its range is refused as by the statement itself.
+RECORD_OUTCOME_CALL = (
+    "SELECT * FROM trio_batch_record_outcome("
+    + ", ".join(f"%({name})s::{type_}" for name, type_ in _OUTCOME_ARGS)
+    + ")"
 )
 #: A target's stored outcome, to recognise a retried write whose first attempt committed.
 GET_OUTCOME = "SELECT status, result, error, hint FROM targets WHERE job_id = %s AND idx = %s"

@@ -22,7 +22,7 @@ from . import _queries as q
 __all__ = ["SCHEMA_VERSION", "migrate"]
 
 #: The schema version this code writes.
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 
 def migrate(
@@ -70,7 +70,10 @@ def migrate(
             # Per-host limits shared by the runners: leased request slots, pause and rate.
             for statement in q.CREATE_HOST_LIMITS:
                 conn.execute(statement)
-        # Later versions add their steps here: `if version < 6: ...`.
+        if version < 6:
+            # The outcome write as a function: its plan cached on the server, pooler or not.
+            conn.execute(q.CREATE_RECORD_OUTCOME_FUNCTION)
+        # Later versions add their steps here: `if version < 7: ...`.
         conn.execute(q.SET_VERSION, (SCHEMA_VERSION,))
 
 

@@ -366,7 +366,7 @@ class PostgresStore(PostgresReads):
                         except ValueError as exc:  # refused before any SQL: nothing sent
                             answers[i] = exc
                             continue
-                        sent.append((i, write, conn.execute(q.RECORD_OUTCOME, values)))
+                        sent.append((i, write, conn.execute(self._outcome_sql, values)))
                     for i, write, cursor in sent:
                         answers[i] = _outcome_answer(write, cursor.fetchone())
                 except psycopg.DataError as exc:
@@ -379,6 +379,12 @@ class PostgresStore(PostgresReads):
             if refused is not None:
                 raise refused  # rolls the transaction back
         return answers
+
+    @property
+    def _outcome_sql(self) -> str:
+        """``RECORD_OUTCOME``, prepared on a direct connection; through a pooler (nothing
+        prepared), the function that keeps its plan on the server."""
+        return q.RECORD_OUTCOME_CALL if self.pooled else q.RECORD_OUTCOME
 
     def _outcome_values(self, write: OutcomeWrite, *, ttl: float, now: float) -> dict[str, Any]:
         """``RECORD_OUTCOME``'s parameters for ``write``; ValueError for a write that cannot
@@ -406,9 +412,9 @@ class PostgresStore(PostgresReads):
         ``alone``: the write is a transaction of its own (else one is open on ``conn``)."""
         values = self._outcome_values(write, ttl=ttl, now=now)
         if alone:
-            row = self._one(conn, Op.WRITE, q.RECORD_OUTCOME, values).fetchone()
+            row = self._one(conn, Op.WRITE, self._outcome_sql, values).fetchone()
         else:
-            row = conn.execute(q.RECORD_OUTCOME, values).fetchone()
+            row = conn.execute(self._outcome_sql, values).fetchone()
         answer = _outcome_answer(write, row)
         if not (
             isinstance(answer, OutcomeExists) and (write.job_id, write.idx) in self._maybe_committed
