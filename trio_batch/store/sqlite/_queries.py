@@ -24,16 +24,25 @@ FIND_REUSABLE = (
     "WHERE caller = ? AND idem_key = ? AND expires_at > ? "
     "ORDER BY expires_at DESC LIMIT 1"
 )
+#: What a submit needs to know before it writes, in one statement (one snapshot): the job to
+#: reuse (FIND_REUSABLE's; an aggregate's bare columns come from the row ``max`` picks, NULLs
+#: if none), its lease, then the caller's live jobs, all live jobs, and the caller's newest
+#: live job (``max`` again, through the live-jobs index alone).
+ADMISSION = (
+    f"SELECT {JOB_COLUMNS}, max(expires_at), "
+    "(SELECT count(*) FROM jobs WHERE status IN ('queued', 'running') AND caller = ?1), "
+    "(SELECT count(*) FROM jobs WHERE status IN ('queued', 'running')), "
+    "(SELECT id FROM (SELECT id, max(created_at) FROM jobs "
+    "WHERE caller = ?1 AND status IN ('queued', 'running'))) "
+    "FROM jobs WHERE caller = ?1 AND idem_key = ?2 AND expires_at > ?3"
+)
+#: Commits by other connections since this one opened; see create_job.
+DATA_VERSION = "PRAGMA data_version"
 #: Live jobs in all; live is by status, not lease.
 COUNT_LIVE = "SELECT count(*) FROM jobs WHERE status IN ('queued', 'running')"
 #: Live jobs of one caller.
 COUNT_LIVE_OF_CALLER = (
     "SELECT count(*) FROM jobs WHERE status IN ('queued', 'running') AND caller = ?"
-)
-#: The caller's newest live job: the one a CallerBusy refusal names.
-NEWEST_LIVE_OF_CALLER = (
-    "SELECT id FROM jobs WHERE status IN ('queued', 'running') AND caller = ? "
-    "ORDER BY created_at DESC LIMIT 1"
 )
 INSERT_JOB = f"INSERT INTO jobs ({JOB_COLUMNS}, trace_context) VALUES ({', '.join('?' * 15)})"
 INSERT_TARGET = (

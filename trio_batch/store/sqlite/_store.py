@@ -56,8 +56,9 @@ class Store(Connection):
 
     The methods map to the job lifecycle:
 
-    - :meth:`create_job`: idempotency lookup, caps check and insert in one ``BEGIN IMMEDIATE``.
-    - :meth:`find_reusable_job` and :meth:`count_live_jobs`: the lookups ``create_job`` makes.
+    - :meth:`create_job`: idempotency lookup, caps check and insert, atomically.
+    - :meth:`find_reusable_job` and :meth:`count_live_jobs`: the lookups ``create_job`` makes
+      (in one statement).
     - :meth:`record_outcome`: store one target's outcome and bump the job's lease, together.
     - :meth:`finish_job`: set a live job's terminal status, once.
     - :meth:`mark_in_flight_failed`: after a restart or at shutdown, fail every live job.
@@ -77,13 +78,15 @@ class Store(Connection):
     def create_job(self, new: NewJob, *, now: float | None = None) -> tuple[Job, bool]:
         """Create a job atomically with its caps check; returns ``(job, reused)``.
 
-        In one ``BEGIN IMMEDIATE`` transaction: if a job with the same ``(caller, idem_key)``
-        has an unexpired lease (whatever its status), return it with ``reused=True`` and write
-        nothing. Otherwise check the caps, counting live (``queued``/``running``) jobs by status,
-        not lease: more than ``targets_per_job`` targets raises :class:`TooManyTargets`, the
-        caller already holding ``jobs_per_caller`` live jobs raises :class:`CallerBusy`,
-        ``jobs_total`` live jobs in all raises :class:`Busy`. Then insert the job and all its
+        Atomic: if a job with the same ``(caller, idem_key)`` has an unexpired lease (whatever
+        its status), return it with ``reused=True`` and write nothing. Otherwise check the caps,
+        counting live (``queued``/``running``) jobs by status, not lease: more than
+        ``targets_per_job`` targets raises :class:`TooManyTargets`, the caller already holding
+        ``jobs_per_caller`` live jobs raises :class:`CallerBusy`, ``jobs_total`` live jobs in
+        all raises :class:`Busy`. Then insert the job and all its
         targets as ``pending`` with a lease of ``ttl`` seconds, and return ``(job, False)``.
+        A reuse or a refusal is answered from one read and takes no write lock; an insert takes
+        it (``BEGIN IMMEDIATE``), and reads again first if another connection committed since.
 
         ``new.status`` is the new job's status: ``queued``, or ``running`` for a caller that
         starts draining at once. ``new.job_id`` is the id a new job gets (made with
@@ -95,30 +98,49 @@ class Store(Connection):
         now = time.time() if now is None else now
         insert = new_job(new, now=now)
         job = insert.job
-        # A reuse needs no write lock: look first with a plain read, then again under the lock
-        # (another connection may have created the job in between).
-        existing = self.find_reusable_job(job.caller, job.idem_key, now=now)
-        if existing is not None:
-            return existing, True
-        with self.transaction():
-            existing = self.find_reusable_job(job.caller, job.idem_key, now=now)
+        # A reuse or a refusal needs no write lock: one read finds the job to reuse, else the
+        # cap that refuses this one. Held throughout, so no other thread commits on this
+        # connection meanwhile, which the data version below would not show.
+        with self._lock:
+            seen = self._data_version()
+            existing = self._admit(job, new, now=now)
             if existing is not None:
                 return existing, True
-            check_caps(
-                job,
-                new,
-                caller_live=lambda: self.count_live_jobs(job.caller),
-                total_live=self.count_live_jobs,
-                blocking_job=lambda: self._newest_live_job(job.caller),
-            )
-            self.db.execute(q.INSERT_JOB, insert.job_params())
-            self.db.conn.executemany(q.INSERT_TARGET, insert.target_params())
-            if job.metadata:
-                self.db.conn.executemany(q.INSERT_LABEL, insert.label_params())
-            if new.webhook_url is not None or new.callback:
-                outbox_row = (job.id, new_event_id(), new.webhook_url, new.callback)
-                self.db.execute(q.INSERT_OUTBOX, outbox_row)
-            return job, False
+            with self.transaction():
+                # Another connection may have created or finished a job since that read.
+                if self._data_version() != seen:
+                    existing = self._admit(job, new, now=now)
+                    if existing is not None:
+                        return existing, True
+                self.db.execute(q.INSERT_JOB, insert.job_params())
+                self.db.conn.executemany(q.INSERT_TARGET, insert.target_params())
+                if job.metadata:
+                    self.db.conn.executemany(q.INSERT_LABEL, insert.label_params())
+                if new.webhook_url is not None or new.callback:
+                    outbox_row = (job.id, new_event_id(), new.webhook_url, new.callback)
+                    self.db.execute(q.INSERT_OUTBOX, outbox_row)
+                return job, False
+
+    def _data_version(self) -> int:
+        """SQLite's count of commits by other connections: the same twice, nothing changed."""
+        return int(self.db.conn.execute(q.DATA_VERSION).fetchone()[0])
+
+    def _admit(self, job: Job, new: NewJob, *, now: float) -> Job | None:
+        """The job to reuse for ``job``, or None; raises the cap ``job`` would break, as
+        :func:`check_caps` does. One statement: the lookup and the counts see one snapshot."""
+        with self._lock:
+            row = self.db.execute(q.ADMISSION, (job.caller, job.idem_key, now)).fetchone()
+        if row[0] is not None:
+            return _job(row[:-4])
+        caller_live, total_live, blocking = row[-3:]
+        check_caps(
+            job,
+            new,
+            caller_live=lambda: int(caller_live),
+            total_live=lambda: int(total_live),
+            blocking_job=lambda: None if blocking is None else str(blocking),
+        )
+        return None
 
     def find_reusable_job(self, caller: str, key: str, *, now: float | None = None) -> Job | None:
         """The newest job of ``caller`` with idempotency key ``key`` whose lease has not lapsed."""
@@ -138,11 +160,6 @@ class Store(Connection):
             else:
                 row = self.db.execute(q.COUNT_LIVE_OF_CALLER, (caller,)).fetchone()
         return int(row[0])
-
-    def _newest_live_job(self, caller: str) -> str | None:
-        """The id of ``caller``'s newest live job: the one a :class:`CallerBusy` names."""
-        row = self.db.execute(q.NEWEST_LIVE_OF_CALLER, (caller,)).fetchone()
-        return None if row is None else str(row[0])
 
     # ----------------------------------------------------------------------------------------
     # Writing outcomes and statuses
