@@ -95,11 +95,9 @@ def measure(
             conn.execute(q.RETIRE_LAPSED, (caller, key, now))
             job = (job_id, "running", None, len(urls), 0, 0, caller, "bench", key, now, now)
             conn.execute(q.INSERT_JOB, (*job, now + _TTL, "{}", None, None, None))
-            with conn.cursor() as cur:
-                cur.executemany(
-                    q.INSERT_TARGET,
-                    [(job_id, idx, url, "{}", "pending", None) for idx, url in enumerate(urls)],
-                )
+            conn.execute(
+                q.INSERT_TARGETS, (job_id, "pending", urls, ["{}"] * len(urls), [None] * len(urls))
+            )
         return job_id
 
     try:

@@ -287,6 +287,18 @@ class JobInsert:
             for i, t in enumerate(self.targets)
         ]
 
+    def target_columns(self) -> tuple[str, str, list[str], list[str], list[str | None]]:
+        """``(job_id, status, urls, options, custom_ids)``: the targets as columns, all
+        ``pending``, in ``idx`` order (one multi-row insert's parameters)."""
+        targets = self.targets
+        return (
+            self.job.id,
+            TargetState.PENDING.value,
+            [t.url for t in targets],
+            [options_text(t.options) for t in targets],
+            [t.custom_id for t in targets],
+        )
+
 
 def new_job(new: NewJob, *, now: float) -> JobInsert:
     """Check a create request and build the job it would insert, before any I/O.

@@ -217,9 +217,13 @@ NEWEST_LIVE_OF_CALLER = (
 INSERT_JOB = (
     f"INSERT INTO jobs ({JOB_COLUMNS}, trace_context, owner) VALUES ({', '.join(['%s'] * 16)})"
 )
-INSERT_TARGET = (
+#: A job's targets in one statement (one plan, not one per target): the job's id, their status,
+#: then their URLs, options and custom ids as arrays, in ``idx`` order.
+INSERT_TARGETS = (
     "INSERT INTO targets (job_id, idx, url, options, status, custom_id) "
-    "VALUES (%s, %s, %s, %s, %s, %s)"
+    "SELECT %s, t.idx - 1, t.url, t.options, %s, t.custom_id "
+    "FROM unnest(%s::text[], %s::text[], %s::text[]) "
+    "WITH ORDINALITY AS t(url, options, custom_id, idx)"
 )
 INSERT_LABEL = (
     "INSERT INTO job_labels (job_id, caller, key, value, created_at) VALUES (%s, %s, %s, %s, %s)"

@@ -247,9 +247,9 @@ class PostgresStore(PostgresReads):
                 # A second current job of the key (a writer that skipped the lock) is refused
                 # by the unique index: UniqueViolation, so StoreUnavailable, nothing written.
                 conn.execute(q.INSERT_JOB, (*insert.job_params(), self.runner_id))
-                with conn.cursor() as cur:
-                    cur.executemany(q.INSERT_TARGET, insert.target_params())
-                    if job.metadata:
+                conn.execute(q.INSERT_TARGETS, insert.target_columns())
+                if job.metadata:
+                    with conn.cursor() as cur:
                         cur.executemany(q.INSERT_LABEL, insert.label_params())
                 if new.webhook_url is not None or new.callback:
                     outbox_row = (job.id, new_event_id(), new.webhook_url, new.callback)
