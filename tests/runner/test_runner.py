@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import traceback
 from collections.abc import AsyncIterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -261,6 +262,24 @@ async def test_caps_are_enforced(store: Store, fetch: ScriptedFetch, clock: Fake
         status = await runner.status(first)
         assert status is not None and status[0].status == JobState.RUNNING
         assert status[1][0].status == TargetState.RUNNING
+
+
+async def test_a_refusal_keeps_nothing_of_the_job_alive(
+    store: Store, fetch: ScriptedFetch, clock: FakeClock
+) -> None:
+    # A thousand callers backing off, each holding its refusal: each must hold next to nothing
+    # (not the store's frames, not the drain and request built for a job never created).
+    async with open_runner(store, fetch, CONFIG, now=clock) as runner:
+        await runner.submit("alice", "user", urls("x/hang"))
+        await runner.submit("bob", "user", urls("y/hang"))
+        await runner.submit("carol", "user", urls("z/hang"))
+        for caller, refusal in (("alice", CallerBusy), ("dave", Busy)):
+            with pytest.raises(refusal) as refused:
+                await runner.submit(caller, "user", urls("w"))
+            frames = [frame for frame, _ in traceback.walk_tb(refused.value.__traceback__)]
+            ours = [f.f_code.co_qualname for f in frames if "trio_batch" in f.f_code.co_filename]
+            assert ours == ["Runner.submit"]
+            assert {"drain", "request"}.isdisjoint(frames[-1].f_locals)
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 import trio
 
 from .._config import Config
-from .._errors import InvalidRequest, JobLive, RunnerClosed, StoreUnavailable
+from .._errors import Busy, CallerBusy, InvalidRequest, JobLive, RunnerClosed, StoreUnavailable
 from .._model import (
     Job,
     JobState,
@@ -203,10 +203,15 @@ class Runner(BatchOps, JobReads, DrainLoop):
             drain.job = job
             self._nursery.start_soon(self._drain, drain, name=f"trio_batch drain {job.id}")
             started = True
+        except (Busy, CallerBusy) as refused:
+            # An answer, not a fault: raised afresh, it keeps none of the store's frames (nor
+            # their locals) alive while the caller backs off, for the collector to walk.
+            raise refused.with_traceback(None) from None
         finally:
             if not started:
                 del self._drains[drain.job_id]
                 drain.stopped.set()
+                del drain, request  # nor this frame's job that was not created
         self._log.info("job submitted", extra=log_extra)
         return job.id, False
 
