@@ -6,6 +6,7 @@ fetch function from conftest; a few run ``trio-batch serve`` in a subprocess.
 
 from __future__ import annotations
 
+import gc
 import json
 import signal
 import subprocess
@@ -642,6 +643,27 @@ def test_load_fetch() -> None:
 
 # --------------------------------------------------------------------------------------------
 # The command, in a subprocess
+
+
+@pytest.mark.parametrize("freeze", [False, True])
+async def test_serve_freezes_the_heap_once_up_only_when_asked(
+    tmp_path: Path, fetch: ScriptedFetch, clock: FakeClock, freeze: bool
+) -> None:
+    # The command asks (its process is its own); an embedding program's heap is left alone.
+    gc.unfreeze()
+    app = create_app(db=tmp_path / "jobs.db", fetch=fetch, now=clock, auth=AUTH, config=CONFIG)
+    stop = trio.Event()
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(
+                partial(
+                    serve, app, bind="127.0.0.1:0", shutdown_trigger=stop.wait, freeze_heap=freeze
+                )
+            )
+            assert (gc.get_freeze_count() > 0) is freeze
+            stop.set()
+    finally:
+        gc.unfreeze()
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])

@@ -221,7 +221,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
         async with trio.open_nursery() as nursery:
             urls = await nursery.start(
-                partial(serve, app, bind=args.bind, shutdown_trigger=on_signal)
+                partial(serve, app, bind=args.bind, shutdown_trigger=on_signal, freeze_heap=True)
             )
             for url in urls:
                 print(f"listening on {url}", flush=True)

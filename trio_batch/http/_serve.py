@@ -3,6 +3,7 @@ that builds one is :mod:`trio_batch.cli`'s ``serve``)."""
 
 from __future__ import annotations
 
+import gc
 import logging
 from collections.abc import Awaitable, Callable
 from functools import partial
@@ -25,6 +26,7 @@ async def serve(
     bind: str = "127.0.0.1:8000",
     shutdown_trigger: Callable[[], Awaitable[object]] | None = None,
     graceful_timeout: float = 5.0,
+    freeze_heap: bool = False,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``app`` (from :func:`create_app`) with Hypercorn's trio worker until shut down.
@@ -35,6 +37,11 @@ async def serve(
     the port in use) raises and is never announced. When ``shutdown_trigger`` returns, new
     jobs are refused, event streams end, requests in progress get ``graceful_timeout`` seconds
     to finish, and the lifespan shuts the runner down (live jobs marked failed "shutdown").
+
+    ``freeze_heap``: once the service is up, collect garbage and :func:`gc.freeze` what is
+    left (the modules, the app, the runner), so a full collection under load walks only what
+    requests allocate since. The process's heap is its owner's: ``trio-batch serve`` asks
+    for it; a program that embeds the service decides for itself.
     """
     from hypercorn.config import Config as HypercornConfig
     from hypercorn.trio import serve as hypercorn_serve
@@ -65,6 +72,9 @@ async def serve(
         # Hypercorn binds and reports even when the lifespan failed (it raises just after):
         # only a service whose runner is up is announced.
         if service.runner_ is not None:
+            if freeze_heap:
+                gc.collect()
+                gc.freeze()
             task_status.started(urls)
 
 
