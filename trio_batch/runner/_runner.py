@@ -297,6 +297,12 @@ class Runner(BatchOps, JobReads, DrainLoop):
         drain = self._drains.get(job_id)
         if drain is not None:
             await drain.stopped.wait()
+            held = drain.job
+            # The job as the drain's last write answered: nothing writes a terminal job but
+            # a forget or a purge. Not terminal (a cancel's or a failure's mark came after
+            # the last outcome), it is stale: read it back.
+            if held is not None and held.is_terminal:
+                return held if held.expires_at > self._now() else None
         elif job_id not in self._stopped_by_shutdown:
             return await wait_elsewhere(
                 self._store,
