@@ -30,6 +30,7 @@ from trio_batch import (
     OutcomeExists,
     OutcomeWrite,
     Result,
+    SQLiteJobStore,
     Store,
     Target,
     TargetState,
@@ -466,3 +467,50 @@ async def test_a_writer_waiting_for_the_commit_in_flight_cannot_be_cancelled() -
     assert commit.batches == [[0], [1]]
     assert got == [1]
     assert cancelled_after
+
+
+async def test_a_writer_is_alone_only_when_nobody_else_writes_or_waits() -> None:
+    """:meth:`GroupCommit.alone` tells a backend it may commit a write on the spot: only for
+    the writer alone in the last commit, and only while no other write gathers."""
+    group: GroupCommit[int, int] = GroupCommit(_echo_commit)
+    assert not group.alone("a")  # no commit yet: its first write gathers
+    await group.write(0, writer="a")
+    assert group.alone("a") and not group.alone("b")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(functools.partial(group.write, 1, writer="b"))
+        await wait_all_tasks_blocked()  # b leads a commit, yielding to gather
+        assert not group.alone("a")
+    assert group.alone("b") and not group.alone("a")
+
+
+async def test_a_lone_writer_on_the_fast_path_commits_each_write_before_it_returns(
+    tmp_path: Path,
+) -> None:
+    """A serial drain's writes after its first skip the group commit (it would not have
+    gathered anyone) and are committed, seen by another connection, the moment each returns."""
+    store = Store.open(tmp_path / "jobs.db")
+    other = store.reopen()
+    job_store = SQLiteJobStore(store)
+    job_store._budget.seconds = 60.0  # every pass has room: what is tested is the path
+    grouped: list[object] = []
+    real_write = job_store._group.write
+
+    async def counted(write: Any, *, writer: object) -> Any:
+        grouped.append(writer)
+        return await real_write(write, writer=writer)
+
+    job_store._group.write = counted  # type: ignore[method-assign]
+    try:
+        job: Job | None = create(store, "alice", 5)
+        for idx in range(5):
+            assert job is not None
+            write = OutcomeWrite(job.id, idx, result=Result(f"r{idx}"), seen=job)
+            job = await job_store.record_outcome(write, ttl=TTL, now=T0)
+            stored = "SELECT status FROM targets WHERE job_id = ? AND idx = ?"
+            assert _read(other, stored, (write.job_id, idx)) == [("done",)]
+        assert job is not None and job.status == JobState.DONE
+        assert len(grouped) == 1  # the first write only
+    finally:
+        await job_store.aclose()
+        other.close()
+        store.close()

@@ -52,6 +52,20 @@ class GroupCommit(Generic[W, A]):
         # and a transaction each.
         self._in_flight: trio.Event | None = None
 
+    def alone(self, writer: Hashable) -> bool:
+        """True if ``writer`` may commit its write at once, by itself, without :meth:`write`:
+        it was alone in the last commit, and nobody else is writing, waiting or waking.
+
+        A backend that commits such a write on the spot, without yielding, keeps what
+        :meth:`write` guarantees (it would not have yielded either) with less in between.
+        """
+        return (
+            writer == self._sole_writer
+            and not self._batch
+            and self._in_flight is None
+            and not self._waking
+        )
+
     # Protected from KeyboardInterrupt: raised between the leader taking its batch and the
     # block that wakes the followers, it would leave them waiting for good (they cannot be
     # cancelled), and shutdown with them. Held back, it arrives at the main task's next
