@@ -15,6 +15,8 @@ one run (the machine is shared and noisy: read the ratios, not the absolute time
   long the loop waited for calls made off it.
 - ``watch``: one job of n targets with a fetch that yields, awaited with and without a
   :meth:`~trio_batch.Runner.watch` beside it.
+- ``cycle`` and ``layers``: the SQLite submit -> drain -> wait cycle beside the bare loop, and
+  one outcome write's cost layer by layer (:mod:`benchmarks.cycle_probes`).
 - ``minimal``: serial and 8 concurrent jobs in the least trio code that keeps the guarantees
   (:mod:`benchmarks.minimal`), with and without savepoints, beside trio_batch and the floor.
 """
@@ -34,7 +36,7 @@ from trio_batch import Config, Result, Store, Target, open_runner
 from trio_batch.store.sqlite import _fast_path, _job_store, _paths
 from trio_batch.store.sqlite import _queries as q
 
-from . import floor, minimal
+from . import cycle_probes, floor, minimal
 from .workloads import job_targets, measure_concurrent, measure_serial, noop_fetch, run_job
 
 _ROUNDS = 3
@@ -249,6 +251,8 @@ PROBES = {
     "budget": probe_budget,
     "watch": probe_watch,
     "minimal": probe_minimal,
+    "cycle": cycle_probes.probe_cycle,
+    "layers": cycle_probes.probe_layers,
 }
 
 

@@ -14,7 +14,18 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import floor, history, memory, minimal, peers, probes, report, run, workloads
+from benchmarks import (
+    cycle_probes,
+    floor,
+    history,
+    memory,
+    minimal,
+    peers,
+    probes,
+    report,
+    run,
+    workloads,
+)
 
 
 def db(tmp_path: Path, name: str) -> str:
@@ -117,6 +128,15 @@ def test_the_probes_run_and_report_each_comparison(capsys: pytest.CaptureFixture
     assert lines[3].startswith("8 targets:") and "watched" in lines[3]
     assert "serial: minimal" in lines[4] and "8 jobs: minimal" in lines[4]
     assert lines[4].count("trio_batch") == 2 and lines[4].count("without savepoints") == 2
+
+
+def test_the_cycle_probes_run_and_report_each_layer(capsys: pytest.CaptureFixture[str]) -> None:
+    cycle_probes.probe_cycle(rounds=1, serial_jobs=1, jobs_per_caller=1)
+    cycle_probes.probe_layers(rounds=1, per_job=2)
+    out = capsys.readouterr().out
+    assert "medians of 1 rounds: 1 caller" in out and "8 callers" in out
+    assert "1 write(s) per commit" in out and "8 write(s) per commit" in out
+    assert "record_outcome (what the runner calls)" in out and "the bare loop's statements" in out
 
 
 @pytest.mark.parametrize("savepoints", [True, False])
