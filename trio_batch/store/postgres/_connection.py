@@ -44,7 +44,7 @@ from ._errors import connection_lost
 from ._schema import migrate
 from ._watchdog import Watchdog, shut_socket
 
-__all__ = ["Conn", "Op", "PostgresConnection", "safe_location"]
+__all__ = ["Conn", "Op", "PostgresConnection", "rollback", "safe_location"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -161,17 +161,29 @@ class PostgresConnection:
         #: Whether the connection goes through a pooler (None: not connected yet).
         self.pooled: bool | None = None
 
-    def _settings(self, op: Op) -> str:
-        """The ``SET LOCAL`` statements of ``op``'s bounds, as SQL (integers of our own)."""
+    def _bounds(self, op: Op) -> tuple[int, int]:
+        """``op``'s ``statement_timeout`` and ``lock_timeout``, in milliseconds."""
         if op is Op.MIGRATE:
             statement = lock = MIGRATE_TIMEOUT
         else:
             statement = self.store_timeout
             lock = self.store_timeout if op is Op.READ else self.store_timeout / 2
-        return (
-            f"SET LOCAL statement_timeout = {_millis(statement)}; "
-            f"SET LOCAL lock_timeout = {_millis(lock)}; "
-        )
+        return _millis(statement), _millis(lock)
+
+    def _settings(self, op: Op) -> str:
+        """The ``SET LOCAL`` statements of ``op``'s bounds, as SQL (integers of our own)."""
+        statement, lock = self._bounds(op)
+        return f"SET LOCAL statement_timeout = {statement}; SET LOCAL lock_timeout = {lock}; "
+
+    def _begin_pipelined(self, conn: Conn, op: Op) -> None:
+        """Queue, in the open pipeline, the ``BEGIN`` of a transaction with ``op``'s bounds
+        (one statement a message there, so the bounds are one ``SET_BOUNDS``). The caller
+        queues its statements and ``COMMIT`` after it, and rolls back if any of it fails."""
+        conn.execute("BEGIN", prepare=False)
+        statement, lock = self._bounds(op)
+        idle = _millis(self.store_timeout)
+        conn.execute(q.SET_BOUNDS, (str(statement), str(lock), str(idle)), prepare=False)
+        self._sent_write = op is not Op.READ  # what follows may write
 
     @classmethod
     def open(
@@ -357,7 +369,7 @@ class PostgresConnection:
         try:
             yield conn
         except BaseException:
-            _rollback(conn)
+            rollback(conn)
             raise
         conn.execute("COMMIT", prepare=False)
 
@@ -374,7 +386,7 @@ def _usable(conn: Conn) -> bool:
     return not readable
 
 
-def _rollback(conn: Conn) -> None:
+def rollback(conn: Conn) -> None:
     """End the failed transaction; a connection that cannot is closed (and so reopened)."""
     if conn.closed or conn.broken:
         return

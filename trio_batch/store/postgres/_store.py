@@ -42,7 +42,7 @@ from ..._model import (
 from .._protocol import NewJob, ReapedJob
 from .._rows import check_caps, job_from_row, new_job, write_values
 from . import _queries as q
-from ._connection import Conn, Op
+from ._connection import Conn, Op, rollback
 from ._reads import PostgresReads
 
 __all__ = ["PostgresStore"]
@@ -346,19 +346,20 @@ class PostgresStore(PostgresReads):
     def _record_pipelined(
         self, conn: Conn, writes: Sequence[OutcomeWrite], ttl: float, now: float
     ) -> list[Job | Exception | None]:
-        """Several writes in one transaction, sent in psycopg's pipeline mode: each statement
-        goes out without waiting for the answer to the one before, so the writes cost one
-        round trip together instead of one each (BEGIN, the pipeline's Sync and COMMIT add
-        three more, whatever the batch's size). Raises ``psycopg.DataError`` (the transaction
-        rolled back) if the database refused a write's values, from a fetch or from a later
-        write's send (psycopg reads the answers that have come whenever it sends): which
-        write it was is not known here.
+        """Several writes in one transaction, sent in psycopg's pipeline mode with its
+        ``BEGIN``, bounds and ``COMMIT``: all go out together and their answers are read
+        after, so the batch costs one round trip (the pipeline's closing Sync one more)
+        whatever its size. Raises ``psycopg.DataError``, the transaction rolled back, if the
+        database refused a write's values (the server then skips what follows, ``COMMIT``
+        included), from a fetch or from a later statement's send (psycopg reads the answers
+        that have come whenever it sends): which write it was is not known here.
         """
         answers: list[Job | Exception | None] = [None] * len(writes)
-        with self._tx(conn, Op.WRITE):
-            refused: psycopg.DataError | None = None
+        refused: psycopg.DataError | None = None
+        try:
             with conn.pipeline() as pipeline:
                 try:
+                    self._begin_pipelined(conn, Op.WRITE)
                     sent: list[tuple[int, OutcomeWrite, psycopg.Cursor[Any]]] = []
                     for i, write in enumerate(writes):
                         try:
@@ -367,6 +368,7 @@ class PostgresStore(PostgresReads):
                             answers[i] = exc
                             continue
                         sent.append((i, write, conn.execute(self._outcome_sql, values)))
+                    conn.execute("COMMIT", prepare=False)
                     for i, write, cursor in sent:
                         answers[i] = _outcome_answer(write, cursor.fetchone())
                 except psycopg.DataError as exc:
@@ -376,8 +378,12 @@ class PostgresStore(PostgresReads):
                     # refusal the caller handles.
                     with contextlib.suppress(psycopg.errors.PipelineAborted):
                         pipeline.sync()
-            if refused is not None:
-                raise refused  # rolls the transaction back
+        except BaseException:
+            rollback(conn)
+            raise
+        if refused is not None:
+            rollback(conn)
+            raise refused
         return answers
 
     @property
