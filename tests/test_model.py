@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -18,6 +19,7 @@ from trio_batch import (
     Config,
     InvalidRequest,
     InvalidTargets,
+    Job,
     JobState,
     Options,
     Result,
@@ -283,3 +285,28 @@ def test_a_url_with_a_control_character_is_refused_at_submit(url: str) -> None:
 
 def test_a_url_with_other_unicode_is_accepted() -> None:
     assert Target("https://x.test/😀/ünï/\u2028").url.endswith("\u2028")
+
+
+def test_a_jobs_json_is_every_field_in_order_with_plain_values() -> None:
+    labels = {"team": "x"}
+    job = Job(
+        id="j",
+        status=JobState.PARTIAL,
+        error="e",
+        targets_total=3,
+        targets_done=3,
+        targets_failed=1,
+        caller="alice",
+        caller_class="user",
+        idem_key="k",
+        created_at=1.0,
+        updated_at=2.0,
+        expires_at=3.0,
+        metadata=labels,
+        parent_id="p",
+    )
+    out = job.to_json()
+    assert list(out) == [f.name for f in dataclasses.fields(Job)]  # a new field is not forgotten
+    assert out == {**dataclasses.asdict(job), "status": "partial"}
+    assert type(out["status"]) is str and out["metadata"] == labels
+    assert out["metadata"] is not labels  # the caller may change what it is given

@@ -236,11 +236,25 @@ class Job:
         return self.targets_total - self.targets_done
 
     def to_json(self) -> dict[str, Any]:
-        """The job as a JSON object (statuses as plain strings)."""
-        out = dataclasses.asdict(self)
-        out["status"] = str(self.status)
-        out["metadata"] = dict(self.metadata)
-        return out
+        """The job as a JSON object (statuses as plain strings), its fields in their order."""
+        # Spelled out: dataclasses.asdict deep-copies field by field, 24 us a job, 2.5 ms of
+        # the loop for a page of 100 jobs.
+        return {
+            "id": self.id,
+            "status": str(self.status),
+            "error": self.error,
+            "targets_total": self.targets_total,
+            "targets_done": self.targets_done,
+            "targets_failed": self.targets_failed,
+            "caller": self.caller,
+            "caller_class": self.caller_class,
+            "idem_key": self.idem_key,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+            "expires_at": self.expires_at,
+            "metadata": dict(self.metadata),
+            "parent_id": self.parent_id,
+        }
 
 
 @dataclass(frozen=True, slots=True)
