@@ -211,15 +211,16 @@ def _runner_store(dsn: str) -> Iterator[PostgresStore]:
 
 @pytest.fixture
 def pipelines(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Counts the pipelines the store opens (one entry each)."""
+    """Counts the pipelines of outcome writes the store sends (one entry each); a submit's
+    are not counted."""
     opened: list[int] = []
-    real = psycopg.Connection.pipeline
+    real = PostgresStore._record_pipelined
 
-    def counting(self: psycopg.Connection[Any]) -> Any:
+    def counting(self: PostgresStore, *args: Any) -> Any:
         opened.append(1)
-        return real(self)
+        return real(self, *args)
 
-    monkeypatch.setattr(psycopg.Connection, "pipeline", counting)
+    monkeypatch.setattr(PostgresStore, "_record_pipelined", counting)
     return opened
 
 

@@ -222,14 +222,22 @@ class PostgresStore(PostgresReads):
             if existing is not None:
                 return job_from_row(existing), True
             with self._tx(conn, Op.WRITE):
-                conn.execute(q.XACT_LOCK, (q.LOCK_CLASS, q.LOCK_CREATE))
-                existing = self._find_reusable(conn, job, now)
+                # Under the lock, in one round trip: the reuse lookup again, this runner's
+                # registration and the caps' counts, each read once the lock is granted.
+                with _pipeline(conn):
+                    conn.execute(q.XACT_LOCK, (q.LOCK_CLASS, q.LOCK_CREATE))
+                    found = conn.execute(q.FIND_REUSABLE, (job.caller, job.idem_key, now))
+                    registered = (
+                        None
+                        if self.runner_id is None
+                        else conn.execute(q.RUNNER_REGISTERED, (self.runner_id,))
+                    )
+                    of_caller = conn.execute(q.COUNT_LIVE_OF_CALLER, (job.caller,))
+                    in_all = conn.execute(q.COUNT_LIVE)
+                existing = found.fetchone()
                 if existing is not None:
-                    return existing, True
-                if (
-                    self.runner_id is not None
-                    and conn.execute(q.RUNNER_REGISTERED, (self.runner_id,)).fetchone() is None
-                ):
+                    return job_from_row(existing), True
+                if registered is not None and registered.fetchone() is None:
                     # Reaped (its heartbeats were late) and not yet registered again: a job
                     # created now would be owned by a runner the others take for dead.
                     raise StoreUnavailable(
@@ -239,29 +247,25 @@ class PostgresStore(PostgresReads):
                 check_caps(
                     job,
                     new,
-                    caller_live=lambda: _count(conn, q.COUNT_LIVE_OF_CALLER, (job.caller,)),
-                    total_live=lambda: _count(conn, q.COUNT_LIVE, ()),
+                    caller_live=lambda: _counted(of_caller),
+                    total_live=lambda: _counted(in_all),
                     blocking_job=lambda: _first(conn, q.NEWEST_LIVE_OF_CALLER, (job.caller,)),
                 )
-                conn.execute(q.RETIRE_LAPSED, (job.caller, job.idem_key, now))
-                # A second current job of the key (a writer that skipped the lock) is refused
-                # by the unique index: UniqueViolation, so StoreUnavailable, nothing written.
-                conn.execute(q.INSERT_JOB, (*insert.job_params(), self.runner_id))
-                conn.execute(q.INSERT_TARGETS, insert.target_columns())
-                if job.metadata:
-                    with conn.cursor() as cur:
-                        cur.executemany(q.INSERT_LABEL, insert.label_params())
-                if new.webhook_url is not None or new.callback:
-                    outbox_row = (job.id, new_event_id(), new.webhook_url, new.callback)
-                    conn.execute(q.INSERT_OUTBOX, outbox_row)
+                with _pipeline(conn):  # the writes together, answered by COMMIT's round trip
+                    conn.execute(q.RETIRE_LAPSED, (job.caller, job.idem_key, now))
+                    # A second current job of the key (a writer that skipped the lock) is
+                    # refused by the unique index: UniqueViolation, so StoreUnavailable.
+                    conn.execute(q.INSERT_JOB, (*insert.job_params(), self.runner_id))
+                    conn.execute(q.INSERT_TARGETS, insert.target_columns())
+                    if job.metadata:
+                        with conn.cursor() as cur:
+                            cur.executemany(q.INSERT_LABEL, insert.label_params())
+                    if new.webhook_url is not None or new.callback:
+                        outbox_row = (job.id, new_event_id(), new.webhook_url, new.callback)
+                        conn.execute(q.INSERT_OUTBOX, outbox_row)
             return job, False
 
         return self._run(create)
-
-    @staticmethod
-    def _find_reusable(conn: Conn, job: Job, now: float) -> Job | None:
-        row = conn.execute(q.FIND_REUSABLE, (job.caller, job.idem_key, now)).fetchone()
-        return None if row is None else job_from_row(row)
 
     # ----------------------------------------------------------------------------------------
     # Writing outcomes and statuses
@@ -502,8 +506,14 @@ def _emit(conn: Conn, job_ids: Sequence[str], now: float | None) -> None:
         conn.execute(q.EMIT_EVENTS, {"now": now, "ids": list(job_ids)})
 
 
-def _count(conn: Conn, sql: str, params: tuple[Any, ...]) -> int:
-    row = conn.execute(sql, params).fetchone()
+def _pipeline(conn: Conn) -> contextlib.AbstractContextManager[object]:
+    """psycopg's pipeline mode, where libpq has it (14 and newer), else statements one by one:
+    the same code either way, as a cursor's answer is read after the block."""
+    return conn.pipeline() if _PIPELINE_SUPPORTED else contextlib.nullcontext()
+
+
+def _counted(cursor: psycopg.Cursor[Any]) -> int:
+    row = cursor.fetchone()
     return 0 if row is None else int(row[0])
 
 
