@@ -27,6 +27,7 @@ from trio_batch import (
 )
 from trio_batch.store import DrainChanges, NewJob
 from trio_batch.store.postgres import SCHEMA_VERSION, PostgresJobStore, PostgresStore
+from trio_batch.store.postgres import _queries as q
 
 from ..support.fakes import T0, logged, urls
 
@@ -146,6 +147,34 @@ async def test_the_per_caller_cap_holds_across_runners(stores: list[PostgresJobS
         for i in range(12):
             nursery.start_soon(submit, stores[i % len(stores)], i)
     assert (created, refused) == (2, 10)
+
+
+async def test_a_refusal_or_a_reuse_does_not_wait_for_the_creation_lock(
+    stores: list[PostgresJobStore], pg_dsn: str
+) -> None:
+    # Under load most submits are refused: they are answered from a read, not queued behind
+    # the cluster-wide lock every creation takes (held here by another session).
+    store = stores[0]
+    caps = _caps(jobs_per_caller=1, jobs_total=2)
+    first, _ = await store.create_job(NewJob("alice", "user", urls("a"), ttl=TTL, **caps), now=T0)
+    await store.create_job(NewJob("bob", "user", urls("b"), ttl=TTL, **caps), now=T0)
+    with psycopg.connect(pg_dsn) as holder:
+        holder.execute("SELECT pg_advisory_xact_lock(%s, %s)", (q.LOCK_CLASS, q.LOCK_CREATE))
+        with pytest.raises(CallerBusy) as busy:
+            await store.create_job(NewJob("alice", "user", urls("c"), ttl=TTL, **caps), now=T0)
+        assert busy.value.job_id == first.id
+        with pytest.raises(Busy):
+            await store.create_job(NewJob("carol", "user", urls("c"), ttl=TTL, **caps), now=T0)
+        again, reused = await store.create_job(
+            NewJob("alice", "user", urls("a"), ttl=TTL, **caps), now=T0
+        )
+        assert (again, reused) == (first, True)
+        holder.rollback()
+    await store.finish_job(first.id, JobState.CANCELLED, now=T0 + 1)
+    created, reused = await store.create_job(
+        NewJob("alice", "user", urls("c"), ttl=TTL, **caps), now=T0 + 1
+    )
+    assert not reused and created.status is JobState.QUEUED
 
 
 def test_concurrent_first_use_creates_the_schema_once(pg_dsn: str) -> None:

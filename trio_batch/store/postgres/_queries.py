@@ -220,6 +220,21 @@ COUNT_LIVE_OF_CALLER = f"SELECT count(*) FROM jobs WHERE status IN {LIVE} AND ca
 NEWEST_LIVE_OF_CALLER = (
     f"SELECT id FROM jobs WHERE status IN {LIVE} AND caller = %s ORDER BY created_at DESC LIMIT 1"
 )
+#: What a submit is answered from before it takes the creation lock, in one snapshot: the job
+#: to reuse (``FIND_REUSABLE``'s columns, NULLs if none), the caller's live jobs, all live jobs,
+#: and the caller's newest live job (``NEWEST_LIVE_OF_CALLER``).
+ADMISSION = (
+    "SELECT reusable.*, "
+    f"(SELECT count(*) FROM jobs WHERE status IN {LIVE} AND caller = %(caller)s), "
+    f"(SELECT count(*) FROM jobs WHERE status IN {LIVE}), "
+    f"(SELECT id FROM jobs WHERE status IN {LIVE} AND caller = %(caller)s "
+    "ORDER BY created_at DESC LIMIT 1) "
+    f"FROM (VALUES (1)) AS one LEFT JOIN (SELECT {JOB_COLUMNS} FROM jobs "
+    "WHERE caller = %(caller)s AND idem_key = %(key)s AND current AND expires_at > %(now)s) "
+    "AS reusable ON true"
+)
+#: How many columns of an ``ADMISSION`` row are the reusable job's.
+ADMISSION_JOB_COLUMNS = JOB_COLUMNS.count(",") + 1
 INSERT_JOB = (
     f"INSERT INTO jobs ({JOB_COLUMNS}, trace_context, owner) VALUES ({', '.join(['%s'] * 16)})"
 )

@@ -207,20 +207,21 @@ class PostgresStore(PostgresReads):
     def create_job(self, new: NewJob, *, now: float) -> tuple[Job, bool]:
         """As :meth:`trio_batch.Store.create_job`, serialised cluster-wide.
 
-        The reuse lookup, the caps counts and the insert run in one READ COMMITTED transaction
-        after ``pg_advisory_xact_lock``: every runner's committed jobs are counted. The new job
-        is owned by ``runner_id``. If the connection is lost during the commit the job may
-        exist: submitting the same targets again is safe (the reuse lookup finds it).
+        A reuse or a refusal is answered from one plain read (``ADMISSION``), no lock taken.
+        Otherwise the reuse lookup, the caps counts and the insert run in one READ COMMITTED
+        transaction after ``pg_advisory_xact_lock``: every runner's committed jobs are counted.
+        The new job is owned by ``runner_id``. If the connection is lost during the commit the
+        job may exist: submitting the same targets again is safe (the reuse lookup finds it).
         """
         insert = new_job(new, now=now)
         job = insert.job
 
         def create(conn: Conn) -> tuple[Job, bool]:
-            # A reuse needs no lock: look first with a plain read, then again under the lock.
-            row = self._one(conn, Op.READ, q.FIND_REUSABLE, (job.caller, job.idem_key, now))
-            existing = row.fetchone()
-            if existing is not None:
-                return job_from_row(existing), True
+            # A reuse or a refusal needs no lock: both were true in the snapshot of one plain
+            # read. Only a job that may be created takes the lock, and reads again under it.
+            reusable = self._admit_from_snapshot(conn, job, new, now)
+            if reusable is not None:
+                return reusable, True
             with self._tx(conn, Op.WRITE):
                 # Under the lock, in one round trip: the reuse lookup again, this runner's
                 # registration and the caps' counts, each read once the lock is granted.
@@ -266,6 +267,29 @@ class PostgresStore(PostgresReads):
             return job, False
 
         return self._run(create)
+
+    def _admit_from_snapshot(self, conn: Conn, job: Job, new: NewJob, now: float) -> Job | None:
+        """The job to reuse, or the cap ``new`` breaks raised, as one read of ``ADMISSION``
+        shows them (no lock taken); None if ``job`` may be created.
+
+        Under load most submits are refused: each one taking the cluster-wide creation lock
+        queued every runner's submits behind the refusals.
+        """
+        params = {"caller": job.caller, "key": job.idem_key, "now": now}
+        row = self._one(conn, Op.READ, q.ADMISSION, params).fetchone()
+        assert row is not None  # one row, whatever the table holds
+        n = q.ADMISSION_JOB_COLUMNS
+        if row[0] is not None:
+            return job_from_row(row[:n])
+        caller_live, total_live, newest = row[n], row[n + 1], row[n + 2]
+        check_caps(
+            job,
+            new,
+            caller_live=lambda: int(caller_live),
+            total_live=lambda: int(total_live),
+            blocking_job=lambda: None if newest is None else str(newest),
+        )
+        return None
 
     # ----------------------------------------------------------------------------------------
     # Writing outcomes and statuses
