@@ -22,7 +22,7 @@ import pytest
 
 from trio_batch import Job, JobState, OutcomeExists, OutcomeWrite, Result, StoreError
 from trio_batch._model import final_status
-from trio_batch.store.postgres import SCHEMA_VERSION, PostgresStore, _store
+from trio_batch.store.postgres import SCHEMA_VERSION, PostgresStore, _outcomes
 from trio_batch.store.postgres import _queries as q
 
 from ..support.fakes import T0
@@ -429,10 +429,10 @@ def test_a_connection_lost_mid_pipeline_leaves_the_writes_in_doubt_and_a_retry_s
         cut_off("answering")  # the first answer is read
         return real_answer(write, row)
 
-    real_answer = _store._outcome_answer
+    real_answer = _outcomes._outcome_answer
     monkeypatch.setattr(PostgresStore, "_outcome_values", values)
     monkeypatch.setattr(psycopg.Connection, "execute", execute)
-    monkeypatch.setattr(_store, "_outcome_answer", answer)
+    monkeypatch.setattr(_outcomes, "_outcome_answer", answer)
 
     try:
         first: list[Any] | None = store.record_outcomes(writes, **_at(T0 + 1))
