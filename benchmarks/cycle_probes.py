@@ -111,9 +111,8 @@ def _raw(store: SQLiteJobStore, bare: bool) -> _Layer:
                 conn.execute(_BARE_STORE, (_RESULT_JSON, now, w.job_id, w.idx))
             else:
                 bump = (0, len(_RESULT_JSON), now, now + _TTL, seen.id, now, seen.status)
-                rest = (seen.error, seen.targets_total, seen.targets_done, seen.targets_failed)
-                who = (seen.caller, seen.caller_class, seen.idem_key, seen.created_at)
-                conn.execute(q.BUMP_JOB_AS_SEEN, bump + rest + who)
+                rest = (seen.error, seen.targets_done, seen.targets_failed, seen.created_at)
+                conn.execute(q.BUMP_JOB_AS_SEEN, bump + rest)
                 store_args = ("done", _RESULT_JSON, None, None, now, 1, w.job_id, w.idx)
                 conn.execute(q.STORE_OUTCOME, store_args)
             if shared:

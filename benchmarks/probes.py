@@ -66,7 +66,7 @@ def _outcome_sql(path: str, variant: str, targets: int = 9_600, per_job: int = 3
             conn.execute("BEGIN IMMEDIATE")
             if variant == "as seen":
                 job = seen[job_id]
-                match = (job[0], t, job[1], job[2], job[3], done[job_id], 0, *job[6:10])
+                match = (job[0], t, job[1], job[2], done[job_id], 0, job[9])
                 conn.execute(q.BUMP_JOB_AS_SEEN, (0, 24, t, t + 86400, *match))
                 done[job_id] += 1
             elif variant == "returning":

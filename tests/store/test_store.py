@@ -30,6 +30,7 @@ from trio_batch import (
     TargetStatus,
     TooManyTargets,
 )
+from trio_batch._model import new_job_id
 from trio_batch.store import JobFilter, NewJob
 from trio_batch.store.sqlite import _outbox
 from trio_batch.store.sqlite import _queries as q
@@ -480,6 +481,18 @@ def test_the_seen_job_of_another_id_is_ignored(store: Store) -> None:
     answer = store.record_outcome(job.id, 0, result=Result("r"), ttl=TTL, now=T0, seen=other)
     assert answer == store.get_job(job.id, now=T0)
     assert store.get_job(other.id, now=T0) == other  # untouched
+
+
+def test_the_seen_job_of_a_forgotten_job_with_the_same_id_is_ignored(store: Store) -> None:
+    # The as-seen bump compares only what can change, and created_at: a job forgotten, then
+    # created again under the same id (a store caller may choose ids), is not the one seen.
+    old, _ = create(store, status=JobState.RUNNING, job_id=new_job_id())
+    store.finish_job(old.id, JobState.CANCELLED, now=T0)
+    assert store.forget_job(old.id, now=T0)
+    again, _ = create(store, "bob", n=2, status=JobState.RUNNING, job_id=old.id, now=T0 + 1)
+    answer = store.record_outcome(old.id, 0, error="e", ttl=TTL, now=T0 + 1, seen=old)
+    assert answer == store.get_job(again.id, now=T0 + 1)
+    assert answer is not None and (answer.caller, answer.targets_total) == ("bob", 2)
 
 
 def test_a_refused_write_with_the_job_as_seen_changes_nothing(store: Store) -> None:

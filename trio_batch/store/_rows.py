@@ -93,29 +93,30 @@ def _metadata_cached(text: str) -> tuple[tuple[str, str], ...]:
     return tuple(json.loads(text).items())
 
 
-def job_after_outcome(seen: Job, *, failed: int, now: float, ttl: float) -> Job:
+def job_after_outcome(
+    seen: Job, *, failed: int, now: float, ttl: float, status: JobState | None = None
+) -> Job:
     """``seen`` once one more outcome (``failed``: 1 if it is a failure) is counted into it at
     ``now``, with its lease bumped to ``now + ttl``: the job a store wrote, when the write
-    matched the job as seen. Its status is still ``seen``'s (the terminal status is the
-    caller's to set)."""
-    return _job_of(
-        (
-            seen.id,
-            seen.status,
-            seen.error,
-            seen.targets_total,
-            seen.targets_done + 1,
-            seen.targets_failed + failed,
-            seen.caller,
-            seen.caller_class,
-            seen.idem_key,
-            seen.created_at,
-            now,
-            now + ttl,
-            seen.metadata,
-            seen.parent_id,
-        )
-    )
+    matched the job as seen. Its status is ``status``, or still ``seen``'s if None (the
+    terminal status is the caller's to set)."""
+    # Once per stored outcome: each slot set directly, no loop (half the cost of _job_of).
+    job = _new(Job)
+    _set_job_id(job, seen.id)
+    _set_job_status(job, seen.status if status is None else status)
+    _set_job_error(job, seen.error)
+    _set_job_total(job, seen.targets_total)
+    _set_job_done(job, seen.targets_done + 1)
+    _set_job_failed(job, seen.targets_failed + failed)
+    _set_job_caller(job, seen.caller)
+    _set_job_class(job, seen.caller_class)
+    _set_job_idem(job, seen.idem_key)
+    _set_job_created(job, seen.created_at)
+    _set_job_updated(job, now)
+    _set_job_expires(job, now + ttl)
+    _set_job_metadata(job, seen.metadata)
+    _set_job_parent(job, seen.parent_id)
+    return job
 
 
 def target_from_row(row: Sequence[Any], *, decode: bool = True) -> TargetStatus:
@@ -200,8 +201,22 @@ _TARGET_FIELDS = tuple(f.name for f in dataclasses.fields(TargetStatus))
 _new = object.__new__
 # The slots' own descriptors: they set a frozen instance's fields without its __setattr__.
 _JOB_SETTERS = tuple(Job.__dict__[f.name].__set__ for f in dataclasses.fields(Job))
-_set_job_status = Job.__dict__["status"].__set__
-_set_job_metadata = Job.__dict__["metadata"].__set__
+(
+    _set_job_id,
+    _set_job_status,
+    _set_job_error,
+    _set_job_total,
+    _set_job_done,
+    _set_job_failed,
+    _set_job_caller,
+    _set_job_class,
+    _set_job_idem,
+    _set_job_created,
+    _set_job_updated,
+    _set_job_expires,
+    _set_job_metadata,
+    _set_job_parent,
+) = _JOB_SETTERS
 _slot = TargetStatus.__dict__
 _get_result = _slot["result"].__get__
 _set_idx, _set_url, _set_status, _set_result, _set_error, _set_hint = (

@@ -63,15 +63,16 @@ BUMP_JOB = (
     f"WHERE id = ? AND expires_at > ? RETURNING {JOB_COLUMNS}"
 )
 #: BUMP_JOB for a writer that knows the job as it was: it matches only if every column of the
-#: job but the lease and ``updated_at`` is still as seen, so the job's new state is known
-#: without a ``RETURNING`` (which costs more than the comparisons).
+#: job that can change but the lease and ``updated_at`` is still as seen, so the job's new state
+#: is known without a ``RETURNING`` (which costs more than the comparisons). Caller, class,
+#: idempotency key and target count never change; ``created_at`` tells a job from a later one
+#: given the same id after a forget (an id a store's caller chose).
 BUMP_JOB_AS_SEEN = (
     "UPDATE jobs SET targets_done = targets_done + 1, "
     "targets_failed = targets_failed + ?, results_size = results_size + ?, "
     "updated_at = ?, expires_at = ? "
-    "WHERE id = ? AND expires_at > ? AND status = ? AND error IS ? AND targets_total = ? "
-    "AND targets_done = ? AND targets_failed = ? AND caller = ? AND caller_class = ? "
-    "AND idem_key = ? AND created_at = ?"
+    "WHERE id = ? AND expires_at > ? AND status = ? AND error IS ? "
+    "AND targets_done = ? AND targets_failed = ? AND created_at = ?"
 )
 #: The terminal status set with a job's last outcome (same transaction).
 SET_STATUS = "UPDATE jobs SET status = ? WHERE id = ?"

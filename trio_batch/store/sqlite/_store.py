@@ -210,7 +210,12 @@ class Store(Connection):
                 and seen.id == job_id
                 and self._bump_as_seen(seen, failed, size, now, ttl)
             ):
-                job = job_after_outcome(seen, failed=failed, now=now, ttl=ttl)
+                if seen.targets_done + 1 < seen.targets_total or not seen.status.is_live:
+                    job = job_after_outcome(seen, failed=failed, now=now, ttl=ttl)
+                else:
+                    final = final_status(seen.targets_total, seen.targets_failed + failed)
+                    self._settle(job_id, final, now)
+                    job = job_after_outcome(seen, failed=failed, now=now, ttl=ttl, status=final)
             else:
                 row = conn.execute(
                     q.BUMP_JOB, (failed, size, now, now + ttl, job_id, now)
@@ -218,13 +223,10 @@ class Store(Connection):
                 if row is None:
                     return None
                 job = _job(row)
-            if job.targets_done >= job.targets_total and job.status.is_live:
-                # The last outcome: the terminal status goes in the same transaction. (Kept
-                # out of the bump above, so the status index is only touched once per job.)
-                final = final_status(job.targets_total, job.targets_failed)
-                conn.execute(q.SET_STATUS, (final.value, job_id))
-                conn.execute(q.EMIT_EVENT, (now, now, now, job_id))
-                job = dataclasses.replace(job, status=final)
+                if job.targets_done >= job.targets_total and job.status.is_live:
+                    final = final_status(job.targets_total, job.targets_failed)
+                    self._settle(job_id, final, now)
+                    job = dataclasses.replace(job, status=final)
             updated = conn.execute(
                 q.STORE_OUTCOME,
                 # The StrEnum members are their str values to sqlite3; .value costs more.
@@ -235,6 +237,12 @@ class Store(Connection):
                     f"target {idx} of job {job_id} already has an outcome or does not exist"
                 )
         return job
+
+    def _settle(self, job_id: str, final: JobState, now: float) -> None:
+        """The last outcome's terminal status and event, in its transaction. (Kept out of the
+        bump, so the status index is only touched once per job.)"""
+        self.db.conn.execute(q.SET_STATUS, (final.value, job_id))
+        self.db.conn.execute(q.EMIT_EVENT, (now, now, now, job_id))
 
     def _bump_as_seen(self, seen: Job, failed: int, size: int, now: float, ttl: float) -> bool:
         """Count one outcome into the job if it is still as ``seen``; True if it was."""
@@ -250,12 +258,8 @@ class Store(Connection):
                     now,
                     seen.status,
                     seen.error,
-                    seen.targets_total,
                     seen.targets_done,
                     seen.targets_failed,
-                    seen.caller,
-                    seen.caller_class,
-                    seen.idem_key,
                     seen.created_at,
                 ),
             ).rowcount
