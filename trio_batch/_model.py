@@ -323,6 +323,42 @@ class OutcomeWrite:
     max_result_size: int | None = None
 
 
+(
+    _set_write_job_id,
+    _set_write_idx,
+    _set_write_result,
+    _set_write_error,
+    _set_write_hint,
+    _set_write_attempts,
+    _set_write_seen,
+    _set_write_max_result_size,
+) = (OutcomeWrite.__dict__[f.name].__set__ for f in dataclasses.fields(OutcomeWrite))
+
+
+def outcome_write(
+    job_id: str,
+    idx: int,
+    result: Result | None,
+    error: str | None,
+    hint: str | None,
+    attempts: int,
+    seen: Job | None,
+    max_result_size: int | None,
+) -> OutcomeWrite:
+    """``OutcomeWrite(job_id, idx, ...)``, its slots set directly: the runner makes one per
+    outcome, and the frozen dataclass __init__ costs an object.__setattr__ per field."""
+    write = object.__new__(OutcomeWrite)
+    _set_write_job_id(write, job_id)
+    _set_write_idx(write, idx)
+    _set_write_result(write, result)
+    _set_write_error(write, error)
+    _set_write_hint(write, hint)
+    _set_write_attempts(write, attempts)
+    _set_write_seen(write, seen)
+    _set_write_max_result_size(write, max_result_size)
+    return write
+
+
 # --------------------------------------------------------------------------------------------
 # Rules every backend shares
 

@@ -96,6 +96,8 @@ class Attempts:
     ) -> None:
         self.fetch = fetch
         self.tracing = tracing
+        # The no-op base's hooks do nothing: not calling them saves a context per attempt.
+        self._traced = type(tracing) is not Tracing
         self.config = config
         self.log = log
         self.on_retry = on_retry
@@ -114,11 +116,14 @@ class Attempts:
         policy = self.config.retry
         attempt = 1
         while True:
-            with self.tracing.attempt(drain.span, idx, target, attempt) as span:
+            if self._traced:
+                with self.tracing.attempt(drain.span, idx, target, attempt) as span:
+                    outcome = await self._fetch_one(drain, idx, target)
+                    self.tracing.attempt_ended(
+                        span, None if isinstance(outcome, Result) else outcome.error
+                    )
+            else:
                 outcome = await self._fetch_one(drain, idx, target)
-                self.tracing.attempt_ended(
-                    span, None if isinstance(outcome, Result) else outcome.error
-                )
             if (
                 isinstance(outcome, Result)
                 or policy is None

@@ -13,7 +13,8 @@ from collections.abc import Callable
 import trio
 
 from .._config import Config
-from .._model import Job, JobState, OutcomeWrite, Result
+from .._errors import StoreUnavailable
+from .._model import Job, JobState, Result, outcome_write
 from .._text import safe_text
 from .._tracing import Tracing
 from ..store import JobStore
@@ -116,26 +117,47 @@ class DrainLoop:
         ``Config.store_retry_for`` seconds; the waits between attempts can be cancelled (at
         shutdown), the attempts themselves cannot. Raises StoreUnavailable once time is up.
         """
-        success, failure = (result, None) if isinstance(result, Result) else (None, result)
-        write = OutcomeWrite(
-            drain.job_id,
-            idx,
-            result=success,
-            error=failure.error if failure else None,
-            hint=failure.hint if failure else None,
-            attempts=attempts,
-            seen=drain.job,
-            max_result_size=self._config.max_result_size,
-        )
+        if isinstance(result, Result):
+            write = outcome_write(
+                drain.job_id,
+                idx,
+                result,
+                None,
+                None,
+                attempts,
+                drain.job,
+                self._config.max_result_size,
+            )
+        else:
+            write = outcome_write(
+                drain.job_id,
+                idx,
+                None,
+                result.error,
+                result.hint,
+                attempts,
+                drain.job,
+                self._config.max_result_size,
+            )
         # Each attempt cannot be cancelled (see JobStore.record_outcome): in effect shielded,
-        # and bounded by the store's own timeouts.
-        job = await retry_refused(
-            lambda: self._store.record_outcome(write, ttl=self._config.ttl, now=self._now()),
-            what="store an outcome",
-            give_up_at=trio.current_time() + self._config.store_retry_for,
-            log=self._log,
-            extra={"job_id": drain.job_id, "idx": idx},
-        )
+        # and bounded by the store's own timeouts. The first is made here, the retries (rare)
+        # by retry_refused: no closure nor log context per outcome.
+        give_up_at = trio.current_time() + self._config.store_retry_for
+        refused: StoreUnavailable | None = None
+        job: Job | None = None
+        try:
+            job = await self._store.record_outcome(write, ttl=self._config.ttl, now=self._now())
+        except StoreUnavailable as exc:
+            refused = exc
+        if refused is not None:
+            job = await retry_refused(
+                lambda: self._store.record_outcome(write, ttl=self._config.ttl, now=self._now()),
+                what="store an outcome",
+                give_up_at=give_up_at,
+                log=self._log,
+                extra={"job_id": drain.job_id, "idx": idx},
+                refused=refused,
+            )
         drain.job = job
         drain.notify_stored()
         if self._log.isEnabledFor(logging.DEBUG):
@@ -144,13 +166,18 @@ class DrainLoop:
                 extra={
                     "job_id": drain.job_id,
                     "idx": idx,
-                    "status": "failed" if failure else "done",
+                    "status": "done" if isinstance(result, Result) else "failed",
                 },
             )
         if job is not None and job.is_terminal:
             self._deliveries.wake()
-            self._log.info(
-                "job finished",
-                extra={"job_id": drain.job_id, "caller": drain.caller, "status": str(job.status)},
-            )
+            if self._log.isEnabledFor(logging.INFO):
+                self._log.info(
+                    "job finished",
+                    extra={
+                        "job_id": drain.job_id,
+                        "caller": drain.caller,
+                        "status": str(job.status),
+                    },
+                )
         return job
