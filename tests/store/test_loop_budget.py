@@ -24,8 +24,8 @@ from trio_batch import (
     Target,
     open_runner,
 )
+from trio_batch._loop_budget import MAX_DEFERRALS
 from trio_batch.store import NewJob
-from trio_batch.store._loop_budget import MAX_DEFERRALS
 from trio_batch.store.sqlite import SQLiteJobStore, _fast_path, _paths
 
 from ..support.fakes import PassCounter

@@ -85,7 +85,7 @@ class GroupCommit(Generic[W, A]):
         nobody else is writing, and the yield cost a pass of trio's scheduler per outcome, 5%
         of a serial drain's time. Its call is then no schedule point. The commit itself yields
         when it awaits a thread or a socket, and the SQLite fast path bounds the loop time
-        such calls take in one pass (:class:`~trio_batch.store._loop_budget.LoopBudget`; in a
+        such calls take in one pass (:class:`~trio_batch._loop_budget.LoopBudget`; in a
         trio run the budget does not guard, it yields after each write).
 
         Cancellation: this call cannot be cancelled. It returns (or raises) once the write is

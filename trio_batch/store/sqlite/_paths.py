@@ -29,8 +29,8 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 import trio
 
 from ..._errors import StoreError
+from ..._loop_budget import LoopBudget
 from .._face import StoreFace
-from .._loop_budget import LoopBudget
 from .._thread import StoreThread
 from ._errors import translate_errors
 from ._fast_path import MISS, Miss, run_unless_declined
@@ -51,7 +51,7 @@ T = TypeVar("T")
 #: outcomes, not commits, keeps shared commits from letting the WAL grow several times larger.
 CHECKPOINT_EVERY = 1000
 #: Loop-thread time (seconds) the fast path may use in one pass of trio's scheduler; past it,
-#: the next call waits for a later pass (:class:`~trio_batch.store._loop_budget.LoopBudget`).
+#: the next call waits for a later pass (:class:`~trio_batch._loop_budget.LoopBudget`).
 #: A pass still runs its first call whatever it costs (about 0.3 ms for a 64-target job).
 FAST_PASS_BUDGET = 0.00015
 
