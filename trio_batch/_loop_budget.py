@@ -72,28 +72,35 @@ class LoopBudget(trio.abc.Instrument):
         """True once the current pass has used more than its budget."""
         return self.used > self.seconds
 
-    async def wait_for_room(self) -> None:
+    async def wait_for_room(self, *, cancellable: bool = False) -> None:
         """Return at once if this pass has room and no call is queued; else queue, in arrival
         order, and return once at the head a pass has room or :data:`MAX_DEFERRALS` passes
         went by. A queued call waits for those ahead of it: at most one leaves the queue per
         pass (and per :data:`MAX_DEFERRALS` passes at worst).
 
-        Cancellation: never raises ``Cancelled`` (the waits are shielded), so a call that
-        waits here still runs; a pending cancel arrives at the caller's next checkpoint.
+        Cancellation: by default never raises ``Cancelled`` (the waits are shielded), so a
+        call that waits here still runs; a pending cancel arrives at the caller's next
+        checkpoint. With ``cancellable=True`` a cancel ends the wait with ``Cancelled`` (for
+        a call that has done nothing yet); the queue goes on without it.
         """
         if not self.guards_this_run or (not self.spent and not self._head):
             return
         if self._head:
-            with trio.CancelScope(shield=True):
+            with trio.CancelScope(shield=not cancellable):
                 await self._queue.park()  # woken as the new head (or by uninstall)
             if not self.guards_this_run:
                 return
         self._head = True
         try:
+            if cancellable:  # a cancel that came while parked: woken or not, it ends the wait
+                await trio.lowlevel.checkpoint_if_cancelled()
             for _ in range(MAX_DEFERRALS):
                 if not self.spent or not self.guards_this_run:
                     return
-                await trio.lowlevel.cancel_shielded_checkpoint()
+                if cancellable:
+                    await trio.lowlevel.checkpoint()
+                else:
+                    await trio.lowlevel.cancel_shielded_checkpoint()
         finally:
             # The head passes to the next in the queue, if there is one.
             if self._root is None or not self._queue.unpark():

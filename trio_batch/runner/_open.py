@@ -223,6 +223,7 @@ async def _running(
                 if runner is not None:
                     runner._shutdown_marked_ok = marked_ok
                     runner._stopped = True
+                    runner._admission.uninstall()
                     runner._shutdown_marked.set()
 
 

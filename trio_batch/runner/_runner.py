@@ -11,12 +11,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 
 import trio
 
 from .._config import Config
 from .._errors import Busy, CallerBusy, InvalidRequest, JobLive, RunnerClosed, StoreUnavailable
+from .._loop_budget import LoopBudget
 from .._model import (
     Job,
     JobState,
@@ -46,6 +48,9 @@ __all__ = ["FetchFunc", "Runner"]
 
 #: Most outcomes a watcher reads at once (a page of results held in memory).
 WATCH_PAGE = 256
+#: Loop-thread time (seconds) the submits' checks may use in one pass of trio's scheduler;
+#: past it, the next submit waits for a later pass (see :class:`LoopBudget`).
+SUBMIT_PASS_BUDGET = 0.0002
 
 
 class Runner(BatchOps, JobReads, DrainLoop):
@@ -86,6 +91,9 @@ class Runner(BatchOps, JobReads, DrainLoop):
         self._attempts = Attempts(fetch, config, logger, on_retry, tracing)
         self._check_target = target_checker(fetch)
         self._drains: dict[str, _Drain] = {}
+        # Paces submits over the loop's passes; dropped when the runner stops (see _open).
+        self._admission = LoopBudget(SUBMIT_PASS_BUDGET)
+        self._admission.install()
         # Fed by the store's listener: wakes the poll, and waits on other runners' jobs.
         self._elsewhere = ChangedElsewhere(self._drains)
         self._closed = False  # shutting down: no new jobs
@@ -147,47 +155,26 @@ class Runner(BatchOps, JobReads, DrainLoop):
         task complete even if this call is cancelled (``Cancelled`` is then raised at the
         caller's next checkpoint), so a created job is never left without its drain task.
         A cancel that came before the call raises ``Cancelled`` at once, nothing created.
+
+        Pacing: the checks of at most about ``SUBMIT_PASS_BUDGET`` seconds of submits run in
+        one pass of trio's scheduler; a submit past it waits its turn (in arrival order, a
+        few passes at most each), and a cancel while it waits raises ``Cancelled``, nothing
+        created.
         """
         await trio.lowlevel.checkpoint_if_cancelled()
-        self._check_open()
-        caller = check_caller(caller)
-        caller_class = check_caller(caller_class, "caller_class")
-        checked = check_targets(targets)
-        labels = check_metadata(metadata)
-        if parent_id is not None and not is_job_id(parent_id):
-            raise InvalidRequest(f"parent_id {safe_text(parent_id, 80)!r} is not a job id")
-        if self._check_target is not None:
-            check_each(self._check_target, checked)
-        if webhook is not None:
-            if self._webhooks is None:
-                raise InvalidRequest("this runner sends no webhooks (none was configured)")
-            webhook = self._webhooks.check_url(webhook)
-        config = self._config
-        targets_per_job, jobs_per_caller = config.limits_for(caller_class)
+        # A pass of the loop runs the checks of a few submits only: a thousand arriving at once
+        # (or a thousand refused callers retrying) would stall every task beside them.
+        await self._admission.wait_for_room(cancellable=True)
+        checks_began = time.perf_counter()
+        try:
+            drain, request = self._new_job_request(
+                caller, caller_class, targets, metadata, parent_id, webhook
+            )
+        finally:
+            self._admission.used += time.perf_counter() - checks_began
         # The drain is registered before the job exists, under the id the job will get: the
         # moment another task can see the job (a reuse, a listing), cancel() and wait() find
         # its drain.
-        drain = _Drain(new_job_id(), caller, checked)
-        # Started before the job exists, so the job is stored with its span's context; a span
-        # whose job is not created (a reuse, a refusal) is dropped unended: never exported.
-        if self._tracing.enabled:
-            drain.span = self._tracing.job_started(drain.job_id, caller_class, len(checked))
-        request = NewJob(
-            caller,
-            caller_class,
-            checked,
-            ttl=config.ttl,
-            targets_per_job=targets_per_job,
-            jobs_per_caller=jobs_per_caller,
-            jobs_total=config.jobs_total,
-            status=JobState.RUNNING,
-            job_id=drain.job_id,
-            metadata=labels,
-            parent_id=parent_id,
-            webhook_url=webhook,
-            callback=config.on_terminal is not None,
-            trace_context=self._tracing.trace_context(drain.span),
-        )
         self._drains[drain.job_id] = drain
         started = False
         try:
@@ -214,6 +201,55 @@ class Runner(BatchOps, JobReads, DrainLoop):
                 del drain, request  # nor this frame's job that was not created
         self._log.info("job submitted", extra=log_extra)
         return job.id, False
+
+    def _new_job_request(
+        self,
+        caller: str,
+        caller_class: str,
+        targets: Sequence[Target],
+        metadata: Mapping[str, str] | None,
+        parent_id: str | None,
+        webhook: str | None,
+    ) -> tuple[_Drain, NewJob]:
+        """Check a submit's arguments (raising what :meth:`submit` says) and build its job's
+        drain and store request; nothing is registered or stored yet."""
+        self._check_open()
+        caller = check_caller(caller)
+        caller_class = check_caller(caller_class, "caller_class")
+        checked = check_targets(targets)
+        labels = check_metadata(metadata)
+        if parent_id is not None and not is_job_id(parent_id):
+            raise InvalidRequest(f"parent_id {safe_text(parent_id, 80)!r} is not a job id")
+        if self._check_target is not None:
+            check_each(self._check_target, checked)
+        if webhook is not None:
+            if self._webhooks is None:
+                raise InvalidRequest("this runner sends no webhooks (none was configured)")
+            webhook = self._webhooks.check_url(webhook)
+        config = self._config
+        targets_per_job, jobs_per_caller = config.limits_for(caller_class)
+        drain = _Drain(new_job_id(), caller, checked)
+        # Started before the job exists, so the job is stored with its span's context; a span
+        # whose job is not created (a reuse, a refusal) is dropped unended: never exported.
+        if self._tracing.enabled:
+            drain.span = self._tracing.job_started(drain.job_id, caller_class, len(checked))
+        request = NewJob(
+            caller,
+            caller_class,
+            checked,
+            ttl=config.ttl,
+            targets_per_job=targets_per_job,
+            jobs_per_caller=jobs_per_caller,
+            jobs_total=config.jobs_total,
+            status=JobState.RUNNING,
+            job_id=drain.job_id,
+            metadata=labels,
+            parent_id=parent_id,
+            webhook_url=webhook,
+            callback=config.on_terminal is not None,
+            trace_context=self._tracing.trace_context(drain.span),
+        )
+        return drain, request
 
     async def cancel(self, job_id: str) -> bool:
         """Cancel a live job; returns False for an unknown, lapsed or already terminal job.
