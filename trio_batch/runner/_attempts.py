@@ -193,9 +193,10 @@ class Attempts:
     def _failed(self, drain: _Drain, idx: int, exc: Exception) -> Failure:
         """The failure of a fetch that raised ``exc``, logged."""
         failure = failure_from_exception(exc)
-        self.log.info(
-            "target failed", extra={"job_id": drain.job_id, "idx": idx, "error": failure.error}
-        )
+        if self.log.isEnabledFor(logging.INFO):  # once per failed target: no context for nothing
+            self.log.info(
+                "target failed", extra={"job_id": drain.job_id, "idx": idx, "error": failure.error}
+            )
         return failure
 
 

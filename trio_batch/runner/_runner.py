@@ -180,9 +180,10 @@ class Runner(BatchOps, JobReads, DrainLoop):
         try:
             with trio.CancelScope(shield=True):  # a created job must get its drain task
                 job, reused = await self._store.create_job(request, now=self._now())
-            log_extra = {"job_id": job.id, "caller": job.caller, "targets": job.targets_total}
             if reused:
-                self._log.info("job reused", extra={**log_extra, "status": str(job.status)})
+                if self._log.isEnabledFor(logging.INFO):  # no log context built for nothing
+                    extra = {**_submit_extra(job), "status": str(job.status)}
+                    self._log.info("job reused", extra=extra)
                 return job.id, True
             if self._closed:
                 # Shutdown began while the job was being created; shutdown marks it failed.
@@ -199,7 +200,8 @@ class Runner(BatchOps, JobReads, DrainLoop):
                 del self._drains[drain.job_id]
                 drain.stopped.set()
                 del drain, request  # nor this frame's job that was not created
-        self._log.info("job submitted", extra=log_extra)
+        if self._log.isEnabledFor(logging.INFO):
+            self._log.info("job submitted", extra=_submit_extra(job))
         return job.id, False
 
     def _new_job_request(
@@ -445,3 +447,8 @@ class Runner(BatchOps, JobReads, DrainLoop):
         """Every call is refused once the runner has stopped (its store may be closed)."""
         if self._stopped:
             raise RunnerClosed("the runner has stopped; its store answers no more calls")
+
+
+def _submit_extra(job: Job) -> dict[str, object]:
+    """The log context of a submit's answer."""
+    return {"job_id": job.id, "caller": job.caller, "targets": job.targets_total}
