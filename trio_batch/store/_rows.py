@@ -398,6 +398,20 @@ def check_caps(
         raise Busy(f"all {jobs_total} job slots are taken; retry when a job finishes")
 
 
+def check_counted_caps(
+    job: Job, new: NewJob, caller_live: int, total_live: int, newest_live: object
+) -> None:
+    """:func:`check_caps` with the counts and the caller's newest live job (None if none)
+    already read, as an admission read gets them in one snapshot."""
+    check_caps(
+        job,
+        new,
+        caller_live=lambda: int(caller_live),
+        total_live=lambda: int(total_live),
+        blocking_job=lambda: None if newest_live is None else str(newest_live),
+    )
+
+
 def outcome_values(
     result: Result | None,
     error: str | None,

@@ -40,7 +40,7 @@ from ..._model import (
     is_job_id,
 )
 from .._protocol import NewJob, ReapedJob
-from .._rows import check_caps, job_from_row, new_job
+from .._rows import check_caps, check_counted_caps, job_from_row, new_job
 from . import _queries as q
 from ._connection import Conn, Op
 from ._outcomes import PIPELINE_SUPPORTED, PostgresOutcomes
@@ -251,14 +251,7 @@ class PostgresStore(PostgresOutcomes):
         n = q.ADMISSION_JOB_COLUMNS
         if row[0] is not None:
             return job_from_row(row[:n])
-        caller_live, total_live, newest = row[n], row[n + 1], row[n + 2]
-        check_caps(
-            job,
-            new,
-            caller_live=lambda: int(caller_live),
-            total_live=lambda: int(total_live),
-            blocking_job=lambda: None if newest is None else str(newest),
-        )
+        check_counted_caps(job, new, row[n], row[n + 1], row[n + 2])
         return None
 
     # ----------------------------------------------------------------------------------------

@@ -32,7 +32,13 @@ from ..._model import (
 )
 from .._filters import EVERY_JOB, JobFilter, filtered_queries, merge_pages
 from .._protocol import NewJob, ReapedJob, StoreCounts
-from .._rows import check_caps, dumps, job_after_outcome, new_job, outcome_values
+from .._rows import (
+    check_counted_caps,
+    dumps,
+    job_after_outcome,
+    new_job,
+    outcome_values,
+)
 from .._rows import job_from_row as _job
 from .._rows import target_from_row as _target
 from . import _queries as q
@@ -132,14 +138,7 @@ class Store(Connection):
             row = self.db.execute(q.ADMISSION, (job.caller, job.idem_key, now)).fetchone()
         if row[0] is not None:
             return _job(row[:-4])
-        caller_live, total_live, blocking = row[-3:]
-        check_caps(
-            job,
-            new,
-            caller_live=lambda: int(caller_live),
-            total_live=lambda: int(total_live),
-            blocking_job=lambda: None if blocking is None else str(blocking),
-        )
+        check_counted_caps(job, new, *row[-3:])
         return None
 
     def find_reusable_job(self, caller: str, key: str, *, now: float | None = None) -> Job | None:
