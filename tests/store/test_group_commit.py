@@ -469,18 +469,46 @@ async def test_a_writer_waiting_for_the_commit_in_flight_cannot_be_cancelled() -
     assert cancelled_after
 
 
+class _GatedCommit:
+    """A commit that waits for ``gate`` while one is set (a commit awaiting its thread)."""
+
+    def __init__(self) -> None:
+        self.gate: trio.Event | None = None
+
+    async def __call__(self, writes: list[int]) -> list[int | Exception]:
+        if self.gate is not None:
+            with trio.CancelScope(shield=True):  # a store call runs to completion
+                await self.gate.wait()
+        return list(writes)
+
+
 async def test_a_writer_is_alone_only_when_nobody_else_writes_or_waits() -> None:
     """:meth:`GroupCommit.alone` tells a backend it may commit a write on the spot: only for
-    the writer alone in the last commit, and only while no other write gathers."""
-    group: GroupCommit[int, int] = GroupCommit(_echo_commit)
+    the writer alone in the last commit, and only while no commit is in flight and no other
+    write gathers (each checked where it alone decides)."""
+    commit = _GatedCommit()
+    group: GroupCommit[int, int] = GroupCommit(commit)
     assert not group.alone("a")  # no commit yet: its first write gathers
     await group.write(0, writer="a")
     assert group.alone("a") and not group.alone("b")
+    seen: dict[str, bool] = {}
+
+    async def a_writes_again() -> None:
+        await group.write(1, writer="a")
+        # Its commit is known; c, waiting for it with a batch of its own, has not run yet.
+        seen["c gathered"] = group.alone("a")
+
+    gate = commit.gate = trio.Event()
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(functools.partial(group.write, 1, writer="b"))
-        await wait_all_tasks_blocked()  # b leads a commit, yielding to gather
-        assert not group.alone("a")
-    assert group.alone("b") and not group.alone("a")
+        nursery.start_soon(a_writes_again)
+        await wait_all_tasks_blocked()  # a's own commit in flight, a still its sole writer
+        seen["in flight"] = group.alone("a")
+        nursery.start_soon(functools.partial(group.write, 2, writer="c"))
+        await wait_all_tasks_blocked()  # c waits for a's commit, gathering
+        commit.gate = None
+        gate.set()
+    assert seen == {"in flight": False, "c gathered": False}
+    assert group.alone("c") and not group.alone("a")
 
 
 async def test_a_lone_writer_on_the_fast_path_commits_each_write_before_it_returns(
