@@ -282,6 +282,22 @@ async def test_a_refusal_keeps_nothing_of_the_job_alive(
             assert {"drain", "request"}.isdisjoint(frames[-1].f_locals)
 
 
+async def test_a_refused_retry_keeps_nothing_of_the_job_alive(
+    store: Store, fetch: ScriptedFetch, clock: FakeClock
+) -> None:
+    # As a refused submit: a caller backing off on a refused retry holds no job, no targets.
+    async with open_runner(store, fetch, CONFIG, now=clock) as runner:
+        failed, _ = await runner.submit("alice", "user", urls("fail"))
+        await runner.wait(failed)
+        await runner.submit("alice", "user", urls("x/hang"))
+        with pytest.raises(CallerBusy) as refused:
+            await runner.retry(failed)
+        frames = [frame for frame, _ in traceback.walk_tb(refused.value.__traceback__)]
+        ours = [f.f_code.co_qualname for f in frames if "trio_batch" in f.f_code.co_filename]
+        assert ours == ["BatchOps.retry"]
+        assert {"job", "targets"}.isdisjoint(frames[-1].f_locals)
+
+
 @pytest.mark.parametrize(
     "bad",
     [[], [{"url": "https://x"}], "https://x", None, [Target("a"), Target("a")]],

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from .._config import Config
-from .._errors import InvalidRequest, InvalidTargets, JobLive, TooManyTargets
+from .._errors import Busy, CallerBusy, InvalidRequest, InvalidTargets, JobLive, TooManyTargets
 from .._model import Job, JobState, Target, TargetState, TargetStatus, check_caller, is_job_id
 from ..store import JobFilter, JobStore
 
@@ -228,9 +228,15 @@ class BatchOps:
             return None
         limit, _ = self._config.limits_for(job.caller_class)
         targets = await retry_targets(self._store, job, kinds, now=self._now(), limit=limit)
-        return await self.submit(
-            job.caller, job.caller_class, targets, metadata=job.metadata, parent_id=job.id
-        )
+        try:
+            return await self.submit(
+                job.caller, job.caller_class, targets, metadata=job.metadata, parent_id=job.id
+            )
+        except (Busy, CallerBusy) as refused:
+            # As submit's own refusals: nothing of the job or its targets held while the caller
+            # backs off.
+            del job, targets
+            raise refused.with_traceback(None) from None
 
     async def export(
         self, job: Job, *, after: int = -1, merged: bool = False
