@@ -193,9 +193,9 @@ class Store(Connection):
         does not exist.
 
         ``seen``, the job as this store last answered for it, saves reading the job back: the
-        bump is then made only if the job is still exactly as seen (but for its lease), and the
-        answer follows from it. If the job changed meanwhile, it is bumped and read back as
-        without ``seen``; the answer is the same either way.
+        bump is then made only if every column of the job that can change is still as seen (but
+        for its lease), and the answer follows from it. If the job changed meanwhile, it is
+        bumped and read back as without ``seen``; the answer is the same either way.
         """
         status, result_text, error, hint = outcome_values(result, error, hint, max_result_size)
         now = time.time() if now is None else now
