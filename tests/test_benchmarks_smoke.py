@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import (
+    ab,
     cycle_probes,
     floor,
     history,
@@ -156,3 +157,10 @@ def test_the_minimal_reference_stores_what_the_runner_would(
     # Every job drained to its end, its terminal status set, its lease bumped by the writes.
     assert jobs == [("done", 4, 4, 1)] * 6
     assert targets == [("done", floor.EMPTY_RESULT, 1)] * 24
+
+
+def test_the_paired_runner_measures_each_side_in_its_own_process() -> None:
+    # Both sides this tree (the command itself checks BASE out with `git worktree`).
+    here = Path(ab.__file__).resolve().parent.parent
+    [(base, this)] = ab.paired(here, here, "cycle1", rounds=1)
+    assert base > 0 and this > 0
