@@ -10,6 +10,7 @@ the insert cannot race. All times are the database's clock.
 
 from __future__ import annotations
 
+from . import _host_queries as hq
 from . import _queries as q
 from ._connection import Conn, Op
 from ._store import PostgresStore
@@ -28,9 +29,9 @@ def acquire_host_slot(
 
     def attempt(conn: Conn) -> float | None:
         with store._tx(conn, Op.WRITE):
-            conn.execute(q.HOST_LOCK, (q.LOCK_CLASS, host))
-            conn.execute(q.HOST_DROP_EXPIRED, values)
-            row = conn.execute(q.HOST_LOOK, values).fetchone()
+            conn.execute(hq.HOST_LOCK, (q.LOCK_CLASS, host))
+            conn.execute(hq.HOST_DROP_EXPIRED, values)
+            row = conn.execute(hq.HOST_LOOK, values).fetchone()
             assert row is not None
             now, paused_until, next_start, held = float(row[0]), row[1], row[2], int(row[3])
             if paused_until > now:
@@ -41,9 +42,9 @@ def acquire_host_slot(
                 if next_start > now:
                     return float(next_start - now)
                 next_values = {"host": host, "next": max(now, next_start) + 1 / rate}
-                conn.execute(q.HOST_SET_NEXT_START, next_values)
+                conn.execute(hq.HOST_SET_NEXT_START, next_values)
             taken = {"id": slot, "host": host, "holder": store.runner_id, "lease": lease}
-            conn.execute(q.HOST_TAKE_SLOT, taken)
+            conn.execute(hq.HOST_TAKE_SLOT, taken)
             return None
 
     return store._run(attempt)
@@ -51,10 +52,10 @@ def acquire_host_slot(
 
 def release_host_slot(store: PostgresStore, slot: str) -> None:
     """Give back a slot taken by :func:`acquire_host_slot`. Idempotent."""
-    store._run(lambda c: store._one(c, Op.WRITE, q.HOST_RELEASE_SLOT, (slot,)))
+    store._run(lambda c: store._one(c, Op.WRITE, hq.HOST_RELEASE_SLOT, (slot,)))
 
 
 def pause_host(store: PostgresStore, host: str, seconds: float) -> None:
     """Pause ``host`` for every runner for ``seconds`` from now, unless already paused longer."""
     values = {"host": host, "pause": seconds}
-    store._run(lambda c: store._one(c, Op.WRITE, q.HOST_PAUSE, values))
+    store._run(lambda c: store._one(c, Op.WRITE, hq.HOST_PAUSE, values))

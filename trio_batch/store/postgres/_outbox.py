@@ -11,7 +11,7 @@ from __future__ import annotations
 from ..._event import Delivery, JobEvent
 from ..._model import is_job_id
 from .._rows import delivery_from_row, event_from_row
-from . import _queries as q
+from . import _outbox_queries as oq
 from ._connection import Conn, Op
 from ._store import PostgresStore
 
@@ -24,7 +24,7 @@ def claim_delivery(store: PostgresStore, *, now: float, lease: float) -> JobEven
     values = {"runner": store.runner_id, "until": now + lease, "now": now}
 
     def claim(conn: Conn) -> JobEvent | None:
-        row = store._one(conn, Op.WRITE, q.CLAIM_DELIVERY, values).fetchone()
+        row = store._one(conn, Op.WRITE, oq.CLAIM_DELIVERY, values).fetchone()
         return None if row is None else event_from_row(row)
 
     return store._run(claim)
@@ -50,7 +50,7 @@ def record_delivery(
         event.id,
         store.runner_id,
     )
-    return store._run(lambda c: store._one(c, Op.WRITE, q.RECORD_DELIVERY, params).rowcount == 1)
+    return store._run(lambda c: store._one(c, Op.WRITE, oq.RECORD_DELIVERY, params).rowcount == 1)
 
 
 def get_delivery(store: PostgresStore, job_id: str, *, now: float) -> Delivery | None:
@@ -58,7 +58,7 @@ def get_delivery(store: PostgresStore, job_id: str, *, now: float) -> Delivery |
     if not is_job_id(job_id):
         return None
     row = store._run(
-        lambda c: store._one(c, Op.READ, q.GET_DELIVERY, (job_id, now)).fetchone(), op=Op.READ
+        lambda c: store._one(c, Op.READ, oq.GET_DELIVERY, (job_id, now)).fetchone(), op=Op.READ
     )
     return None if row is None else delivery_from_row(row)
 
@@ -68,11 +68,11 @@ def redeliver(store: PostgresStore, job_id: str, *, now: float) -> Delivery | No
     if not is_job_id(job_id):
         return None
     values = (now, now, job_id, now)
-    row = store._run(lambda c: store._one(c, Op.WRITE, q.REDELIVER, values).fetchone())
+    row = store._run(lambda c: store._one(c, Op.WRITE, oq.REDELIVER, values).fetchone())
     return None if row is None else delivery_from_row(row)
 
 
 def next_due(store: PostgresStore) -> float | None:
     """When the earliest waiting delivery is due; None if none waits."""
-    row = store._run(lambda c: store._one(c, Op.READ, q.NEXT_DUE).fetchone(), op=Op.READ)
+    row = store._run(lambda c: store._one(c, Op.READ, oq.NEXT_DUE).fetchone(), op=Op.READ)
     return None if row is None or row[0] is None else float(row[0])

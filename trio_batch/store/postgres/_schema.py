@@ -17,6 +17,8 @@ from typing import Any
 import psycopg
 
 from ..._errors import SchemaVersionError
+from . import _host_queries as hq
+from . import _outbox_queries as oq
 from . import _queries as q
 
 __all__ = ["SCHEMA_VERSION", "migrate"]
@@ -61,14 +63,14 @@ def migrate(
                 conn.execute(statement)
         if version < 3:
             # The outbox: one row per job that is to tell of its end (webhook, on_terminal).
-            for statement in q.CREATE_OUTBOX:
+            for statement in oq.CREATE_OUTBOX:
                 conn.execute(statement)
         if version < 4:
             # The job's trace context, for the runner that reaps it or delivers its event.
             conn.execute(q.ADD_TRACE_CONTEXT)
         if version < 5:
             # Per-host limits shared by the runners: leased request slots, pause and rate.
-            for statement in q.CREATE_HOST_LIMITS:
+            for statement in hq.CREATE_HOST_LIMITS:
                 conn.execute(statement)
         if version < 6:
             # The outcome write as a function: its plan cached on the server, pooler or not.

@@ -41,6 +41,8 @@ from ..._model import (
 )
 from .._protocol import NewJob, ReapedJob
 from .._rows import check_caps, check_counted_caps, job_from_row, new_job
+from . import _host_queries as hq
+from . import _outbox_queries as oq
 from . import _queries as q
 from ._connection import Conn, Op
 from ._outcomes import PIPELINE_SUPPORTED, PostgresOutcomes
@@ -233,7 +235,7 @@ class PostgresStore(PostgresOutcomes):
                             cur.executemany(q.INSERT_LABEL, insert.label_params())
                     if new.webhook_url is not None or new.callback:
                         outbox_row = (job.id, new_event_id(), new.webhook_url, new.callback)
-                        conn.execute(q.INSERT_OUTBOX, outbox_row)
+                        conn.execute(oq.INSERT_OUTBOX, outbox_row)
             return job, False
 
         return self._run(create)
@@ -299,7 +301,7 @@ class PostgresStore(PostgresOutcomes):
         count = self._run(lambda c: self._one(c, Op.WRITE, q.PURGE_LAPSED, values).rowcount)
         if count:
             self._recount_finished()
-        for sweep in q.HOST_SWEEP:  # the per-host limits' rows left by dead or idle runners
+        for sweep in hq.HOST_SWEEP:  # the per-host limits' rows left by dead or idle runners
             self._run(functools.partial(self._sweep, sweep))
         return count
 
@@ -317,7 +319,7 @@ def _emit(conn: Conn, job_ids: Sequence[str], now: float | None) -> None:
     """Write the terminal events of ``job_ids`` (just made terminal) into the outbox, in the
     current transaction. ``now`` None: the database's clock."""
     if job_ids:
-        conn.execute(q.EMIT_EVENTS, {"now": now, "ids": list(job_ids)})
+        conn.execute(oq.EMIT_EVENTS, {"now": now, "ids": list(job_ids)})
 
 
 def _pipeline(conn: Conn) -> contextlib.AbstractContextManager[object]:
