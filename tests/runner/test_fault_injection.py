@@ -25,7 +25,6 @@ import trio.testing
 from trio_batch import (
     Config,
     JobState,
-    OutcomeWrite,
     Result,
     Runner,
     Store,
@@ -406,14 +405,15 @@ async def test_transient_io_errors_are_retried(
     # thread, which spent the 30 s of store_retry_for in one leap and failed the job.
     row = table_row("3 transient I/O errors on a write")
     failures = iter([True, True, True])
-    real = Store.record_outcomes
+    real = Store.record_outcome
 
-    def flaky(self: Store, writes: list[OutcomeWrite], **kwargs: Any) -> Any:
+    def flaky(self: Store, job_id: str, idx: int, **kwargs: Any) -> Any:
         if next(failures, False):
             raise sqlite3.OperationalError("disk I/O error")
-        return real(self, writes, **kwargs)
+        return real(self, job_id, idx, **kwargs)
 
-    monkeypatch.setattr(Store, "record_outcomes", flaky)
+    # Every path of an outcome write (a lone one on the spot, a shared commit) runs this.
+    monkeypatch.setattr(Store, "record_outcome", flaky)
 
     async def fetch(target: Target) -> Result:
         return Result("x")

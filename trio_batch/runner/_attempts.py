@@ -102,17 +102,29 @@ class Attempts:
         self.log = log
         self.on_retry = on_retry
         self._rng = random.Random()  # retry jitter
+        #: One attempt, nothing that may cut it short, no tracing: :meth:`fetch_once` is all
+        #: :meth:`run` would do.
+        self.plain = (
+            config.retry is None
+            and config.target_timeout is None
+            and config.cancel_grace is None
+            and not self._traced
+        )
+
+    def enter_job(self, drain: _Drain) -> None:
+        """Ready the calling drain task for ``drain``'s attempts (:func:`current_caller`)."""
+        _CALLER.set(drain.caller)  # the drain task's own context: one job, one caller
 
     async def run(self, drain: _Drain, idx: int, target: Target) -> tuple[Result | Failure, int]:
         """Fetch the target, again after a retryable failure as ``Config.retry`` allows.
 
-        Returns the outcome to store and how many attempts it took. Between attempts the target
+        Call :meth:`enter_job` first, in the drain task. Returns the outcome to store and how
+        many attempts it took. Between attempts the target
         stays ``running`` and nothing is written. Cancellation: a cancel of the job
         (:meth:`Runner.cancel`) cuts a wait between attempts short, and no attempt starts after
         it; the last failure is returned, its hint saying so. Shutdown cancels a wait as it
         cancels a fetch.
         """
-        _CALLER.set(drain.caller)  # the drain task's own context: one job, one caller
         policy = self.config.retry
         attempt = 1
         while True:
@@ -159,12 +171,7 @@ class Attempts:
         """Run the fetch function on one target; every way it can fail becomes a Failure."""
         timeout = self.config.target_timeout
         if timeout is None and self.config.cancel_grace is None:
-            # Nothing may cut the fetch short: no scope of its own (one costs on every target).
-            try:
-                result = await self.fetch(target)
-            except Exception as exc:
-                return self._failed(drain, idx, exc)
-            return _checked(result)
+            return await self.fetch_once(drain, idx, target)
         with trio.CancelScope() as scope:
             if timeout is not None:
                 scope.deadline = trio.current_time() + timeout
@@ -188,6 +195,15 @@ class Attempts:
                 "raise Config.target_timeout if the target is just slow",
                 retryable=True,
             )
+        return _checked(result)
+
+    async def fetch_once(self, drain: _Drain, idx: int, target: Target) -> Result | Failure:
+        """One attempt at the target with nothing that may cut it short: no scope of its own
+        (one costs on every target). Every way it can fail becomes a Failure."""
+        try:
+            result = await self.fetch(target)
+        except Exception as exc:
+            return self._failed(drain, idx, exc)
         return _checked(result)
 
     def _failed(self, drain: _Drain, idx: int, exc: Exception) -> Failure:

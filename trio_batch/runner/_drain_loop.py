@@ -14,10 +14,10 @@ import trio
 
 from .._config import Config
 from .._errors import StoreUnavailable
-from .._model import Job, JobState, Result, outcome_write
+from .._model import Job, JobState, OutcomeWrite, Result, outcome_write
 from .._text import safe_text
 from .._tracing import Tracing
-from ..store import JobStore
+from ..store import DECLINED, Declined, JobStore
 from ._attempts import Attempts, Failure
 from ._cluster import release, wait_for_heartbeat
 from ._deliveries import Deliveries
@@ -25,6 +25,11 @@ from ._drain import _Drain
 from ._store_retry import retry_refused
 
 __all__ = ["DrainLoop"]
+
+
+def _declined(write: OutcomeWrite, *, ttl: float, now: float) -> Declined:
+    """:meth:`JobStore.record_outcome_now` for a store whose calls are traced: declines."""
+    return DECLINED
 
 
 class DrainLoop:
@@ -47,6 +52,12 @@ class DrainLoop:
         try:
             with drain.scope:
                 job: Job | None = None
+                # Checked once per job: a fetch with no timeout, grace, retry or tracing
+                # around it is called as it is; a traced store call is never bypassed.
+                plain = self._attempts.plain
+                write_now = _declined if self._tracing.enabled else self._store.record_outcome_now
+                ttl = self._config.ttl
+                self._attempts.enter_job(drain)
                 for idx, target in enumerate(drain.targets):
                     if not self._store.can_start_target():
                         # Other runners may be about to take this one for dead: wait for a
@@ -55,8 +66,22 @@ class DrainLoop:
                     if drain.cancel_requested:
                         break
                     drain.in_flight = idx
-                    result, attempts = await self._attempts.run(drain, idx, target)
-                    job = await self._store_outcome(drain, idx, result, attempts)
+                    if plain:
+                        result, attempts = await self._attempts.fetch_once(drain, idx, target), 1
+                    else:
+                        result, attempts = await self._attempts.run(drain, idx, target)
+                    write = self._outcome_write(drain, idx, result, attempts)
+                    # On the spot if the store can (no yield, no cancel point); else the async
+                    # call, which also retries a refusal (nothing was written).
+                    try:
+                        answer = write_now(write, ttl=ttl, now=self._now())
+                    except StoreUnavailable:
+                        answer = DECLINED
+                    if isinstance(answer, Declined):
+                        job = await self._store_outcome(drain, write)
+                    else:
+                        job = answer
+                    self._outcome_stored(drain, idx, job, isinstance(result, Result))
                     drain.in_flight = None
                     if job is None or job.is_terminal:
                         break  # lapsed, finished, or cancelled while the target ran
@@ -108,17 +133,12 @@ class DrainLoop:
         )
         self._deliveries.wake()
 
-    async def _store_outcome(
-        self, drain: _Drain, idx: int, result: Result | Failure, attempts: int = 1
-    ) -> Job | None:
-        """Store one outcome; each attempt completes even during a cancel (it cannot be cancelled).
-
-        If the database refuses the write, it is retried with backoff for up to
-        ``Config.store_retry_for`` seconds; the waits between attempts can be cancelled (at
-        shutdown), the attempts themselves cannot. Raises StoreUnavailable once time is up.
-        """
+    def _outcome_write(
+        self, drain: _Drain, idx: int, result: Result | Failure, attempts: int
+    ) -> OutcomeWrite:
+        """The write that stores ``result`` as the outcome of target ``idx``."""
         if isinstance(result, Result):
-            write = outcome_write(
+            return outcome_write(
                 drain.job_id,
                 idx,
                 result,
@@ -128,46 +148,50 @@ class DrainLoop:
                 drain.job,
                 self._config.max_result_size,
             )
-        else:
-            write = outcome_write(
-                drain.job_id,
-                idx,
-                None,
-                result.error,
-                result.hint,
-                attempts,
-                drain.job,
-                self._config.max_result_size,
-            )
+        return outcome_write(
+            drain.job_id,
+            idx,
+            None,
+            result.error,
+            result.hint,
+            attempts,
+            drain.job,
+            self._config.max_result_size,
+        )
+
+    async def _store_outcome(self, drain: _Drain, write: OutcomeWrite) -> Job | None:
+        """Store one outcome; each attempt completes even during a cancel (it cannot be cancelled).
+
+        If the database refuses the write, it is retried with backoff for up to
+        ``Config.store_retry_for`` seconds; the waits between attempts can be cancelled (at
+        shutdown), the attempts themselves cannot. Raises StoreUnavailable once time is up.
+        """
         # Each attempt cannot be cancelled (see JobStore.record_outcome): in effect shielded,
         # and bounded by the store's own timeouts. The first is made here, the retries (rare)
         # by retry_refused: no closure nor log context per outcome.
         give_up_at = trio.current_time() + self._config.store_retry_for
-        refused: StoreUnavailable | None = None
-        job: Job | None = None
         try:
-            job = await self._store.record_outcome(write, ttl=self._config.ttl, now=self._now())
+            return await self._store.record_outcome(write, ttl=self._config.ttl, now=self._now())
         except StoreUnavailable as exc:
             refused = exc
-        if refused is not None:
-            job = await retry_refused(
-                lambda: self._store.record_outcome(write, ttl=self._config.ttl, now=self._now()),
-                what="store an outcome",
-                give_up_at=give_up_at,
-                log=self._log,
-                extra={"job_id": drain.job_id, "idx": idx},
-                refused=refused,
-            )
+        return await retry_refused(
+            lambda: self._store.record_outcome(write, ttl=self._config.ttl, now=self._now()),
+            what="store an outcome",
+            give_up_at=give_up_at,
+            log=self._log,
+            extra={"job_id": drain.job_id, "idx": write.idx},
+            refused=refused,
+        )
+
+    def _outcome_stored(self, drain: _Drain, idx: int, job: Job | None, done: bool) -> None:
+        """Note the store's answer to target ``idx``'s write (``done``: a success): the drain
+        holds it, watchers wake, and a terminal job's deliveries."""
         drain.job = job
         drain.notify_stored()
         if self._log.isEnabledFor(logging.DEBUG):
             self._log.debug(
                 "target stored",
-                extra={
-                    "job_id": drain.job_id,
-                    "idx": idx,
-                    "status": "done" if isinstance(result, Result) else "failed",
-                },
+                extra={"job_id": drain.job_id, "idx": idx, "status": "done" if done else "failed"},
             )
         if job is not None and job.is_terminal:
             self._deliveries.wake()
@@ -180,4 +204,3 @@ class DrainLoop:
                         "status": str(job.status),
                     },
                 )
-        return job

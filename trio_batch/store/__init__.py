@@ -18,7 +18,9 @@ in one module of named statements), a URL scheme in :func:`open_store`, and a pa
 from ._filters import JobFilter
 from ._open import open_store
 from ._protocol import (
+    DECLINED,
     ChangeObserver,
+    Declined,
     DrainChanges,
     HostLimits,
     JobStore,
@@ -31,8 +33,10 @@ from ._protocol import (
 from .sqlite import SCHEMA_VERSION, SQLiteJobStore, Store
 
 __all__ = [
+    "DECLINED",
     "SCHEMA_VERSION",
     "ChangeObserver",
+    "Declined",
     "DrainChanges",
     "HostLimits",
     "JobFilter",

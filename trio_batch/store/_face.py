@@ -15,7 +15,7 @@ from typing import Self
 
 from .._model import Job, OutcomeWrite
 from ._group_commit import GroupCommit
-from ._protocol import ReapObserver, WriteObserver
+from ._protocol import DECLINED, Declined, ReapObserver, WriteObserver
 
 __all__ = ["StoreFace"]
 
@@ -62,6 +62,13 @@ class StoreFace:
         """
         self._start()
         return await self._group.write((write, ttl, now), writer=write.job_id)
+
+    def record_outcome_now(
+        self, write: OutcomeWrite, *, ttl: float, now: float
+    ) -> Job | Declined | None:
+        """Declines (:data:`~trio_batch.store.DECLINED`): a backend that can write an outcome
+        synchronously overrides it (see :meth:`JobStore.record_outcome_now`)."""
+        return DECLINED
 
     async def _commit(self, batch: list[_TimedWrite]) -> list[Job | Exception | None]:
         # One commit, one moment: the first write's (the leader's) ttl and time serve for all.

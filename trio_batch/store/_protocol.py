@@ -22,7 +22,9 @@ from .._model import Job, JobState, OutcomeWrite, Target, TargetStatus
 from ._filters import EVERY_JOB, JobFilter
 
 __all__ = [
+    "DECLINED",
     "ChangeObserver",
+    "Declined",
     "DrainChanges",
     "JobStore",
     "NewJob",
@@ -119,6 +121,16 @@ class DrainChanges:
     lost: frozenset[str] = frozenset()
 
 
+class Declined:
+    """What :meth:`JobStore.record_outcome_now` answers when it did nothing."""
+
+    __slots__ = ()
+
+
+#: The one :class:`Declined`.
+DECLINED = Declined()
+
+
 @runtime_checkable
 class JobStore(Protocol):
     """The operations a store backend provides, as async methods for one trio program.
@@ -172,6 +184,19 @@ class JobStore(Protocol):
         each write stays all-or-nothing on its own, and this returns once it is committed.
         ``write.seen`` (the job as last answered) may spare the backend reading the job back;
         the answer must be the stored job whether it is current, stale or absent.
+        """
+        ...
+
+    def record_outcome_now(
+        self, write: OutcomeWrite, *, ttl: float, now: float
+    ) -> Job | Declined | None:
+        """:meth:`record_outcome`, made at once and synchronously if the backend can without
+        waiting or yielding; else :data:`DECLINED`, nothing written, and the caller makes the
+        async call instead.
+
+        For a drain's hot path: a backend that accepts keeps every guarantee
+        :meth:`record_outcome` gives, including the loop's budget (it declines once the
+        current pass of the scheduler has used it). Raises as :meth:`record_outcome` does.
         """
         ...
 

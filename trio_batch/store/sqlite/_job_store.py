@@ -21,7 +21,15 @@ import trio
 from ..._event import Delivery, JobEvent
 from ..._model import Job, JobState, OutcomeWrite, TargetStatus
 from .._filters import EVERY_JOB, JobFilter
-from .._protocol import ChangeObserver, DrainChanges, NewJob, ReapedJob, StoreCounts
+from .._protocol import (
+    DECLINED,
+    ChangeObserver,
+    Declined,
+    DrainChanges,
+    NewJob,
+    ReapedJob,
+    StoreCounts,
+)
 from . import _fast_path, _outbox
 from ._errors import translate_errors
 from ._fast_path import Miss, cheap_result
@@ -84,28 +92,36 @@ class SQLiteJobStore(FastPaths):
 
     async def record_outcome(self, write: OutcomeWrite, *, ttl: float, now: float) -> Job | None:
         """Store one outcome, as :meth:`StoreFace.record_outcome
-        <trio_batch.store._face.StoreFace.record_outcome>` does.
+        <trio_batch.store._face.StoreFace.record_outcome>` does: on the spot if
+        :meth:`record_outcome_now` takes it, else with the group commit."""
+        answer = self.record_outcome_now(write, ttl=ttl, now=now)
+        if isinstance(answer, Declined):
+            return await super().record_outcome(write, ttl=ttl, now=now)
+        return answer
 
-        A drain alone in the last commit (:meth:`GroupCommit.alone
-        <trio_batch.store._group_commit.GroupCommit.alone>`) with a small result writes it on
-        the spot, on the fast path if this pass of the loop has room: the group commit would
-        have committed it alone without yielding too, through eight more calls.
+    def record_outcome_now(
+        self, write: OutcomeWrite, *, ttl: float, now: float
+    ) -> Job | Declined | None:
+        """Store one outcome synchronously, on the fast path, if the writer is alone
+        (:meth:`GroupCommit.alone <trio_batch.store._group_commit.GroupCommit.alone>`), the
+        result small and this pass of the loop has room; else :data:`DECLINED`, nothing
+        written. The group commit would have committed such a write alone without yielding too,
+        through eight more calls.
         """
         if (
-            self._budget.guards_this_run
-            and not self._budget.spent
-            and self._group.alone(write.job_id)
-            and (write.result is None or cheap_result(write.result))
+            self._budget.spent
+            or not self._budget.guards_this_run
+            or not self._group.alone(write.job_id)
+            or (write.result is not None and not cheap_result(write.result))
         ):
-            start = self._observe_start()
-            with translate_errors(self.store.busy_timeout):
-                answers = self._try_fast(1, Store.record_outcomes, (write,), ttl=ttl, now=now)
-            if not isinstance(answers, Miss):
-                self._observe("record_outcomes", start)
-                if isinstance(answers[0], Exception):
-                    raise answers[0]
-                return answers[0]
-        return await super().record_outcome(write, ttl=ttl, now=now)
+            return DECLINED
+        start = self._observe_start()
+        with translate_errors(self.store.busy_timeout):
+            answer = self._try_fast(1, Store.record_write, write, ttl, now)
+        if isinstance(answer, Miss):
+            return DECLINED
+        self._observe("record_outcomes", start)
+        return answer
 
     async def _store_outcomes(
         self, writes: Sequence[OutcomeWrite], *, ttl: float, now: float

@@ -284,20 +284,24 @@ class Store(Connection):
     def _record_write(self, w: OutcomeWrite, ttl: float, now: float) -> Job | Exception | None:
         """One write of :meth:`record_outcomes`: its answer, or the error that refused it."""
         try:
-            return self.record_outcome(
-                w.job_id,
-                w.idx,
-                result=w.result,
-                error=w.error,
-                hint=w.hint,
-                attempts=w.attempts,
-                ttl=ttl,
-                now=now,
-                seen=w.seen,
-                max_result_size=w.max_result_size,
-            )
+            return self.record_write(w, ttl, now)
         except (OutcomeExists, ValueError) as exc:
             return exc
+
+    def record_write(self, w: OutcomeWrite, ttl: float, now: float) -> Job | None:
+        """:meth:`record_outcome` of one :class:`OutcomeWrite`, in its own transaction."""
+        return self.record_outcome(
+            w.job_id,
+            w.idx,
+            result=w.result,
+            error=w.error,
+            hint=w.hint,
+            attempts=w.attempts,
+            ttl=ttl,
+            now=now,
+            seen=w.seen,
+            max_result_size=w.max_result_size,
+        )
 
     def finish_job(
         self,
