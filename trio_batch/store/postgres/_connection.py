@@ -44,7 +44,7 @@ from ._errors import connection_lost
 from ._schema import migrate
 from ._watchdog import Watchdog, shut_socket
 
-__all__ = ["Conn", "Op", "PostgresConnection", "rollback", "safe_location"]
+__all__ = ["Conn", "Op", "PostgresConnection", "rollback", "safe_location", "usable"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -180,10 +180,14 @@ class PostgresConnection:
         (one statement a message there, so the bounds are one ``SET_BOUNDS``). The caller
         queues its statements and ``COMMIT`` after it, and rolls back if any of it fails."""
         conn.execute("BEGIN", prepare=False)
-        statement, lock = self._bounds(op)
-        idle = _millis(self.store_timeout)
-        conn.execute(q.SET_BOUNDS, (str(statement), str(lock), str(idle)), prepare=False)
+        conn.execute(q.SET_BOUNDS, self.bounds_values(op), prepare=False)
         self._sent_write = op is not Op.READ  # what follows may write
+
+    def bounds_values(self, op: Op) -> tuple[str, str, str]:
+        """``SET_BOUNDS``'s parameters for ``op``: its statement, lock and
+        idle-in-transaction timeouts, in milliseconds, as text."""
+        statement, lock = self._bounds(op)
+        return str(statement), str(lock), str(_millis(self.store_timeout))
 
     @classmethod
     def open(
@@ -219,11 +223,9 @@ class PostgresConnection:
 
     def connection(self) -> Conn:
         """The open connection; a new one if there is none or the one held is dead."""
-        conn = self._conn
+        conn = self.idle_connection()
         if conn is not None:
-            if _usable(conn):
-                return conn
-            self.close()  # died while idle (a restart, a pooler that dropped it)
+            return conn
         conn = psycopg.connect(
             self.conninfo,
             autocommit=True,
@@ -243,6 +245,20 @@ class PostgresConnection:
         if cut:
             conn.close()
             raise psycopg.OperationalError("store_timeout passed while connecting")
+        return conn
+
+    @property
+    def is_open(self) -> bool:
+        """Whether a connection is held (it may have died since its last answer)."""
+        return self._conn is not None
+
+    def idle_connection(self) -> Conn | None:
+        """The open connection if it is still usable (see :func:`usable`); None if there is
+        none, or if it died while idle (a restart, a pooler that dropped it): it is closed."""
+        conn = self._conn
+        if conn is not None and not usable(conn):
+            self.close()
+            conn = None
         return conn
 
     def _settle(self, conn: Conn) -> None:
@@ -310,11 +326,15 @@ class PostgresConnection:
                 if not cut():
                     raise
                 self.close()
-                raise StoreUnavailable(
-                    f"{self.location} did not answer within store_timeout "
-                    f"({self.store_timeout:g} s), so the connection was dropped: the network "
-                    "or the database is down, overloaded, or a lock is held; try again shortly"
-                ) from exc
+                raise self.timed_out() from exc
+
+    def timed_out(self) -> StoreUnavailable:
+        """The error of a call cut off at its deadline, its connection dropped."""
+        return StoreUnavailable(
+            f"{self.location} did not answer within store_timeout "
+            f"({self.store_timeout:g} s), so the connection was dropped: the network "
+            "or the database is down, overloaded, or a lock is held; try again shortly"
+        )
 
     def _run(self, fn: Callable[[Conn], T], *, op: Op = Op.WRITE) -> T:
         """``fn(connection)``: one operation. A psycopg error that means the connection is gone
@@ -374,7 +394,7 @@ class PostgresConnection:
         conn.execute("COMMIT", prepare=False)
 
 
-def _usable(conn: Conn) -> bool:
+def usable(conn: Conn) -> bool:
     """Whether an idle connection is still open: nothing has arrived on it since its last
     answer (a server going down sends its FATAL message and closes the socket)."""
     if conn.closed or conn.broken or conn.info.transaction_status != pq.TransactionStatus.IDLE:

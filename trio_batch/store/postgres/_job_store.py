@@ -1,9 +1,11 @@
 """The PostgreSQL backend's :class:`~trio_batch.store.JobStore`: several runners, one database.
 
 Calls run on a store thread (:class:`~trio_batch.store._thread.StoreThread`) over one
-connection, in order; outcome writes share commits (:class:`~trio_batch.store._face.StoreFace`,
-which both backends share), each one statement that stores all of it or nothing. psycopg's sync
-API is used: its async API (and asyncpg) need asyncio's loop.
+connection, in order; psycopg's sync API is used there: its async API (and asyncpg) need
+asyncio's loop. Outcome writes, the hot path, share commits
+(:class:`~trio_batch.store._face.StoreFace`, which both backends share), each one statement
+that stores all of it or nothing, and go from trio's own loop on a connection of their own
+(:mod:`._loop_outcomes`, over psycopg's libpq wrapper): no thread hand-over per commit.
 
 A runner's :meth:`~PostgresJobStore.claim` registers it under a fresh id and, while the block
 runs, heartbeats every ``heartbeat_interval`` on a second connection and thread of its own (so
@@ -34,6 +36,8 @@ from . import _hosts, _outbox
 from ._connection import DEFAULT_STORE_TIMEOUT, safe_location
 from ._errors import translate_errors
 from ._listen import PROBE_INTERVAL, listen_for_changes, split_listen_option
+from ._loop_outcomes import LoopOutcomes
+from ._outcomes import PIPELINE_SUPPORTED
 from ._store import PostgresStore
 
 __all__ = ["PostgresJobStore"]
@@ -73,6 +77,10 @@ class PostgresJobStore(StoreFace):
         self.probe_interval = PROBE_INTERVAL
         self.location = store.location
         self._thread = StoreThread(name="trio_batch postgres store")
+        # Outcome writes go from trio's loop, on a connection of their own (libpq 14+).
+        self._loop_outcomes = (
+            LoopOutcomes(store, self._thread_outcomes) if PIPELINE_SUPPORTED else None
+        )
         self._started = False
         self._closed = False
         self._runner_timeout = 30.0
@@ -140,6 +148,8 @@ class PostgresJobStore(StoreFace):
         if self._closed:
             return
         self._closed = True
+        if self._loop_outcomes is not None:
+            self._loop_outcomes.close()  # no commit is in flight: nobody writes any more
         if self._started:
             with trio.CancelScope(shield=True):
                 await self._thread.run(self.store.close, final=True)  # after every queued call
@@ -283,11 +293,16 @@ class PostgresJobStore(StoreFace):
     async def _store_outcomes(
         self, writes: Sequence[OutcomeWrite], *, ttl: float, now: float
     ) -> list[Job | Exception | None]:
-        """:meth:`PostgresStore.record_outcomes`: one statement per write, one commit.
+        """:meth:`PostgresStore.record_outcomes`: one statement per write, one commit, sent
+        from trio's loop (:class:`~._loop_outcomes.LoopOutcomes`) where libpq allows.
 
         A write answers None (nothing written) also when its job is no longer this runner's.
         """
-        answers = await self._call(PostgresStore.record_outcomes, writes, ttl=ttl, now=now)
+        if self._loop_outcomes is None:
+            answers = await self._thread_outcomes(writes, ttl, now)
+        else:
+            with translate_errors(self.store.store_timeout):
+                answers = await self._loop_outcomes.record_outcomes(writes, ttl=ttl, now=now)
         # Jobs whose last outcome this commit stored: their waiters elsewhere may stop. One
         # notification statement per commit that finished a job, queued after it, unawaited.
         finished = [
@@ -299,6 +314,12 @@ class PostgresJobStore(StoreFace):
             deadline = time.monotonic() + self.store.store_timeout
             self._thread.run_soon(_notify_quietly, self.store, finished, deadline)
         return answers
+
+    async def _thread_outcomes(
+        self, writes: Sequence[OutcomeWrite], ttl: float, now: float
+    ) -> list[Job | Exception | None]:
+        """:meth:`PostgresStore.record_outcomes` on the store thread."""
+        return await self._call(PostgresStore.record_outcomes, writes, ttl=ttl, now=now)
 
     async def finish_job(
         self, job_id: str, status: JobState, *, now: float, error: str | None = None

@@ -8,7 +8,7 @@ of a shared commit go out in one pipeline with its ``BEGIN`` and ``COMMIT``.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import psycopg
@@ -108,8 +108,21 @@ class PostgresOutcomes(PostgresReads):
                     todo.remove(refused.index)
         except psycopg.Error as exc:
             if self._conn is None:  # the connection was lost: the commit may have happened
-                self._maybe_committed.update((w.job_id, w.idx) for w in writes)
+                self.lost_in_commit(writes)
             raise exc
+        self.answered(writes, answers)
+        return answers
+
+    def answered(
+        self,
+        writes: Sequence[OutcomeWrite],
+        answers: Sequence[Job | Exception | None],
+        *,
+        mark: int | None = None,
+    ) -> None:
+        """``writes`` were committed (or refused) with ``answers``: none is in doubt any more,
+        and the jobs they finished are counted. ``mark``: :meth:`tally_mark` before the commit,
+        for a commit made off the store thread."""
         for write in writes:
             self._maybe_committed.discard((write.job_id, write.idx))
         for answer in answers:
@@ -120,17 +133,21 @@ class PostgresOutcomes(PostgresReads):
                 and answer.status in _FINAL_STATUSES
                 and answer.targets_done >= answer.targets_total
             ):
-                self._count_finished(answer)
-        return answers
+                self._count_finished(answer, mark=mark)
+
+    def in_doubt(self, writes: Sequence[OutcomeWrite]) -> bool:
+        """Whether any of ``writes`` is a retry in doubt (its first attempt's commit was cut
+        off): its answer may need its stored outcome read, one write at a time."""
+        return any((w.job_id, w.idx) in self._maybe_committed for w in writes)
+
+    def lost_in_commit(self, writes: Sequence[OutcomeWrite]) -> None:
+        """The connection was lost while ``writes`` were being committed: they may have been."""
+        self._maybe_committed.update((w.job_id, w.idx) for w in writes)
 
     def _can_pipeline(self, writes: Sequence[OutcomeWrite]) -> bool:
         """Whether ``writes`` can go to the server in one pipeline: several of them, and none
-        a retry in doubt (whose answer may need its stored outcome read, one at a time)."""
-        return (
-            len(writes) > 1
-            and PIPELINE_SUPPORTED
-            and not any((w.job_id, w.idx) in self._maybe_committed for w in writes)
-        )
+        a retry in doubt."""
+        return len(writes) > 1 and PIPELINE_SUPPORTED and not self.in_doubt(writes)
 
     def _record_pipelined(
         self, conn: Conn, writes: Sequence[OutcomeWrite], ttl: float, now: float
@@ -150,13 +167,8 @@ class PostgresOutcomes(PostgresReads):
                 try:
                     self._begin_pipelined(conn, Op.WRITE)
                     sent: list[tuple[int, OutcomeWrite, psycopg.Cursor[Any]]] = []
-                    for i, write in enumerate(writes):
-                        try:
-                            values = self._outcome_values(write, ttl=ttl, now=now)
-                        except ValueError as exc:  # refused before any SQL: nothing sent
-                            answers[i] = exc
-                            continue
-                        sent.append((i, write, conn.execute(self._outcome_sql, values)))
+                    for i, values in self._writable(writes, answers, ttl=ttl, now=now):
+                        sent.append((i, writes[i], conn.execute(self._outcome_sql, values)))
                     conn.execute("COMMIT", prepare=False)
                     for i, write, cursor in sent:
                         answers[i] = _outcome_answer(write, cursor.fetchone())
@@ -180,6 +192,24 @@ class PostgresOutcomes(PostgresReads):
         """``RECORD_OUTCOME``, prepared on a direct connection; through a pooler (nothing
         prepared), the function that keeps its plan on the server."""
         return q.RECORD_OUTCOME_CALL if self.pooled else q.RECORD_OUTCOME
+
+    def _writable(
+        self,
+        writes: Sequence[OutcomeWrite],
+        answers: list[Job | Exception | None],
+        *,
+        ttl: float,
+        now: float,
+    ) -> Iterator[tuple[int, dict[str, Any]]]:
+        """Each write that can be stored, as its index and parameters, made as they are
+        taken; one that cannot gets its ValueError in ``answers`` (nothing sent for it)."""
+        for i, write in enumerate(writes):
+            try:
+                values = self._outcome_values(write, ttl=ttl, now=now)
+            except ValueError as exc:
+                answers[i] = exc
+                continue
+            yield i, values
 
     def _outcome_values(self, write: OutcomeWrite, *, ttl: float, now: float) -> dict[str, Any]:
         """``RECORD_OUTCOME``'s parameters for ``write``; ValueError for a write that cannot

@@ -337,6 +337,24 @@ RECORD_OUTCOME_CALL = (
     + ", ".join(f"%({name})s::{type_}" for name, type_ in _OUTCOME_ARGS)
     + ")"
 )
+#: The order of ``RECORD_OUTCOME``'s parameters when sent numbered (``$1``...), as the loop
+#: driver sends them (:mod:`._loop_outcomes`): libpq takes a sequence, not names.
+OUTCOME_PARAMS = tuple(name for name, _ in _OUTCOME_ARGS)
+
+
+def numbered(sql: str, names: tuple[str, ...]) -> str:
+    """``sql`` with each ``%(name)s`` as ``$n``, n its place in ``names`` (1-based)."""
+    place = {name: i for i, name in enumerate(names, 1)}
+    return re.sub(r"%\((\w+)\)s", lambda m: f"${place[m.group(1)]}", sql)
+
+
+#: ``RECORD_OUTCOME`` and its function's call, numbered, for libpq's extended protocol.
+RECORD_OUTCOME_NUMBERED = numbered(RECORD_OUTCOME, OUTCOME_PARAMS)
+RECORD_OUTCOME_CALL_NUMBERED = numbered(RECORD_OUTCOME_CALL, OUTCOME_PARAMS)
+#: ``SET_BOUNDS`` numbered: statement, lock and idle-in-transaction timeouts.
+SET_BOUNDS_NUMBERED = (
+    SET_BOUNDS.replace("%s", "$1", 1).replace("%s", "$2", 1).replace("%s", "$3", 1)
+)
 #: A target's stored outcome, to recognise a retried write whose first attempt committed.
 GET_OUTCOME = "SELECT status, result, error, hint FROM targets WHERE job_id = %s AND idx = %s"
 #: Move a live, unexpired job to a terminal status, once (any runner: a cancel comes from

@@ -18,6 +18,7 @@ from .._protocol import StoreCounts
 from .._rows import job_from_row, target_from_row
 from . import _queries as q
 from ._connection import Conn, Op, PostgresConnection
+from ._tally import TerminalTally
 
 __all__ = ["PostgresReads"]
 
@@ -72,8 +73,10 @@ class PostgresReads(PostgresConnection):
 
     #: Seconds :meth:`counts` reuses its count of the terminal jobs.
     terminal_counts_max_age = TERMINAL_COUNTS_MAX_AGE
-    # (the ``now`` it was read at, status -> [jobs, targets, done, failed]) of terminal jobs.
-    _terminal: tuple[float, dict[str, list[int]]] | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._tally = TerminalTally()
 
     def counts(self, *, now: float) -> StoreCounts:
         """Unexpired jobs by status (every status present, zeros included), and their targets.
@@ -87,28 +90,30 @@ class PostgresReads(PostgresConnection):
         show within that age.
         """
         # Aged by the caller's clock, the one leases lapse by.
-        stale = self._terminal is None or not (
-            0 <= now - self._terminal[0] < self.terminal_counts_max_age
-        )
+        held, token = self._tally.start_read(now, self.terminal_counts_max_age)
 
         def read(conn: Conn) -> tuple[list[Any], list[Any] | None]:
             with self._tx(conn, Op.READ, snapshot=True):
                 live = conn.execute(q.COUNT_LIVE_BY_STATUS, (now,)).fetchall()
                 terminal = None
-                if stale:
+                if held is None:
                     terminal = conn.execute(q.COUNT_TERMINAL_BY_STATUS, (now,)).fetchall()
             return live, terminal
 
-        live, terminal = self._run(read, op=Op.READ)
-        if terminal is not None:
-            tallies = {str(row[0]): [int(v) for v in row[1:]] for row in terminal}
-            self._terminal = (now, tallies)
-        assert self._terminal is not None
+        tallies = held
+        try:
+            live, terminal = self._run(read, op=Op.READ)
+            if terminal is not None:
+                tallies = {str(row[0]): [int(v) for v in row[1:]] for row in terminal}
+        finally:
+            if held is None:
+                self._tally.keep(token, now, tallies)
+        assert tallies is not None
         jobs = dict.fromkeys((str(s) for s in JobState), 0)
         total = done = failed = abandoned = 0
         for status, n, targets, ok, bad in [
             *((row[0], *map(int, row[1:])) for row in live),
-            *((status, *tally) for status, tally in self._terminal[1].items()),
+            *((status, *tally) for status, tally in tallies.items()),
         ]:
             jobs[str(status)] += n
             total, done, failed = total + targets, done + ok, failed + bad
@@ -116,16 +121,18 @@ class PostgresReads(PostgresConnection):
                 abandoned += targets - ok
         return StoreCounts(jobs, total, done, failed, abandoned)
 
-    def _count_finished(self, job: Job) -> None:
-        """``job`` was just made terminal by this store: count it in the reused tally."""
-        if self._terminal is not None:
-            tally = self._terminal[1].setdefault(str(job.status), [0, 0, 0, 0])
-            for i, value in enumerate((1, job.targets_total, job.targets_done, job.targets_failed)):
-                tally[i] += value
+    def tally_mark(self) -> int:
+        """Taken before an outcome commit made off the store thread (see :mod:`._tally`)."""
+        return self._tally.mark()
+
+    def _count_finished(self, job: Job, *, mark: int | None = None) -> None:
+        """``job`` was just made terminal by this store: count it in the reused tally
+        (``mark``: :meth:`tally_mark` before its commit, if made off the store thread)."""
+        self._tally.count(job, mark)
 
     def _recount_finished(self) -> None:
         """This store changed terminal jobs in ways it cannot tally: count them again."""
-        self._terminal = None
+        self._tally.drop()
 
     def forget_job(self, job_id: str, *, caller: str | None = None, now: float) -> Job | None:
         """Delete a terminal job and its targets in one transaction; see ``JobStore``."""

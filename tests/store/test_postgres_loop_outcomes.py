@@ -1,0 +1,334 @@
+"""PostgreSQL outcome writes sent from trio's loop (``_loop_outcomes``, ``_loop_conn``).
+
+A runner's outcome writes go on a connection of their own, driven from the event loop, not the
+store thread: each shared commit one pipeline and one transaction, answered write by write as
+the store thread's ``record_outcomes`` answers. What must hold whatever happens to the
+connection: a write cut off at ``store_timeout`` (a partition) or by a killed connection
+leaves it in doubt and its retry is recognised; a cancelled caller waits for its write, which
+is never left mid-transaction; a restart between writes is not seen by the caller. On a real
+server, directly and through PgBouncer in transaction mode. No wall-clock assertion: every
+wait below is a hang guard.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+import trio
+
+from trio_batch import Job, JobState, OutcomeExists, OutcomeWrite, Result, StoreUnavailable
+from trio_batch.store.postgres import PostgresJobStore, PostgresStore
+from trio_batch.store.postgres._tally import TerminalTally
+
+from ..runner.test_postgres_cluster import _until
+from ..support.cuttable_proxy import CuttableProxy
+from ..support.fakes import T0
+from ..support.pg_server import PgServer
+from .test_group_commit import TTL, create
+from .test_postgres_restarts import _through, proxy  # noqa: F401 (a fixture)
+
+pytestmark = pytest.mark.skipif(
+    not psycopg.Pipeline.is_supported(), reason="libpq before 14: the store thread writes"
+)
+
+
+@pytest.fixture(params=["direct", "through PgBouncer"])
+def dsn(request: pytest.FixtureRequest, pg_dsn: str) -> str:
+    return pg_dsn if request.param == "direct" else str(request.getfixturevalue("pooled_dsn"))
+
+
+@contextlib.asynccontextmanager
+async def opened(dsn: str, **options: Any) -> AsyncIterator[PostgresJobStore]:
+    async with PostgresJobStore.open(dsn, **options) as store:
+        yield store
+
+
+@pytest.fixture
+def no_thread_writes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the outcome commits made on the store thread instead (one entry each)."""
+    calls: list[int] = []
+    real = PostgresStore.record_outcomes
+
+    def counting(self: PostgresStore, *args: Any, **kwargs: Any) -> Any:
+        calls.append(len(args[0]))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(PostgresStore, "record_outcomes", counting)
+    return calls
+
+
+def _admin(dsn: str, sql: str, params: Any = None) -> list[Any]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        cur = conn.execute(sql, params)
+        return cur.fetchall() if cur.description else []
+
+
+def _stored(dsn: str, job_id: str) -> tuple[Any, ...]:
+    [row] = _admin(
+        dsn, "SELECT status, targets_done, targets_failed FROM jobs WHERE id = %s", (job_id,)
+    )
+    return tuple(row)
+
+
+def _loop_backend(store: PostgresJobStore) -> int:
+    """The server process of the store's outcome connection (open)."""
+    assert store._loop_outcomes is not None
+    conn = store._loop_outcomes.link.opener.idle_connection()
+    assert conn is not None
+    return conn.info.backend_pid
+
+
+def _idle(store: PostgresJobStore) -> bool:
+    assert store._loop_outcomes is not None
+    conn = store._loop_outcomes.link.opener.idle_connection()
+    return conn is not None and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
+async def test_a_shared_commit_from_the_loop_answers_each_write(
+    dsn: str, pg_dsn: str, no_thread_writes: list[int]
+) -> None:
+    async with opened(dsn) as store:
+        a = create(store.store, "a", 2)
+        b = create(store.store, "b", 1)
+        first = await store._store_outcomes(
+            [OutcomeWrite(a.id, 0, result=Result("a0"))], ttl=TTL, now=T0
+        )
+        assert isinstance(first[0], Job) and first[0].targets_done == 1
+        for _ in range(6):  # past psycopg's prepare threshold: the same answers once prepared
+            answers = await store._store_outcomes(
+                [
+                    OutcomeWrite(a.id, 0, result=Result("again")),  # stored already
+                    OutcomeWrite(b.id, 0, error="boom"),
+                    OutcomeWrite("unknown-job-id-0000000", 0, result=Result("x")),
+                    OutcomeWrite(a.id, 1),  # neither a result nor an error
+                ],
+                ttl=TTL,
+                now=T0 + 1,
+            )
+            assert isinstance(answers[0], OutcomeExists)
+            assert answers[2] is None
+            assert isinstance(answers[3], ValueError)
+            b_answer = answers[1]
+            if isinstance(b_answer, Job):
+                assert (b_answer.status, b_answer.targets_failed) == (JobState.FAILED, 1)
+            else:  # the first round stored it
+                assert isinstance(b_answer, OutcomeExists)
+        assert no_thread_writes == []
+        assert _stored(pg_dsn, a.id)[:2] == ("running", 1)
+        assert _idle(store)
+
+
+async def test_refused_values_roll_the_commit_back_and_each_write_gets_its_own_answer(
+    dsn: str, pg_dsn: str, no_thread_writes: list[int]
+) -> None:
+    """The server refuses one write's values: the transaction is rolled back at its Sync,
+    nothing of it stored; the store thread then tells which write it was."""
+    async with opened(dsn) as store:
+        a = create(store.store, "a", 1)
+        b = create(store.store, "b", 1)
+        answers = await store._store_outcomes(
+            [
+                OutcomeWrite(a.id, 0, result=Result("a0")),
+                OutcomeWrite(b.id, 0, result=Result("b0"), attempts=2**31),
+            ],
+            ttl=TTL,
+            now=T0 + 1,
+        )
+        assert no_thread_writes == [2]
+        assert isinstance(answers[0], Job) and answers[0].targets_done == 1
+        assert isinstance(answers[1], Exception) and "refused this outcome" in str(answers[1])
+        assert _stored(pg_dsn, a.id) == ("done", 1, 0)  # once
+        assert _stored(pg_dsn, b.id) == ("running", 0, 0)
+        assert _idle(store)
+
+
+async def test_a_write_cut_off_at_store_timeout_is_in_doubt_and_its_retry_is_recognised(
+    pg_dsn: str,
+    proxy: CuttableProxy,  # noqa: F811 (the fixture imported above)
+    no_thread_writes: list[int],
+) -> None:
+    """A partition once the write is sent (the proxy holds every byte): the loop's own
+    deadline cuts it at store_timeout, drops the connection and keeps the write in doubt;
+    once the network is back the retry answers the job, its outcome stored once."""
+    async with opened(_through(proxy, pg_dsn), store_timeout=1.0) as store:
+        job = create(store.store, "a", 2)
+        write = OutcomeWrite(job.id, 0, result=Result("r"))
+        await store._store_outcomes([OutcomeWrite(job.id, 1, error="e")], ttl=TTL, now=T0)
+        proxy.hold()
+        with pytest.raises(StoreUnavailable, match="did not answer within store_timeout"):
+            await store.record_outcome(write, ttl=TTL, now=T0 + 1)
+        assert store._loop_outcomes is not None
+        assert not store._loop_outcomes.link.is_open
+        assert (job.id, 0) in store.store._maybe_committed
+        proxy.release()
+        proxy.cut()  # what the partition held goes nowhere: the write never reached the server
+        answer = await store.record_outcome(write, ttl=TTL, now=T0 + 2)
+        assert answer is not None and answer.targets_done == 2
+        assert (job.id, 0) not in store.store._maybe_committed
+        assert no_thread_writes == [1]  # the retry in doubt, on the store thread
+    assert _stored(pg_dsn, job.id) == ("partial", 2, 1)
+
+
+@contextlib.contextmanager
+def _job_locked(dsn: str, job_id: str) -> Iterator[psycopg.Connection[Any]]:
+    """Another session holds the job's row lock until the block ends (or it commits)."""
+    with psycopg.connect(dsn) as holder:
+        holder.execute("SELECT 1 FROM jobs WHERE id = %s FOR UPDATE", (job_id,))
+        yield holder
+        holder.rollback()
+
+
+async def _until_waiting(dsn: str) -> None:
+    """Until a trio_batch session waits on a lock (the write was sent and reached it)."""
+    sql = (
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'trio_batch' "
+        "AND wait_event_type = 'Lock' AND datname = current_database()"
+    )
+    await trio.to_thread.run_sync(
+        _until, lambda: _admin(dsn, sql)[0][0], "the write to wait on the lock"
+    )
+
+
+async def test_a_cancelled_caller_waits_for_its_write_which_completes(
+    dsn: str, pg_dsn: str
+) -> None:
+    """Cancelled while its write waits on a lock: the call returns only once the write is
+    committed, then the cancel is raised; the connection is idle and used again."""
+    async with opened(dsn) as store:
+        job = create(store.store, "a", 2)
+        await store.record_outcome(OutcomeWrite(job.id, 1, error="e"), ttl=TTL, now=T0)
+        pid = _loop_backend(store) if dsn == pg_dsn else None
+        finished: list[str] = []
+        with _job_locked(pg_dsn, job.id) as holder:
+            async with trio.open_nursery() as nursery:
+
+                async def write(task_status: trio.TaskStatus[trio.CancelScope]) -> None:
+                    with trio.CancelScope() as scope:
+                        task_status.started(scope)
+                        await store.record_outcome(
+                            OutcomeWrite(job.id, 0, result=Result("r")), ttl=TTL, now=T0 + 1
+                        )
+                        finished.append("returned")  # the cancel comes at the next checkpoint
+                        await trio.lowlevel.checkpoint()
+                        finished.append("not cancelled")
+                    finished.append("cancelled" if scope.cancelled_caught else "?")
+
+                scope = await nursery.start(write)
+                await _until_waiting(pg_dsn)
+                scope.cancel()
+                await trio.sleep(0.05)
+                assert finished == []  # still waiting for the write
+                holder.rollback()  # the lock goes: the write goes through
+        assert finished == ["returned", "cancelled"]
+        assert _stored(pg_dsn, job.id) == ("partial", 2, 1)
+        assert _idle(store)
+        if pid is not None:
+            assert _loop_backend(store) == pid  # not dropped: the same connection
+
+
+async def test_a_write_killed_in_flight_is_in_doubt_and_its_retry_stores_it_once(
+    pg_dsn: str, no_thread_writes: list[int]
+) -> None:
+    async with opened(pg_dsn) as store:
+        job = create(store.store, "a", 1)
+        await store.record_outcome(
+            OutcomeWrite("unknown-job-id-0000000", 0, error="e"), ttl=TTL, now=T0
+        )
+        pid = _loop_backend(store)
+        write = OutcomeWrite(job.id, 0, result=Result("r"))
+        with _job_locked(pg_dsn, job.id):
+            async with trio.open_nursery() as nursery:
+                failed: list[BaseException] = []
+
+                async def doomed() -> None:
+                    with pytest.raises(StoreUnavailable) as caught:
+                        await store.record_outcome(write, ttl=TTL, now=T0 + 1)
+                    failed.append(caught.value)
+
+                nursery.start_soon(doomed)
+                await _until_waiting(pg_dsn)
+                await trio.to_thread.run_sync(
+                    _admin, pg_dsn, "SELECT pg_terminate_backend(%s, 10000)", (pid,)
+                )
+        assert len(failed) == 1
+        assert (job.id, 0) in store.store._maybe_committed
+        answer = await store.record_outcome(write, ttl=TTL, now=T0 + 2)
+        assert answer is not None and (answer.status, answer.targets_done) == (JobState.DONE, 1)
+        assert no_thread_writes == [1]
+        again = await store.record_outcome(
+            OutcomeWrite("unknown-job-id-0000000", 0, error="e"), ttl=TTL, now=T0 + 3
+        )
+        assert again is None and no_thread_writes == [1]
+        assert _loop_backend(store) != pid  # a new connection for the next writes
+    assert _stored(pg_dsn, job.id) == ("done", 1, 0)
+
+
+async def test_a_restart_between_writes_is_not_seen_by_the_next_write(
+    pg_dsn: str, pg_server: PgServer, no_thread_writes: list[int]
+) -> None:
+    async with opened(pg_dsn) as store:
+        job = create(store.store, "a", 2)
+        await store.record_outcome(OutcomeWrite(job.id, 0, error="e"), ttl=TTL, now=T0)
+        pg_server.stop("fast")  # the outcome connection dies while idle
+        pg_server.start()
+        answer = await store.record_outcome(
+            OutcomeWrite(job.id, 1, result=Result("r")), ttl=TTL, now=T0 + 1
+        )
+        assert answer is not None and answer.status == JobState.PARTIAL
+        assert no_thread_writes == []
+
+
+async def test_a_write_waiting_on_a_lock_gives_up_at_the_write_bound(dsn: str, pg_dsn: str) -> None:
+    """The write's server-side bounds hold on the loop's connection too: on a direct one as
+    session settings, through a pooler as SET LOCAL in the write's own transaction."""
+    async with opened(dsn, store_timeout=1.0) as store:
+        job = create(store.store, "a", 1)
+        with _job_locked(pg_dsn, job.id), pytest.raises(StoreUnavailable, match="lock"):
+            await store.record_outcome(
+                OutcomeWrite(job.id, 0, result=Result("r")), ttl=TTL, now=T0 + 1
+            )
+        assert _idle(store)  # the server refused it: nothing in doubt, the connection kept
+        assert (job.id, 0) not in store.store._maybe_committed
+        answer = await store.record_outcome(
+            OutcomeWrite(job.id, 0, result=Result("r")), ttl=TTL, now=T0 + 2
+        )
+        assert answer is not None and answer.status == JobState.DONE
+
+
+def _job(status: JobState, total: int = 2) -> Job:
+    return Job("job-id-000000000000000", status, None, total, total)
+
+
+def test_a_job_finished_off_the_store_thread_is_counted_only_if_no_fresh_count_overlapped() -> None:
+    """``counts`` reuses its count of the terminal jobs and adds those this store finishes;
+    a commit from the loop can overlap a fresh count on the store thread, whose snapshot may
+    or may not hold the job: then the tally is dropped (read again), never counted twice."""
+    tally = TerminalTally()
+    held, token = tally.start_read(T0, 30.0)
+    assert held is None
+    tally.keep(token, T0, {"done": [1, 2, 2, 0]})
+    mark = tally.mark()  # a commit after the count: counted into it
+    tally.count(_job(JobState.DONE), mark)
+    assert tally.start_read(T0 + 1, 30.0)[0] == {"done": [2, 4, 4, 0]}
+
+    mark = tally.mark()  # a commit that overlaps a fresh count's start
+    held, token = tally.start_read(T0 + 40, 30.0)
+    assert held is None
+    tally.count(_job(JobState.DONE), mark)
+    tally.keep(token, T0 + 40, {"done": [3, 6, 6, 0]})
+    assert tally.start_read(T0 + 41, 30.0)[0] is None  # dropped: read again
+
+    held, token = tally.start_read(T0 + 50, 30.0)  # a commit starting during a fresh count
+    mark = tally.mark()
+    tally.keep(token, T0 + 50, {"done": [3, 6, 6, 0]})
+    tally.count(_job(JobState.FAILED), mark)
+    assert tally.start_read(T0 + 51, 30.0)[0] is None
+
+    held, token = tally.start_read(T0 + 60, 30.0)
+    tally.keep(token, T0 + 60, {"done": [3, 6, 6, 0]})
+    tally.count(_job(JobState.FAILED))  # on the store thread: always counted
+    assert tally.start_read(T0 + 61, 30.0)[0] == {"done": [3, 6, 6, 0], "failed": [1, 2, 2, 0]}
