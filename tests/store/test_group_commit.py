@@ -36,7 +36,7 @@ from trio_batch import (
     TargetState,
     open_runner,
 )
-from trio_batch.store import NewJob
+from trio_batch.store import DECLINED, NewJob
 from trio_batch.store._group_commit import GroupCommit
 from trio_batch.store.postgres import PostgresStore
 
@@ -541,4 +541,45 @@ async def test_a_lone_writer_on_the_fast_path_commits_each_write_before_it_retur
     finally:
         await job_store.aclose()
         other.close()
+        store.close()
+
+
+async def test_a_lone_writer_out_of_budget_waits_a_pass_then_skips_the_group_commit(
+    tmp_path: Path,
+) -> None:
+    """A lone writer whose pass has used the loop's budget waits for a later pass and writes
+    on the spot there; a writer that is not alone goes to the group commit at once instead
+    (waiting for room first, it would miss the commit the others gather for)."""
+    store = Store.open(tmp_path / "jobs.db")
+    job_store = SQLiteJobStore(store)
+    counter = PassCounter()
+    grouped: list[int] = []  # the passes gone by when each write reached the group commit
+    real_write = job_store._group.write
+
+    async def counted(write: Any, *, writer: object) -> Any:
+        grouped.append(counter.passes)
+        return await real_write(write, writer=writer)
+
+    job_store._group.write = counted  # type: ignore[method-assign]
+    trio.lowlevel.add_instrument(counter)
+    try:
+        job: Job | None = create(store, "alice", 3)
+        for idx in range(3):
+            assert job is not None
+            write = OutcomeWrite(job.id, idx, result=Result(""), seen=job)
+            if idx == 2:
+                job_store._group._sole_writer = None  # as after a shared commit: not alone
+            job_store._budget.used = job_store._budget.seconds * 2  # no room in this pass
+            assert job_store.record_outcome_now(write, ttl=TTL, now=T0) is DECLINED
+            passes = counter.passes
+            job = await job_store.record_outcome(write, ttl=TTL, now=T0)
+            assert job is not None and job.targets_done == idx + 1
+            if idx == 1:
+                assert counter.passes > passes  # it waited for room, then wrote alone
+                assert len(grouped) == 1  # the first write's only
+        assert job is not None and job.status == JobState.DONE
+        assert len(grouped) == 2 and grouped[1] == passes  # straight to the group commit
+    finally:
+        trio.lowlevel.remove_instrument(counter)
+        await job_store.aclose()
         store.close()

@@ -93,8 +93,14 @@ class SQLiteJobStore(FastPaths):
     async def record_outcome(self, write: OutcomeWrite, *, ttl: float, now: float) -> Job | None:
         """Store one outcome, as :meth:`StoreFace.record_outcome
         <trio_batch.store._face.StoreFace.record_outcome>` does: on the spot if
-        :meth:`record_outcome_now` takes it, else with the group commit."""
+        :meth:`record_outcome_now` takes it, or once a later pass of the loop has room if only
+        the room was missing; else with the group commit."""
         answer = self.record_outcome_now(write, ttl=ttl, now=now)
+        if isinstance(answer, Declined) and self._budget.spent and self._group.alone(write.job_id):
+            # The group commit would wait for that room too, through eight more calls. (Not
+            # beside other writers: waiting here, this one would miss their commit.)
+            await self._ready_for_fast_call()
+            answer = self._write_alone(write, ttl, now)
         if isinstance(answer, Declined):
             return await super().record_outcome(write, ttl=ttl, now=now)
         return answer
@@ -102,15 +108,20 @@ class SQLiteJobStore(FastPaths):
     def record_outcome_now(
         self, write: OutcomeWrite, *, ttl: float, now: float
     ) -> Job | Declined | None:
-        """Store one outcome synchronously, on the fast path, if the writer is alone
-        (:meth:`GroupCommit.alone <trio_batch.store._group_commit.GroupCommit.alone>`), the
-        result small and this pass of the loop has room; else :data:`DECLINED`, nothing
-        written. The group commit would have committed such a write alone without yielding too,
-        through eight more calls.
+        """Store one outcome synchronously, on the fast path, if this pass of the loop has
+        room, the writer is alone (:meth:`GroupCommit.alone
+        <trio_batch.store._group_commit.GroupCommit.alone>`) and the result small; else
+        :data:`DECLINED`, nothing written. The group commit would have committed such a write
+        alone without yielding too, through eight more calls.
         """
+        if self._budget.spent:
+            return DECLINED
+        return self._write_alone(write, ttl, now)
+
+    def _write_alone(self, write: OutcomeWrite, ttl: float, now: float) -> Job | Declined | None:
+        """:meth:`record_outcome_now` whatever this pass has used of the loop's budget."""
         if (
-            self._budget.spent
-            or not self._budget.guards_this_run
+            not self._budget.guards_this_run
             or not self._group.alone(write.job_id)
             or (write.result is not None and not cheap_result(write.result))
         ):
