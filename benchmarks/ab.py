@@ -7,9 +7,11 @@ round (this tree / ``BASE``), so both sides of a ratio saw the same moment of th
 
 Measurements (targets/s of :mod:`benchmarks.workloads` and :mod:`benchmarks.minimal`, on a
 fresh file database each time): ``cycle1`` and ``cycle8`` (build targets, submit, ``wait``,
-1 and 8 callers), ``serial`` (one job after another), ``concurrent`` (8 jobs at once).
+1 and 8 callers), ``serial`` (one job after another), ``concurrent`` (8 jobs at once); and
+``refusal``, refused submits per CPU second (:mod:`benchmarks.refusals`).
 Each side imports the code of its own tree, so ``BASE`` must have these functions (every
-commit since the cycle benchmark was added does).
+commit since the cycle benchmark was added does); ``refusal`` is this tree's file run
+against either tree's code (it uses the public API only).
 """
 
 from __future__ import annotations
@@ -27,10 +29,14 @@ MEASUREMENTS = {
     "cycle8": "workloads.measure_cycle(path, callers=8, jobs_per_caller=25)",
     "serial": "workloads.measure_serial(path, jobs=100)",
     "concurrent": "workloads.measure_concurrent(path, jobs_per_caller=25).targets_per_s",
+    "refusal": "refusals['rate'](path)",
 }
+#: What each figure counts (per second); targets unless named here.
+UNITS = {"refusal": "refusals/CPU-s"}
 _SCRIPT = (
-    "import os, sys, tempfile\n"
+    "import os, runpy, sys, tempfile\n"
     "from benchmarks import workloads\n"
+    f"refusals = runpy.run_path({str(Path(__file__).with_name('refusals.py'))!r})\n"
     "with tempfile.TemporaryDirectory() as d:\n"
     "    path = os.path.join(d, 'ab.db')\n"
     "    print({expr})\n"
@@ -40,7 +46,7 @@ MEASURE_TIMEOUT = 300
 
 
 def measure(tree: Path, name: str) -> float:
-    """Targets/s of measurement ``name`` in a fresh process importing ``tree``'s code."""
+    """The figure of measurement ``name`` in a fresh process importing ``tree``'s code."""
     script = _SCRIPT.format(expr=MEASUREMENTS[name])
     done = subprocess.run(
         [sys.executable, "-c", script],
@@ -93,8 +99,9 @@ def main(argv: list[str] | None = None) -> None:
                 ratio = statistics.median(b / a for a, b in figures)
                 a_med = statistics.median(a for a, _ in figures)
                 b_med = statistics.median(b for _, b in figures)
+                unit = UNITS.get(name, "targets/s")
                 print(
-                    f"{name:<11} base {a_med:>9,.0f}  here {b_med:>9,.0f} targets/s   "
+                    f"{name:<11} base {a_med:>9,.0f}  here {b_med:>9,.0f} {unit}   "
                     f"{ratio:.3f}x (median of {args.rounds} paired rounds)"
                 )
         finally:
