@@ -7,6 +7,8 @@ from hypothesis import settings
 
 from trio_batch import Store
 
+# A fresh store of each backend in turn (backends.py).
+from .support.backends import job_store  # noqa: F401
 from .support.fakes import FakeClock, ScriptedFetch
 
 # The hardening suites' figures: a fixture, and a hook that repeats them in the summary.

@@ -45,6 +45,7 @@ from ._version import __version__ as __version__
 from .runner import DeliveryAnswer, FetchFunc, Runner, WebhookDeliverer, open_runner, otel_tracing
 from .store import (
     SCHEMA_VERSION,
+    Admission,
     JobFilter,
     JobStore,
     NewJob,
@@ -56,6 +57,7 @@ from .store import (
 
 __all__ = [
     "SCHEMA_VERSION",
+    "Admission",
     "BatchError",
     "Busy",
     "CallerBusy",

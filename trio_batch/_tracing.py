@@ -135,6 +135,7 @@ def current_ids() -> tuple[str, str] | None:
 
 #: The store calls a tracer may wrap (:class:`WrappedStore`); the rest pass through.
 STORE_OPERATIONS = (
+    "admit",
     "create_job",
     "record_outcome",
     "finish_job",

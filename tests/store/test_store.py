@@ -159,16 +159,16 @@ def test_a_job_another_connection_creates_after_the_first_read_is_seen(
     # created the very job): checked again under the lock, it refuses (or reuses) instead.
     path = tmp_path / "jobs.db"
     store, other = Store.open(path), Store.open(path)
-    real_admit = Store._admit
+    real_read = Store.admission_row
     theirs: list[Any] = []
 
     def admit_then_race(self: Store, *args: Any, **kw: Any) -> Any:
-        answer = real_admit(self, *args, **kw)
+        answer = real_read(self, *args, **kw)
         if self is store and not theirs:
             theirs.append(create(other, "alice", n=3 if same_targets else 2)[0])
         return answer
 
-    monkeypatch.setattr(Store, "_admit", admit_then_race)
+    monkeypatch.setattr(Store, "admission_row", admit_then_race)
     if same_targets:
         job, reused = create(store, "alice", n=3)
         assert reused and job.id == theirs[0].id

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -31,11 +30,10 @@ from trio_batch import (
     TargetState,
     TargetStatus,
     TooManyTargets,
+    idem_key,
     open_store,
 )
-from trio_batch.store import NewJob, ReapedJob
-
-from ..support.backends import BACKENDS, open_backend
+from trio_batch.store import Admission, NewJob, ReapedJob
 
 T0 = 1_000_000.0
 TTL = 100.0
@@ -44,15 +42,6 @@ CAPS: dict[str, Any] = {"ttl": TTL, "targets_per_job": 4, "jobs_per_caller": 2, 
 
 def _targets(n: int, prefix: str = "https://example.com/") -> list[Target]:
     return [Target(f"{prefix}{i}") for i in range(n)]
-
-
-@pytest.fixture(params=BACKENDS)
-async def job_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[JobStore]:
-    store = open_backend(request.param, request, tmp_path)
-    try:
-        yield store
-    finally:
-        await store.aclose()
 
 
 async def _create(
@@ -117,6 +106,44 @@ async def test_caps_refuse_with_typed_errors_and_write_nothing(job_store: JobSto
     assert len(await job_store.list_jobs(now=T0)) == 3
     with pytest.raises(InvalidTargets):
         await job_store.create_job(NewJob("alice", "default", [], **CAPS), now=T0)
+
+
+def _want(caller: str = "alice", n: int = 2, prefix: str = "u:") -> Admission:
+    targets = _targets(n, prefix)
+    caps = (CAPS["targets_per_job"], CAPS["jobs_per_caller"], CAPS["jobs_total"])
+    return Admission(caller, idem_key(caller, targets), n, *caps)
+
+
+async def test_admit_answers_as_create_would_and_writes_nothing(job_store: JobStore) -> None:
+    assert await job_store.admit(_want(), now=T0) is None
+    first, _ = await _create(job_store)
+    assert await job_store.admit(_want(), now=T0 + TTL - 1) == first  # reused, cap or not
+    with pytest.raises(TooManyTargets):
+        await job_store.admit(_want(n=5), now=T0)
+    second, _ = await _create(job_store, prefix="b:", now=T0 + 1)
+    with pytest.raises(CallerBusy) as busy:
+        await job_store.admit(_want(prefix="c:"), now=T0 + 1)
+    assert busy.value.job_id == second.id  # the caller's newest live job
+    await _create(job_store, caller="bob", prefix="d:")
+    with pytest.raises(Busy):
+        await job_store.admit(_want("carol"), now=T0)
+    assert len(await job_store.list_jobs(now=T0)) == 3
+    for job in (first, second):
+        await job_store.finish_job(job.id, JobState.CANCELLED, now=T0)
+    assert await job_store.admit(_want(), now=T0 + TTL) is None  # its lease has lapsed
+
+
+async def test_an_admitted_create_still_checks_under_the_lock(job_store: JobStore) -> None:
+    # admit said "free"; another submit took the slot (or made the very job) before the create.
+    assert await job_store.admit(_want("carol"), now=T0) is None
+    await _create(job_store, caller="alice", prefix="a:")
+    await _create(job_store, caller="bob", prefix="b:")
+    carols, _ = await _create(job_store, caller="carol")
+    with pytest.raises(Busy):
+        await _create(job_store, caller="dave", admitted=True)
+    again, reused = await _create(job_store, caller="carol", admitted=True)
+    assert reused and again == carols
+    assert len(await job_store.list_jobs(now=T0)) == 3
 
 
 async def test_concurrent_creates_never_exceed_the_caps(job_store: JobStore) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -22,3 +23,13 @@ def open_backend(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -
     if backend == "sqlite-file":
         return open_store(f"sqlite:///{tmp_path / 'store.db'}")
     raise AssertionError(f"unknown backend {backend}")
+
+
+@pytest.fixture(params=BACKENDS)
+async def job_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[JobStore]:
+    """A fresh, empty store of each backend in turn, closed after the test."""
+    store = open_backend(request.param, request, tmp_path)
+    try:
+        yield store
+    finally:
+        await store.aclose()

@@ -27,13 +27,14 @@ from .._model import (
     check_caller,
     check_metadata,
     check_targets,
+    idem_key,
     is_job_id,
     new_job_id,
 )
 from .._retry import RetryNotice
 from .._text import safe_text
 from .._tracing import NO_TRACING, Tracing
-from ..store import JobStore, NewJob
+from ..store import Admission, JobStore, NewJob
 from ._attempts import Attempts, FetchFunc
 from ._batch_ops import BatchOps
 from ._check import check_each, target_checker
@@ -167,11 +168,25 @@ class Runner(BatchOps, JobReads, DrainLoop):
         await self._admission.wait_for_room(cancellable=True)
         checks_began = time.perf_counter()
         try:
-            drain, request = self._new_job_request(
+            want, caller_class, checked, labels, webhook = self._checked_submit(
                 caller, caller_class, targets, metadata, parent_id, webhook
             )
         finally:
             self._admission.used += time.perf_counter() - checks_began
+        # Reused or refused before anything of the job is built: under load most submits are
+        # refused, and each one's drain, id and request were built for nothing.
+        try:
+            reusable = await self._store.admit(want, now=self._now())
+        except (Busy, CallerBusy) as refused:
+            # An answer, not a fault: raised afresh, it keeps none of the store's frames (nor
+            # their locals) alive while the caller backs off, for the collector to walk.
+            raise refused.with_traceback(None) from None
+        if reusable is not None:
+            self._log_reused(reusable)
+            return reusable.id, True
+        drain, request = self._new_job_request(
+            want, caller_class, checked, labels, parent_id, webhook
+        )
         # The drain is registered before the job exists, under the id the job will get: the
         # moment another task can see the job (a reuse, a listing), cancel() and wait() find
         # its drain.
@@ -180,10 +195,8 @@ class Runner(BatchOps, JobReads, DrainLoop):
         try:
             with trio.CancelScope(shield=True):  # a created job must get its drain task
                 job, reused = await self._store.create_job(request, now=self._now())
-            if reused:
-                if self._log.isEnabledFor(logging.INFO):  # no log context built for nothing
-                    extra = {**_submit_extra(job), "status": str(job.status)}
-                    self._log.info("job reused", extra=extra)
+            if reused:  # created meanwhile by another submit of the same targets
+                self._log_reused(job)
                 return job.id, True
             if self._closed:
                 # Shutdown began while the job was being created; shutdown marks it failed.
@@ -192,8 +205,7 @@ class Runner(BatchOps, JobReads, DrainLoop):
             self._nursery.start_soon(self._drain, drain, name=f"trio_batch drain {job.id}")
             started = True
         except (Busy, CallerBusy) as refused:
-            # An answer, not a fault: raised afresh, it keeps none of the store's frames (nor
-            # their locals) alive while the caller backs off, for the collector to walk.
+            # A cap taken since the admission read (checked again under the store's lock).
             raise refused.with_traceback(None) from None
         finally:
             if not started:
@@ -204,7 +216,11 @@ class Runner(BatchOps, JobReads, DrainLoop):
             self._log.info("job submitted", extra=_submit_extra(job))
         return job.id, False
 
-    def _new_job_request(
+    def _log_reused(self, job: Job) -> None:
+        if self._log.isEnabledFor(logging.INFO):  # no log context built for nothing
+            self._log.info("job reused", extra={**_submit_extra(job), "status": str(job.status)})
+
+    def _checked_submit(
         self,
         caller: str,
         caller_class: str,
@@ -212,9 +228,10 @@ class Runner(BatchOps, JobReads, DrainLoop):
         metadata: Mapping[str, str] | None,
         parent_id: str | None,
         webhook: str | None,
-    ) -> tuple[_Drain, NewJob]:
-        """Check a submit's arguments (raising what :meth:`submit` says) and build its job's
-        drain and store request; nothing is registered or stored yet."""
+    ) -> tuple[Admission, str, tuple[Target, ...], dict[str, str], str | None]:
+        """Check a submit's arguments (raising what :meth:`submit` says): what its job is
+        admitted on, and the checked class, targets, metadata and webhook. Nothing is built
+        for the job yet."""
         self._check_open()
         caller = check_caller(caller)
         caller_class = check_caller(caller_class, "caller_class")
@@ -230,26 +247,49 @@ class Runner(BatchOps, JobReads, DrainLoop):
             webhook = self._webhooks.check_url(webhook)
         config = self._config
         targets_per_job, jobs_per_caller = config.limits_for(caller_class)
-        drain = _Drain(new_job_id(), caller, checked)
+        want = Admission(
+            caller,
+            idem_key(caller, checked, labels, parent_id),
+            len(checked),
+            targets_per_job,
+            jobs_per_caller,
+            config.jobs_total,
+        )
+        return want, caller_class, checked, labels, webhook
+
+    def _new_job_request(
+        self,
+        want: Admission,
+        caller_class: str,
+        checked: tuple[Target, ...],
+        labels: dict[str, str],
+        parent_id: str | None,
+        webhook: str | None,
+    ) -> tuple[_Drain, NewJob]:
+        """The drain and store request of a checked, admitted submit; nothing is registered
+        or stored yet."""
+        drain = _Drain(new_job_id(), want.caller, checked)
         # Started before the job exists, so the job is stored with its span's context; a span
-        # whose job is not created (a reuse, a refusal) is dropped unended: never exported.
+        # whose job is not created (a reuse found under the store's lock, a cap taken since the
+        # admission read) is dropped unended: never exported.
         if self._tracing.enabled:
             drain.span = self._tracing.job_started(drain.job_id, caller_class, len(checked))
         request = NewJob(
-            caller,
+            want.caller,
             caller_class,
             checked,
-            ttl=config.ttl,
-            targets_per_job=targets_per_job,
-            jobs_per_caller=jobs_per_caller,
-            jobs_total=config.jobs_total,
+            ttl=self._config.ttl,
+            targets_per_job=want.targets_per_job,
+            jobs_per_caller=want.jobs_per_caller,
+            jobs_total=want.jobs_total,
             status=JobState.RUNNING,
             job_id=drain.job_id,
             metadata=labels,
             parent_id=parent_id,
             webhook_url=webhook,
-            callback=config.on_terminal is not None,
+            callback=self._config.on_terminal is not None,
             trace_context=self._tracing.trace_context(drain.span),
+            admitted=True,
         )
         return drain, request
 

@@ -19,6 +19,7 @@ from ._filters import JobFilter
 from ._open import open_store
 from ._protocol import (
     DECLINED,
+    Admission,
     ChangeObserver,
     Declined,
     DrainChanges,
@@ -35,6 +36,7 @@ from .sqlite import SCHEMA_VERSION, SQLiteJobStore, Store
 __all__ = [
     "DECLINED",
     "SCHEMA_VERSION",
+    "Admission",
     "ChangeObserver",
     "Declined",
     "DrainChanges",

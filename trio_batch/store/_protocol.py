@@ -23,6 +23,7 @@ from ._filters import EVERY_JOB, JobFilter
 
 __all__ = [
     "DECLINED",
+    "Admission",
     "ChangeObserver",
     "Declined",
     "DrainChanges",
@@ -73,6 +74,34 @@ class NewJob:
     #: The job's span as a W3C ``traceparent`` (see :func:`check_trace_context`), stored with
     #: the job so that the runner that reaps it, or delivers its webhook, continues its trace.
     trace_context: str | None = None
+    #: :meth:`JobStore.admit` has just answered None for this request: the store skips its
+    #: own read before the lock and checks reuse and caps under it at once (it always does).
+    admitted: bool = False
+
+    def admission(self, job: Job) -> Admission:
+        """What ``job``, the job this request builds, is admitted on."""
+        return Admission(
+            job.caller,
+            job.idem_key,
+            job.targets_total,
+            self.targets_per_job,
+            self.jobs_per_caller,
+            self.jobs_total,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """What a submit is admitted on before its job is built (see :meth:`JobStore.admit`):
+    its caller (checked), its idempotency key (:func:`~trio_batch.idem_key`), its size, and
+    the caps it must fit."""
+
+    caller: str
+    idem_key: str
+    targets_total: int
+    targets_per_job: int
+    jobs_per_caller: int
+    jobs_total: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +186,20 @@ class JobStore(Protocol):
         and another holds it. The claim ends with the block, and with the process if it dies.
         Where runners share the database, the runner heartbeats every ``heartbeat_interval``
         seconds meanwhile, and one silent for ``runner_timeout`` is taken for dead.
+        """
+        ...
+
+    async def admit(self, want: Admission, *, now: float) -> Job | None:
+        """The job to reuse for ``want``, or None if a job may be created; raises the cap it
+        would break, as :meth:`create_job` would at this moment.
+
+        One read, no lock: a submit refused or reused costs this and nothing else, before
+        anything of its job is built. The unexpired job of ``(want.caller, want.idem_key)``
+        comes back whatever its status; else :class:`~trio_batch.TooManyTargets`,
+        :class:`~trio_batch.CallerBusy` (naming the caller's newest live job) or
+        :class:`~trio_batch.Busy` is raised, in that order. None is no promise: a job created
+        meanwhile still refuses, or is reused by, :meth:`create_job`, which checks again
+        under its lock. May answer None without yielding (the create that follows yields).
         """
         ...
 

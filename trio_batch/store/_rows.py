@@ -34,7 +34,7 @@ from .._model import (
     new_job_id,
 )
 from .._text import safe_text
-from ._protocol import NewJob
+from ._protocol import Admission, NewJob
 
 __all__ = [
     "JobInsert",
@@ -367,45 +367,38 @@ def check_trace_context(value: str | None) -> str | None:
 
 
 def check_caps(
-    job: Job,
-    new: NewJob,
+    want: Admission,
     *,
     caller_live: Callable[[], int],
     total_live: Callable[[], int],
     blocking_job: Callable[[], str | None],
 ) -> None:
-    """Raise the cap of ``new`` that ``job`` would break, checked in this order:
+    """Raise the cap of ``want`` that its job would break, checked in this order:
     :class:`TooManyTargets`, :class:`CallerBusy` (the caller holds ``caller_live()`` live
     jobs; it names ``blocking_job()``, the caller's newest live job), :class:`Busy`
     (``total_live()`` in all). The counts and the blocking job are only asked for when needed."""
-    targets_per_job, jobs_per_caller, jobs_total = (
-        new.targets_per_job,
-        new.jobs_per_caller,
-        new.jobs_total,
-    )
-    if job.targets_total > targets_per_job:
+    if want.targets_total > want.targets_per_job:
         raise TooManyTargets(
-            f"the job has {job.targets_total} targets; the limit is {targets_per_job} per job"
+            f"the job has {want.targets_total} targets; the limit is {want.targets_per_job} per job"
         )
-    if caller_live() >= jobs_per_caller:
+    if caller_live() >= want.jobs_per_caller:
         blocking = blocking_job()
         raise CallerBusy(
-            f"caller {job.caller!r} already has {jobs_per_caller} live job(s), the newest "
+            f"caller {want.caller!r} already has {want.jobs_per_caller} live job(s), the newest "
             f"{blocking}; wait for it to finish or cancel it",
             job_id=blocking,
         )
-    if total_live() >= jobs_total:
-        raise Busy(f"all {jobs_total} job slots are taken; retry when a job finishes")
+    if total_live() >= want.jobs_total:
+        raise Busy(f"all {want.jobs_total} job slots are taken; retry when a job finishes")
 
 
 def check_counted_caps(
-    job: Job, new: NewJob, caller_live: int, total_live: int, newest_live: object
+    want: Admission, caller_live: int, total_live: int, newest_live: object
 ) -> None:
     """:func:`check_caps` with the counts and the caller's newest live job (None if none)
     already read, as an admission read gets them in one snapshot."""
     check_caps(
-        job,
-        new,
+        want,
         caller_live=lambda: int(caller_live),
         total_live=lambda: int(total_live),
         blocking_job=lambda: None if newest_live is None else str(newest_live),

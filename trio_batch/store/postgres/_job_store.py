@@ -30,7 +30,7 @@ from ..._event import Delivery, JobEvent
 from ..._model import Job, JobState, OutcomeWrite, TargetStatus
 from .._face import StoreFace
 from .._filters import EVERY_JOB, JobFilter
-from .._protocol import ChangeObserver, DrainChanges, NewJob, ReapedJob, StoreCounts
+from .._protocol import Admission, ChangeObserver, DrainChanges, NewJob, ReapedJob, StoreCounts
 from .._thread import StoreThread
 from . import _hosts, _outbox
 from ._connection import DEFAULT_STORE_TIMEOUT, safe_location
@@ -38,7 +38,7 @@ from ._errors import translate_errors
 from ._listen import PROBE_INTERVAL, listen_for_changes, split_listen_option
 from ._loop_outcomes import LoopOutcomes
 from ._outcomes import PIPELINE_SUPPORTED
-from ._store import PostgresStore
+from ._store import PostgresStore, admitted
 
 __all__ = ["PostgresJobStore"]
 
@@ -282,6 +282,10 @@ class PostgresJobStore(StoreFace):
 
     # ----------------------------------------------------------------------------------------
     # JobStore
+
+    async def admit(self, want: Admission, *, now: float) -> Job | None:
+        """:meth:`PostgresStore.admit`: the read on the store thread, the answer on the loop."""
+        return admitted(want, await self._call(PostgresStore.admission_row, want, now=now))
 
     async def create_job(self, new: NewJob, *, now: float) -> tuple[Job, bool]:
         """:meth:`PostgresStore.create_job`: reuse, caps and insert serialised cluster-wide."""

@@ -39,7 +39,7 @@ from ..._model import (
     JobState,
     is_job_id,
 )
-from .._protocol import NewJob, ReapedJob
+from .._protocol import Admission, NewJob, ReapedJob
 from .._rows import check_caps, check_counted_caps, job_from_row, new_job
 from . import _host_queries as hq
 from . import _outbox_queries as oq
@@ -179,7 +179,8 @@ class PostgresStore(PostgresOutcomes):
     def create_job(self, new: NewJob, *, now: float) -> tuple[Job, bool]:
         """As :meth:`trio_batch.Store.create_job`, serialised cluster-wide.
 
-        A reuse or a refusal is answered from one plain read (``ADMISSION``), no lock taken.
+        A reuse or a refusal is answered from one plain read (``ADMISSION``), no lock taken
+        (skipped with ``new.admitted``: the runner has just read it, see :meth:`admit`).
         Otherwise the reuse lookup, the caps counts and the insert run in one READ COMMITTED
         transaction after ``pg_advisory_xact_lock``: every runner's committed jobs are counted.
         The new job is owned by ``runner_id``. If the connection is lost during the commit the
@@ -191,9 +192,12 @@ class PostgresStore(PostgresOutcomes):
         def create(conn: Conn) -> tuple[Job, bool]:
             # A reuse or a refusal needs no lock: both were true in the snapshot of one plain
             # read. Only a job that may be created takes the lock, and reads again under it.
-            reusable = self._admit_from_snapshot(conn, job, new, now)
-            if reusable is not None:
-                return reusable, True
+            # A request just admitted (JobStore.admit) skips that read.
+            if not new.admitted:
+                row = self._admission_row(conn, job.caller, job.idem_key, now)
+                reusable = admitted(new.admission(job), row)
+                if reusable is not None:
+                    return reusable, True
             with self._tx(conn, Op.WRITE):
                 # Under the lock, in one round trip: the reuse lookup again, this runner's
                 # registration and the caps' counts, each read once the lock is granted.
@@ -218,8 +222,7 @@ class PostgresStore(PostgresOutcomes):
                         "and is registering again; the job was not created, submit it again"
                     )
                 check_caps(
-                    job,
-                    new,
+                    new.admission(job),
                     caller_live=lambda: _counted(of_caller),
                     total_live=lambda: _counted(in_all),
                     blocking_job=lambda: _first(conn, q.NEWEST_LIVE_OF_CALLER, (job.caller,)),
@@ -240,21 +243,26 @@ class PostgresStore(PostgresOutcomes):
 
         return self._run(create)
 
-    def _admit_from_snapshot(self, conn: Conn, job: Job, new: NewJob, now: float) -> Job | None:
-        """The job to reuse, or the cap ``new`` breaks raised, as one read of ``ADMISSION``
-        shows them (no lock taken); None if ``job`` may be created.
+    def admit(self, want: Admission, *, now: float) -> Job | None:
+        """The job to reuse for ``want``, or None if a job may be created; raises the cap it
+        would break (see :meth:`JobStore.admit`). One plain read (``ADMISSION``), no lock."""
+        return admitted(want, self.admission_row(want, now=now))
 
-        Under load most submits are refused: each one taking the cluster-wide creation lock
-        queued every runner's submits behind the refusals.
-        """
-        params = {"caller": job.caller, "key": job.idem_key, "now": now}
-        row = self._one(conn, Op.READ, q.ADMISSION, params).fetchone()
+    def admission_row(self, want: Admission, *, now: float) -> tuple[Any, ...]:
+        """The ``ADMISSION`` row of ``want`` (see :func:`admitted`); a read, retried once on a
+        fresh connection if the connection was lost."""
+        return self._run(
+            lambda c: self._admission_row(c, want.caller, want.idem_key, now), op=Op.READ
+        )
+
+    def _admission_row(self, conn: Conn, caller: str, key: str, now: float) -> tuple[Any, ...]:
+        """One read of ``ADMISSION`` (no lock taken): under load most submits are refused, and
+        each one taking the cluster-wide creation lock queued every runner's submits behind
+        the refusals."""
+        params = {"caller": caller, "key": key, "now": now}
+        row: tuple[Any, ...] | None = self._one(conn, Op.READ, q.ADMISSION, params).fetchone()
         assert row is not None  # one row, whatever the table holds
-        n = q.ADMISSION_JOB_COLUMNS
-        if row[0] is not None:
-            return job_from_row(row[:n])
-        check_counted_caps(job, new, row[n], row[n + 1], row[n + 2])
-        return None
+        return row
 
     # ----------------------------------------------------------------------------------------
     # Writing outcomes and statuses
@@ -336,3 +344,13 @@ def _counted(cursor: psycopg.Cursor[Any]) -> int:
 def _first(conn: Conn, sql: str, params: tuple[Any, ...]) -> str | None:
     row = conn.execute(sql, params).fetchone()
     return None if row is None else str(row[0])
+
+
+def admitted(want: Admission, row: tuple[Any, ...]) -> Job | None:
+    """What an ``ADMISSION`` row answers for ``want``: the job to reuse, or None if a job may
+    be created; raises the cap it would break."""
+    n = q.ADMISSION_JOB_COLUMNS
+    if row[0] is not None:
+        return job_from_row(row[:n])
+    check_counted_caps(want, row[n], row[n + 1], row[n + 2])
+    return None

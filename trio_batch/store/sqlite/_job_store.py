@@ -18,11 +18,13 @@ from collections.abc import AsyncIterator, Collection, Sequence
 
 import trio
 
+from ..._errors import BatchError
 from ..._event import Delivery, JobEvent
 from ..._model import Job, JobState, OutcomeWrite, TargetStatus
 from .._filters import EVERY_JOB, JobFilter
 from .._protocol import (
     DECLINED,
+    Admission,
     ChangeObserver,
     Declined,
     DrainChanges,
@@ -35,7 +37,7 @@ from ._errors import translate_errors
 from ._fast_path import Miss, cheap_result
 from ._lock import RunnerLock
 from ._paths import FastPaths
-from ._store import Store
+from ._store import Store, admitted
 from ._views import job_overview, latest_retry, one_target, outcomes_from, targets_after
 
 __all__ = ["SQLiteJobStore"]
@@ -78,6 +80,20 @@ class SQLiteJobStore(FastPaths):
 
     # ----------------------------------------------------------------------------------------
     # JobStore
+
+    async def admit(self, want: Admission, *, now: float) -> Job | None:
+        """:meth:`Store.admit`, on the fast path if this pass has room; answering None there,
+        it does not yield (the create that follows does)."""
+        row, fast = await self._fast_else_off_loop(0, Store.admission_row, (want,), {"now": now})
+        try:
+            job = admitted(want, row)
+        except BatchError:
+            if fast:  # a refusal ends the submit: it yields, as an async call does
+                await trio.lowlevel.cancel_shielded_checkpoint()
+            raise
+        if fast and job is not None:
+            await trio.lowlevel.cancel_shielded_checkpoint()
+        return job
 
     async def create_job(self, new: NewJob, *, now: float) -> tuple[Job, bool]:
         """:meth:`Store.create_job`; on the fast path when the job is small."""

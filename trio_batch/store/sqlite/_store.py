@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from ..._errors import JobLive, OutcomeExists
 from ..._event import new_event_id
@@ -31,7 +32,7 @@ from ..._model import (
     with_running,
 )
 from .._filters import EVERY_JOB, JobFilter, filtered_queries, merge_pages
-from .._protocol import NewJob, ReapedJob, StoreCounts
+from .._protocol import Admission, NewJob, ReapedJob, StoreCounts
 from .._rows import (
     check_counted_caps,
     dumps,
@@ -44,7 +45,7 @@ from .._rows import target_from_row as _target
 from . import _queries as q
 from ._connection import Connection
 
-__all__ = ["Store", "WouldBeSlow"]
+__all__ = ["Store", "WouldBeSlow", "admitted"]
 
 
 class WouldBeSlow(Exception):
@@ -52,6 +53,15 @@ class WouldBeSlow(Exception):
 
     Raised before anything is written; the caller runs the call again on the store thread.
     """
+
+
+def admitted(want: Admission, row: tuple[Any, ...]) -> Job | None:
+    """What an ``ADMISSION`` row answers for ``want``: the job to reuse, or None if a job may
+    be created; raises the cap it would break."""
+    if row[0] is not None:
+        return _job(row[:-4])
+    check_counted_caps(want, *row[-3:])
+    return None
 
 
 class Store(Connection):
@@ -63,8 +73,8 @@ class Store(Connection):
     The methods map to the job lifecycle:
 
     - :meth:`create_job`: idempotency lookup, caps check and insert, atomically.
-    - :meth:`find_reusable_job` and :meth:`count_live_jobs`: the lookups ``create_job`` makes
-      (in one statement).
+    - :meth:`admit`: the reuse lookup and caps check alone, one read (what ``create_job``
+      reads first); :meth:`find_reusable_job` and :meth:`count_live_jobs`: its lookups.
     - :meth:`record_outcome`: store one target's outcome and bump the job's lease, together.
     - :meth:`finish_job`: set a live job's terminal status, once.
     - :meth:`mark_in_flight_failed`: after a restart or at shutdown, fail every live job.
@@ -92,7 +102,8 @@ class Store(Connection):
         all raises :class:`Busy`. Then insert the job and all its
         targets as ``pending`` with a lease of ``ttl`` seconds, and return ``(job, False)``.
         A reuse or a refusal is answered from one read and takes no write lock; an insert takes
-        it (``BEGIN IMMEDIATE``), and reads again first if another connection committed since.
+        it (``BEGIN IMMEDIATE``), and reads again first if another connection committed since
+        (with ``new.admitted``, it skips the first read and reads under the lock only).
 
         ``new.status`` is the new job's status: ``queued``, or ``running`` for a caller that
         starts draining at once. ``new.job_id`` is the id a new job gets (made with
@@ -104,18 +115,21 @@ class Store(Connection):
         now = time.time() if now is None else now
         insert = new_job(new, now=now)
         job = insert.job
+        want = new.admission(job)
         # A reuse or a refusal needs no write lock: one read finds the job to reuse, else the
         # cap that refuses this one. Held throughout, so no other thread commits on this
-        # connection meanwhile, which the data version below would not show.
+        # connection meanwhile, which the data version below would not show. A request just
+        # admitted (JobStore.admit) skips that read: it is read again under the lock anyway.
         with self._lock:
-            seen = self._data_version()
-            existing = self._admit(job, new, now=now)
-            if existing is not None:
-                return existing, True
+            seen = None if new.admitted else self._data_version()
+            if seen is not None:
+                existing = admitted(want, self.admission_row(want, now=now))
+                if existing is not None:
+                    return existing, True
             with self.transaction():
                 # Another connection may have created or finished a job since that read.
-                if self._data_version() != seen:
-                    existing = self._admit(job, new, now=now)
+                if seen is None or self._data_version() != seen:
+                    existing = admitted(want, self.admission_row(want, now=now))
                     if existing is not None:
                         return existing, True
                 self.db.execute(q.INSERT_JOB, insert.job_params())
@@ -131,15 +145,20 @@ class Store(Connection):
         """SQLite's count of commits by other connections: the same twice, nothing changed."""
         return int(self.db.conn.execute(q.DATA_VERSION).fetchone()[0])
 
-    def _admit(self, job: Job, new: NewJob, *, now: float) -> Job | None:
-        """The job to reuse for ``job``, or None; raises the cap ``job`` would break, as
-        :func:`check_caps` does. One statement: the lookup and the counts see one snapshot."""
+    def admit(self, want: Admission, *, now: float | None = None) -> Job | None:
+        """The unexpired job to reuse for ``want``, or None if a job may be created; raises
+        the cap it would break (see :meth:`JobStore.admit`). One read, no lock."""
+        now = time.time() if now is None else now
+        return admitted(want, self.admission_row(want, now=now))
+
+    def admission_row(self, want: Admission, *, now: float) -> tuple[Any, ...]:
+        """The ``ADMISSION`` row of ``want`` (see :func:`admitted`): the lookup and the counts
+        in one statement, so they see one snapshot."""
         with self._lock:
-            row = self.db.execute(q.ADMISSION, (job.caller, job.idem_key, now)).fetchone()
-        if row[0] is not None:
-            return _job(row[:-4])
-        check_counted_caps(job, new, *row[-3:])
-        return None
+            row: tuple[Any, ...] = self.db.conn.execute(
+                q.ADMISSION, (want.caller, want.idem_key, now)
+            ).fetchone()
+        return row
 
     def find_reusable_job(self, caller: str, key: str, *, now: float | None = None) -> Job | None:
         """The newest job of ``caller`` with idempotency key ``key`` whose lease has not lapsed."""
