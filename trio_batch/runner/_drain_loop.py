@@ -78,7 +78,10 @@ class DrainLoop:
                     except StoreUnavailable:
                         answer = DECLINED
                     if isinstance(answer, Declined):
-                        job = await self._store_outcome(drain, write)
+                        try:
+                            job = await self._store.record_outcome(write, ttl=ttl, now=self._now())
+                        except StoreUnavailable as exc:
+                            job = await self._store_retried(drain, write, exc)
                     else:
                         job = answer
                     self._outcome_stored(drain, idx, job, isinstance(result, Result))
@@ -159,25 +162,19 @@ class DrainLoop:
             self._config.max_result_size,
         )
 
-    async def _store_outcome(self, drain: _Drain, write: OutcomeWrite) -> Job | None:
-        """Store one outcome; each attempt completes even during a cancel (it cannot be cancelled).
+    async def _store_retried(
+        self, drain: _Drain, write: OutcomeWrite, refused: StoreUnavailable
+    ) -> Job | None:
+        """Store an outcome the database refused (``refused``), retrying with backoff for up to
+        ``Config.store_retry_for`` seconds; raises StoreUnavailable once time is up.
 
-        If the database refuses the write, it is retried with backoff for up to
-        ``Config.store_retry_for`` seconds; the waits between attempts can be cancelled (at
-        shutdown), the attempts themselves cannot. Raises StoreUnavailable once time is up.
+        Each attempt cannot be cancelled (see JobStore.record_outcome): in effect shielded, and
+        bounded by the store's own timeouts; the waits between them can be (at shutdown).
         """
-        # Each attempt cannot be cancelled (see JobStore.record_outcome): in effect shielded,
-        # and bounded by the store's own timeouts. The first is made here, the retries (rare)
-        # by retry_refused: no closure nor log context per outcome.
-        give_up_at = trio.current_time() + self._config.store_retry_for
-        try:
-            return await self._store.record_outcome(write, ttl=self._config.ttl, now=self._now())
-        except StoreUnavailable as exc:
-            refused = exc
         return await retry_refused(
             lambda: self._store.record_outcome(write, ttl=self._config.ttl, now=self._now()),
             what="store an outcome",
-            give_up_at=give_up_at,
+            give_up_at=trio.current_time() + self._config.store_retry_for,
             log=self._log,
             extra={"job_id": drain.job_id, "idx": write.idx},
             refused=refused,

@@ -29,6 +29,11 @@ class _Pending(Generic[W, A]):
     answer: object = None  # A or an Exception, set by the leader before it wakes anyone
 
 
+def _no_abort(_: object) -> trio.lowlevel.Abort:
+    """A follower's cancel: refused, the leader is committing its write (wait for that)."""
+    return trio.lowlevel.Abort.FAILED
+
+
 class GroupCommit(Generic[W, A]):
     """Batches writes into shared commits made by ``commit``.
 
@@ -125,11 +130,7 @@ class GroupCommit(Generic[W, A]):
                         trio.lowlevel.reschedule(member.task)
         else:
             pending.task = trio.lowlevel.current_task()
-
-            def abort(_: object) -> trio.lowlevel.Abort:
-                return trio.lowlevel.Abort.FAILED  # the leader is committing it: wait for that
-
-            await trio.lowlevel.wait_task_rescheduled(abort)
+            await trio.lowlevel.wait_task_rescheduled(_no_abort)
             self._waking -= 1  # woken by the leader only: the abort above never succeeds
         if isinstance(pending.answer, Exception):
             raise pending.answer

@@ -137,8 +137,8 @@ class SQLiteJobStore(FastPaths):
     def _write_alone(self, write: OutcomeWrite, ttl: float, now: float) -> Job | Declined | None:
         """:meth:`record_outcome_now` whatever this pass has used of the loop's budget."""
         if (
-            not self._budget.guards_this_run
-            or not self._group.alone(write.job_id)
+            not self._group.alone(write.job_id)  # first: beside other writers, decided at once
+            or not self._budget.guards_this_run
             or (write.result is not None and not cheap_result(write.result))
         ):
             return DECLINED
