@@ -10,6 +10,8 @@ per round, each on a fresh database:
   ``BEGIN``/``COMMIT``); the jobs are created through the store so the schema is its own;
 - **serial**: one runner, jobs of 32 no-op targets run one after another;
 - **8 jobs**: one runner, 8 callers each running jobs back to back (8 live at once);
+- **8 jobs, 2 outcome connections** and **3**: the same, the outcome writes spread over that
+  many connections instead of the default one (``outcome_connections=N`` in the URL);
 - **8 jobs, 2 runners**: two runner processes on the same database, 4 callers each, started
   together; targets of both over the time the slower one took;
 - **cycle**, 1 caller and 8: the loop an embedding program runs (build a job's targets, submit,
@@ -161,6 +163,12 @@ def _through(bouncer: PgBouncer, url: str) -> str:
     return bouncer.url(url.split("/")[3].split("?")[0])
 
 
+def _with(url: str, parameter: str) -> str:
+    """``url`` with one more query parameter (trio_batch's own, such as
+    ``outcome_connections=2``)."""
+    return f"{url}{'&' if '?' in url else '?'}{parameter}"
+
+
 def steps(
     bouncer: PgBouncer, *, floor_targets: int, serial_jobs: int, per_caller: int
 ) -> list[tuple[str, Callable[[str], float]]]:
@@ -175,6 +183,22 @@ def steps(
         (
             "8 jobs",
             lambda url: workloads.measure_concurrent(url, jobs_per_caller=per_caller).targets_per_s,
+        ),
+        (
+            "8 jobs, 2 outcome connections",
+            lambda url: (
+                workloads.measure_concurrent(
+                    _with(url, "outcome_connections=2"), jobs_per_caller=per_caller
+                ).targets_per_s
+            ),
+        ),
+        (
+            "8 jobs, 3 outcome connections",
+            lambda url: (
+                workloads.measure_concurrent(
+                    _with(url, "outcome_connections=3"), jobs_per_caller=per_caller
+                ).targets_per_s
+            ),
         ),
         (
             "8 jobs, 2 runners",

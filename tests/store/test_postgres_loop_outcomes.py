@@ -22,6 +22,7 @@ import trio
 
 from trio_batch import Job, JobState, OutcomeExists, OutcomeWrite, Result, StoreUnavailable
 from trio_batch.store.postgres import PostgresJobStore, PostgresStore
+from trio_batch.store.postgres._loop_conn import LoopConnection
 from trio_batch.store.postgres._tally import TerminalTally
 
 from ..runner.test_postgres_cluster import _until
@@ -74,17 +75,27 @@ def _stored(dsn: str, job_id: str) -> tuple[Any, ...]:
     return tuple(row)
 
 
+def _link(store: PostgresJobStore) -> LoopConnection:
+    """The first outcome connection: the one a lone drain's writes go to."""
+    return store._writers.loops[0].link
+
+
+async def _commit(
+    store: PostgresJobStore, writes: list[OutcomeWrite], *, ttl: float, now: float
+) -> list[Job | Exception | None]:
+    """``writes`` in one commit on the first outcome connection, from the loop."""
+    return await store._writers.loops[0].record_outcomes(writes, ttl=ttl, now=now)
+
+
 def _loop_backend(store: PostgresJobStore) -> int:
     """The server process of the store's outcome connection (open)."""
-    assert store._loop_outcomes is not None
-    conn = store._loop_outcomes.link.opener.idle_connection()
+    conn = _link(store).opener.idle_connection()
     assert conn is not None
     return conn.info.backend_pid
 
 
 def _idle(store: PostgresJobStore) -> bool:
-    assert store._loop_outcomes is not None
-    conn = store._loop_outcomes.link.opener.idle_connection()
+    conn = _link(store).opener.idle_connection()
     return conn is not None and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
 
 
@@ -94,12 +105,11 @@ async def test_a_shared_commit_from_the_loop_answers_each_write(
     async with opened(dsn) as store:
         a = create(store.store, "a", 2)
         b = create(store.store, "b", 1)
-        first = await store._store_outcomes(
-            [OutcomeWrite(a.id, 0, result=Result("a0"))], ttl=TTL, now=T0
-        )
+        first = await _commit(store, [OutcomeWrite(a.id, 0, result=Result("a0"))], ttl=TTL, now=T0)
         assert isinstance(first[0], Job) and first[0].targets_done == 1
         for _ in range(6):  # past psycopg's prepare threshold: the same answers once prepared
-            answers = await store._store_outcomes(
+            answers = await _commit(
+                store,
                 [
                     OutcomeWrite(a.id, 0, result=Result("again")),  # stored already
                     OutcomeWrite(b.id, 0, error="boom"),
@@ -130,7 +140,8 @@ async def test_refused_values_roll_the_commit_back_and_each_write_gets_its_own_a
     async with opened(dsn) as store:
         a = create(store.store, "a", 1)
         b = create(store.store, "b", 1)
-        answers = await store._store_outcomes(
+        answers = await _commit(
+            store,
             [
                 OutcomeWrite(a.id, 0, result=Result("a0")),
                 OutcomeWrite(b.id, 0, result=Result("b0"), attempts=2**31),
@@ -157,12 +168,11 @@ async def test_a_write_cut_off_at_store_timeout_is_in_doubt_and_its_retry_is_rec
     async with opened(_through(proxy, pg_dsn), store_timeout=1.0) as store:
         job = create(store.store, "a", 2)
         write = OutcomeWrite(job.id, 0, result=Result("r"))
-        await store._store_outcomes([OutcomeWrite(job.id, 1, error="e")], ttl=TTL, now=T0)
+        await store.record_outcome(OutcomeWrite(job.id, 1, error="e"), ttl=TTL, now=T0)
         proxy.hold()
         with pytest.raises(StoreUnavailable, match="did not answer within store_timeout"):
             await store.record_outcome(write, ttl=TTL, now=T0 + 1)
-        assert store._loop_outcomes is not None
-        assert not store._loop_outcomes.link.is_open
+        assert not _link(store).is_open
         assert (job.id, 0) in store.store._maybe_committed
         proxy.release()
         proxy.cut()  # what the partition held goes nowhere: the write never reached the server
@@ -332,3 +342,46 @@ def test_a_job_finished_off_the_store_thread_is_counted_only_if_no_fresh_count_o
     tally.keep(token, T0 + 60, {"done": [3, 6, 6, 0]})
     tally.count(_job(JobState.FAILED))  # on the store thread: always counted
     assert tally.start_read(T0 + 61, 30.0)[0] == {"done": [3, 6, 6, 0], "failed": [1, 2, 2, 0]}
+
+
+async def test_with_two_outcome_connections_a_write_is_not_held_behind_another(
+    dsn: str, pg_dsn: str
+) -> None:
+    """The outcome writes are spread over two connections, each its own group commit: while
+    one drain's write waits on a lock, another drain's is committed on the other connection
+    (with one connection it would wait for the first commit to end)."""
+    async with opened(dsn, outcome_connections=2) as store:
+        a = create(store.store, "a", 1)
+        b = create(store.store, "b", 1)
+        done: list[str] = []
+        with _job_locked(pg_dsn, a.id) as holder:
+            async with trio.open_nursery() as nursery:
+
+                async def write_a() -> None:
+                    await store.record_outcome(
+                        OutcomeWrite(a.id, 0, result=Result("a")), ttl=TTL, now=T0
+                    )
+                    done.append("a")
+
+                nursery.start_soon(write_a)
+                await _until_waiting(pg_dsn)
+                answer = await store.record_outcome(
+                    OutcomeWrite(b.id, 0, result=Result("b")), ttl=TTL, now=T0
+                )
+                done.append("b")
+                assert answer is not None and answer.status == JobState.DONE
+                holder.rollback()
+        assert done == ["b", "a"]
+        assert [link.is_open for link in (o.link for o in store._writers.loops)] == [True, True]
+    assert _stored(pg_dsn, a.id) == _stored(pg_dsn, b.id) == ("done", 1, 0)
+
+
+async def test_the_outcome_connections_are_set_in_the_url_too(pg_dsn: str) -> None:
+    joined = "&" if "?" in pg_dsn else "?"
+    async with opened(f"{pg_dsn}{joined}outcome_connections=3") as store:
+        assert len(store._writers.loops) == 3
+    for bad in ("0", "two", "-1"):
+        with pytest.raises(ValueError, match="outcome_connections"):
+            PostgresJobStore.open(f"{pg_dsn}{joined}outcome_connections={bad}")
+    with pytest.raises(ValueError, match="at least 1"):
+        PostgresJobStore.open(pg_dsn, outcome_connections=0)

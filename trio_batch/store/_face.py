@@ -10,17 +10,25 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Sequence
-from typing import Self
+from collections.abc import Awaitable, Sequence
+from typing import Protocol, Self
 
 from .._model import Job, OutcomeWrite
 from ._group_commit import GroupCommit
 from ._protocol import DECLINED, Declined, ReapObserver, WriteObserver
 
-__all__ = ["StoreFace"]
+__all__ = ["StoreFace", "StoreOutcomes", "TimedWrite"]
 
 #: An outcome write with the lease length and the time it was made at.
-_TimedWrite = tuple[OutcomeWrite, float, float]
+TimedWrite = tuple[OutcomeWrite, float, float]
+
+
+class StoreOutcomes(Protocol):
+    """Stores a batch of writes in one transaction (see :meth:`StoreFace._store_outcomes`)."""
+
+    def __call__(
+        self, writes: Sequence[OutcomeWrite], *, ttl: float, now: float
+    ) -> Awaitable[list[Job | Exception | None]]: ...
 
 
 class StoreFace:
@@ -31,7 +39,7 @@ class StoreFace:
         self.on_write: WriteObserver | None = None
         #: See :data:`~trio_batch.store.ReapObserver`; None for no observer.
         self.on_reaped: ReapObserver | None = None
-        self._group: GroupCommit[_TimedWrite, Job | None] = GroupCommit(self._commit)
+        self._group: GroupCommit[TimedWrite, Job | None] = GroupCommit(self._commit)
 
     async def __aenter__(self) -> Self:
         return self
@@ -70,11 +78,18 @@ class StoreFace:
         synchronously overrides it (see :meth:`JobStore.record_outcome_now`)."""
         return DECLINED
 
-    async def _commit(self, batch: list[_TimedWrite]) -> list[Job | Exception | None]:
+    async def _commit(self, batch: list[TimedWrite]) -> list[Job | Exception | None]:
+        return await self._commit_with(self._store_outcomes, batch)
+
+    async def _commit_with(
+        self, store_outcomes: StoreOutcomes, batch: list[TimedWrite]
+    ) -> list[Job | Exception | None]:
+        """One group commit's batch stored by ``store_outcomes`` (a backend with several
+        connections passes the one of the batch's group), observed."""
         # One commit, one moment: the first write's (the leader's) ttl and time serve for all.
         _, ttl, now = batch[0]
         start = self._observe_start()
-        answers = await self._store_outcomes([write for write, _, _ in batch], ttl=ttl, now=now)
+        answers = await store_outcomes([write for write, _, _ in batch], ttl=ttl, now=now)
         self._observe("record_outcomes", start)
         return answers
 

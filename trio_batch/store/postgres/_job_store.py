@@ -22,7 +22,6 @@ import time
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from typing import Concatenate, ParamSpec, TypeVar
 
-import psycopg
 import trio
 
 from ..._errors import StoreError, StoreUnavailable
@@ -35,9 +34,8 @@ from .._thread import StoreThread
 from . import _hosts, _outbox
 from ._connection import DEFAULT_STORE_TIMEOUT, safe_location
 from ._errors import translate_errors
-from ._listen import PROBE_INTERVAL, listen_for_changes, split_listen_option
-from ._loop_outcomes import LoopOutcomes
-from ._outcomes import PIPELINE_SUPPORTED
+from ._listen import PROBE_INTERVAL, listen_for_changes, pop_url_parameter, split_listen_option
+from ._loop_outcomes import OUTCOME_CONNECTIONS, OutcomeWriters
 from ._store import PostgresStore, admitted
 
 __all__ = ["PostgresJobStore"]
@@ -65,7 +63,12 @@ class PostgresJobStore(StoreFace):
     """
 
     def __init__(
-        self, store: PostgresStore, *, listen: bool = True, listen_url: str | None = None
+        self,
+        store: PostgresStore,
+        *,
+        listen: bool = True,
+        listen_url: str | None = None,
+        outcome_connections: int = OUTCOME_CONNECTIONS,
     ) -> None:
         super().__init__()
         self.store = store
@@ -77,9 +80,9 @@ class PostgresJobStore(StoreFace):
         self.probe_interval = PROBE_INTERVAL
         self.location = store.location
         self._thread = StoreThread(name="trio_batch postgres store")
-        # Outcome writes go from trio's loop, on a connection of their own (libpq 14+).
-        self._loop_outcomes = (
-            LoopOutcomes(store, self._thread_outcomes) if PIPELINE_SUPPORTED else None
+        # Outcome writes go from trio's loop on connections of their own, or the store thread.
+        self._writers = OutcomeWriters(
+            store, self._thread, self._commit_with, self._store_outcomes, outcome_connections
         )
         self._started = False
         self._closed = False
@@ -96,6 +99,7 @@ class PostgresJobStore(StoreFace):
         connect_timeout: float | None = None,
         listen: bool = True,
         listen_url: str | None = None,
+        outcome_connections: int = OUTCOME_CONNECTIONS,
     ) -> PostgresJobStore:
         """Connect to ``conninfo`` (a ``postgresql://`` URL or libpq keywords), creating or
         migrating the schema; see :meth:`PostgresStore.open` for the errors.
@@ -105,9 +109,16 @@ class PostgresJobStore(StoreFace):
         one, LISTEN goes through ``conninfo``; if its self-notification never comes back (a
         pooler), the runner logs it once and relies on its poll. ``listen=False``, or
         ``listen=off`` in the URL, runs without LISTEN at all. ``store_timeout`` bounds every
-        call (default 5 s).
+        call (default 5 s). ``outcome_connections`` (or ``outcome_connections=N`` in the URL,
+        which wins): how many connections the outcome writes are spread over, each with its own
+        group commit, so the server can run that many at once (default 1: on the project's
+        2-core machines more measured slower, see docs/explanation/performance.md).
         """
         conninfo, listen_in_url = split_listen_option(conninfo)
+        conninfo, lanes = pop_url_parameter(conninfo, "outcome_connections")
+        outcome_connections = _count(
+            str(outcome_connections) if lanes is None else lanes, "outcome_connections"
+        )
         if listen_url is not None:
             listen_url, _ = split_listen_option(listen_url)
             safe_location(listen_url)  # a malformed one: ValueError now
@@ -117,6 +128,7 @@ class PostgresJobStore(StoreFace):
             ),
             listen=listen and listen_in_url is not False,
             listen_url=listen_url,
+            outcome_connections=outcome_connections,
         )
 
     @property
@@ -148,8 +160,7 @@ class PostgresJobStore(StoreFace):
         if self._closed:
             return
         self._closed = True
-        if self._loop_outcomes is not None:
-            self._loop_outcomes.close()  # no commit is in flight: nobody writes any more
+        self._writers.close()  # no commit is in flight: nobody writes any more
         if self._started:
             with trio.CancelScope(shield=True):
                 await self._thread.run(self.store.close, final=True)  # after every queued call
@@ -294,35 +305,21 @@ class PostgresJobStore(StoreFace):
         self._observe("create_job", start)
         return answer
 
+    async def record_outcome(self, write: OutcomeWrite, *, ttl: float, now: float) -> Job | None:
+        """:meth:`StoreFace.record_outcome <trio_batch.store._face.StoreFace.record_outcome>`,
+        in the group commit of the outcome connection with the fewest writes waiting (see
+        :class:`~._loop_outcomes.OutcomeWriters`); the same answers and guarantees."""
+        self._start()
+        return await self._writers.lanes.write((write, ttl, now), writer=write.job_id)
+
     async def _store_outcomes(
         self, writes: Sequence[OutcomeWrite], *, ttl: float, now: float
     ) -> list[Job | Exception | None]:
-        """:meth:`PostgresStore.record_outcomes`: one statement per write, one commit, sent
-        from trio's loop (:class:`~._loop_outcomes.LoopOutcomes`) where libpq allows.
+        """:meth:`PostgresStore.record_outcomes` on the store thread (a retry in doubt, values
+        refused, or libpq before 14: see :class:`~._loop_outcomes.OutcomeWriters`).
 
         A write answers None (nothing written) also when its job is no longer this runner's.
         """
-        if self._loop_outcomes is None:
-            answers = await self._thread_outcomes(writes, ttl, now)
-        else:
-            with translate_errors(self.store.store_timeout):
-                answers = await self._loop_outcomes.record_outcomes(writes, ttl=ttl, now=now)
-        # Jobs whose last outcome this commit stored: their waiters elsewhere may stop. One
-        # notification statement per commit that finished a job, queued after it, unawaited.
-        finished = [
-            a.id
-            for a in answers
-            if isinstance(a, Job) and a.is_terminal and a.targets_done >= a.targets_total
-        ]
-        if finished:
-            deadline = time.monotonic() + self.store.store_timeout
-            self._thread.run_soon(_notify_quietly, self.store, finished, deadline)
-        return answers
-
-    async def _thread_outcomes(
-        self, writes: Sequence[OutcomeWrite], ttl: float, now: float
-    ) -> list[Job | Exception | None]:
-        """:meth:`PostgresStore.record_outcomes` on the store thread."""
         return await self._call(PostgresStore.record_outcomes, writes, ttl=ttl, now=now)
 
     async def finish_job(
@@ -503,12 +500,8 @@ class PostgresJobStore(StoreFace):
         return await self._call(PostgresStore.latest_retry, job_id, caller=caller, now=now)
 
 
-def _notify_quietly(store: PostgresStore, job_ids: list[str], deadline: float) -> None:
-    """On the store thread, after a commit: notify the listening runners of ``job_ids``.
-
-    A failure only delays the others until their next poll, so it is logged, not raised.
-    """
-    try:
-        store.within(deadline, PostgresStore.notify_jobs, job_ids)
-    except (psycopg.Error, StoreUnavailable):
-        _log.warning("could not notify other runners of finished jobs", exc_info=True)
+def _count(value: str, name: str) -> int:
+    """A count of at least 1, given as ``name`` (a URL parameter or a keyword)."""
+    if not value.strip().isdigit() or int(value) < 1:
+        raise ValueError(f"{name}={value!r}: a whole number of connections, at least 1")
+    return int(value)

@@ -38,7 +38,13 @@ from .._protocol import ChangeObserver
 from . import _queries as q
 from ._connection import connect_options, safe_location
 
-__all__ = ["PROBE_INTERVAL", "PROBE_PREFIX", "listen_for_changes", "split_listen_option"]
+__all__ = [
+    "PROBE_INTERVAL",
+    "PROBE_PREFIX",
+    "listen_for_changes",
+    "pop_url_parameter",
+    "split_listen_option",
+]
 
 _log = logging.getLogger("trio_batch")
 
@@ -201,25 +207,35 @@ def split_listen_option(conninfo: str) -> tuple[str, bool | None]:
     None if the parameter is absent (or ``conninfo`` is in libpq's keyword form, which has no such
     keyword). Raises ValueError for another value.
     """
+    conninfo, value = pop_url_parameter(conninfo, "listen")
+    if value is None:
+        return conninfo, None
+    value = value.strip().lower()
+    if value not in _SWITCH:
+        raise ValueError(
+            f"PostgreSQL URL parameter listen={value!r}: use listen=off (behind PgBouncer in "
+            "transaction mode) or listen=on"
+        )
+    return conninfo, _SWITCH[value]
+
+
+def pop_url_parameter(conninfo: str, key: str) -> tuple[str, str | None]:
+    """``conninfo`` without the URL parameter ``key`` (one of trio_batch's own, which libpq
+    would refuse), and its value (decoded); None if absent or ``conninfo`` is no URL."""
     base, mark, query = conninfo.partition("?")
     if not mark or "://" not in base:
         return conninfo, None
     kept: list[str] = []
     value: str | None = None
     for part in query.split("&"):
-        key, _, raw = part.partition("=")
-        if urllib.parse.unquote_plus(key) == "listen":
-            value = urllib.parse.unquote_plus(raw).strip().lower()
+        name, _, raw = part.partition("=")
+        if urllib.parse.unquote_plus(name) == key:
+            value = urllib.parse.unquote_plus(raw)
         else:
             kept.append(part)
     if value is None:
         return conninfo, None
-    if value not in _SWITCH:
-        raise ValueError(
-            f"PostgreSQL URL parameter listen={value!r}: use listen=off (behind PgBouncer in "
-            "transaction mode) or listen=on"
-        )
-    return base + ("?" + "&".join(kept) if kept else ""), _SWITCH[value]
+    return base + ("?" + "&".join(kept) if kept else ""), value
 
 
 _SWITCH = {"on": True, "true": True, "yes": True, "1": True}

@@ -1,5 +1,10 @@
 """The PostgreSQL store's outcome writes sent from trio's loop, without the store thread.
 
+:class:`OutcomeWriters` can spread them over several connections (``outcome_connections``;
+:data:`OUTCOME_CONNECTIONS` by default), each with its own group commit
+(:class:`~trio_batch.store._lanes.Lanes`), so the server runs more than one at a time; each
+drain still waits for its own commit.
+
 A shared commit's writes (``RECORD_OUTCOME`` each, through its function on a pooled
 connection, the bounds ``SET LOCAL`` before them there) go out in one pipeline on a
 :class:`~._loop_conn.LoopConnection`, one transaction, answered as
@@ -11,22 +16,36 @@ whole transaction rolled back, nothing stored: which write it was is not known h
 
 from __future__ import annotations
 
+import functools
+import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 
 import psycopg
 
 from ..._errors import StoreUnavailable
 from ..._model import Job, OutcomeWrite
+from .._face import StoreOutcomes, TimedWrite
+from .._lanes import Lanes
+from .._thread import StoreThread
 from . import _queries as q
 from ._connection import Op, PostgresConnection
+from ._errors import translate_errors
 from ._loop_conn import LoopConnection, Statement
-from ._outcomes import _outcome_answer
+from ._outcomes import PIPELINE_SUPPORTED, _outcome_answer
 from ._store import PostgresStore
 
-__all__ = ["LoopOutcomes"]
+__all__ = ["OUTCOME_CONNECTIONS", "LoopOutcomes", "OutcomeWriters"]
 
-#: What the store thread's writes are reached by: ``(writes, ttl, now)``, their answers.
-Fallback = Callable[[Sequence[OutcomeWrite], float, float], Awaitable[list[Job | Exception | None]]]
+_log = logging.getLogger("trio_batch")
+
+#: Outcome connections per store by default: one. Two or three measured slower on 2 cores,
+#: where the loop's own work, not the server, holds the 8-job rate (performance.md).
+OUTCOME_CONNECTIONS = 1
+
+Answers = list[Job | Exception | None]
+#: A group commit's batch stored, observed: :meth:`StoreFace._commit_with`.
+CommitWith = Callable[[StoreOutcomes, list[TimedWrite]], Awaitable[Answers]]
 
 _RECORD = q.RECORD_OUTCOME_NUMBERED.encode()
 _RECORD_CALL = q.RECORD_OUTCOME_CALL_NUMBERED.encode()
@@ -42,7 +61,7 @@ class LoopOutcomes:
     for the cases above. One commit at a time (a group commit's leader calls it).
     """
 
-    def __init__(self, store: PostgresStore, fallback: Fallback) -> None:
+    def __init__(self, store: PostgresStore, fallback: StoreOutcomes) -> None:
         self.store = store
         self.link = LoopConnection(
             PostgresConnection(
@@ -69,7 +88,7 @@ class LoopOutcomes:
         """
         store = self.store
         if store.in_doubt(writes):
-            return await self._fallback(writes, ttl, now)
+            return await self._fallback(writes, ttl=ttl, now=now)
         answers: list[Job | Exception | None] = [None] * len(writes)
         sent = [
             (i, [values[name] for name in q.OUTCOME_PARAMS])
@@ -88,7 +107,7 @@ class LoopOutcomes:
         try:
             results = await self.link.exchange(statements)
         except psycopg.DataError:  # rolled back: the store thread tells which write it was
-            return await self._fallback(writes, ttl, now)
+            return await self._fallback(writes, ttl=ttl, now=now)
         except (psycopg.Error, StoreUnavailable):
             if not self.link.is_open:  # lost with the connection: the commit may have happened
                 store.lost_in_commit(writes)
@@ -97,3 +116,77 @@ class LoopOutcomes:
             answers[i] = _outcome_answer(writes[i], self.link.row(result))
         store.answered(writes, answers, mark=mark)
         return answers
+
+
+class OutcomeWriters:
+    """A store's outcome writes: ``count`` loop connections, each a :class:`LoopOutcomes` and
+    a group commit (:attr:`lanes`); without pipeline mode (libpq before 14) one group commit
+    over ``on_thread``, the store thread. After each commit the runners listening are told of
+    the jobs it finished, through the store thread, unawaited.
+
+    ``commit_with`` is the face's :meth:`~trio_batch.store._face.StoreFace._commit_with`;
+    ``on_thread`` its :meth:`PostgresStore.record_outcomes` call on the store thread, which
+    the loop connections also leave the rare cases to (see :class:`LoopOutcomes`).
+    """
+
+    def __init__(
+        self,
+        store: PostgresStore,
+        thread: StoreThread,
+        commit_with: CommitWith,
+        on_thread: StoreOutcomes,
+        count: int,
+    ) -> None:
+        if count < 1:
+            raise ValueError(f"outcome_connections must be at least 1, not {count}")
+        self._store = store
+        self._thread = thread
+        self._on_thread = on_thread
+        #: The loop connections' writers, one per lane (none without pipeline mode).
+        self.loops = [LoopOutcomes(store, on_thread) for _ in range(count)]
+        stores: list[StoreOutcomes] = [functools.partial(self._commit, o) for o in self.loops]
+        if not PIPELINE_SUPPORTED:
+            self.loops, stores = [], [self._commit_on_thread]
+        self.lanes: Lanes[TimedWrite, Job | None] = Lanes(
+            [functools.partial(commit_with, store_outcomes) for store_outcomes in stores]
+        )
+
+    def close(self) -> None:
+        """Close the loop connections for good."""
+        for outcomes in self.loops:
+            outcomes.close()
+
+    async def _commit(
+        self, outcomes: LoopOutcomes, writes: Sequence[OutcomeWrite], *, ttl: float, now: float
+    ) -> Answers:
+        with translate_errors(self._store.store_timeout):
+            return self._told(await outcomes.record_outcomes(writes, ttl=ttl, now=now))
+
+    async def _commit_on_thread(
+        self, writes: Sequence[OutcomeWrite], *, ttl: float, now: float
+    ) -> Answers:
+        return self._told(await self._on_thread(writes, ttl=ttl, now=now))
+
+    def _told(self, answers: Answers) -> Answers:
+        # Jobs whose last outcome this commit stored: their waiters elsewhere may stop. One
+        # notification statement per commit that finished a job, queued after it, unawaited.
+        finished = [
+            a.id
+            for a in answers
+            if isinstance(a, Job) and a.is_terminal and a.targets_done >= a.targets_total
+        ]
+        if finished:
+            deadline = time.monotonic() + self._store.store_timeout
+            self._thread.run_soon(_notify_quietly, self._store, finished, deadline)
+        return answers
+
+
+def _notify_quietly(store: PostgresStore, job_ids: list[str], deadline: float) -> None:
+    """On the store thread, after a commit: notify the listening runners of ``job_ids``.
+
+    A failure only delays the others until their next poll, so it is logged, not raised.
+    """
+    try:
+        store.within(deadline, PostgresStore.notify_jobs, job_ids)
+    except (psycopg.Error, StoreUnavailable):
+        _log.warning("could not notify other runners of finished jobs", exc_info=True)
