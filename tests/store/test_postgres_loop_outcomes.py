@@ -175,7 +175,7 @@ async def test_a_write_cut_off_at_store_timeout_is_in_doubt_and_its_retry_is_rec
         assert not _link(store).is_open
         assert (job.id, 0) in store.store._maybe_committed
         proxy.release()
-        proxy.cut()  # what the partition held goes nowhere: the write never reached the server
+        proxy.cut()  # the held write may or may not reach the server: either way, once
         answer = await store.record_outcome(write, ttl=TTL, now=T0 + 2)
         assert answer is not None and answer.targets_done == 2
         assert (job.id, 0) not in store.store._maybe_committed
