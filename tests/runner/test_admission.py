@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import traceback
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,12 +23,13 @@ from trio_batch import (
     JobState,
     JobStore,
     RunnerClosed,
+    Store,
     Target,
     TooManyTargets,
     open_runner,
 )
 from trio_batch.runner import _runner
-from trio_batch.store import Admission, NewJob
+from trio_batch.store import Admission, NewJob, SQLiteJobStore
 
 from ..support.fakes import FakeClock, ScriptedFetch, urls
 
@@ -184,3 +186,30 @@ async def test_the_same_job_created_after_the_admission_read_is_reused(
         assert built.creates == 2  # the rival's, then ours: reused under the lock
         assert job_id not in runner._drains  # the drain built for a job not created is gone
         assert [j.id for j in await job_store.list_jobs(now=clock())] == [job_id]
+
+
+async def test_an_admitted_create_waits_for_no_second_pass(
+    tmp_path: Path, fetch: ScriptedFetch, clock: FakeClock
+) -> None:
+    # SQLite's fast path paces its calls over the loop's passes: the admission read waited for
+    # its turn, so the create right after it runs in that turn (the read and the insert were
+    # one call before, which waited once).
+    store = SQLiteJobStore(Store.open(tmp_path / "jobs.db"), owns_store=True)
+    try:
+        async with open_runner(store, fetch, CONFIG, now=clock) as runner:
+            budget = store._budget
+            waits: list[float] = []
+            real_wait = budget.wait_for_room
+
+            async def wait_for_room(**kwargs: Any) -> None:
+                waits.append(budget.used)
+                await real_wait(**kwargs)
+
+            budget.wait_for_room = wait_for_room  # type: ignore[method-assign]
+            budget.seconds = 0.0  # every call past the first in a pass waits for the next
+            budget.used = 1.0  # this pass is spent
+            job_id, reused = await runner.submit("alice", "user", urls("a"))
+            assert not reused and len(waits) == 1
+            await runner.wait(job_id)
+    finally:
+        await store.aclose()

@@ -75,7 +75,8 @@ class NewJob:
     #: the job so that the runner that reaps it, or delivers its webhook, continues its trace.
     trace_context: str | None = None
     #: :meth:`JobStore.admit` has just answered None for this request: the store skips its
-    #: own read before the lock and checks reuse and caps under it at once (it always does).
+    #: own read before the lock and checks reuse and caps under it at once (it always does);
+    #: a backend that paces its calls over the loop's passes does not make it wait again.
     admitted: bool = False
 
     def admission(self, job: Job) -> Admission:

@@ -96,11 +96,16 @@ class SQLiteJobStore(FastPaths):
         return job
 
     async def create_job(self, new: NewJob, *, now: float) -> tuple[Job, bool]:
-        """:meth:`Store.create_job`; on the fast path when the job is small."""
+        """:meth:`Store.create_job`; on the fast path when the job is small (an admitted one
+        without waiting for room in the pass: its :meth:`admit` did)."""
         create = functools.partial(Store.create_job, new=new, now=now)
         start = self._observe_start()
         if len(new.targets) <= _fast_path.FAST_MAX_TARGETS:
-            answer = await self._call(1, create)  # one write toward the next checkpoint
+            # One write toward the next checkpoint. An admitted request's admission read waited
+            # for room in the pass just before: a submit waits once, as when create read first.
+            answer, fast = await self._fast_else_off_loop(1, create, (), {}, wait=not new.admitted)
+            if fast:
+                await trio.lowlevel.cancel_shielded_checkpoint()
         else:
             answer = await self._on_thread(create)
         self._observe("create_job", start)

@@ -159,19 +159,21 @@ class FastPaths(StoreFace):
         *,
         fast_kwargs: dict[str, Any] | None = None,
         try_fast: bool = True,
+        wait: bool = True,
     ) -> tuple[T, bool]:
         """``(fn(store, *args, **kwargs), ran_on_the_loop)``: tried on the fast path first (with
         ``fast_kwargs`` added there, and only if ``try_fast``), off the loop if it declines.
+        ``wait=False``: in this pass whatever its budget (the call's turn was a call just before).
 
         The one place that chooses between the paths. A fast answer has not yielded yet (the
         caller decides when it does); an answer from a thread has.
 
         Cancellation: as :meth:`_call`.
         """
-        if try_fast:
+        if try_fast and wait:
             await self._ready_for_fast_call()
         else:
-            self._start()  # off the loop: no room in it to wait for
+            self._start()  # no room in the loop to wait for
         with translate_errors(self.store.busy_timeout):
             if try_fast:
                 extra = kwargs if fast_kwargs is None else {**kwargs, **fast_kwargs}
