@@ -11,7 +11,7 @@ A runner's :meth:`~PostgresJobStore.claim` registers it under a fresh id and, wh
 runs, heartbeats every ``heartbeat_interval`` on a second connection and thread of its own (so
 a busy store thread cannot starve it) and reaps runners silent past ``runner_timeout``. If this
 runner was itself reaped (paused, or cut off, for too long), it registers again under a new id
-and carries on as a fresh runner: its old jobs were failed and are fenced off.
+and carries on as a fresh runner: its old jobs were failed and are fenced off (:mod:`._claim`).
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Concatenate, ParamSpec, TypeVar
 
 import trio
 
-from ..._errors import StoreError, StoreUnavailable
+from ..._errors import StoreError
 from ..._event import Delivery, JobEvent
 from ..._model import Job, JobState, OutcomeWrite, TargetStatus
 from .._face import StoreFace
@@ -32,6 +32,7 @@ from .._filters import EVERY_JOB, JobFilter
 from .._protocol import Admission, ChangeObserver, DrainChanges, NewJob, ReapedJob, StoreCounts
 from .._thread import StoreThread
 from . import _hosts, _outbox
+from ._claim import claim_runner
 from ._connection import DEFAULT_STORE_TIMEOUT, safe_location
 from ._errors import translate_errors
 from ._listen import PROBE_INTERVAL, listen_for_changes, pop_url_parameter, split_listen_option
@@ -185,11 +186,11 @@ class PostgresJobStore(StoreFace):
     # ----------------------------------------------------------------------------------------
     # The runner's claim: registration, heartbeats, reaping
 
-    @contextlib.asynccontextmanager
-    async def claim(
+    def claim(
         self, *, heartbeat_interval: float = 5.0, runner_timeout: float = 30.0
-    ) -> AsyncIterator[None]:
-        """Register a runner (a fresh id) for the block, heartbeating and reaping meanwhile.
+    ) -> contextlib.AbstractAsyncContextManager[None]:
+        """Register a runner (a fresh id) for the block, heartbeating and reaping meanwhile
+        (:func:`~._claim.claim_runner`).
 
         Never :class:`StoreLocked`: any number of runners share the database. Jobs created
         through this store during the block are this runner's. Leaving the block (however it
@@ -197,99 +198,9 @@ class PostgresJobStore(StoreFace):
         instead, the other runners reap it once it has been silent for ``runner_timeout``.
         Raises :class:`StoreUnavailable` if the registration cannot be written.
         """
-        if self.store.runner_id is not None:
-            raise StoreError(f"a runner is already registered through this store ({self.location})")
-        if not 0 < heartbeat_interval < runner_timeout:
-            raise ValueError(
-                f"heartbeat_interval ({heartbeat_interval:g} s) must be positive and shorter "
-                f"than runner_timeout ({runner_timeout:g} s)"
-            )
-        self._runner_timeout = runner_timeout
-        # Registered first: if that fails, there is no heartbeat thread or connection to undo.
-        registering = trio.current_time()
-        self.store.runner_id = await self._call(PostgresStore.register_runner)
-        self._beat_ok_at = registering
-        # A heartbeat that hangs is a missed one; bounded by a quarter of runner_timeout too,
-        # so one hung beat cannot last until the others reap this runner. Not by the interval:
-        # reconnecting on a slow network takes several round trips.
-        beat_timeout = min(self.store.store_timeout, runner_timeout / 4)
-        beat_store = PostgresStore(
-            self.store.conninfo, store_timeout=beat_timeout, connect_timeout=beat_timeout
+        return claim_runner(
+            self, heartbeat_interval=heartbeat_interval, runner_timeout=runner_timeout
         )
-        beat_thread = StoreThread(name="trio_batch postgres heartbeat")
-        body_error: BaseException | None = None
-        try:
-            beat_thread.start()
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(
-                    self._heartbeat, beat_store, beat_thread, heartbeat_interval, runner_timeout
-                )
-                try:
-                    yield
-                except BaseException as exc:
-                    body_error = exc  # re-raised outside the nursery, so it is not wrapped
-                finally:
-                    nursery.cancel_scope.cancel()
-            if body_error is not None:
-                raise body_error
-        finally:
-            with trio.CancelScope(shield=True):
-                runner_id, self.store.runner_id = self.store.runner_id, None
-                try:
-                    await self._call(PostgresStore.unregister_runner, runner_id)
-                except StoreUnavailable:
-                    _log.warning(
-                        "could not remove the runner's registration; it will be reaped",
-                        exc_info=True,
-                        extra={"runner_id": runner_id},
-                    )
-                if beat_thread.started:
-                    await beat_thread.run(beat_store.close, final=True)
-                else:
-                    beat_store.close(final=True)
-                beat_thread.stop()
-
-    async def _heartbeat(
-        self,
-        beat_store: PostgresStore,
-        beat_thread: StoreThread,
-        interval: float,
-        runner_timeout: float,
-    ) -> None:
-        """Every ``interval``: heartbeat, re-register if reaped, and reap silent runners."""
-
-        async def beat(fn: Callable[..., T], *args: object, **kwargs: object) -> T:
-            deadline = time.monotonic() + beat_store.store_timeout
-            return await beat_thread.run(beat_store.within, deadline, fn, *args, **kwargs)
-
-        while True:
-            await trio.sleep(interval)
-            runner_id = self.store.runner_id
-            if runner_id is None:
-                return
-            sent = trio.current_time()
-            try:
-                with translate_errors(beat_store.store_timeout):
-                    alive = await beat(PostgresStore.heartbeat, runner_id)
-                    if not alive:
-                        # Reaped while paused or cut off: its jobs were failed and lost their
-                        # owner, so its drains' writes are refused. Carry on as a new runner.
-                        new_id = await beat(PostgresStore.register_runner)
-                        self.store.runner_id = new_id
-                        _log.warning(
-                            "this runner was reaped by another; registered again",
-                            extra={"runner_id": runner_id, "new_runner_id": new_id},
-                        )
-                    self._beat_ok_at = sent
-                    reaped = await beat(PostgresStore.reap, runner_timeout, now=None)
-                if reaped:
-                    _log.warning(
-                        "live jobs of silent runners marked failed", extra={"jobs": len(reaped)}
-                    )
-                    if self.on_reaped is not None:
-                        self.on_reaped(reaped)
-            except StoreUnavailable:
-                _log.warning("heartbeat failed", exc_info=True, extra={"runner_id": runner_id})
 
     # ----------------------------------------------------------------------------------------
     # JobStore
