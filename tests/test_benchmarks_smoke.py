@@ -137,7 +137,8 @@ def test_the_cycle_probes_run_and_report_each_layer(capsys: pytest.CaptureFixtur
     out = capsys.readouterr().out
     assert "medians of 1 rounds: 1 caller" in out and "8 callers" in out
     assert "1 write(s) per commit" in out and "8 write(s) per commit" in out
-    assert "record_outcome (what the runner calls)" in out and "the bare loop's statements" in out
+    assert "record_outcome_now (what the drain calls)" in out
+    assert "record_outcome (the async call)" in out and "the bare loop's statements" in out
 
 
 @pytest.mark.parametrize("savepoints", [True, False])
