@@ -58,3 +58,12 @@ def test_each_row_is_set_beside_a_bare_loop_that_is_measured(pgbouncer: PgBounce
         }
     )
     assert "0.40x floor   0.50x the bare loop" in table
+
+
+def test_a_bimodal_floor_is_reported_with_the_ratios_to_its_fast_mode() -> None:
+    assert postgres.fast_rounds([2000.0, 2100.0, 1900.0]) is None
+    floor = [2000.0, 4400.0, 1800.0, 4000.0, 2100.0]
+    assert postgres.fast_rounds(floor) == [1, 3]
+    table = postgres.render({"floor": floor, "serial": [1800.0, 2200.0, 1800.0, 2000.0, 2100.0]})
+    assert "two modes: 3 rounds 1800-2100, 2 rounds 4000-4400" in table
+    assert "0.90x floor   0.50x fast floor" in table
