@@ -114,19 +114,31 @@ def _want(caller: str = "alice", n: int = 2, prefix: str = "u:") -> Admission:
     return Admission(caller, idem_key(caller, targets), n, *caps)
 
 
+async def _admitted(store: JobStore, now: float = T0, **request: Any) -> Any:
+    """What ``admit`` answers; where it makes no promise (None), what the create it admits
+    answers: the job reused, or the cap raised (or, if created, the new job)."""
+    want = _want(**request)
+    found = await store.admit(want, now=now)
+    if found is not None:
+        return found
+    job, _ = await _create(store, want.caller, want.targets_total, now=now, admitted=True,
+                           prefix=request.get("prefix", "u:"))  # fmt: skip
+    return job
+
+
 async def test_admit_answers_as_create_would_and_writes_nothing(job_store: JobStore) -> None:
     assert await job_store.admit(_want(), now=T0) is None
     first, _ = await _create(job_store)
-    assert await job_store.admit(_want(), now=T0 + TTL - 1) == first  # reused, cap or not
+    assert await _admitted(job_store, now=T0 + TTL - 1) == first  # reused, cap or not
     with pytest.raises(TooManyTargets):
-        await job_store.admit(_want(n=5), now=T0)
+        await _admitted(job_store, n=5)
     second, _ = await _create(job_store, prefix="b:", now=T0 + 1)
     with pytest.raises(CallerBusy) as busy:
-        await job_store.admit(_want(prefix="c:"), now=T0 + 1)
+        await _admitted(job_store, prefix="c:", now=T0 + 1)
     assert busy.value.job_id == second.id  # the caller's newest live job
     await _create(job_store, caller="bob", prefix="d:")
     with pytest.raises(Busy):
-        await job_store.admit(_want("carol"), now=T0)
+        await _admitted(job_store, caller="carol")
     assert len(await job_store.list_jobs(now=T0)) == 3
     for job in (first, second):
         await job_store.finish_job(job.id, JobState.CANCELLED, now=T0)

@@ -74,9 +74,10 @@ class NewJob:
     #: The job's span as a W3C ``traceparent`` (see :func:`check_trace_context`), stored with
     #: the job so that the runner that reaps it, or delivers its webhook, continues its trace.
     trace_context: str | None = None
-    #: :meth:`JobStore.admit` has just answered None for this request: the store skips its
-    #: own read before the lock and checks reuse and caps under it at once (it always does);
-    #: a backend that paces its calls over the loop's passes does not make it wait again.
+    #: :meth:`JobStore.admit` has just answered None for this request: a store whose admit
+    #: read (SQLite) skips its own read before the lock and checks reuse and caps under it at
+    #: once (it always does), and, pacing its calls over the loop's passes, does not make it
+    #: wait again.
     admitted: bool = False
 
     def admission(self, job: Job) -> Admission:
@@ -200,7 +201,9 @@ class JobStore(Protocol):
         :class:`~trio_batch.CallerBusy` (naming the caller's newest live job) or
         :class:`~trio_batch.Busy` is raised, in that order. None is no promise: a job created
         meanwhile still refuses, or is reused by, :meth:`create_job`, which checks again
-        under its lock. May answer None without yielding (the create that follows yields).
+        under its lock. May answer None without yielding (the create that follows yields),
+        and without a read where a read of its own costs more than it spares (PostgreSQL:
+        a round trip; its create answers refusals from its own read before the lock).
         """
         ...
 

@@ -180,7 +180,7 @@ class PostgresStore(PostgresOutcomes):
         """As :meth:`trio_batch.Store.create_job`, serialised cluster-wide.
 
         A reuse or a refusal is answered from one plain read (``ADMISSION``), no lock taken
-        (skipped with ``new.admitted``: the runner has just read it, see :meth:`admit`).
+        (``new.admitted`` changes nothing here: :meth:`PostgresJobStore.admit` reads nothing).
         Otherwise the reuse lookup, the caps counts and the insert run in one READ COMMITTED
         transaction after ``pg_advisory_xact_lock``: every runner's committed jobs are counted.
         The new job is owned by ``runner_id``. If the connection is lost during the commit the
@@ -192,12 +192,10 @@ class PostgresStore(PostgresOutcomes):
         def create(conn: Conn) -> tuple[Job, bool]:
             # A reuse or a refusal needs no lock: both were true in the snapshot of one plain
             # read. Only a job that may be created takes the lock, and reads again under it.
-            # A request just admitted (JobStore.admit) skips that read.
-            if not new.admitted:
-                row = self._admission_row(conn, job.caller, job.idem_key, now)
-                reusable = admitted(new.admission(job), row)
-                if reusable is not None:
-                    return reusable, True
+            row = self._admission_row(conn, job.caller, job.idem_key, now)
+            reusable = admitted(new.admission(job), row)
+            if reusable is not None:
+                return reusable, True
             with self._tx(conn, Op.WRITE):
                 # Under the lock, in one round trip: the reuse lookup again, this runner's
                 # registration and the caps' counts, each read once the lock is granted.
@@ -242,18 +240,6 @@ class PostgresStore(PostgresOutcomes):
             return job, False
 
         return self._run(create)
-
-    def admit(self, want: Admission, *, now: float) -> Job | None:
-        """The job to reuse for ``want``, or None if a job may be created; raises the cap it
-        would break (see :meth:`JobStore.admit`). One plain read (``ADMISSION``), no lock."""
-        return admitted(want, self.admission_row(want, now=now))
-
-    def admission_row(self, want: Admission, *, now: float) -> tuple[Any, ...]:
-        """The ``ADMISSION`` row of ``want`` (see :func:`admitted`); a read, retried once on a
-        fresh connection if the connection was lost."""
-        return self._run(
-            lambda c: self._admission_row(c, want.caller, want.idem_key, now), op=Op.READ
-        )
 
     def _admission_row(self, conn: Conn, caller: str, key: str, now: float) -> tuple[Any, ...]:
         """One read of ``ADMISSION`` (no lock taken): under load most submits are refused, and
