@@ -17,6 +17,7 @@ import trio
 from trio_batch import (
     Busy,
     CallerBusy,
+    Job,
     JobState,
     OutcomeWrite,
     Result,
@@ -239,6 +240,70 @@ def test_a_version_5_database_gets_the_outcome_function(pg_dsn: str) -> None:
     assert _sql(pg_dsn, "SELECT version FROM trio_batch_schema") == [(SCHEMA_VERSION,)]
     functions = "SELECT count(*) FROM pg_proc WHERE proname = 'trio_batch_record_outcome'"
     assert _sql(pg_dsn, functions) == [(1,)]
+
+
+def _new(caller: str, *names: str) -> NewJob:
+    return NewJob(caller, "user", urls(*names), ttl=TTL, **_caps())
+
+
+def _ok(job_id: str, idx: int) -> OutcomeWrite:
+    return OutcomeWrite(job_id, idx, result=Result("x", {}))
+
+
+def test_a_version_6_database_holding_live_jobs_indexes_terminal_leases(pg_dsn: str) -> None:
+    store = PostgresStore.open(pg_dsn)
+    try:
+        live, _ = store.create_job(_new("alice", "a", "b"), now=T0)
+        idle, _ = store.create_job(_new("carol", "e"), now=T0)  # live, its lease never bumped
+        done, _ = store.create_job(_new("bob", "c"), now=T0)
+        store.record_outcomes([_ok(done.id, 0), _ok(live.id, 0)], ttl=TTL, now=T0 + 1)
+    finally:
+        store.close()
+    # Back to version 6: the lease indexed for every job, no column of the terminal ones'.
+    _sql(pg_dsn, "ALTER TABLE jobs DROP COLUMN terminal_expires_at")  # and its index
+    _sql(pg_dsn, "CREATE INDEX jobs_expiry ON jobs (expires_at)")
+    _sql(pg_dsn, "UPDATE trio_batch_schema SET version = 6")
+    store = PostgresStore.open(pg_dsn)
+    try:
+        assert _sql(pg_dsn, "SELECT version FROM trio_batch_schema") == [(SCHEMA_VERSION,)]
+        leases = "SELECT id, terminal_expires_at FROM jobs ORDER BY caller"
+        assert _sql(pg_dsn, leases) == [(live.id, None), (done.id, T0 + 1 + TTL), (idle.id, None)]
+        indexes = {row[0] for row in _sql(pg_dsn, "SELECT indexname FROM pg_indexes")}
+        assert "jobs_terminal_expiry" in indexes and "jobs_expiry" not in indexes
+        # The live job drains on; its last outcome indexes its lease.
+        [job] = store.record_outcomes([_ok(live.id, 1)], ttl=TTL, now=T0 + 3)
+        assert isinstance(job, Job) and job.status is JobState.DONE
+        assert _sql(pg_dsn, leases)[0] == (live.id, T0 + 3 + TTL)
+        # Lists and purges see live and terminal jobs alike, by lease.
+        assert [j.id for j in store.list_jobs(now=T0 + 4)] == [live.id, done.id, idle.id]
+        assert [j.id for j in store.list_jobs(now=T0 + 4, limit=2)] == [live.id, done.id]
+        assert [j.id for j in store.list_jobs(now=T0 + 4, caller="carol")] == [idle.id]
+        lapsed = T0 + 2 + TTL  # idle's lease (T0 + TTL) and done's (T0 + 1 + TTL) are over
+        assert store.purge_expired(now=lapsed, batch_size=1) == 1
+        assert {row[0] for row in _sql(pg_dsn, "SELECT id FROM jobs")} == {live.id, done.id}
+        assert store.purge_expired(now=lapsed, batch_size=5) == 1
+        assert [j.id for j in store.list_jobs(now=lapsed)] == [live.id]
+    finally:
+        store.close()
+
+
+def test_an_outcome_that_does_not_end_its_job_updates_it_in_place(pg_dsn: str) -> None:
+    # HOT: with no index on what every outcome changes (the lease, the counts), the job's
+    # new row version needs no index entry; the outcome that ends the job writes them.
+    store = PostgresStore.open(pg_dsn)
+    try:
+        job, _ = store.create_job(_new("alice", "a", "b"), now=T0)
+        hot = (
+            "SELECT pg_stat_get_xact_tuples_updated('jobs'::regclass), "
+            "pg_stat_get_xact_tuples_hot_updated('jobs'::regclass)"
+        )
+        with psycopg.connect(pg_dsn) as conn:  # one transaction: its own counts
+            for idx, counts in ((0, (1, 1)), (1, (2, 1))):
+                values = store._outcome_values(_ok(job.id, idx), ttl=TTL, now=T0 + 1 + idx)
+                assert conn.execute(q.RECORD_OUTCOME, values).fetchone() is not None
+                assert conn.execute(hot).fetchone() == counts
+    finally:
+        store.close()
 
 
 def test_a_version_1_database_is_upgraded_in_place(pg_dsn: str) -> None:

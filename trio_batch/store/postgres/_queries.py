@@ -368,11 +368,16 @@ FINISH_JOB = (
 # ---------------------------------------------------------------------------------------------
 # Retention
 
-#: Delete one batch of lapsed jobs (their targets go by the cascade), oldest lease first.
+#: Delete one batch of lapsed jobs (their targets go by the cascade), oldest lease first: of
+#: the terminal ones through their index, of the live ones through ``jobs_live`` (schema v7).
 #: SKIP LOCKED: runners purging at once take different rows instead of waiting on each other.
 PURGE_LAPSED = (
-    "DELETE FROM jobs WHERE id IN (SELECT id FROM jobs WHERE expires_at <= %s "
-    "ORDER BY expires_at LIMIT %s FOR UPDATE SKIP LOCKED)"
+    "WITH terminal AS (SELECT id, expires_at FROM jobs WHERE terminal_expires_at <= %(now)s "
+    "ORDER BY terminal_expires_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED), "
+    f"live AS (SELECT id, expires_at FROM jobs WHERE status IN {LIVE} "
+    "AND expires_at <= %(now)s ORDER BY expires_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED) "
+    "DELETE FROM jobs WHERE id IN (SELECT id FROM (SELECT * FROM terminal UNION ALL "
+    "SELECT * FROM live) AS lapsed ORDER BY expires_at LIMIT %(limit)s)"
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -380,13 +385,23 @@ PURGE_LAPSED = (
 
 GET_JOB = f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = %s AND expires_at > %s"
 GET_TARGETS = f"SELECT {TARGET_COLUMNS} FROM targets WHERE job_id = %s ORDER BY idx"
-LIST_JOBS = (
-    f"SELECT {JOB_COLUMNS} FROM jobs WHERE expires_at > %s ORDER BY expires_at DESC LIMIT %s"
-)
-LIST_JOBS_OF_CALLER = (
-    f"SELECT {JOB_COLUMNS} FROM jobs WHERE caller = %s AND expires_at > %s "
-    "ORDER BY expires_at DESC LIMIT %s"
-)
+
+
+def _newest_lease_first(where: str) -> str:
+    """Unexpired jobs matching ``where`` (SQL of our own, values bound), the latest lease
+    first, ``%(limit)s`` of them: the terminal ones through their lease's index, the live ones
+    (few) through ``jobs_live`` (schema v7: ``expires_at`` has no index)."""
+    return (
+        f"SELECT {JOB_COLUMNS} FROM ((SELECT {JOB_COLUMNS} FROM jobs WHERE {where} "
+        "terminal_expires_at > %(now)s ORDER BY terminal_expires_at DESC LIMIT %(limit)s) "
+        f"UNION ALL (SELECT {JOB_COLUMNS} FROM jobs WHERE {where} status IN {LIVE} "
+        "AND expires_at > %(now)s ORDER BY expires_at DESC LIMIT %(limit)s)) AS unexpired "
+        "ORDER BY expires_at DESC LIMIT %(limit)s"
+    )
+
+
+LIST_JOBS = _newest_lease_first("")
+LIST_JOBS_OF_CALLER = _newest_lease_first("caller = %(caller)s AND")
 #: Unexpired jobs by status with their targets' totals, for metrics: the live ones (few: the
 #: caps bound them; read through the partial index jobs_live) and the terminal ones (all the
 #: rest; the store caches their counts, see PostgresReads.counts). Columns: status, jobs,
@@ -397,7 +412,7 @@ COUNT_LIVE_BY_STATUS = (
 )
 COUNT_TERMINAL_BY_STATUS = (
     "SELECT status, count(*), sum(targets_total), sum(targets_done), sum(targets_failed) "
-    f"FROM jobs WHERE status NOT IN {LIVE} AND expires_at > %s GROUP BY status"
+    "FROM jobs WHERE terminal_expires_at > %s GROUP BY status"
 )
 #: A job's targets without their results, and each result's size (characters), last.
 GET_TARGETS_WITHOUT_RESULTS = (
@@ -428,3 +443,18 @@ FORGET_JOB = f"DELETE FROM jobs WHERE id = %s AND status NOT IN {LIVE}"
 
 #: Version 4: the job's trace context (a W3C traceparent), NULL when it was not traced.
 ADD_TRACE_CONTEXT = "ALTER TABLE jobs ADD COLUMN IF NOT EXISTS trace_context text"
+
+#: Version 7: a terminal job's lease again, in a column of its own (NULL while the job is
+#: live) indexed in place of ``expires_at``. Every outcome moves ``expires_at``: indexed, each
+#: outcome's update of the job wrote an entry into every index of ``jobs``; unindexed, the
+#: update is HOT (no index touched) until the one that ends the job. Live jobs, which the caps
+#: keep few, are found through ``jobs_live`` instead. The column is generated, so no statement
+#: can let it disagree with the status and lease it is made of.
+MIGRATE_V7_TERMINAL_LEASE = (
+    "ALTER TABLE jobs ADD COLUMN IF NOT EXISTS terminal_expires_at double precision "
+    "GENERATED ALWAYS AS "
+    f"(CASE WHEN status IN {LIVE} THEN NULL ELSE expires_at END) STORED",
+    "CREATE INDEX IF NOT EXISTS jobs_terminal_expiry ON jobs (terminal_expires_at) "
+    "WHERE terminal_expires_at IS NOT NULL",
+    "DROP INDEX IF EXISTS jobs_expiry",
+)

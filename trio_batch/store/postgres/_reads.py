@@ -63,11 +63,8 @@ class PostgresReads(PostgresConnection):
 
     def list_jobs(self, *, now: float, caller: str | None = None, limit: int = 100) -> list[Job]:
         """Unexpired jobs, most recently active first; only ``caller``'s if given."""
-        params: tuple[Any, ...]
-        if caller is None:
-            sql, params = q.LIST_JOBS, (now, limit)
-        else:
-            sql, params = q.LIST_JOBS_OF_CALLER, (caller, now, limit)
+        sql = q.LIST_JOBS if caller is None else q.LIST_JOBS_OF_CALLER
+        params = {"caller": caller, "now": now, "limit": limit}
         rows = self._run(lambda c: self._one(c, Op.READ, sql, params).fetchall(), op=Op.READ)
         return [job_from_row(row) for row in rows]
 

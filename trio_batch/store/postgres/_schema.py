@@ -24,7 +24,7 @@ from . import _queries as q
 __all__ = ["SCHEMA_VERSION", "migrate"]
 
 #: The schema version this code writes.
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 
 def migrate(
@@ -75,7 +75,11 @@ def migrate(
         if version < 6:
             # The outcome write as a function: its plan cached on the server, pooler or not.
             conn.execute(q.CREATE_RECORD_OUTCOME_FUNCTION)
-        # Later versions add their steps here: `if version < 7: ...`.
+        if version < 7:
+            # A terminal job's lease indexed, not every job's: outcomes' updates are HOT.
+            for statement in q.MIGRATE_V7_TERMINAL_LEASE:
+                conn.execute(statement)
+        # Later versions add their steps here: `if version < 8: ...`.
         conn.execute(q.SET_VERSION, (SCHEMA_VERSION,))
 
 

@@ -291,7 +291,7 @@ class PostgresStore(PostgresOutcomes):
         """
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
-        values = (now, batch_size)
+        values = {"now": now, "limit": batch_size}
         count = self._run(lambda c: self._one(c, Op.WRITE, q.PURGE_LAPSED, values).rowcount)
         if count:
             self._recount_finished()
