@@ -20,8 +20,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from trio_batch import Job, JobState, OutcomeExists, OutcomeWrite, Result, StoreError
+from trio_batch import Job, JobState, OutcomeExists, OutcomeWrite, Result, StoreError, Target
 from trio_batch._model import final_status
+from trio_batch.store import NewJob
 from trio_batch.store.postgres import SCHEMA_VERSION, PostgresStore, _outcomes
 from trio_batch.store.postgres import _queries as q
 
@@ -77,7 +78,30 @@ def test_the_outcome_function_is_the_one_the_migrations_make() -> None:
     runs the old one. Change it only with a new schema version whose step creates it again
     (``CREATE OR REPLACE``), then update this digest."""
     digest = hashlib.sha256(q.CREATE_RECORD_OUTCOME_FUNCTION.encode()).hexdigest()[:16]
-    assert (digest, SCHEMA_VERSION) == ("660a418e42d9e33f", 7)
+    assert (digest, SCHEMA_VERSION) == ("6391097f73c1f702", 8)
+
+
+def test_the_plan_a_connection_keeps_reads_each_row_by_its_key(
+    direct_store: PostgresStore, pg_dsn: str
+) -> None:
+    # From its sixth run a prepared statement (or the function's) keeps a generic plan, made
+    # for any values: one that scanned targets whole would cost each outcome the table's size.
+    caps = {"ttl": TTL, "targets_per_job": 32, "jobs_per_caller": 1, "jobs_total": 20}
+    for n in range(20):
+        targets = [Target(f"https://c{n}.test/{i}") for i in range(32)]
+        job, _ = direct_store.create_job(NewJob(f"c{n}", "user", targets, **caps), now=T0)
+    values = direct_store._outcome_values(
+        OutcomeWrite(job.id, 3, result=Result("x")), ttl=TTL, now=T0 + 1
+    )
+    types = ", ".join(type_ for _, type_ in q._OUTCOME_ARGS)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("SET plan_cache_mode = force_generic_plan")
+        conn.execute(f"PREPARE record ({types}) AS {q.RECORD_OUTCOME_NUMBERED}")
+        explain = "EXPLAIN EXECUTE record (" + ", ".join(["%s"] * len(q.OUTCOME_PARAMS)) + ")"
+        cur = psycopg.ClientCursor(conn).execute(explain, [values[n] for n in q.OUTCOME_PARAMS])
+        plan = "\n".join(row[0] for row in cur.fetchall())
+    assert "Seq Scan" not in plan, plan
+    assert {"jobs_pkey", "targets_pkey", "outbox_pkey"} <= set(plan.replace("\n", " ").split())
 
 
 def test_through_a_pooler_the_write_is_the_function(

@@ -232,14 +232,18 @@ def test_a_version_4_database_gets_the_shared_per_host_tables(pg_dsn: str) -> No
     assert _sql(pg_dsn, "SELECT count(*) FROM host_state") == [(0,)]
 
 
-def test_a_version_5_database_gets_the_outcome_function(pg_dsn: str) -> None:
+@pytest.mark.parametrize("version", [5, 7])
+def test_an_older_database_gets_the_outcome_function_that_reads_rows_by_key(
+    pg_dsn: str, version: int
+) -> None:
     PostgresStore.open(pg_dsn).close()
     _sql(pg_dsn, "DROP FUNCTION trio_batch_record_outcome")
-    _sql(pg_dsn, "UPDATE trio_batch_schema SET version = 5")
+    _sql(pg_dsn, "UPDATE trio_batch_schema SET version = %s", (version,))
     PostgresStore.open(pg_dsn).close()
     assert _sql(pg_dsn, "SELECT version FROM trio_batch_schema") == [(SCHEMA_VERSION,)]
-    functions = "SELECT count(*) FROM pg_proc WHERE proname = 'trio_batch_record_outcome'"
-    assert _sql(pg_dsn, functions) == [(1,)]
+    body = "SELECT prosrc FROM pg_proc WHERE proname = 'trio_batch_record_outcome'"
+    [(source,)] = _sql(pg_dsn, body)
+    assert "WHERE job_id = p_job_id AND idx = p_idx" in str(source)
 
 
 def _new(caller: str, *names: str) -> NewJob:

@@ -276,7 +276,11 @@ def final_status_case(total: str, failed: str) -> str:
 #:
 #: ``job`` locks the job row first: under READ COMMITTED a lock that waited (on a concurrent
 #: reap, cancel or forget) re-checks the conditions on the row as committed, so a reaped job
-#: reads as not owned. Holding that lock, the job's UPDATE sees no one else's change.
+#: reads as not owned. Holding that lock, the job's UPDATE sees no one else's change. Each
+#: arm names its row by key and checks the one before with ``EXISTS``, not ``IN``: a prepared
+#: statement's generic plan (kept from its sixth run on) then reads every row through its
+#: primary key, however small the tables were when it was made (the ``IN`` form's plan
+#: scanned ``targets`` whole at each outcome).
 RECORD_OUTCOME = (
     "WITH job AS ("
     "SELECT id FROM jobs WHERE id = %(job_id)s AND expires_at > %(now)s "
@@ -284,8 +288,8 @@ RECORD_OUTCOME = (
     "), stored AS ("
     "UPDATE targets SET status = %(status)s, result = %(result)s, error = %(error)s, "
     "hint = %(hint)s, finished_at = %(now)s, attempts = %(attempts)s "
-    "WHERE job_id IN (SELECT id FROM job) AND idx = %(idx)s AND status = 'pending' "
-    "RETURNING job_id"
+    "WHERE job_id = %(job_id)s AND idx = %(idx)s AND status = 'pending' "
+    "AND EXISTS (SELECT 1 FROM job) RETURNING job_id"
     "), bumped AS ("
     "UPDATE jobs SET targets_done = targets_done + 1, "
     "targets_failed = targets_failed + %(failed)s, "
@@ -293,7 +297,7 @@ RECORD_OUTCOME = (
     f"status = CASE WHEN status IN {LIVE} AND targets_done + 1 >= targets_total "
     f"THEN {final_status_case('targets_total', 'targets_failed + %(failed)s')} "
     "ELSE status END "
-    "WHERE id IN (SELECT job_id FROM stored) "
+    "WHERE id = %(job_id)s AND EXISTS (SELECT 1 FROM stored) "
     f"RETURNING {JOB_COLUMNS}"
     "), emitted AS ("
     # The last outcome made the job terminal: its event goes into the outbox with it.
@@ -301,7 +305,7 @@ RECORD_OUTCOME = (
     "job_metadata = b.metadata, "
     "targets_total = b.targets_total, targets_done = b.targets_done, "
     "targets_failed = b.targets_failed, event_at = %(now)s, round_from = %(now)s, "
-    "due_at = %(now)s FROM bumped AS b WHERE outbox.job_id = b.id AND outbox.event IS NULL "
+    "due_at = %(now)s FROM bumped AS b WHERE outbox.job_id = %(job_id)s AND outbox.event IS NULL "
     f"AND b.status NOT IN {LIVE}"
     ") "
     "SELECT EXISTS (SELECT 1 FROM job), bumped.* FROM (VALUES (1)) AS one LEFT JOIN bumped ON true"

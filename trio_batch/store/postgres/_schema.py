@@ -24,7 +24,7 @@ from . import _queries as q
 __all__ = ["SCHEMA_VERSION", "migrate"]
 
 #: The schema version this code writes.
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 
 def migrate(
@@ -79,7 +79,10 @@ def migrate(
             # A terminal job's lease indexed, not every job's: outcomes' updates are HOT.
             for statement in q.MIGRATE_V7_TERMINAL_LEASE:
                 conn.execute(statement)
-        # Later versions add their steps here: `if version < 8: ...`.
+        if version < 8:
+            # RECORD_OUTCOME's rows by key, so the function's kept plan reads no table whole.
+            conn.execute(q.CREATE_RECORD_OUTCOME_FUNCTION)
+        # Later versions add their steps here: `if version < 9: ...`.
         conn.execute(q.SET_VERSION, (SCHEMA_VERSION,))
 
 
