@@ -107,11 +107,12 @@ class Child:
         assert "ok" in answer, answer
         return answer["ok"]
 
-    def wait_log(self, message: str, job_id: str) -> None:
-        """Until the runner has logged ``message`` about ``job_id``."""
+    def wait_log(self, message: str | tuple[str, ...], job_id: str) -> None:
+        """Until the runner has logged ``message`` (or one of several) about ``job_id``."""
+        messages = (message,) if isinstance(message, str) else message
         self._until(
-            lambda: any(m["log"] == message and m["job_id"] == job_id for m in self.logs),
-            f"the log line {message!r} for {job_id}",
+            lambda: any(m["log"] in messages and m["job_id"] == job_id for m in self.logs),
+            f"the log line {' or '.join(map(repr, messages))} for {job_id}",
         )
 
     def stop(self) -> None:

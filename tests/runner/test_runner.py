@@ -192,6 +192,23 @@ async def test_reuse_lasts_as_long_as_the_lease(
     assert len(fetch.calls) == 4
 
 
+async def test_a_drain_whose_job_lapsed_mid_target_says_why_it_stopped(
+    store: Store, fetch: ScriptedFetch, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    targets = urls("a", "gate", "c")
+    started, release = fetch.gate(targets[1].url)
+    async with open_runner(store, fetch, CONFIG, now=clock) as runner:
+        job_id, _ = await runner.submit("alice", "user", targets)
+        await started.wait()
+        clock.advance(CONFIG.ttl + 1)  # the lease lapses while the target is fetched
+        with caplog.at_level(logging.WARNING, logger="trio_batch"):
+            release.set()
+            assert await runner.wait(job_id) is None
+    refused = [r for r in caplog.records if r.getMessage().startswith("outcome refused")]
+    assert [(r.job_id, r.idx) for r in refused] == [(job_id, 1)]  # type: ignore[attr-defined]
+    assert fetch.calls == [t.url for t in targets[:2]]  # nothing fetched after the refusal
+
+
 async def test_every_target_write_bumps_the_lease(
     store: Store, fetch: ScriptedFetch, clock: FakeClock
 ) -> None:

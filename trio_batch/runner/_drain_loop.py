@@ -32,6 +32,17 @@ def _declined(write: OutcomeWrite, *, ttl: float, now: float) -> Declined:
     return DECLINED
 
 
+def _log_refused(log: logging.Logger, drain: _Drain, idx: int) -> None:
+    """The store refused a drain's outcome (nothing was written): its job lapsed, was
+    forgotten, or was reaped by another runner while this one was cut off. Said, so that an
+    operator sees why the drain stopped (a reap found by the poll first is logged there)."""
+    if not drain.lost:
+        log.warning(
+            "outcome refused: the job lapsed or is no longer this runner's; drain stopped",
+            extra={"job_id": drain.job_id, "idx": idx},
+        )
+
+
 class DrainLoop:
     """The runner's drain tasks (mixed into :class:`~trio_batch.Runner`)."""
 
@@ -86,8 +97,11 @@ class DrainLoop:
                         job = answer
                     self._outcome_stored(drain, idx, job, isinstance(result, Result))
                     drain.in_flight = None
-                    if job is None or job.is_terminal:
-                        break  # lapsed, finished, or cancelled while the target ran
+                    if job is None:
+                        _log_refused(self._log, drain, idx)
+                        break
+                    if job.is_terminal:
+                        break  # finished, or cancelled while the target ran
                 if drain.cancel_requested and (job is None or not job.is_terminal):
                     # Normally cancel() has marked the job; if its write failed, do it here.
                     await drain.cancel_settled.wait()
