@@ -24,9 +24,6 @@ from trio_batch import (
 )
 
 from ..support.fakes import T0, FakeClock, ScriptedFetch
-from .test_runner import any_store
-
-__all__ = ["any_store"]  # the fixture, imported for pytest
 
 CONFIG = Config(ttl=100, targets_per_job=8, jobs_per_caller=4, jobs_total=8)
 
@@ -69,12 +66,12 @@ async def _export(runner: Runner, job_id: str, **kwargs: object) -> list[tuple[s
 
 
 async def test_a_restart_killed_job_is_retried_and_its_merged_export_is_complete(
-    any_store: JobStore, fetch: ScriptedFetch, clock: FakeClock
+    job_store: JobStore, fetch: ScriptedFetch, clock: FakeClock
 ) -> None:
-    parent = await _killed_job(any_store, clock)
+    parent = await _killed_job(job_store, clock)
     # The failing URL succeeds this time.
     fetch.custom["https://example.test/fail"] = lambda: Result("fine now")
-    async with open_runner(any_store, fetch, CONFIG, now=clock) as runner:
+    async with open_runner(job_store, fetch, CONFIG, now=clock) as runner:
         job = await runner.store.get_job(parent, now=clock())
         assert job is not None and (job.status, job.error) == (JobState.FAILED, "restart")
         with pytest.raises(InvalidRequest, match="only"):
@@ -109,9 +106,9 @@ async def test_a_restart_killed_job_is_retried_and_its_merged_export_is_complete
 
 
 async def test_a_retry_of_a_retry_is_merged_all_the_way_down(
-    any_store: JobStore, fetch: ScriptedFetch, clock: FakeClock
+    job_store: JobStore, fetch: ScriptedFetch, clock: FakeClock
 ) -> None:
-    async with open_runner(any_store, fetch, CONFIG, now=clock) as runner:
+    async with open_runner(job_store, fetch, CONFIG, now=clock) as runner:
         first, _ = await runner.submit("alice", "user", _targets())
         assert (await runner.wait(first)) is not None
         with pytest.raises(InvalidTargets, match="no pending target"):
@@ -133,10 +130,10 @@ async def test_a_retry_of_a_retry_is_merged_all_the_way_down(
 
 
 async def test_a_live_job_is_not_retried(
-    any_store: JobStore, fetch: ScriptedFetch, clock: FakeClock
+    job_store: JobStore, fetch: ScriptedFetch, clock: FakeClock
 ) -> None:
     started, release = fetch.gate("https://example.test/a")
-    async with open_runner(any_store, fetch, CONFIG, now=clock) as runner:
+    async with open_runner(job_store, fetch, CONFIG, now=clock) as runner:
         job_id, _ = await runner.submit("alice", "user", _targets())
         await started.wait()
         with pytest.raises(JobLive):
@@ -146,13 +143,13 @@ async def test_a_live_job_is_not_retried(
 
 
 async def test_bulk_cancel_touches_only_the_callers_matching_live_jobs(
-    any_store: JobStore, fetch: ScriptedFetch, clock: FakeClock
+    job_store: JobStore, fetch: ScriptedFetch, clock: FakeClock
 ) -> None:
     hang = [Target(f"https://example.test/{i}/hang") for i in range(3)]
     # A cancelled job's hanging fetch is cut short at once, so its drain ends.
     config = Config(ttl=100, targets_per_job=8, jobs_per_caller=4, jobs_total=8, cancel_grace=0.01)
     started = fetch.watch(hang[0].url)
-    async with open_runner(any_store, fetch, config, now=clock) as runner:
+    async with open_runner(job_store, fetch, config, now=clock) as runner:
         a1, _ = await runner.submit("alice", "user", hang[:1], metadata={"run": "1"})
         await started.wait()
         a2, _ = await runner.submit("alice", "user", hang[1:2], metadata={"run": "2"})

@@ -6,8 +6,6 @@ import json
 import logging
 import threading
 import traceback
-from collections.abc import AsyncIterator
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -42,7 +40,6 @@ from trio_batch.store.sqlite._fast_path import FAST_MAX_RESULTS
 from trio_batch.store.sqlite._job_store import SQLiteJobStore
 from trio_batch.store.sqlite._store import WouldBeSlow
 
-from ..support.backends import BACKENDS, open_backend
 from ..support.fakes import T0, FakeClock, ScriptedFetch, logged, on_loop_thread, urls
 
 CONFIG = Config(ttl=100, targets_per_job=8, jobs_per_caller=1, jobs_total=3)
@@ -231,21 +228,12 @@ async def test_every_target_write_bumps_the_lease(
         assert await runner.cancel(job_id) is False
 
 
-@pytest.fixture(params=BACKENDS)
-async def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[JobStore]:
-    store = open_backend(request.param, request, tmp_path)
-    try:
-        yield store
-    finally:
-        await store.aclose()
-
-
 async def test_under_the_default_config_a_lease_lasts_24_hours_after_the_last_write(
-    any_store: JobStore, fetch: ScriptedFetch, clock: FakeClock
+    job_store: JobStore, fetch: ScriptedFetch, clock: FakeClock
 ) -> None:
     targets = urls("a", "gate")
     started, release = fetch.gate(targets[1].url)
-    async with open_runner(any_store, fetch, now=clock) as runner:  # Config() as it ships
+    async with open_runner(job_store, fetch, now=clock) as runner:  # Config() as it ships
         job_id, _ = await runner.submit("alice", "user", targets)
         await started.wait()
         clock.advance(3600)
