@@ -53,6 +53,7 @@ from trio_batch.store.postgres import PostgresStore
 
 from . import minimal_postgres, workloads
 from .floor import EMPTY_RESULT
+from .placement import PLACEMENTS, place
 
 _databases = itertools.count(1)
 
@@ -298,11 +299,13 @@ def fast_rounds(floor: list[float]) -> list[int] | None:
     return sorted(ranked[gaps.index(max(gaps)) + 1 :])
 
 
-def render(rows: dict[str, list[float]]) -> str:
+def render(rows: dict[str, list[float]], *, placement: str = "") -> str:
     """The table: median targets/s and the median within-round ratio to the floor; if the
     floor had two modes, also the median ratio within the rounds of its fast one."""
     floor = rows["floor"]
     lines = [f"PostgreSQL (local throw-away server), medians over {len(floor)} rounds"]
+    if placement:
+        lines.append(f"  {placement}")
     fast = fast_rounds(floor)
     if fast is not None:
         slow = [f for i, f in enumerate(floor) if i not in fast]
@@ -335,6 +338,12 @@ def main(argv: list[str] | None = None) -> None:
         metavar="ROW",
         help="measure this row (repeatable; the floor always is), e.g. --only serial",
     )
+    parser.add_argument(
+        "--placement",
+        choices=PLACEMENTS,
+        default="free",
+        help="pin the processes to CPUs (see benchmarks/placement.py); default free",
+    )
     parser.add_argument("--child", nargs=2, metavar=("URL", "K"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -353,7 +362,9 @@ def main(argv: list[str] | None = None) -> None:
     try:
         bouncer = start_pgbouncer(server)
         try:
-            print(render(run(server, bouncer, **sizes)))
+            where = place(args.placement, data_dir=server.data_dir, pooler_pid=bouncer.proc.pid)
+            print(where, file=sys.stderr)
+            print(render(run(server, bouncer, **sizes), placement=where))
         finally:
             stop_pgbouncer(bouncer)
     finally:

@@ -5,9 +5,14 @@ No timing is asserted: only that each runs end to end on the test server and rep
 
 from __future__ import annotations
 
-import psycopg
+import os
+import subprocess
+import sys
 
-from benchmarks import minimal_postgres, postgres, workloads
+import psycopg
+import pytest
+
+from benchmarks import minimal_postgres, placement, postgres, workloads
 
 from .support.pg_server import PgServer
 from .support.pgbouncer import PgBouncer
@@ -67,3 +72,35 @@ def test_a_bimodal_floor_is_reported_with_the_ratios_to_its_fast_mode() -> None:
     table = postgres.render({"floor": floor, "serial": [1800.0, 2200.0, 1800.0, 2000.0, 2100.0]})
     assert "two modes: 3 rounds 1800-2100, 2 rounds 4000-4400" in table
     assert "0.90x floor   0.50x fast floor" in table
+
+
+def test_a_placement_pins_the_client_and_the_server(pg_server: PgServer) -> None:
+    # In a child, so this process keeps its CPUs; the server gets its own back after.
+    script = (
+        "import os, sys; from benchmarks.placement import place; "
+        "print(place(sys.argv[1], data_dir=sys.argv[2], pooler_pid=None)); "
+        "print(sorted(os.sched_getaffinity(0)))"
+    )
+    cpus = sorted(os.sched_getaffinity(0))
+    server = placement.server_pids(pg_server.data_dir)
+    try:
+        for layout, client_cpu, server_cpu in [("one-core", 0, 0), ("two-cores", 0, 1)]:
+            out = subprocess.run(
+                [sys.executable, "-c", script, layout, pg_server.data_dir],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.splitlines()
+            if len(cpus) < 2:
+                assert "needs two CPUs" in out[0]
+                continue
+            assert out[1] == str([cpus[client_cpu]])
+            assert os.sched_getaffinity(server[0]) == {cpus[server_cpu]}
+            with psycopg.connect(pg_server.dsn()) as conn:  # a new backend inherits it
+                pid = conn.execute("SELECT pg_backend_pid()").fetchone()
+                assert pid is not None and os.sched_getaffinity(pid[0]) == {cpus[server_cpu]}
+    finally:
+        for pid in placement.server_pids(pg_server.data_dir):
+            os.sched_setaffinity(pid, cpus)
+    with pytest.raises(ValueError, match="placement must be one of"):
+        placement.place("everywhere", data_dir=pg_server.data_dir, pooler_pid=None)
