@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import shutil
 import statistics
@@ -48,10 +49,10 @@ def probe_cycle(*, rounds: int = 5, serial_jobs: int = 100, jobs_per_caller: int
     for r in range(rounds):
         cells = [f"round {r + 1}:"]
         for callers, jobs in ((1, serial_jobs), (8, jobs_per_caller)):
-            bare = _in_scratch(lambda p, c=callers, j=jobs: minimal.measure(p, callers=c, jobs=j))
+            bare = _in_scratch(functools.partial(minimal.measure, callers=callers, jobs=jobs))
             cycle = _in_scratch(
-                lambda p, c=callers, j=jobs, t=f"p{r}": workloads.measure_cycle(
-                    p, callers=c, jobs_per_caller=j, tag=t
+                functools.partial(
+                    workloads.measure_cycle, callers=callers, jobs_per_caller=jobs, tag=f"p{r}"
                 )
             )
             ratios[callers].append(cycle / bare)

@@ -130,7 +130,7 @@ def measure(rounds: int) -> dict[str, Any]:
 
             trio.run(plain, port, tls, "warm", None)  # the server's first handshake, imports
             for r in range(rounds):
-                got = {}
+                got: dict[str, float] = {}
                 for name, side in sides.items():
                     got[name] = trio.run(side, f"r{r}-{len(got)}")
                     rows.setdefault(name, []).append(got[name])

@@ -50,6 +50,7 @@ from demo.local_postgres import PgServer, start_postgres
 from trio_batch import JobState, Target
 from trio_batch.store import NewJob
 from trio_batch.store.postgres import PostgresStore
+from trio_batch.store.sqlite import Store
 
 from . import minimal_postgres, workloads
 from .floor import EMPTY_RESULT
@@ -129,7 +130,7 @@ def two_runners_throughput(url: str, *, jobs_per_caller: int, targets_per_job: i
             if child.stdin is not None:
                 child.stdin.close()
             child.wait(timeout=60)
-    return sum(a["targets"] for a in answers) / max(a["seconds"] for a in answers)
+    return float(sum(a["targets"] for a in answers) / max(a["seconds"] for a in answers))
 
 
 def _child(url: str, k: int) -> None:
@@ -138,6 +139,7 @@ def _child(url: str, k: int) -> None:
 
     async def main() -> None:
         store = workloads.open_db(url)
+        assert not isinstance(store, Store)  # a postgresql:// URL
         async with open_runner(store, workloads.noop_fetch) as runner:
             print("up", flush=True)
             line = await trio.to_thread.run_sync(sys.stdin.readline)

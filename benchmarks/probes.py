@@ -33,6 +33,7 @@ import trio
 import trio.lowlevel
 
 from trio_batch import Config, Result, Store, Target, open_runner
+from trio_batch.store._thread import StoreThread
 from trio_batch.store.sqlite import _fast_path, _job_store, _paths
 from trio_batch.store.sqlite import _queries as q
 
@@ -111,11 +112,11 @@ def _serial(variant: str, jobs: int = 400) -> tuple[float, float]:
     """(µs per target, µs per target the loop waited for calls made off it) in ``variant``."""
     store = Store.open(_scratch("serial.db"))
     waited = 0.0
-    real_run = _paths.StoreThread.run
+    real_run = StoreThread.run
     store_class = _job_store.SQLiteJobStore
     real = store_class._checkpoint, store_class._fast_beside_checkpoint
 
-    async def timed_run(self: _paths.StoreThread, fn: Callable[..., object], *a: object,
+    async def timed_run(self: StoreThread, fn: Callable[..., object], *a: object,
                         **k: object) -> object:  # fmt: skip
         nonlocal waited
         started = time.perf_counter()
@@ -134,14 +135,14 @@ def _serial(variant: str, jobs: int = 400) -> tuple[float, float]:
                 await run_job(runner, "probe", targets)
             return time.perf_counter() - started
 
-    _paths.StoreThread.run = timed_run  # type: ignore[method-assign]
+    StoreThread.run = timed_run  # type: ignore[method-assign,assignment]
     if variant == "RESTART alone":
-        store_class._checkpoint = _restart_alone  # type: ignore[method-assign]
+        store_class._checkpoint = _restart_alone  # type: ignore[method-assign,assignment]
         store_class._fast_beside_checkpoint = lambda *_: _fast_path.MISS  # type: ignore[method-assign]
     try:
         elapsed = trio.run(main)
     finally:
-        _paths.StoreThread.run = real_run  # type: ignore[method-assign]
+        StoreThread.run = real_run  # type: ignore[method-assign]
         store_class._checkpoint, store_class._fast_beside_checkpoint = real  # type: ignore[method-assign]
         store.close()
     n = jobs * 32
@@ -245,7 +246,7 @@ def probe_minimal(*, jobs: int = 40, targets: int = 9_600, rounds: int = _ROUNDS
         print(" ".join(cells), flush=True)
 
 
-PROBES = {
+PROBES: dict[str, Callable[[], object]] = {
     "sql": probe_sql,
     "checkpoint": probe_checkpoint,
     "budget": probe_budget,
