@@ -15,7 +15,7 @@ from .support.fakes import FakeClock, ScriptedFetch
 from .support.figures import figures, pytest_terminal_summary  # noqa: F401
 
 # A throw-away PostgreSQL server for the session, a fresh database per test (pg_server.py).
-from .support.pg_server import pg_dsn, pg_server  # noqa: F401
+from .support.pg_server import pg_dsn, pg_proxy, pg_server  # noqa: F401
 
 # A throw-away PgBouncer in transaction mode before it (pgbouncer.py).
 from .support.pgbouncer import pgbouncer, pooled_dsn  # noqa: F401

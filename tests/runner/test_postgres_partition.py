@@ -11,29 +11,15 @@ fails within ``store_timeout``. Durations are printed as figures, never asserted
 from __future__ import annotations
 
 import time
-import urllib.parse
-from collections.abc import Callable, Iterator
-
-import pytest
+from collections.abc import Callable
 
 from ..support.cuttable_proxy import CuttableProxy
 from ..support.figures import Figures
-from ..support.pg_server import PgServer
+from ..support.pg_server import through
 from . import test_postgres_cluster as cluster
 from .test_postgres_cluster import Child, _job, _outcomes, _until, _urls
 
 spawn = cluster.spawn
-
-
-@pytest.fixture
-def proxy(pg_server: PgServer) -> Iterator[CuttableProxy]:
-    with CuttableProxy(f"{pg_server.socket_dir}/.s.PGSQL.5432") as p:
-        yield p
-
-
-def _through(proxy: CuttableProxy, dsn: str) -> str:
-    dbname = urllib.parse.urlsplit(dsn).path.lstrip("/")
-    return f"postgresql://postgres@127.0.0.1:{proxy.port}/{dbname}"
 
 
 def _stored(dsn: str, job_id: str) -> list[tuple[object, ...]]:
@@ -41,14 +27,14 @@ def _stored(dsn: str, job_id: str) -> list[tuple[object, ...]]:
 
 
 def test_a_partition_past_runner_timeout_gets_the_job_reaped_and_late_writes_refused(
-    spawn: Callable[..., Child], pg_dsn: str, proxy: CuttableProxy, figures: Figures
+    spawn: Callable[..., Child], pg_dsn: str, pg_proxy: CuttableProxy, figures: Figures
 ) -> None:
     store_timeout = 1.0
-    a = spawn(_through(proxy, pg_dsn), store_timeout=store_timeout)
+    a = spawn(through(pg_proxy, pg_dsn), store_timeout=store_timeout)
     spawn()  # B, direct: the reaper
     job_id = a.call("submit", caller="alice", urls=_urls("p", *["sleep-0.1"] * 30))["job"]
     _until(lambda: _job(pg_dsn, job_id)[2] >= 2, "two of A's targets to be stored")
-    proxy.hold()
+    pg_proxy.hold()
     held = time.monotonic()
     status = a.call("status_timed", job=job_id)
     assert status["error"] == "StoreUnavailable" and "store_timeout" in status["message"]
@@ -56,7 +42,7 @@ def test_a_partition_past_runner_timeout_gets_the_job_reaped_and_late_writes_ref
     reaped_after = time.monotonic() - held
     assert _job(pg_dsn, job_id)[:2] == ("failed", "restart")
     at_reap = _stored(pg_dsn, job_id)
-    proxy.release()
+    pg_proxy.release()
     # A comes back: what it still had to write into the reaped job is refused.
     # Whichever learns of the reap first says so: the poll, or the drain's refused write.
     a.wait_log(
@@ -80,17 +66,17 @@ def test_a_partition_past_runner_timeout_gets_the_job_reaped_and_late_writes_ref
 
 
 def test_a_short_partition_and_latency_are_ridden_out_with_no_false_reap(
-    spawn: Callable[..., Child], pg_dsn: str, proxy: CuttableProxy
+    spawn: Callable[..., Child], pg_dsn: str, pg_proxy: CuttableProxy
 ) -> None:
     timing = {"heartbeat_interval": 0.5, "runner_timeout": 8.0, "store_timeout": 2.0}
-    a = spawn(_through(proxy, pg_dsn), **timing)
+    a = spawn(through(pg_proxy, pg_dsn), **timing)
     b = spawn(**timing)
     job_id = a.call("submit", caller="alice", urls=_urls("s", *["sleep-0.05"] * 30))["job"]
     _until(lambda: _job(pg_dsn, job_id)[2] >= 2, "two of A's targets to be stored")
-    proxy.hold()  # well under runner_timeout (and its fencing share)
+    pg_proxy.hold()  # well under runner_timeout (and its fencing share)
     time.sleep(1.0)
-    proxy.release()
-    proxy.latency = 0.05  # each way, for the rest of the job
+    pg_proxy.release()
+    pg_proxy.latency = 0.05  # each way, for the rest of the job
     finished = b.call("wait", job=job_id)
     assert (finished["status"], finished["done"], finished["error"]) == ("done", 30, None)
     assert [o[1] for o in _outcomes(pg_dsn, job_id)] == ["done"] * 30

@@ -9,8 +9,6 @@ Durations are printed as figures, never asserted against a threshold.
 from __future__ import annotations
 
 import time
-import urllib.parse
-from collections.abc import Iterator
 
 import pytest
 import trio
@@ -23,7 +21,7 @@ from ..runner.test_postgres_cluster import _sql, _until
 from ..support.cuttable_proxy import CuttableProxy
 from ..support.fakes import urls
 from ..support.figures import Figures
-from ..support.pg_server import PgServer
+from ..support.pg_server import PgServer, through
 
 TTL, T0 = 3600.0, 1_000_000.0
 CAPS = {"targets_per_job": 8, "jobs_per_caller": 4, "jobs_total": 16}
@@ -44,18 +42,6 @@ def _kill_store_backends(dsn: str) -> None:
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
         "WHERE application_name = 'trio_batch' AND datname = current_database()",
     )
-
-
-@pytest.fixture
-def proxy(pg_server: PgServer) -> Iterator[CuttableProxy]:
-    """A TCP proxy before the server's Unix socket."""
-    with CuttableProxy(f"{pg_server.socket_dir}/.s.PGSQL.5432") as p:
-        yield p
-
-
-def _through(proxy: CuttableProxy, dsn: str) -> str:
-    dbname = urllib.parse.urlsplit(dsn).path.lstrip("/")
-    return f"postgresql://postgres@127.0.0.1:{proxy.port}/{dbname}"
 
 
 async def test_a_submit_right_after_a_database_restart_succeeds(
@@ -94,12 +80,12 @@ async def test_a_read_on_a_connection_killed_under_it_is_retried_once(pg_dsn: st
 
 
 async def test_a_status_call_during_a_partition_fails_within_store_timeout(
-    pg_dsn: str, proxy: CuttableProxy, figures: Figures
+    pg_dsn: str, pg_proxy: CuttableProxy, figures: Figures
 ) -> None:
     timeout = 1.0
-    async with PostgresJobStore.open(_through(proxy, pg_dsn), store_timeout=timeout) as store:
+    async with PostgresJobStore.open(through(pg_proxy, pg_dsn), store_timeout=timeout) as store:
         job, _ = await store.create_job(NewJob("alice", "user", urls("a"), ttl=TTL, **CAPS), now=T0)
-        proxy.hold()
+        pg_proxy.hold()
         took: list[float] = []
         errors: list[str] = []
 
@@ -120,7 +106,7 @@ async def test_a_status_call_during_a_partition_fails_within_store_timeout(
         with pytest.raises(StoreUnavailable):
             await store.get_job(job.id, now=T0)
         reconnect = time.monotonic() - started
-        proxy.release()
+        pg_proxy.release()
         assert await store.get_job(job.id, now=T0) == job
     figures.add(
         f"postgres partition: status calls failed after {max(took):.2f} s and {min(took):.2f} s "

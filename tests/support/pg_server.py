@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import itertools
 import os
+import urllib.parse
 from collections.abc import Iterator
 
 import pytest
 
 from demo.local_postgres import PgServer, PgServerError, start_postgres
+
+from .cuttable_proxy import CuttableProxy
 
 __all__ = ["PgServer", "pg_dsn", "pg_server"]
 
@@ -48,3 +51,16 @@ def pg_dsn(pg_server: PgServer) -> Iterator[str]:
     yield url
     with psycopg.connect(pg_server.dsn(), autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def pg_proxy(pg_server: PgServer) -> Iterator[CuttableProxy]:
+    """A TCP proxy before the test server's Unix socket, to cut, hold or release."""
+    with CuttableProxy(f"{pg_server.socket_dir}/.s.PGSQL.5432") as proxy:
+        yield proxy
+
+
+def through(proxy: CuttableProxy, dsn: str) -> str:
+    """The URL of ``dsn``'s database reached through ``proxy``."""
+    dbname = urllib.parse.urlsplit(dsn).path.lstrip("/")
+    return f"postgresql://postgres@127.0.0.1:{proxy.port}/{dbname}"
