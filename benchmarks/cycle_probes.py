@@ -95,12 +95,13 @@ _Layer = Callable[[list[OutcomeWrite], float], list[Job]]
 
 
 def _raw(store: SQLiteJobStore, bare: bool) -> _Layer:
-    """The statements alone, in one transaction with a savepoint per write beside others."""
+    """The statements alone, in one transaction; the bare loop's with a savepoint per write
+    beside others (the store's need none: a write that misses has written nothing)."""
 
     def layer(writes: list[OutcomeWrite], now: float) -> list[Job]:
         assert store._fast is not None
         conn = store._fast.db.conn
-        shared = len(writes) > 1
+        shared = bare and len(writes) > 1
         conn.execute("BEGIN IMMEDIATE")
         for w in writes:
             seen = w.seen
@@ -111,11 +112,14 @@ def _raw(store: SQLiteJobStore, bare: bool) -> _Layer:
                 conn.execute(_BARE_BUMP, (now, now + _TTL, w.job_id, now))
                 conn.execute(_BARE_STORE, (_RESULT_JSON, now, w.job_id, w.idx))
             else:
-                bump = (0, len(_RESULT_JSON), now, now + _TTL, seen.id, now, seen.status)
-                rest = (seen.error, seen.targets_done, seen.targets_failed, seen.created_at)
-                conn.execute(q.BUMP_JOB_AS_SEEN, bump + rest)
                 store_args = ("done", _RESULT_JSON, None, None, now, 1, w.job_id, w.idx)
-                conn.execute(q.STORE_OUTCOME, store_args)
+                match = (seen.id, now, seen.status, seen.error, seen.targets_done)
+                conn.execute(
+                    q.STORE_OUTCOME_AS_SEEN,
+                    store_args + match + (seen.targets_failed, seen.created_at),
+                )
+                bump = (0, len(_RESULT_JSON), now, now + _TTL, seen.id)
+                conn.execute(q.BUMP_SEEN_JOB, bump)
             if shared:
                 conn.execute("RELEASE w")
         conn.execute("COMMIT")

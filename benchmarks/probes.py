@@ -4,9 +4,10 @@ Not part of ``make bench``; each probe answers one question, alternating what it
 one run (the machine is shared and noisy: read the ratios, not the absolute times).
 
 - ``sql``: the store's outcome statements on a raw ``sqlite3`` connection, beside the floor
-  (:mod:`benchmarks.floor`): bumping the job as last seen (``BUMP_JOB_AS_SEEN``, what the store
-  runs), with the job row's ``RETURNING`` (its fallback when the job changed), with an
-  ``UPDATE`` then a ``SELECT`` instead, and with neither (no answer at all).
+  (:mod:`benchmarks.floor`): the outcome stored if the job is as last seen, then the job
+  bumped (``STORE_OUTCOME_AS_SEEN``, ``BUMP_SEEN_JOB``: what the store runs), with the job
+  row's ``RETURNING`` (its fallback when the job changed), with an ``UPDATE`` then a
+  ``SELECT`` instead, and with neither (no answer at all).
 - ``budget``: 8 concurrent jobs beside a 1 ms heartbeat, with the fast path's loop budget
   (``FAST_PASS_BUDGET``) and without it: throughput, and how late the heartbeat woke.
 - ``checkpoint``: serial throughput with the fast path's WAL checkpoint in two steps (the
@@ -65,19 +66,22 @@ def _outcome_sql(path: str, variant: str, targets: int = 9_600, per_job: int = 3
         for job_id, idx in work:
             t = time.time()
             conn.execute("BEGIN IMMEDIATE")
+            outcome = ("done", floor.EMPTY_RESULT, None, None, t, 1, job_id, idx)
             if variant == "as seen":
                 job = seen[job_id]
                 match = (job[0], t, job[1], job[2], done[job_id], 0, job[9])
-                conn.execute(q.BUMP_JOB_AS_SEEN, (0, 24, t, t + 86400, *match))
+                conn.execute(q.STORE_OUTCOME_AS_SEEN, (*outcome, *match))
+                conn.execute(q.BUMP_SEEN_JOB, (0, 24, t, t + 86400, job_id))
                 done[job_id] += 1
-            elif variant == "returning":
+                conn.execute("COMMIT")
+                continue
+            if variant == "returning":
                 conn.execute(q.BUMP_JOB, (0, 24, t, t + 86400, job_id, t)).fetchone()
             elif variant == "update+select":
                 conn.execute(bump_only, (0, 24, t, t + 86400, job_id, t))
                 conn.execute(select_job, (job_id,)).fetchone()
             else:
                 conn.execute(bump_only, (0, 24, t, t + 86400, job_id, t))
-            outcome = ("done", floor.EMPTY_RESULT, None, None, t, 1, job_id, idx)
             conn.execute(q.STORE_OUTCOME, outcome)
             conn.execute("COMMIT")
         return len(work) / (time.perf_counter() - start)

@@ -405,15 +405,15 @@ async def test_transient_io_errors_are_retried(
     # thread, which spent the 30 s of store_retry_for in one leap and failed the job.
     row = table_row("3 transient I/O errors on a write")
     failures = iter([True, True, True])
-    real = Store.record_outcome
+    real = Store._write_outcome
 
-    def flaky(self: Store, job_id: str, idx: int, **kwargs: Any) -> Any:
+    def flaky(self: Store, *args: Any) -> Any:
         if next(failures, False):
             raise sqlite3.OperationalError("disk I/O error")
-        return real(self, job_id, idx, **kwargs)
+        return real(self, *args)
 
     # Every path of an outcome write (a lone one on the spot, a shared commit) runs this.
-    monkeypatch.setattr(Store, "record_outcome", flaky)
+    monkeypatch.setattr(Store, "_write_outcome", flaky)
 
     async def fetch(target: Target) -> Result:
         return Result("x")

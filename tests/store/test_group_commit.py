@@ -1,7 +1,8 @@
 """Group commit: outcomes ready at the same moment share one commit, each write on its own.
 
 ``record_outcomes`` runs several writes in one transaction, each on its own (SQLite: a
-savepoint; PostgreSQL: one statement, see test_postgres_outcome_write.py):
+compare-and-set first, a savepoint when it misses; PostgreSQL: one statement, see
+test_postgres_outcome_write.py):
 a refused write (the target already has an outcome, or does not exist), a write for a lapsed
 job, or a malformed one answers for itself and changes nothing, while the others are stored; a
 database error (a full disk, say) fails the whole commit with that error, and stores nothing.
@@ -168,6 +169,50 @@ def test_each_write_in_a_shared_commit_stands_or_falls_on_its_own(
     assert isinstance(after, Job) and (after.status, after.targets_done) == (JobState.DONE, 2)
 
 
+def test_writes_as_seen_share_a_commit_without_a_savepoint_each(any_store: Store) -> None:
+    """A write whose job is as seen stores its outcome only if the job still is (one
+    statement), before the bump: missing, it has written nothing, so it takes no savepoint;
+    one that misses falls back (in a savepoint) and spoils none of the others."""
+    store = any_store
+    a, b, d = create(store, "a", 2), create(store, "b", 2), create(store, "d", 2)
+    c = create(store, "c", 1, now=T0 - TTL - 1)  # its lease ran out at T0 - 1
+    [a1] = store.record_outcomes(
+        [OutcomeWrite(a.id, 0, result=Result("a0"), seen=a)], ttl=TTL, now=T0
+    )
+    assert isinstance(a1, Job)
+    c_before = stored_row(store, c.id)
+    statements: list[str] = []
+    store.db.conn.set_trace_callback(statements.append)
+    try:
+        answers = store.record_outcomes(
+            [
+                OutcomeWrite(a.id, 1, error="boom", seen=a1),  # a's last: a turns partial
+                OutcomeWrite(d.id, 0, result=Result("d0"), seen=d),
+                OutcomeWrite(b.id, 9, result=Result("no such target"), seen=b),
+                OutcomeWrite(c.id, 0, result=Result("too late"), seen=c),
+                OutcomeWrite(b.id, 0, result=Result("b0"), seen=a),  # another job's
+            ],
+            ttl=TTL,
+            now=T0 + 1,
+        )
+    finally:
+        store.db.conn.set_trace_callback(None)
+    last, d0, missing, too_late, b0 = answers
+    assert isinstance(last, Job) and (last.status, last.targets_done) == (JobState.PARTIAL, 2)
+    assert isinstance(d0, Job) and (d0.id, d0.status, d0.targets_done) == (d.id, "running", 1)
+    assert isinstance(missing, OutcomeExists)
+    assert too_late is None
+    assert isinstance(b0, Job) and (b0.id, b0.targets_done) == (b.id, 1)
+    assert stored_row(store, a.id)[:3] == ("partial", 2, 1)
+    assert stored_row(store, d.id)[:3] == ("running", 1, 0)
+    b_row = stored_row(store, b.id)
+    assert b_row[:3] == ("running", 1, 0)  # counted once: the missing target's write undone
+    assert b_row[-1] == (("done", Result("b0").to_json_text(), None, 1), ("pending", None, None, 0))
+    assert stored_row(store, c.id) == c_before
+    # The three that missed fell back, a savepoint each; the two as seen took none.
+    assert [sql for sql in statements if sql.startswith("SAVEPOINT")] == ["SAVEPOINT nested"] * 3
+
+
 def test_a_database_error_in_a_shared_commit_stores_none_of_it(
     any_store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -175,15 +220,15 @@ def test_a_database_error_in_a_shared_commit_stores_none_of_it(
     a = create(store, "a", 1)
     b = create(store, "b", 1)
     before = stored_row(store, a.id), stored_row(store, b.id)
-    real = Store.record_outcome
+    real = Store._write_outcome
 
-    def failing_on_b(self: Store, job_id: str, idx: int, **kwargs: Any) -> Job | None:
-        answer = real(self, job_id, idx, **kwargs)  # written, inside the shared transaction
+    def failing_on_b(self: Store, job_id: str, *args: Any) -> Job | None:
+        answer = real(self, job_id, *args)  # written, inside the shared transaction
         if job_id == b.id:
             raise sqlite3.OperationalError("disk I/O error")
         return answer
 
-    monkeypatch.setattr(Store, "record_outcome", failing_on_b)
+    monkeypatch.setattr(Store, "_write_outcome", failing_on_b)
     with pytest.raises(sqlite3.OperationalError, match="disk I/O error"):
         store.record_outcomes(
             [OutcomeWrite(a.id, 0, result=Result("a0")), OutcomeWrite(b.id, 0, error="e")],

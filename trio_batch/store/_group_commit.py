@@ -1,8 +1,9 @@
 """Group commit: outcome writes that are ready at the same moment share one commit.
 
 Backends use it to turn N concurrent drains' outcome writes into one transaction, each write
-atomic on its own (SQLite: a savepoint; PostgreSQL: one statement), while every drain still
-waits for its own outcome to be committed before it fetches its next target.
+atomic on its own (SQLite: a compare-and-set that writes nothing when it misses, or a
+savepoint; PostgreSQL: one statement), while every drain still waits for its own outcome to
+be committed before it fetches its next target.
 """
 
 from __future__ import annotations

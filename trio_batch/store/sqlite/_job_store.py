@@ -6,7 +6,8 @@ checkpoint.
 
 Outcome writes are grouped (:class:`~trio_batch.store._face.StoreFace`, which both backends
 share): drains whose outcomes are ready at the same moment share one transaction, each write
-atomic in its own savepoint.
+atomic on its own (a write whose job is as seen writes nothing unless it all holds; the
+others in a savepoint).
 """
 
 from __future__ import annotations

@@ -62,17 +62,24 @@ BUMP_JOB = (
     "updated_at = ?, expires_at = ? "
     f"WHERE id = ? AND expires_at > ? RETURNING {JOB_COLUMNS}"
 )
-#: BUMP_JOB for a writer that knows the job as it was: it matches only if every column of the
-#: job that can change but the lease and ``updated_at`` is still as seen, so the job's new state
-#: is known without a ``RETURNING`` (which costs more than the comparisons). Caller, class,
-#: idempotency key and target count never change; ``created_at`` tells a job from a later one
-#: given the same id after a forget (an id a store's caller chose).
-BUMP_JOB_AS_SEEN = (
+#: STORE_OUTCOME for a writer that knows the job as it was: it matches only if every column of
+#: the job that can change but the lease and ``updated_at`` is still as seen, so the job's new
+#: state is known without a ``RETURNING`` (which costs more than the comparisons). Caller,
+#: class, idempotency key and target count never change; ``created_at`` tells a job from a
+#: later one given the same id after a forget (an id a store's caller chose). Run before the
+#: job's bump, a write that misses has written nothing: a shared commit needs no savepoint.
+STORE_OUTCOME_AS_SEEN = (
+    "UPDATE targets SET status = ?, result = ?, error = ?, hint = ?, finished_at = ?, "
+    "attempts = ? WHERE job_id = ? AND idx = ? AND status = 'pending' AND EXISTS ("
+    "SELECT 1 FROM jobs WHERE id = ? AND expires_at > ? AND status = ? AND error IS ? "
+    "AND targets_done = ? AND targets_failed = ? AND created_at = ?)"
+)
+#: Count one outcome into a job just found as seen (by STORE_OUTCOME_AS_SEEN, in the same
+#: transaction), and bump its lease.
+BUMP_SEEN_JOB = (
     "UPDATE jobs SET targets_done = targets_done + 1, "
     "targets_failed = targets_failed + ?, results_size = results_size + ?, "
-    "updated_at = ?, expires_at = ? "
-    "WHERE id = ? AND expires_at > ? AND status = ? AND error IS ? "
-    "AND targets_done = ? AND targets_failed = ? AND created_at = ?"
+    "updated_at = ?, expires_at = ? WHERE id = ?"
 )
 #: The terminal status set with a job's last outcome (same transaction).
 SET_STATUS = "UPDATE jobs SET status = ? WHERE id = ?"

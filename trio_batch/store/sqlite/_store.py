@@ -19,13 +19,14 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ..._errors import JobLive, OutcomeExists
+from ..._errors import JobLive, OutcomeExists, StoreError
 from ..._event import new_event_id
 from ..._model import (
     Job,
     JobState,
     OutcomeWrite,
     Result,
+    TargetState,
     final_status,
     is_job_id,
 )
@@ -207,39 +208,71 @@ class Store(StoreReads):
         """
         status, result_text, error, hint = outcome_values(result, error, hint, max_result_size)
         now = time.time() if now is None else now
+        with self.transaction():
+            return self._write_outcome(
+                job_id, idx, status, result_text, error, hint, attempts, ttl, now, seen
+            )
+
+    def _write_outcome(
+        self,
+        job_id: str,
+        idx: int,
+        status: TargetState,
+        result_text: str | None,
+        error: str | None,
+        hint: str | None,
+        attempts: int,
+        ttl: float,
+        now: float,
+        seen: Job | None,
+    ) -> Job | None:
+        """:meth:`record_outcome`'s writes, inside a transaction: all of them or none (it
+        raises :class:`OutcomeExists` having written nothing).
+
+        With the job as seen, the outcome is stored first, only if the job is still as seen
+        (one statement), and the bump then cannot miss: a write that misses has written
+        nothing, so it needs no savepoint. Only the fallback does: its bump comes first.
+        """
         failed = int(error is not None)
         conn = self.db.conn  # the hot path: straight to sqlite3, no wrapper per statement
         size = 0 if result_text is None else len(result_text)
-        with self.transaction():
-            job: Job
-            if (
-                seen is not None
-                and seen.id == job_id
-                and self._bump_as_seen(seen, failed, size, now, ttl)
-            ):
-                if seen.targets_done + 1 < seen.targets_total or not seen.status.is_live:
-                    job = job_after_outcome(seen, failed=failed, now=now, ttl=ttl)
-                else:
-                    final = final_status(seen.targets_total, seen.targets_failed + failed)
-                    self._settle(job_id, final, now)
-                    job = job_after_outcome(seen, failed=failed, now=now, ttl=ttl, status=final)
-            else:
-                row = conn.execute(
-                    q.BUMP_JOB, (failed, size, now, now + ttl, job_id, now)
-                ).fetchone()
-                if row is None:
-                    return None
-                job = _job(row)
-                if job.targets_done >= job.targets_total and job.status.is_live:
-                    final = final_status(job.targets_total, job.targets_failed)
-                    self._settle(job_id, final, now)
-                    job = dataclasses.replace(job, status=final)
-            updated = conn.execute(
-                q.STORE_OUTCOME,
-                # The StrEnum members are their str values to sqlite3; .value costs more.
-                (status, result_text, error, hint, now, attempts, job_id, idx),
+        # The StrEnum members are their str values to sqlite3; .value costs more.
+        values = (status, result_text, error, hint, now, attempts, job_id, idx)
+        if (
+            seen is not None
+            and seen.id == job_id
+            and conn.execute(
+                q.STORE_OUTCOME_AS_SEEN,
+                (
+                    *values,
+                    job_id,
+                    now,
+                    seen.status,
+                    seen.error,
+                    seen.targets_done,
+                    seen.targets_failed,
+                    seen.created_at,
+                ),
             ).rowcount
-            if updated != 1:
+            == 1
+        ):
+            if conn.execute(q.BUMP_SEEN_JOB, (failed, size, now, now + ttl, job_id)).rowcount != 1:
+                raise StoreError(f"job {job_id} vanished inside its outcome's transaction")
+            if seen.targets_done + 1 < seen.targets_total or not seen.status.is_live:
+                return job_after_outcome(seen, failed=failed, now=now, ttl=ttl)
+            final = final_status(seen.targets_total, seen.targets_failed + failed)
+            self._settle(job_id, final, now)
+            return job_after_outcome(seen, failed=failed, now=now, ttl=ttl, status=final)
+        with self.transaction():  # a savepoint: the bump comes before a refusal
+            row = conn.execute(q.BUMP_JOB, (failed, size, now, now + ttl, job_id, now)).fetchone()
+            if row is None:
+                return None
+            job = _job(row)
+            if job.targets_done >= job.targets_total and job.status.is_live:
+                final = final_status(job.targets_total, job.targets_failed)
+                self._settle(job_id, final, now)
+                job = dataclasses.replace(job, status=final)
+            if conn.execute(q.STORE_OUTCOME, values).rowcount != 1:
                 raise OutcomeExists(
                     f"target {idx} of job {job_id} already has an outcome or does not exist"
                 )
@@ -251,48 +284,28 @@ class Store(StoreReads):
         self.db.conn.execute(q.SET_STATUS, (final.value, job_id))
         self.db.conn.execute(q.EMIT_EVENT, (now, now, now, job_id))
 
-    def _bump_as_seen(self, seen: Job, failed: int, size: int, now: float, ttl: float) -> bool:
-        """Count one outcome into the job if it is still as ``seen``; True if it was."""
-        return (
-            self.db.conn.execute(
-                q.BUMP_JOB_AS_SEEN,
-                (
-                    failed,
-                    size,
-                    now,
-                    now + ttl,
-                    seen.id,
-                    now,
-                    seen.status,
-                    seen.error,
-                    seen.targets_done,
-                    seen.targets_failed,
-                    seen.created_at,
-                ),
-            ).rowcount
-            == 1
-        )
-
     def record_outcomes(
         self, writes: Sequence[OutcomeWrite], *, ttl: float, now: float | None = None
     ) -> list[Job | Exception | None]:
         """Store several outcomes in one transaction (group commit); one answer per write.
 
-        Each write is atomic on its own, in a savepoint, and answers as
+        Each write is atomic on its own (see :meth:`_write_outcome`), and answers as
         :meth:`record_outcome` would: the updated job, None, or the exception it raised (such as
         :class:`OutcomeExists`) in place of a result. None of them is durable before the shared
         commit; if that commit fails, the error is raised and nothing is stored.
         """
         now = time.time() if now is None else now
-        if len(writes) == 1:  # needs no savepoint: record_outcome is its own transaction
-            return [self._record_write(writes[0], ttl, now)]
         with self.transaction():
-            return [self._record_write(w, ttl, now) for w in writes]
+            return [self._shared_write(w, ttl, now) for w in writes]
 
-    def _record_write(self, w: OutcomeWrite, ttl: float, now: float) -> Job | Exception | None:
-        """One write of :meth:`record_outcomes`: its answer, or the error that refused it."""
+    def _shared_write(self, w: OutcomeWrite, ttl: float, now: float) -> Job | Exception | None:
+        """One write of :meth:`record_outcomes`: its answer, or the error that refused it
+        (having written nothing: see :meth:`_write_outcome`)."""
         try:
-            return self.record_write(w, ttl, now)
+            status, text, error, hint = outcome_values(w.result, w.error, w.hint, w.max_result_size)
+            return self._write_outcome(
+                w.job_id, w.idx, status, text, error, hint, w.attempts, ttl, now, w.seen
+            )
         except (OutcomeExists, ValueError) as exc:
             return exc
 
