@@ -112,6 +112,30 @@ async def test_a_declined_write_mid_job_goes_the_async_way_nothing_lost_or_doubl
     ]
 
 
+async def test_a_write_declined_beside_other_drains_is_offered_on_the_spot_once(
+    fetch: ScriptedFetch, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Declined (its writer not alone), a write goes the async way, which does not ask the
+    store to take it on the spot a second time: nothing ran between, the answer is the same."""
+    store = SQLiteJobStore(Store.open(), owns_store=True)
+    asked: list[tuple[str, int]] = []
+    real_now = store.record_outcome_now
+
+    def spy(write: OutcomeWrite, *, ttl: float, now: float) -> Job | Declined | None:
+        asked.append((write.job_id, write.idx))
+        return real_now(write, ttl=ttl, now=now)
+
+    monkeypatch.setattr(store, "record_outcome_now", spy)
+    store._budget.seconds = 1.0  # no pass runs out of budget, however slow the machine
+    async with open_runner(store, fetch, CONFIG, now=clock) as runner:
+        a, _ = await runner.submit("alice", "user", urls(*(f"t{i}" for i in range(4))))
+        b, _ = await runner.submit("bob", "user", urls(*(f"t{i}" for i in range(4))))
+        assert await runner.wait(a) is not None and await runner.wait(b) is not None
+        await stored_once_in_order(store, a, 4, clock())
+        await stored_once_in_order(store, b, 4, clock())
+    assert sorted(asked) == sorted((job_id, i) for job_id in (a, b) for i in range(4))
+
+
 async def test_outcomes_written_beside_a_checkpoint_are_each_stored_once(
     tmp_path: Path, fetch: ScriptedFetch, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:

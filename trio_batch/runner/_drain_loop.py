@@ -83,24 +83,26 @@ class DrainLoop:
                         result, attempts = await self._attempts.run(drain, idx, target)
                     write = self._outcome_write(drain, idx, result, attempts)
                     # On the spot if the store can (no yield, no cancel point); else the async
-                    # call, which also retries a refusal (nothing was written).
+                    # call at once (the same moment), which also retries a refusal (nothing
+                    # was written).
+                    now = self._now()
                     try:
-                        answer = write_now(write, ttl=ttl, now=self._now())
+                        answer = write_now(write, ttl=ttl, now=now)
                     except StoreUnavailable:
                         answer = DECLINED
                     if isinstance(answer, Declined):
                         try:
-                            job = await self._store.record_outcome(write, ttl=ttl, now=self._now())
+                            job = await self._store.record_outcome(write, ttl=ttl, now=now)
                         except StoreUnavailable as exc:
                             job = await self._store_retried(drain, write, exc)
                     else:
                         job = answer
-                    self._outcome_stored(drain, idx, job, isinstance(result, Result))
+                    terminal = self._outcome_stored(drain, idx, job, write.error is None)
                     drain.in_flight = None
                     if job is None:
                         _log_refused(self._log, drain, idx)
                         break
-                    if job.is_terminal:
+                    if terminal:
                         break  # finished, or cancelled while the target ran
                 if drain.cancel_requested and (job is None or not job.is_terminal):
                     # Normally cancel() has marked the job; if its write failed, do it here.
@@ -194,9 +196,9 @@ class DrainLoop:
             refused=refused,
         )
 
-    def _outcome_stored(self, drain: _Drain, idx: int, job: Job | None, done: bool) -> None:
+    def _outcome_stored(self, drain: _Drain, idx: int, job: Job | None, done: bool) -> bool:
         """Note the store's answer to target ``idx``'s write (``done``: a success): the drain
-        holds it, watchers wake, and a terminal job's deliveries."""
+        holds it, watchers wake, and a terminal job's deliveries. True if the job is terminal."""
         drain.job = job
         drain.notify_stored()
         if self._log.isEnabledFor(logging.DEBUG):
@@ -204,14 +206,12 @@ class DrainLoop:
                 "target stored",
                 extra={"job_id": drain.job_id, "idx": idx, "status": "done" if done else "failed"},
             )
-        if job is not None and job.is_terminal:
-            self._deliveries.wake()
-            if self._log.isEnabledFor(logging.INFO):
-                self._log.info(
-                    "job finished",
-                    extra={
-                        "job_id": drain.job_id,
-                        "caller": drain.caller,
-                        "status": str(job.status),
-                    },
-                )
+        if job is None or job.status.is_live:
+            return False
+        self._deliveries.wake()
+        if self._log.isEnabledFor(logging.INFO):
+            self._log.info(
+                "job finished",
+                extra={"job_id": drain.job_id, "caller": drain.caller, "status": str(job.status)},
+            )
+        return True

@@ -62,6 +62,8 @@ class SQLiteJobStore(FastPaths):
         super().__init__(store, owns_store=owns_store)
         # Leases on outbox rows: another owner's is a dead process's (one runner per file).
         self._owner = secrets.token_urlsafe(9)
+        # The write record_outcome_now last declined: record_outcome does not offer it again.
+        self._declined: OutcomeWrite | None = None
 
     @contextlib.asynccontextmanager
     async def claim(
@@ -116,15 +118,24 @@ class SQLiteJobStore(FastPaths):
         """Store one outcome, as :meth:`StoreFace.record_outcome
         <trio_batch.store._face.StoreFace.record_outcome>` does: on the spot if
         :meth:`record_outcome_now` takes it, or once a later pass of the loop has room if only
-        the room was missing; else with the group commit."""
-        answer = self.record_outcome_now(write, ttl=ttl, now=now)
+        the room was missing; else with the group commit.
+
+        A write :meth:`record_outcome_now` has just declined (a drain asks it first, then
+        makes this call at once) is not offered again: it would be declined again.
+        """
+        if write is self._declined:
+            self._declined = None
+            answer: Job | Declined | None = DECLINED
+        else:
+            answer = self.record_outcome_now(write, ttl=ttl, now=now)
         if isinstance(answer, Declined) and self._budget.spent and self._group.alone(write.job_id):
             # The group commit would wait for that room too, through eight more calls. (Not
             # beside other writers: waiting here, this one would miss their commit.)
             await self._ready_for_fast_call()
             answer = self._write_alone(write, ttl, now)
         if isinstance(answer, Declined):
-            return await super().record_outcome(write, ttl=ttl, now=now)
+            self._start()  # StoreFace.record_outcome's, without its coroutine in between
+            return await self._group.write((write, ttl, now), writer=write.job_id)
         return answer
 
     def record_outcome_now(
@@ -136,9 +147,10 @@ class SQLiteJobStore(FastPaths):
         :data:`DECLINED`, nothing written. The group commit would have committed such a write
         alone without yielding too, through eight more calls.
         """
-        if self._budget.spent:
-            return DECLINED
-        return self._write_alone(write, ttl, now)
+        answer = DECLINED if self._budget.spent else self._write_alone(write, ttl, now)
+        if answer is DECLINED:
+            self._declined = write
+        return answer
 
     def _write_alone(self, write: OutcomeWrite, ttl: float, now: float) -> Job | Declined | None:
         """:meth:`record_outcome_now` whatever this pass has used of the loop's budget."""
