@@ -28,7 +28,8 @@ from trio_batch import (
     TooManyTargets,
     idem_key,
 )
-from trio_batch._model import check_caller, check_targets
+from trio_batch._model import MAX_URL_LENGTH, check_caller, check_targets
+from trio_batch._targets import _check_custom_id, _check_url
 
 
 def test_statuses_compare_equal_to_their_strings() -> None:
@@ -310,3 +311,40 @@ def test_a_jobs_json_is_every_field_in_order_with_plain_values() -> None:
     assert out == {**dataclasses.asdict(job), "status": "partial"}
     assert type(out["status"]) is str and out["metadata"] == labels
     assert out["metadata"] is not labels  # the caller may change what it is given
+
+
+#: Text that reaches every branch of a target's checks: controls, NUL, surrogates, spaces.
+_risky_text = st.text(
+    alphabet=st.sampled_from(["a", " ", "\t", "\x00", "\x1b", "\x9b", "\u202e", "\ud800", "é"]),
+    max_size=6,
+) | st.just("u" * (MAX_URL_LENGTH + 1))
+
+
+@given(url=_risky_text, custom_id=st.none() | _risky_text)
+def test_a_target_is_refused_as_the_full_checks_refuse_it(url: str, custom_id: str | None) -> None:
+    """A target's construction takes a fast path for the usual target; whatever it lets
+    through or refuses, the full checks (which name the fault) let through or refuse alike."""
+    expected: str | None = None
+    try:
+        _check_url(url)
+        if custom_id is not None:
+            _check_custom_id(custom_id)
+    except InvalidTargets as exc:
+        expected = str(exc)
+    if expected is None:
+        target = Target(url, custom_id=custom_id)
+        assert (target.url, target.options, target.custom_id) == (url, Options(), custom_id)
+    else:
+        with pytest.raises(InvalidTargets) as info:
+            Target(url, custom_id=custom_id)
+        assert str(info.value) == expected
+
+
+def test_a_target_of_a_str_subclass_is_checked_and_kept() -> None:
+    class Url(str):
+        pass
+
+    assert Target(Url("https://x")).url == "https://x"
+    with pytest.raises(InvalidTargets, match="NUL"):
+        Target(Url("https://x\x00"))
+    assert dataclasses.replace(Target("a", custom_id="c"), url="b") == Target("b", custom_id="c")

@@ -131,7 +131,7 @@ _OPTION_DEFAULTS = tuple((f.name, f.default) for f in dataclasses.fields(Options
 DEFAULT_OPTIONS = Options()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Target:
     """One unit of work: a URL, the options to fetch it with, and optionally the caller's id.
 
@@ -147,25 +147,32 @@ class Target:
     options: Options = DEFAULT_OPTIONS
     custom_id: str | None = None
 
-    def __post_init__(self) -> None:
-        _check_text(self.url, "url", MAX_URL_LENGTH, index=None)
-        if not self.url.strip():
-            raise InvalidTargets("url must not be empty")
-        control = CONTROL_CHARACTER.search(self.url)
-        if control is not None:
-            # A URL has no use for them, and printed they steer the operator's terminal.
+    def __init__(
+        self, url: str, options: Options = DEFAULT_OPTIONS, custom_id: str | None = None
+    ) -> None:
+        # Every job's targets are made afresh: the usual target passes one search and its
+        # slots are set directly (the frozen __init__ calls object.__setattr__ per field).
+        # Anything the fast checks doubt takes the full ones, which say what is wrong.
+        if (
+            type(url) is not str
+            or len(url) > MAX_URL_LENGTH
+            or _UNFIT_URL.search(url) is not None
+            or not url.strip()
+        ):
+            _check_url(url)
+        if options is not DEFAULT_OPTIONS and not isinstance(options, Options):
             raise InvalidTargets(
-                f"url contains the control character U+{ord(control.group()):04X} at position "
-                f"{control.start()}; percent-encode it if it is meant"
+                f"options must be an Options instance, not {type(options).__name__}"
             )
-        if not isinstance(self.options, Options):
-            raise InvalidTargets(
-                f"options must be an Options instance, not {type(self.options).__name__}"
-            )
-        if self.custom_id is not None:
-            _check_text(self.custom_id, "custom_id", MAX_CUSTOM_ID_LENGTH, index=None)
-            if not self.custom_id:
-                raise InvalidTargets("custom_id must not be empty")
+        if custom_id is not None and (
+            type(custom_id) is not str
+            or not 0 < len(custom_id) <= MAX_CUSTOM_ID_LENGTH
+            or _UNFIT_ID.search(custom_id) is not None
+        ):
+            _check_custom_id(custom_id)
+        _set_target_url(self, url)
+        _set_target_options(self, options)
+        _set_target_custom_id(self, custom_id)
 
     @classmethod
     def from_json(cls, obj: object) -> Target:
@@ -204,6 +211,37 @@ class Target:
         if self.custom_id is not None:
             out["custom_id"] = self.custom_id
         return out
+
+
+_set_target_url, _set_target_options, _set_target_custom_id = (
+    Target.__dict__[f.name].__set__ for f in dataclasses.fields(Target)
+)
+#: What no URL may hold, in one search: CONTROL_CHARACTER's class (NUL is one) and lone
+#: surrogates.
+_UNFIT_URL = re.compile(CONTROL_CHARACTER.pattern.removesuffix("]") + "\ud800-\udfff]")
+#: What no custom id may hold: NUL and lone surrogates.
+_UNFIT_ID = re.compile("[\x00\ud800-\udfff]")
+
+
+def _check_url(url: object) -> None:
+    """Raise the :class:`InvalidTargets` that says what is wrong with ``url``, if anything."""
+    url = _check_text(url, "url", MAX_URL_LENGTH, index=None)
+    if not url.strip():
+        raise InvalidTargets("url must not be empty")
+    control = CONTROL_CHARACTER.search(url)
+    if control is not None:
+        # A URL has no use for them, and printed they steer the operator's terminal.
+        raise InvalidTargets(
+            f"url contains the control character U+{ord(control.group()):04X} at position "
+            f"{control.start()}; percent-encode it if it is meant"
+        )
+
+
+def _check_custom_id(custom_id: object) -> None:
+    """Raise the :class:`InvalidTargets` that says what is wrong with ``custom_id``."""
+    _check_text(custom_id, "custom_id", MAX_CUSTOM_ID_LENGTH, index=None)
+    if not custom_id:
+        raise InvalidTargets("custom_id must not be empty")
 
 
 class _CheckedTargets(tuple[Target, ...]):
