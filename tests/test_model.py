@@ -256,6 +256,24 @@ def test_idem_key_is_the_documented_hash_so_stored_keys_still_match(
     assert idem_key(caller, items) == expected
 
 
+@given(caller=texts, pool=st.lists(targets, min_size=1, max_size=3), data=st.data())
+def test_checked_targets_repeat_and_hash_as_their_targets_do(
+    caller: str, pool: list[Target], data: st.DataObject
+) -> None:
+    """check_targets finds repeats by each target's canonical JSON and keeps it for the key:
+    a repeat is an equal target (options spelled out at their defaults included), and the
+    checked targets' key is the plain list's."""
+    picks = data.draw(st.lists(st.integers(0, len(pool) - 1), min_size=1, max_size=5))
+    items = [data.draw(st.sampled_from([pool[i], _reshuffled_json(pool[i], data)])) for i in picks]
+    first = next((i for i, t in enumerate(items) if t in items[:i]), None)
+    if first is None:
+        assert idem_key(caller, check_targets(items)) == idem_key(caller, items)
+    else:
+        with pytest.raises(InvalidTargets, match=f"target {first} repeats target") as info:
+            check_targets(items)
+        assert info.value.index == first
+
+
 def test_checked_targets_are_not_checked_again_and_still_compare_as_a_tuple() -> None:
     checked = check_targets([Target("a"), Target("b", Options(jq=".x"))])
     assert check_targets(checked) is checked

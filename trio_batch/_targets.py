@@ -247,9 +247,10 @@ def _check_custom_id(custom_id: object) -> None:
 class _CheckedTargets(tuple[Target, ...]):
     """Targets :func:`check_targets` has passed. A tuple of frozen targets cannot change, so
     it is not checked again (the runner checks a job's targets, then hands them to the store,
-    which checks what other callers hand it)."""
+    which checks what other callers hand it), and its canonical JSON, made by the check, is
+    what :func:`idem_key` hashes."""
 
-    __slots__ = ()
+    canonical: str
 
 
 def check_targets(targets: object) -> tuple[Target, ...]:
@@ -263,12 +264,14 @@ def check_targets(targets: object) -> tuple[Target, ...]:
         raise InvalidTargets(f"targets must be a list of Target, not {type(targets).__name__}")
     if not targets:
         raise InvalidTargets("a job needs at least one target")
-    seen: dict[Target, int] = {}
+    # Keyed by each target's canonical JSON, equal exactly when the targets are equal: the
+    # key's text is made once, and a str hashes once where a Target hashed its fields.
+    seen: dict[str, int] = {}
     custom_ids: dict[str, int] = {}
     for i, target in enumerate(targets):
         if not isinstance(target, Target):
             raise InvalidTargets(f"target {i} is a {type(target).__name__}, not a Target", index=i)
-        first = seen.setdefault(target, i)
+        first = seen.setdefault(_canonical_target(target), i)
         if first != i:
             raise InvalidTargets(f"target {i} repeats target {first} ({target.url})", index=i)
         if target.custom_id is not None:
@@ -278,7 +281,9 @@ def check_targets(targets: object) -> tuple[Target, ...]:
                     f"target {i} repeats the custom_id {target.custom_id!r} of target {first}",
                     index=i,
                 )
-    return _CheckedTargets(targets)
+    checked = _CheckedTargets(targets)
+    checked.canonical = "[" + ",".join(seen) + "]"  # in order: no target repeats
+    return checked
 
 
 def check_metadata(obj: object) -> dict[str, str]:
@@ -349,27 +354,31 @@ def idem_key(
     (whose metadata is not silently dropped), and a retry is never the job of a plain submit.
     Without them the key is what it was before they existed.
     """
-    # Built piece by piece, byte for byte what json.dumps of that list writes, without a dict
-    # per target: a target's keys sort as "options" < "url".
-    parts = []
-    for target in targets:
-        url = encode_basestring_ascii(target.url)
-        options = "{}" if target.options is DEFAULT_OPTIONS else _canonical(target.options)
-        # Sorted keys: "custom_id" < "options" < "url".
-        custom = (
-            ""
-            if target.custom_id is None
-            else f'"custom_id":{encode_basestring_ascii(target.custom_id)},'
-        )
-        if options == "{}":
-            parts.append(f'{{{custom}"url":{url}}}')
-        else:
-            parts.append(f'{{{custom}"options":{options},"url":{url}}}')
-    canonical = "[" + ",".join(parts) + "]"
+    canonical = (
+        targets.canonical
+        if type(targets) is _CheckedTargets
+        else "[" + ",".join(map(_canonical_target, targets)) + "]"
+    )
     if metadata or parent_id is not None:
         extra = _CANONICAL_ENCODER.encode(dict(metadata or {}))
         canonical = f"{canonical}\x00{extra}\x00{parent_id or ''}"
     return hashlib.sha256(f"{caller}\x00{canonical}".encode()).hexdigest()
+
+
+def _canonical_target(target: Target) -> str:
+    """``target.to_json()`` as compact JSON with sorted keys, ASCII only."""
+    # Byte for byte what json.dumps writes, without a dict per target: sorted keys,
+    # "custom_id" < "options" < "url".
+    url = encode_basestring_ascii(target.url)
+    custom = (
+        ""
+        if target.custom_id is None
+        else f'"custom_id":{encode_basestring_ascii(target.custom_id)},'
+    )
+    options = "{}" if target.options is DEFAULT_OPTIONS else _canonical(target.options)
+    if options == "{}":
+        return f'{{{custom}"url":{url}}}'
+    return f'{{{custom}"options":{options},"url":{url}}}'
 
 
 #: The canonical JSON of idempotency keys: compact, sorted keys, ASCII only.
