@@ -29,9 +29,10 @@ from trio_batch import (
     TargetState,
     TargetStatus,
     TooManyTargets,
+    idem_key,
 )
 from trio_batch._model import new_job_id
-from trio_batch.store import JobFilter, NewJob
+from trio_batch.store import Admission, JobFilter, NewJob
 from trio_batch.store.sqlite import _outbox
 from trio_batch.store.sqlite import _queries as q
 from trio_batch.store.sqlite._views import job_overview, latest_retry, one_target, targets_after
@@ -176,6 +177,58 @@ def test_a_job_another_connection_creates_after_the_first_read_is_seen(
         with pytest.raises(CallerBusy):
             create(store, "alice", n=3)
     assert store.count_live_jobs("alice") == 1
+
+
+def _want(caller: str = "alice", n: int = 3) -> Admission:
+    return Admission(caller, idem_key(caller, targets(n)), n, 4, 1, 3)
+
+
+def test_an_admitted_create_reads_once_when_nothing_was_written(tmp_path: Path) -> None:
+    # The admission read's answer still holds under the lock if nothing was written since.
+    store = Store.open(tmp_path / "jobs.db")
+    assert store.admit(_want(), now=T0) is None
+    statements: list[str] = []
+    store.db.conn.set_trace_callback(statements.append)
+    _, reused = create(store, admitted=True, now=T0 + 1)
+    store.db.conn.set_trace_callback(None)
+    assert not reused and store.count_live_jobs("alice") == 1
+    assert not [sql for sql in statements if "max(expires_at)" in sql], statements
+
+
+def _another_connection_took_the_slot(store: Store, other: Store) -> None:
+    create(other, "alice", n=2)
+
+
+def _this_connection_took_the_slot(store: Store, other: Store) -> None:
+    # Its own commits do not move its data version: a write outside any read counts too.
+    cancelled = store.find_reusable_job("alice", idem_key("alice", targets(1)), now=T0)
+    assert cancelled is not None
+    store.db.conn.execute("UPDATE jobs SET status = 'running' WHERE id = ?", (cancelled.id,))
+
+
+@pytest.mark.parametrize(
+    "write", [_another_connection_took_the_slot, _this_connection_took_the_slot]
+)
+def test_an_admitted_create_reads_again_after_any_write(tmp_path: Path, write: Any) -> None:
+    path = tmp_path / "jobs.db"
+    store, other = Store.open(path), Store.open(path)
+    old, _ = create(store, "alice", n=1)
+    store.finish_job(old.id, JobState.CANCELLED, now=T0)
+    assert store.admit(_want(), now=T0) is None
+    write(store, other)
+    with pytest.raises(CallerBusy):
+        create(store, admitted=True)
+    assert store.count_live_jobs("alice") == 1
+
+
+def test_an_admitted_create_at_an_earlier_time_reads_again(tmp_path: Path) -> None:
+    # Read at a later time, a lapsed job was not there to reuse; at the create's, it is.
+    store = Store.open(tmp_path / "jobs.db")
+    job, _ = create(store, status=JobState.RUNNING)
+    store.finish_job(job.id, JobState.DONE, now=T0)
+    assert store.admit(_want(), now=T0 + TTL + 1) is None
+    again, reused = create(store, admitted=True, now=T0 + 1)
+    assert reused and again.id == job.id
 
 
 def test_open_rejects_unknown_synchronous_mode() -> None:

@@ -78,6 +78,9 @@ class Store(StoreReads):
     stuck as ``running``: reaping the job is enough.
     """
 
+    #: The last admission read on this connection: ``(want, now, _written(), row)``.
+    _admission_read: tuple[Admission, float, tuple[int, int], tuple[Any, ...]] | None = None
+
     # ----------------------------------------------------------------------------------------
     # Creating jobs
 
@@ -93,7 +96,8 @@ class Store(StoreReads):
         targets as ``pending`` with a lease of ``ttl`` seconds, and return ``(job, False)``.
         A reuse or a refusal is answered from one read and takes no write lock; an insert takes
         it (``BEGIN IMMEDIATE``), and reads again first if another connection committed since
-        (with ``new.admitted``, it skips the first read and reads under the lock only).
+        (with ``new.admitted``, it skips the first read, and under the lock reads only if
+        anything was written since this connection's admission read of the same request).
 
         ``new.status`` is the new job's status: ``queued``, or ``running`` for a caller that
         starts draining at once. ``new.job_id`` is the id a new job gets (made with
@@ -106,10 +110,12 @@ class Store(StoreReads):
         insert = new_job(new, now=now)
         job = insert.job
         want = new.admission(job)
+        conn = self.db.conn
         # A reuse or a refusal needs no write lock: one read finds the job to reuse, else the
         # cap that refuses this one. Held throughout, so no other thread commits on this
         # connection meanwhile, which the data version below would not show. A request just
-        # admitted (JobStore.admit) skips that read: it is read again under the lock anyway.
+        # admitted (JobStore.admit) skips that read: under the lock it is made again if
+        # anything was written since the admission's.
         with self._lock:
             seen = None if new.admitted else self._data_version()
             if seen is not None:
@@ -118,18 +124,37 @@ class Store(StoreReads):
                     return existing, True
             with self.transaction():
                 # Another connection may have created or finished a job since that read.
-                if seen is None or self._data_version() != seen:
+                if (seen is None and not self._admission_holds(want, now)) or (
+                    seen is not None and self._data_version() != seen
+                ):
                     existing = admitted(want, self.admission_row(want, now=now))
                     if existing is not None:
                         return existing, True
-                self.db.execute(q.INSERT_JOB, insert.job_params())
-                self.db.conn.executemany(q.INSERT_TARGET, insert.target_params())
+                self._admission_read = None
+                conn.execute(q.INSERT_JOB, insert.job_params())
+                conn.executemany(q.INSERT_TARGET, insert.target_params())
                 if job.metadata:
-                    self.db.conn.executemany(q.INSERT_LABEL, insert.label_params())
+                    conn.executemany(q.INSERT_LABEL, insert.label_params())
                 if new.webhook_url is not None or new.callback:
                     outbox_row = (job.id, new_event_id(), new.webhook_url, new.callback)
-                    self.db.execute(q.INSERT_OUTBOX, outbox_row)
+                    conn.execute(q.INSERT_OUTBOX, outbox_row)
                 return job, False
+
+    def _admission_holds(self, want: Admission, now: float) -> bool:
+        """True if this connection's last admission read was of ``want``, admitted it, and
+        nothing was written to the database since (by this connection or another): the same
+        read now would answer the same, so the create under the lock need not make it."""
+        last = self._admission_read
+        if last is None or last[0] != want or now < last[1] or last[3][0] is not None:
+            return False
+        # Checked last, as the read made it: a cap refused raises here, as the read would.
+        return last[2] == self._written() and admitted(want, last[3]) is None
+
+    def _written(self) -> tuple[int, int]:
+        """What changes with every write to the database: commits by other connections (the
+        data version), and this connection's own rows changed (a rolled-back write counts too,
+        so the answer may change when nothing did, never the reverse)."""
+        return self._data_version(), self.db.conn.total_changes
 
     def _data_version(self) -> int:
         """SQLite's count of commits by other connections: the same twice, nothing changed."""
@@ -145,9 +170,11 @@ class Store(StoreReads):
         """The ``ADMISSION`` row of ``want`` (see :func:`admitted`): the lookup and the counts
         in one statement, so they see one snapshot."""
         with self._lock:
+            written = self._written()  # before the read: a write after it shows as a change
             row: tuple[Any, ...] = self.db.conn.execute(
                 q.ADMISSION, (want.caller, want.idem_key, now)
             ).fetchone()
+            self._admission_read = (want, now, written, row)
         return row
 
     def find_reusable_job(self, caller: str, key: str, *, now: float | None = None) -> Job | None:
