@@ -20,8 +20,10 @@ import psycopg
 import pytest
 import trio
 
-from trio_batch import Job, JobState, OutcomeExists, OutcomeWrite, Result, StoreUnavailable
+from trio_batch import Job, JobState, OutcomeExists, OutcomeWrite, Result, StoreUnavailable, Target
+from trio_batch.store import NewJob
 from trio_batch.store.postgres import PostgresJobStore, PostgresStore
+from trio_batch.store.postgres import _queries as q
 from trio_batch.store.postgres._loop_conn import LoopConnection
 from trio_batch.store.postgres._tally import TerminalTally
 
@@ -29,8 +31,10 @@ from ..runner.test_postgres_cluster import _until
 from ..support.cuttable_proxy import CuttableProxy
 from ..support.fakes import T0
 from ..support.pg_server import PgServer
-from .test_group_commit import TTL, create
+from .test_group_commit import CAPS, TTL, create
 from .test_postgres_restarts import _through, proxy  # noqa: F401 (a fixture)
+
+HOOK = "https://hooks.test/done"
 
 pytestmark = pytest.mark.skipif(
     not psycopg.Pipeline.is_supported(), reason="libpq before 14: the store thread writes"
@@ -385,3 +389,51 @@ async def test_the_outcome_connections_are_set_in_the_url_too(pg_dsn: str) -> No
             PostgresJobStore.open(f"{pg_dsn}{joined}outcome_connections={bad}")
     with pytest.raises(ValueError, match="at least 1"):
         PostgresJobStore.open(pg_dsn, outcome_connections=0)
+
+
+def _hooked(store: PostgresStore, caller: str, n: int) -> Job:
+    """A running job of ``n`` targets with a webhook: its end writes an event."""
+    targets = [Target(f"https://{caller}.test/{i}") for i in range(n)]
+    new = NewJob(caller, "user", targets, status=JobState.RUNNING, webhook_url=HOOK, **CAPS)
+    job, _ = store.create_job(new, now=T0)
+    return job
+
+
+async def test_a_write_seen_as_ongoing_that_ends_its_job_after_all_ends_it_once_with_its_event(
+    dsn: str, pg_dsn: str, no_thread_writes: list[int]
+) -> None:
+    """A write whose writer saw its job with more than one target left goes as the lean
+    statement, which cannot end a job: found at the job's last outcome (the writer's view was
+    stale), it stores nothing and goes again as the full write, status and event included."""
+    async with opened(dsn) as store:
+        job = _hooked(store.store, "a", 2)
+        first = await _commit(
+            store, [OutcomeWrite(job.id, 0, result=Result("a"), seen=job)], ttl=TTL, now=T0 + 1
+        )
+        assert isinstance(first[0], Job) and first[0].status == JobState.RUNNING
+        stale = OutcomeWrite(job.id, 1, result=Result("b"), seen=job)  # 2 left, as it saw
+        [last] = await _commit(store, [stale], ttl=TTL, now=T0 + 2)
+        assert isinstance(last, Job) and (last.status, last.targets_done) == (JobState.DONE, 2)
+        assert no_thread_writes == []
+    assert _stored(pg_dsn, job.id) == ("done", 2, 0)
+    assert _admin(pg_dsn, "SELECT event FROM outbox WHERE job_id = %s", (job.id,)) == [
+        ("job.done",)
+    ]
+
+
+def test_the_ongoing_write_alone_never_ends_a_job(pg_dsn: str) -> None:
+    store = PostgresStore.open(pg_dsn)
+    try:
+        job = _hooked(store, "a", 1)
+        values = store._outcome_values(OutcomeWrite(job.id, 0, result=Result("x")), ttl=TTL, now=T0)
+        row = store.connection().execute(q.RECORD_ONGOING_OUTCOME, values).fetchone()
+        assert row is not None and row[0] is None and row[1] is None  # stored nothing
+        values["job_id"] = "unknown-job-id-0000000"
+        row = store.connection().execute(q.RECORD_ONGOING_OUTCOME, values).fetchone()
+        assert row is not None and row[0] is False  # not owned
+    finally:
+        store.close()
+    assert _stored(pg_dsn, job.id) == ("running", 0, 0)
+    assert _admin(pg_dsn, "SELECT status FROM targets WHERE job_id = %s", (job.id,)) == [
+        ("pending",)
+    ]

@@ -94,14 +94,18 @@ def test_the_plan_a_connection_keeps_reads_each_row_by_its_key(
         OutcomeWrite(job.id, 3, result=Result("x")), ttl=TTL, now=T0 + 1
     )
     types = ", ".join(type_ for _, type_ in q._OUTCOME_ARGS)
+    plans = []
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute("SET plan_cache_mode = force_generic_plan")
-        conn.execute(f"PREPARE record ({types}) AS {q.RECORD_OUTCOME_NUMBERED}")
-        explain = "EXPLAIN EXECUTE record (" + ", ".join(["%s"] * len(q.OUTCOME_PARAMS)) + ")"
-        cur = psycopg.ClientCursor(conn).execute(explain, [values[n] for n in q.OUTCOME_PARAMS])
-        plan = "\n".join(row[0] for row in cur.fetchall())
-    assert "Seq Scan" not in plan, plan
-    assert {"jobs_pkey", "targets_pkey", "outbox_pkey"} <= set(plan.replace("\n", " ").split())
+        for k, sql in enumerate((q.RECORD_OUTCOME_NUMBERED, q.RECORD_ONGOING_OUTCOME_NUMBERED)):
+            conn.execute(f"PREPARE record{k} ({types}) AS {sql}")
+            explain = f"EXPLAIN EXECUTE record{k} (" + ", ".join(["%s"] * len(values)) + ")"
+            params = [values[n] for n in q.OUTCOME_PARAMS]
+            cur = psycopg.ClientCursor(conn).execute(explain, params)
+            plans.append("\n".join(row[0] for row in cur.fetchall()))
+    assert all("Seq Scan" not in plan for plan in plans), plans
+    assert {"jobs_pkey", "targets_pkey", "outbox_pkey"} <= set(plans[0].replace("\n", " ").split())
+    assert {"jobs_pkey", "targets_pkey"} <= set(plans[1].replace("\n", " ").split())
 
 
 def test_through_a_pooler_the_write_is_the_function(

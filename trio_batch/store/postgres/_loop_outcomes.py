@@ -5,8 +5,9 @@
 (:class:`~trio_batch.store._lanes.Lanes`), so the server runs more than one at a time; each
 drain still waits for its own commit.
 
-A shared commit's writes (``RECORD_OUTCOME`` each, through its function on a pooled
-connection, the bounds ``SET LOCAL`` before them there) go out in one pipeline on a
+A shared commit's writes (``RECORD_OUTCOME`` each, or ``RECORD_ONGOING_OUTCOME`` for one
+that cannot end its job; through the function on a pooled connection, the bounds ``SET
+LOCAL`` before them there) go out in one pipeline on a
 :class:`~._loop_conn.LoopConnection`, one transaction, answered as
 :meth:`PostgresStore.record_outcomes` answers them. Two rare cases are left to that method on
 the store thread, which tells them apart one write at a time: a batch with a retry in doubt
@@ -48,10 +49,12 @@ Answers = list[Job | Exception | None]
 CommitWith = Callable[[StoreOutcomes, list[TimedWrite]], Awaitable[Answers]]
 
 _RECORD = q.RECORD_OUTCOME_NUMBERED.encode()
+_ONGOING = q.RECORD_ONGOING_OUTCOME_NUMBERED.encode()
 _RECORD_CALL = q.RECORD_OUTCOME_CALL_NUMBERED.encode()
 _SET_BOUNDS = q.SET_BOUNDS_NUMBERED.encode()
 #: ``RECORD_OUTCOME`` prepared under this name on a direct connection.
 _RECORD_NAME = b"trio_batch_record_outcome"
+_ONGOING_NAME = b"trio_batch_record_ongoing_outcome"
 
 
 class LoopOutcomes:
@@ -77,9 +80,15 @@ class LoopOutcomes:
         self.link.opener.close(final=True)
 
     async def record_outcomes(
-        self, writes: Sequence[OutcomeWrite], *, ttl: float, now: float
+        self, writes: Sequence[OutcomeWrite], *, ttl: float, now: float, ongoing: bool = True
     ) -> list[Job | Exception | None]:
         """As :meth:`PostgresStore.record_outcomes`: one transaction, one answer per write.
+
+        On a direct connection a write its writer saw could not end its job (see
+        :func:`_ongoing`) goes as ``RECORD_ONGOING_OUTCOME`` (``ongoing``: allowed); one of
+        them found at its job's last outcome after all stored nothing, and goes again in a
+        transaction of its own as ``RECORD_OUTCOME`` (a failure of that one is its answer
+        alone: the others committed).
 
         Raises psycopg's error if the commit failed whole; if the connection was lost with it
         (or cut at ``store_timeout``: :class:`StoreUnavailable`), the writes are kept as maybe
@@ -97,10 +106,18 @@ class LoopOutcomes:
         if not sent:
             return answers
         mark = store.tally_mark()
+        lean = [False] * len(sent)  # per write sent: as RECORD_ONGOING_OUTCOME
 
         def statements(link: LoopConnection) -> list[Statement]:
-            if not link.pooled:  # the session's settings bound it: a prepared statement
-                return [Statement(_RECORD, link.dump(v), _RECORD_NAME) for _, v in sent]
+            if not link.pooled:  # the session's settings bound it: prepared statements
+                lean[:] = [ongoing and _ongoing(writes[i]) for i, _ in sent]
+                return [
+                    Statement(_ONGOING, link.dump(v), _ONGOING_NAME)
+                    if is_lean
+                    else Statement(_RECORD, link.dump(v), _RECORD_NAME)
+                    for (_, v), is_lean in zip(sent, lean, strict=True)
+                ]
+            lean[:] = [False] * len(sent)
             bounds = Statement(_SET_BOUNDS, link.dump(link.opener.bounds_values(Op.WRITE)))
             return [bounds, *(Statement(_RECORD_CALL, link.dump(v)) for _, v in sent)]
 
@@ -112,10 +129,34 @@ class LoopOutcomes:
             if not self.link.is_open:  # lost with the connection: the commit may have happened
                 store.lost_in_commit(writes)
             raise
-        for (i, _), result in zip(sent, results[len(results) - len(sent) :], strict=True):
-            answers[i] = _outcome_answer(writes[i], self.link.row(result))
-        store.answered(writes, answers, mark=mark)
+        last: list[int] = []  # sent as ongoing, at their job's last outcome: stored nothing
+        answered = results[len(results) - len(sent) :]
+        for (i, _), result, is_lean in zip(sent, answered, lean, strict=True):
+            row = self.link.row(result)
+            if is_lean and row is not None and row[0] is None:
+                last.append(i)
+            else:
+                answers[i] = _outcome_answer(writes[i], row)
+        done = [k for k in range(len(writes)) if k not in last]
+        store.answered([writes[k] for k in done], [answers[k] for k in done], mark=mark)
+        if last:
+            try:
+                with translate_errors(store.store_timeout):
+                    again = await self.record_outcomes(
+                        [writes[i] for i in last], ttl=ttl, now=now, ongoing=False
+                    )
+            except StoreUnavailable as exc:
+                again = [exc] * len(last)
+            for i, answer in zip(last, again, strict=True):
+                answers[i] = answer
         return answers
+
+
+def _ongoing(write: OutcomeWrite) -> bool:
+    """Whether ``write`` cannot end its job as its writer saw the job (``write.seen``): more
+    than one of its targets still without an outcome. Only a guess: the statement checks."""
+    seen = write.seen
+    return seen is not None and seen.targets_total - seen.targets_done > 1
 
 
 class OutcomeWriters:

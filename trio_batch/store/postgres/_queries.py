@@ -281,24 +281,33 @@ def final_status_case(total: str, failed: str) -> str:
 #: statement's generic plan (kept from its sixth run on) then reads every row through its
 #: primary key, however small the tables were when it was made (the ``IN`` form's plan
 #: scanned ``targets`` whole at each outcome).
-RECORD_OUTCOME = (
-    "WITH job AS ("
-    "SELECT id FROM jobs WHERE id = %(job_id)s AND expires_at > %(now)s "
+#: The job's row, if it is unexpired and this runner's, locked (see ``RECORD_OUTCOME``).
+_LOCKED_JOB = (
+    "FROM jobs WHERE id = %(job_id)s AND expires_at > %(now)s "
     "AND owner IS NOT DISTINCT FROM %(runner)s FOR NO KEY UPDATE"
-    "), stored AS ("
+)
+#: The target's outcome, if it is pending and the ``job`` arm's condition (SQL of ours) holds.
+_STORE_TARGET = (
     "UPDATE targets SET status = %(status)s, result = %(result)s, error = %(error)s, "
     "hint = %(hint)s, finished_at = %(now)s, attempts = %(attempts)s "
     "WHERE job_id = %(job_id)s AND idx = %(idx)s AND status = 'pending' "
-    "AND EXISTS (SELECT 1 FROM job) RETURNING job_id"
-    "), bumped AS ("
+    "AND EXISTS (SELECT 1 FROM job{}) RETURNING job_id"
+)
+#: The job's counts, results_size and lease, once the target is stored.
+_BUMP_JOB = (
     "UPDATE jobs SET targets_done = targets_done + 1, "
     "targets_failed = targets_failed + %(failed)s, "
-    "results_size = results_size + %(size)s, updated_at = %(now)s, expires_at = %(expires)s, "
+    "results_size = results_size + %(size)s, updated_at = %(now)s, expires_at = %(expires)s"
+)
+_BUMPED = f" WHERE id = %(job_id)s AND EXISTS (SELECT 1 FROM stored) RETURNING {JOB_COLUMNS}"
+_ANSWER = " FROM (VALUES (1)) AS one LEFT JOIN bumped ON true"
+
+RECORD_OUTCOME = (
+    f"WITH job AS (SELECT id {_LOCKED_JOB}), stored AS ({_STORE_TARGET.format('')}), "
+    f"bumped AS ({_BUMP_JOB}, "
     f"status = CASE WHEN status IN {LIVE} AND targets_done + 1 >= targets_total "
     f"THEN {final_status_case('targets_total', 'targets_failed + %(failed)s')} "
-    "ELSE status END "
-    "WHERE id = %(job_id)s AND EXISTS (SELECT 1 FROM stored) "
-    f"RETURNING {JOB_COLUMNS}"
+    f"ELSE status END{_BUMPED}"
     "), emitted AS ("
     # The last outcome made the job terminal: its event goes into the outbox with it.
     "UPDATE outbox SET event = 'job.' || b.status, job_status = b.status, job_error = b.error, "
@@ -308,7 +317,20 @@ RECORD_OUTCOME = (
     "due_at = %(now)s FROM bumped AS b WHERE outbox.job_id = %(job_id)s AND outbox.event IS NULL "
     f"AND b.status NOT IN {LIVE}"
     ") "
-    "SELECT EXISTS (SELECT 1 FROM job), bumped.* FROM (VALUES (1)) AS one LEFT JOIN bumped ON true"
+    f"SELECT EXISTS (SELECT 1 FROM job), bumped.*{_ANSWER}"
+)
+#: ``RECORD_OUTCOME`` for a write that cannot end its job (its writer saw more than one of the
+#: job's targets without an outcome): the same checks, locks and answer without the arms only
+#: the job's last outcome needs (its status, its event into the outbox), which cost every
+#: outcome server time. It stores nothing if the job, once locked, is at its last outcome
+#: after all: its first column is then NULL (true: stored or refused as ``RECORD_OUTCOME``
+#: would; false: not owned), and the write is sent again as ``RECORD_OUTCOME``.
+RECORD_ONGOING_OUTCOME = (
+    "WITH job AS (SELECT id, targets_done + 1 < targets_total AS ongoing "
+    f"{_LOCKED_JOB}), stored AS ({_STORE_TARGET.format(' WHERE ongoing')}), "
+    f"bumped AS ({_BUMP_JOB}{_BUMPED}) "
+    "SELECT CASE WHEN EXISTS (SELECT 1 FROM job WHERE ongoing) THEN true "
+    f"WHEN NOT EXISTS (SELECT 1 FROM job) THEN false END, bumped.*{_ANSWER}"
 )
 #: ``RECORD_OUTCOME``'s parameters and their types: the arguments of the function below.
 _OUTCOME_ARGS = (
@@ -354,6 +376,7 @@ def numbered(sql: str, names: tuple[str, ...]) -> str:
 
 #: ``RECORD_OUTCOME`` and its function's call, numbered, for libpq's extended protocol.
 RECORD_OUTCOME_NUMBERED = numbered(RECORD_OUTCOME, OUTCOME_PARAMS)
+RECORD_ONGOING_OUTCOME_NUMBERED = numbered(RECORD_ONGOING_OUTCOME, OUTCOME_PARAMS)
 RECORD_OUTCOME_CALL_NUMBERED = numbered(RECORD_OUTCOME_CALL, OUTCOME_PARAMS)
 #: ``SET_BOUNDS`` numbered: statement, lock and idle-in-transaction timeouts.
 SET_BOUNDS_NUMBERED = (
