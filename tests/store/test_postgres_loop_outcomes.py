@@ -30,9 +30,8 @@ from trio_batch.store.postgres._tally import TerminalTally
 from ..runner.test_postgres_cluster import _until
 from ..support.cuttable_proxy import CuttableProxy
 from ..support.fakes import T0
-from ..support.pg_server import PgServer
+from ..support.pg_server import PgServer, through
 from .test_group_commit import CAPS, TTL, create
-from .test_postgres_restarts import _through, proxy  # noqa: F401 (a fixture)
 
 HOOK = "https://hooks.test/done"
 
@@ -163,23 +162,23 @@ async def test_refused_values_roll_the_commit_back_and_each_write_gets_its_own_a
 
 async def test_a_write_cut_off_at_store_timeout_is_in_doubt_and_its_retry_is_recognised(
     pg_dsn: str,
-    proxy: CuttableProxy,  # noqa: F811 (the fixture imported above)
+    pg_proxy: CuttableProxy,
     no_thread_writes: list[int],
 ) -> None:
     """A partition once the write is sent (the proxy holds every byte): the loop's own
     deadline cuts it at store_timeout, drops the connection and keeps the write in doubt;
     once the network is back the retry answers the job, its outcome stored once."""
-    async with opened(_through(proxy, pg_dsn), store_timeout=1.0) as store:
+    async with opened(through(pg_proxy, pg_dsn), store_timeout=1.0) as store:
         job = create(store.store, "a", 2)
         write = OutcomeWrite(job.id, 0, result=Result("r"))
         await store.record_outcome(OutcomeWrite(job.id, 1, error="e"), ttl=TTL, now=T0)
-        proxy.hold()
+        pg_proxy.hold()
         with pytest.raises(StoreUnavailable, match="did not answer within store_timeout"):
             await store.record_outcome(write, ttl=TTL, now=T0 + 1)
         assert not _link(store).is_open
         assert (job.id, 0) in store.store._maybe_committed
-        proxy.release()
-        proxy.cut()  # the held write may or may not reach the server: either way, once
+        pg_proxy.release()
+        pg_proxy.cut()  # the held write may or may not reach the server: either way, once
         answer = await store.record_outcome(write, ttl=TTL, now=T0 + 2)
         assert answer is not None and answer.targets_done == 2
         assert (job.id, 0) not in store.store._maybe_committed
