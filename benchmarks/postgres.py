@@ -64,12 +64,13 @@ def fresh_database(server: PgServer) -> str:
     return server.create_database(f"bench{next(_databases)}")
 
 
-def floor_throughput(url: str, *, targets: int, targets_per_job: int = 32) -> float:
-    """Targets/s of one committed transaction per target on a raw psycopg connection."""
+def floor_jobs(url: str, *, jobs: int, targets_per_job: int = 32) -> list[str]:
+    """``jobs`` running jobs of ``targets_per_job`` targets, made through the store (so the
+    schema is its own), for the floor to store outcomes into: their ids."""
     store = PostgresStore.open(url)
-    jobs = []
+    ids = []
     try:
-        for n in range(targets // targets_per_job + 1):
+        for n in range(jobs):
             job, _ = store.create_job(
                 NewJob(
                     f"floor{n}",
@@ -78,30 +79,44 @@ def floor_throughput(url: str, *, targets: int, targets_per_job: int = 32) -> fl
                     ttl=86400,
                     targets_per_job=targets_per_job,
                     jobs_per_caller=1,
-                    jobs_total=targets,
+                    jobs_total=jobs,
                     status=JobState.RUNNING,
                 ),
                 now=time.time(),
             )
-            jobs.append(job.id)
+            ids.append(job.id)
     finally:
         store.close()
+    return ids
+
+
+def floor_outcomes(
+    conn: psycopg.Connection[Any], jobs: list[str], targets: int, per_job: int
+) -> None:
+    """The floor's loop: ``targets`` outcomes into ``jobs`` (of ``per_job`` targets each), one
+    committed transaction per target on ``conn`` (autocommit, explicit ``BEGIN``/``COMMIT``)."""
+    for n in range(targets):
+        job_id, idx = jobs[n // per_job], n % per_job
+        now = time.time()
+        with conn.transaction():
+            conn.execute(
+                "UPDATE targets SET status = 'done', result = %s, finished_at = %s, "
+                "attempts = 1 WHERE job_id = %s AND idx = %s AND status = 'pending'",
+                (EMPTY_RESULT, now, job_id, idx),
+            )
+            conn.execute(
+                "UPDATE jobs SET targets_done = targets_done + 1, updated_at = %s, "
+                "expires_at = %s WHERE id = %s",
+                (now, now + 86400, job_id),
+            )
+
+
+def floor_throughput(url: str, *, targets: int, targets_per_job: int = 32) -> float:
+    """Targets/s of one committed transaction per target on a raw psycopg connection."""
+    jobs = floor_jobs(url, jobs=targets // targets_per_job + 1, targets_per_job=targets_per_job)
     with psycopg.connect(url, autocommit=True) as conn:
         start = time.perf_counter()
-        for n in range(targets):
-            job_id, idx = jobs[n // targets_per_job], n % targets_per_job
-            now = time.time()
-            with conn.transaction():
-                conn.execute(
-                    "UPDATE targets SET status = 'done', result = %s, finished_at = %s, "
-                    "attempts = 1 WHERE job_id = %s AND idx = %s AND status = 'pending'",
-                    (EMPTY_RESULT, now, job_id, idx),
-                )
-                conn.execute(
-                    "UPDATE jobs SET targets_done = targets_done + 1, updated_at = %s, "
-                    "expires_at = %s WHERE id = %s",
-                    (now, now + 86400, job_id),
-                )
+        floor_outcomes(conn, jobs, targets, targets_per_job)
         elapsed = time.perf_counter() - start
     return targets / elapsed
 

@@ -36,14 +36,11 @@ import psycopg
 import trio
 
 from demo.local_postgres import PgServer, start_postgres
-from trio_batch import JobState, Target, open_runner
-from trio_batch.store import NewJob
-from trio_batch.store.postgres import PostgresStore
+from trio_batch import JobState, open_runner
 
 from . import workloads
-from .floor import EMPTY_RESULT
 from .placement import PLACEMENTS, place
-from .postgres import fresh_database
+from .postgres import floor_jobs, floor_outcomes, fresh_database
 
 SMALL, LARGE = 4, 32
 _WARMUP_JOBS = 3
@@ -142,33 +139,11 @@ def _runner_window(
 
 
 def _floor_window(url: str, meter: Meter, *, jobs: int, per_job: int) -> tuple[Window, float]:
-    """The floor's loop (:func:`benchmarks.postgres.floor_throughput`) in the window."""
-    store = PostgresStore.open(url)
-    ids = []
-    try:
-        for n in range(jobs):
-            targets = [Target(f"https://floor.test/{n}/{i}") for i in range(per_job)]
-            new = NewJob(f"f{n}", "bench", targets, ttl=86400, targets_per_job=per_job,
-                         jobs_per_caller=1, jobs_total=jobs, status=JobState.RUNNING)  # fmt: skip
-            ids.append(store.create_job(new, now=time.time())[0].id)
-    finally:
-        store.close()
+    """The floor's loop (:func:`benchmarks.postgres.floor_outcomes`) in the window."""
+    ids = floor_jobs(url, jobs=jobs, targets_per_job=per_job)
     with psycopg.connect(url, autocommit=True) as conn:
         meter.start()
-        for job_id in ids:
-            for idx in range(per_job):
-                now = time.time()
-                with conn.transaction():
-                    conn.execute(
-                        "UPDATE targets SET status = 'done', result = %s, finished_at = %s, "
-                        "attempts = 1 WHERE job_id = %s AND idx = %s AND status = 'pending'",
-                        (EMPTY_RESULT, now, job_id, idx),
-                    )
-                    conn.execute(
-                        "UPDATE jobs SET targets_done = targets_done + 1, updated_at = %s, "
-                        "expires_at = %s WHERE id = %s",
-                        (now, now + 86400, job_id),
-                    )
+        floor_outcomes(conn, ids, jobs * per_job, per_job)
         window = meter.stop(jobs=jobs, targets=jobs * per_job)
     return window, window.targets / window.seconds
 
