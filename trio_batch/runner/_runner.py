@@ -193,8 +193,9 @@ class Runner(BatchOps, JobReads, DrainLoop):
         self._drains[drain.job_id] = drain
         started = False
         try:
-            with trio.CancelScope(shield=True):  # a created job must get its drain task
-                job, reused = await self._store.create_job(request, now=self._now())
+            # No shield needed: a store call that has begun completes, and its Cancelled comes
+            # at the caller's next checkpoint (JobStore), after the drain below has started.
+            job, reused = await self._store.create_job(request, now=self._now())
             if reused:  # created meanwhile by another submit of the same targets
                 self._log_reused(job)
                 return job.id, True
