@@ -269,6 +269,20 @@ def test_the_next_target_of_a_running_job_reads_as_running(store: Store) -> None
     assert [t.status for t in targets_of(store, job.id)] == ["done", "pending", "pending"]
 
 
+@pytest.mark.parametrize("status", [JobState.RUNNING, "running", "queued"])
+def test_a_new_jobs_status_may_be_given_as_its_text(store: Store, status: Any) -> None:
+    job, _ = create(store, status=status)
+    assert job.status is JobState(status)
+    assert store.get_job(job.id, now=T0) == job
+
+
+@pytest.mark.parametrize("status", [JobState.DONE, "cancelled", "nonsense"])
+def test_a_new_job_is_never_terminal(store: Store, status: Any) -> None:
+    with pytest.raises(ValueError):
+        create(store, status=status)
+    assert store.list_jobs(now=T0) == []
+
+
 def test_create_job_stores_options_as_json(store: Store) -> None:
     job, _ = store.create_job(
         NewJob("alice", "user", [Target("u", Options(grep="a.b", context=True))], **CAPS), now=T0

@@ -281,7 +281,7 @@ class JobInsert:
             j.created_at,
             j.updated_at,
             j.expires_at,
-            dumps(j.metadata),
+            dumps(j.metadata) if j.metadata else "{}",
             j.parent_id,
             self.trace_context,
         )
@@ -330,25 +330,30 @@ def new_job(new: NewJob, *, now: float) -> JobInsert:
     parent_id = new.parent_id
     if parent_id is not None and not is_job_id(parent_id):
         raise ValueError(f"{parent_id!r} is not a job id")
-    if not JobState(status).is_live:
+    state = status if type(status) is JobState else JobState(status)
+    if not state.is_live:
         raise ValueError(f"a new job is queued or running, not {status}")
     if job_id is not None and not is_job_id(job_id):
         raise ValueError(f"{job_id!r} is not a job id; make one with new_job_id()")
-    job = Job(
-        id=new_job_id() if job_id is None else job_id,
-        status=JobState(status),
-        error=None,
-        targets_total=len(checked),
-        targets_done=0,
-        targets_failed=0,
-        caller=caller,
-        caller_class=caller_class,
-        idem_key=idem_key(caller, checked, labels, parent_id),
-        created_at=now,
-        updated_at=now,
-        expires_at=now + new.ttl,
-        metadata=labels,
-        parent_id=parent_id,
+    key = idem_key(caller, checked, labels, parent_id)
+    # In Job's field order, its slots set directly (once per submit, as _job_of does per row).
+    job = _job_of(
+        (
+            new_job_id() if job_id is None else job_id,
+            state,
+            None,  # error
+            len(checked),
+            0,  # targets_done
+            0,  # targets_failed
+            caller,
+            caller_class,
+            key,
+            now,  # created_at
+            now,  # updated_at
+            now + new.ttl,  # expires_at
+            labels,
+            parent_id,
+        )
     )
     return JobInsert(job, checked, check_trace_context(new.trace_context))
 
