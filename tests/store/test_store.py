@@ -269,6 +269,39 @@ def test_the_next_target_of_a_running_job_reads_as_running(store: Store) -> None
     assert [t.status for t in targets_of(store, job.id)] == ["done", "pending", "pending"]
 
 
+#: URLs whose text JSON spells in every way it can: quotes, backslashes, escapes, non-ASCII.
+_ODD_URLS = [
+    'https://x.test/"q"',
+    "https://x.test/back\\slash\\u0041",
+    "https://x.test/ünï/😀/\u2028/\u00a0",
+    "https://x.test/" + "long" * 2000,
+    "  https://x.test/spaced  ",
+    "mailto:{}[],:",
+]
+
+
+def _stored_target_rows(store: Store, job_id: str) -> list[tuple[Any, ...]]:
+    return store.db.execute(
+        "SELECT * FROM targets WHERE job_id = ? ORDER BY idx", (job_id,)
+    ).fetchall()
+
+
+def test_targets_without_options_are_stored_as_those_with_them_are(store: Store) -> None:
+    # Plain targets are inserted from a JSON array of their URLs, the rest row by row; the
+    # rows are the same, and every URL comes back as it was given.
+    caps = {**CAPS, "targets_per_job": 10, "jobs_per_caller": 2}
+    plain, _ = store.create_job(
+        NewJob("alice", "user", [Target(u) for u in _ODD_URLS], **caps), now=T0
+    )
+    spelled = [Target(u, Options() if i else Options(grep="")) for i, u in enumerate(_ODD_URLS)]
+    spelled.append(Target("https://x.test/last", custom_id="c"))
+    other, _ = store.create_job(NewJob("alice", "user", spelled, **caps), now=T0)
+    rows = [row[1:] for row in _stored_target_rows(store, plain.id)]  # all but the job id
+    assert rows == [row[1:] for row in _stored_target_rows(store, other.id)][: len(rows)]
+    assert [t.url for t in targets_of(store, plain.id)] == _ODD_URLS
+    assert [t.options for t in targets_of(store, plain.id)] == [Options()] * len(_ODD_URLS)
+
+
 @pytest.mark.parametrize("status", [JobState.RUNNING, "running", "queued"])
 def test_a_new_jobs_status_may_be_given_as_its_text(store: Store, status: Any) -> None:
     job, _ = create(store, status=status)
@@ -723,6 +756,8 @@ def _exercise_every_method(store: Store) -> None:
     latest_retry(store, job.id, "a", now=T0)
     store.forget_job(other.id, now=T0)
     hooked, _ = create(store, "c", webhook_url="https://example.org/hook")
+    # Targets with options or custom ids are inserted row by row; plain ones all at once.
+    store.create_job(NewJob("d", "user", [Target("https://e.test", custom_id="x")], **CAPS), now=T0)
     store.mark_in_flight_failed("restart", now=T0)
     event = _outbox.claim_delivery(store, "me", now=T0, lease=60)
     assert event is not None and event.job_id == hooked.id

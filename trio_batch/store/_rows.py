@@ -302,6 +302,14 @@ class JobInsert:
             for i, t in enumerate(self.targets)
         ]
 
+    def plain_urls(self) -> list[str] | None:
+        """The targets' URLs in ``idx`` order if none has options or a custom id (their rows
+        are then the URLs alone, ``pending``), else None."""
+        targets = self.targets
+        if all(t.options is DEFAULT_OPTIONS and t.custom_id is None for t in targets):
+            return [t.url for t in targets]
+        return None
+
     def target_columns(self) -> tuple[str, str, list[str], list[str], list[str | None]]:
         """``(job_id, status, urls, options, custom_ids)``: the targets as columns, all
         ``pending``, in ``idx`` order (one multi-row insert's parameters)."""

@@ -48,6 +48,13 @@ INSERT_JOB = f"INSERT INTO jobs ({JOB_COLUMNS}, trace_context) VALUES ({', '.joi
 INSERT_TARGET = (
     "INSERT INTO targets (job_id, idx, url, options, status, custom_id) VALUES (?, ?, ?, ?, ?, ?)"
 )
+#: A job's targets when none has options or a custom id, all ``pending`` (``'{}'`` is how
+#: unset options are stored), from a JSON array of their URLs: one statement for them all,
+#: whatever their number, which executemany of INSERT_TARGET takes about twice as long over.
+INSERT_PLAIN_TARGETS = (
+    "INSERT INTO targets (job_id, idx, url, options, status, custom_id) "
+    "SELECT ?1, key, value, '{}', 'pending', NULL FROM json_each(?2)"
+)
 INSERT_LABEL = (
     "INSERT INTO job_labels (job_id, caller, key, value, created_at) VALUES (?, ?, ?, ?, ?)"
 )

@@ -15,6 +15,7 @@ Every method that needs the time takes ``now=``; it defaults to ``time.time()``.
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -43,6 +44,9 @@ from . import _queries as q
 from ._reads import StoreReads, WouldBeSlow
 
 __all__ = ["Store", "WouldBeSlow", "admitted"]
+
+#: The JSON array of a job's URLs for INSERT_PLAIN_TARGETS (SQLite reads UTF-8 JSON as is).
+_URLS = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
 def admitted(want: Admission, row: tuple[Any, ...]) -> Job | None:
@@ -132,7 +136,11 @@ class Store(StoreReads):
                         return existing, True
                 self._admission_read = None
                 conn.execute(q.INSERT_JOB, insert.job_params())
-                conn.executemany(q.INSERT_TARGET, insert.target_params())
+                urls = insert.plain_urls()
+                if urls is None:
+                    conn.executemany(q.INSERT_TARGET, insert.target_params())
+                else:
+                    conn.execute(q.INSERT_PLAIN_TARGETS, (job.id, _URLS.encode(urls)))
                 if job.metadata:
                     conn.executemany(q.INSERT_LABEL, insert.label_params())
                 if new.webhook_url is not None or new.callback:
