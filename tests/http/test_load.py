@@ -12,8 +12,9 @@ Checked: no cap is ever exceeded, every accepted job reaches a terminal status w
 outcomes matching its counts and its status the one they imply (or ``cancelled``), every
 result the fetch returned (or error it raised) reached the store, nothing is left live, the
 database is intact, and the whole run ends (no deadlock; pytest-timeout guards a hang).
-Printed: jobs/s, the p50/p99/max lag, and each generation's garbage collections (the heap is
-frozen first, as ``trio-batch serve`` does). Nothing is asserted about speed.
+Printed: jobs/s, the p50/p99/max lag, the loop thread's CPU time (beside the run's length: how
+near saturation the loop is) and each generation's garbage collections (the heap is frozen
+first, as ``trio-batch serve`` does). Nothing is asserted about speed.
 ``TRIO_BATCH_SOAK=1`` runs a bigger load.
 """
 
@@ -253,10 +254,12 @@ async def _run_the_load(tmp_path: Path, figures: Figures) -> None:
                     monitors.start_soon(sampler, load, reader, config)
                     monitors.start_soon(heartbeat, load)
                     started = trio.current_time()
+                    cpu_began = time.thread_time()  # this thread runs the loop
                     async with trio.open_nursery() as work:
                         for index in range(SUBMITTERS):
                             work.start_soon(submitter, load, index)
                     elapsed = trio.current_time() - started
+                    loop_cpu = time.thread_time() - cpu_began
                     monitors.cancel_scope.cancel()
 
             # Every accepted job is terminal, and its counts and status match its outcomes.
@@ -297,7 +300,8 @@ async def _run_the_load(tmp_path: Path, figures: Figures) -> None:
         f"= {distinct / elapsed:.0f} jobs/s; event-loop lag p50 {_percentile(lag_ms, 0.5):.2f} "
         f"ms, p99 {_percentile(lag_ms, 0.99):.2f} ms, max {max(lag_ms, default=0):.2f} ms "
         f"({len(lag_ms)} beats; after the first second: p99 {_percentile(settled, 0.99):.2f} "
-        f"ms, max {max(settled, default=0):.2f} ms)"
+        f"ms, max {max(settled, default=0):.2f} ms); the loop's thread {loop_cpu:.2f} s on a "
+        f"CPU, {1000 * loop_cpu / max(distinct, 1):.2f} ms a job"
     )
     quiet = _beside_no_collection(load, pauses)
     figures.add(
