@@ -13,6 +13,7 @@ import trio
 import trio.testing
 
 from trio_batch import (
+    CallerBusy,
     Config,
     Job,
     JobState,
@@ -23,7 +24,7 @@ from trio_batch import (
     Target,
     open_runner,
 )
-from trio_batch.store import NewJob
+from trio_batch.store import Admission, NewJob
 from trio_batch.store.sqlite import _job_store, _paths
 
 from ..support.fakes import T0 as NOW  # the time every call is made at: leases compare only with it
@@ -231,6 +232,54 @@ async def test_outcomes_and_reads_go_on_while_a_checkpoint_copies_the_wal(
     assert held.steps == ["PASSIVE", "RESTART"]
 
 
+async def test_reads_beside_a_checkpoints_copy_stay_on_the_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read writes nothing beside the copy's disk flushes: an admission (here refused) and a
+    status read run on the loop, on a connection no thread uses, instead of queueing on the
+    side thread, whose answers came back to the loop in bursts under load."""
+    held = _HeldCheckpoint("PASSIVE")
+    store, job_id, threads = await _store_with_a_held_checkpoint(tmp_path, monkeypatch, held)
+    on_reader: list[int] = []
+    async with store:
+        assert store._reader is not None
+        store._reader.db.conn.set_trace_callback(lambda _: on_reader.append(threading.get_ident()))
+        with pytest.raises(CallerBusy) as refused:  # alice's job is live, and her cap is 1
+            await store.admit(Admission("alice", "other targets", 1, 10, 1, 10), now=NOW)
+        status = await store.get_status(job_id, now=NOW)
+        answered_while_held = held.released is None
+        held.release.set()
+    assert answered_while_held
+    assert refused.value.job_id == job_id
+    assert status is not None and status[0].id == job_id
+    assert on_reader and set(on_reader) == {threading.get_ident()}  # on the loop
+    assert threads == []  # nothing on the fast connection, the side thread's
+
+
+async def test_no_read_runs_on_the_loop_while_a_checkpoint_restarts_the_wal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The restart step waits for readers: a read then queues behind it on the store thread."""
+    held = _HeldCheckpoint("RESTART")
+    store, job_id, threads = await _store_with_a_held_checkpoint(tmp_path, monkeypatch, held)
+    on_reader: list[str] = []
+    jobs: list[Job | None] = []
+
+    async def read() -> None:
+        jobs.append(await store.get_job(job_id, now=NOW))
+
+    async with store, trio.open_nursery() as nursery:
+        assert store._reader is not None
+        store._reader.db.conn.set_trace_callback(on_reader.append)
+        nursery.start_soon(read)
+        await trio.testing.wait_all_tasks_blocked()
+        assert jobs == []  # queued behind the restart
+        held.release.set()
+    assert held.released is True
+    assert jobs[0] is not None and jobs[0].id == job_id
+    assert on_reader == [] and threads == []
+
+
 async def _store_outcome(
     store: _job_store.SQLiteJobStore, job_id: str, idx: int, answers: list[Job | None]
 ) -> None:
@@ -350,7 +399,8 @@ async def test_calls_beside_a_checkpoint_when_the_store_closes_get_the_closed_st
             ),
         )
         await trio.to_thread.run_sync(side_busy.wait)
-        nursery.start_soon(call, lambda: store.get_status(job_id, now=NOW))
+        # A write (a read would run on the loop, beside the copy):
+        nursery.start_soon(call, lambda: store.finish_job(job_id, JobState.CANCELLED, now=NOW))
         await trio.testing.wait_all_tasks_blocked()
         nursery.start_soon(store.aclose)
         await trio.testing.wait_all_tasks_blocked()

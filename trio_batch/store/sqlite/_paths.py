@@ -8,7 +8,9 @@ Three paths to the synchronous :class:`~trio_batch.Store`:
   costs tens of microseconds. The moment it would wait, because another connection or process
   holds the write lock (SQLite answers "database is locked" at once, at ``BEGIN IMMEDIATE``,
   before anything is written) or the in-process connection is busy, it gives up and the call
-  goes to the store thread instead.
+  goes to the store thread instead. Beside a checkpoint it writes nothing; while the checkpoint
+  copies the WAL, a read (a call that counts no write: an admission, a status) still runs on
+  the loop, on a third connection that no thread uses, rather than queue behind the thread.
 - **The store thread** (:class:`~trio_batch.store._thread.StoreThread`) for everything else:
   calls that may wait on a lock or a disk flush (``synchronous=FULL``), big results, purges and
   checkpoints.
@@ -72,6 +74,8 @@ class FastPaths(StoreFace):
         self._closed = False
         self._fast: Store | None = None
         self._owns_fast = False
+        # Reads on the loop while a checkpoint keeps the fast connection off it (see _try_fast).
+        self._reader: Store | None = None
         self._writes_since_checkpoint = 0
         # A checkpoint is queued or running: the loop makes no call on the fast connection.
         self._checkpoint_pending = False
@@ -97,6 +101,7 @@ class FastPaths(StoreFace):
             else:
                 with translate_errors(self.store.busy_timeout):
                     self._fast = self.store.reopen(busy_timeout=0, wal_autocheckpoint=False)
+                    self._reader = self.store.reopen(busy_timeout=0, wal_autocheckpoint=False)
                 self._owns_fast = True
                 self._side_thread.start()
         self._budget.install()
@@ -114,6 +119,9 @@ class FastPaths(StoreFace):
         self._closed = True
         self._budget.uninstall()
         fast, self._fast = self._fast, None
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.close()  # used on the loop only: no call of it is queued anywhere
         if self._started:
             with trio.CancelScope(shield=True):
                 if self._owns_fast and fast is not None:
@@ -137,7 +145,9 @@ class FastPaths(StoreFace):
         **kwargs: P.kwargs,
     ) -> T:
         """``fn(store, ...)``: on the fast path if it can run there, else on the thread.
-        ``writes``: what it counts toward the next checkpoint (see :data:`CHECKPOINT_EVERY`).
+        ``writes``: what it counts toward the next checkpoint (see :data:`CHECKPOINT_EVERY`); a
+        call that counts none writes nothing (it may run beside a checkpoint, see
+        :meth:`_try_fast`).
 
         Raises :class:`StoreError` if the store is closed, or closes while the call waits for
         room in the loop (see :meth:`_ready_for_fast_call`).
@@ -273,9 +283,14 @@ class FastPaths(StoreFace):
         **kwargs: P.kwargs,
     ) -> T | Miss:
         """``fn(fast, ...)`` on the loop thread, or :data:`MISS` if it would wait; ``writes``
-        is what it counts toward the next checkpoint (see :data:`CHECKPOINT_EVERY`)."""
+        is what it counts toward the next checkpoint (see :data:`CHECKPOINT_EVERY`). While a
+        checkpoint copies the WAL, a read (no write counted) runs on the reader connection."""
         fast = self._fast
-        if fast is None or self._checkpoint_pending or not fast._lock.acquire(blocking=False):
+        if fast is not None and self._checkpoint_pending:
+            # No write on the loop beside a checkpoint's disk flushes, nor any call while it
+            # restarts the WAL; a read beside the copy runs here, where no thread waits for it.
+            fast = self._reader if not writes and self._checkpoint_copying else None
+        if fast is None or not fast._lock.acquire(blocking=False):
             return MISS
         started = time.perf_counter()
         try:
