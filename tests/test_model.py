@@ -29,7 +29,7 @@ from trio_batch import (
     idem_key,
 )
 from trio_batch._model import MAX_URL_LENGTH, check_caller, check_targets
-from trio_batch._targets import _check_custom_id, _check_url
+from trio_batch._targets import _check_custom_id, _check_url, plain_urls
 
 
 def test_statuses_compare_equal_to_their_strings() -> None:
@@ -366,3 +366,11 @@ def test_a_target_of_a_str_subclass_is_checked_and_kept() -> None:
     with pytest.raises(InvalidTargets, match="NUL"):
         Target(Url("https://x\x00"))
     assert dataclasses.replace(Target("a", custom_id="c"), url="b") == Target("b", custom_id="c")
+
+
+def test_plain_urls_are_those_of_targets_without_options_or_custom_ids() -> None:
+    plain = [Target("https://a"), Target("https://b")]
+    assert plain_urls(check_targets(plain)) == plain_urls(plain) == ["https://a", "https://b"]
+    for odd in (Target("https://c", Options(grep="x")), Target("https://c", custom_id="c")):
+        assert plain_urls(check_targets([*plain, odd])) is None
+        assert plain_urls([*plain, odd]) is None

@@ -36,6 +36,7 @@ __all__ = [
     "check_metadata",
     "check_targets",
     "idem_key",
+    "plain_urls",
 ]
 
 #: Longest URL a target may carry; far past any real URL, short enough to keep rows small.
@@ -251,6 +252,8 @@ class _CheckedTargets(tuple[Target, ...]):
     what :func:`idem_key` hashes."""
 
     canonical: str
+    #: No target has options or a custom id (see :func:`plain_urls`).
+    plain: bool
 
 
 def check_targets(targets: object) -> tuple[Target, ...]:
@@ -268,10 +271,16 @@ def check_targets(targets: object) -> tuple[Target, ...]:
     # key's text is made once, and a str hashes once where a Target hashed its fields.
     seen: dict[str, int] = {}
     custom_ids: dict[str, int] = {}
+    plain = True
     for i, target in enumerate(targets):
         if not isinstance(target, Target):
             raise InvalidTargets(f"target {i} is a {type(target).__name__}, not a Target", index=i)
-        first = seen.setdefault(_canonical_target(target), i)
+        if target.options is DEFAULT_OPTIONS and target.custom_id is None:
+            part = '{"url":' + encode_basestring_ascii(target.url) + "}"  # as _canonical_target
+        else:
+            part = _canonical_target(target)
+            plain = False
+        first = seen.setdefault(part, i)
         if first != i:
             raise InvalidTargets(f"target {i} repeats target {first} ({target.url})", index=i)
         if target.custom_id is not None:
@@ -283,7 +292,18 @@ def check_targets(targets: object) -> tuple[Target, ...]:
                 )
     checked = _CheckedTargets(targets)
     checked.canonical = "[" + ",".join(seen) + "]"  # in order: no target repeats
+    checked.plain = plain
     return checked
+
+
+def plain_urls(targets: Sequence[Target]) -> list[str] | None:
+    """The URLs of ``targets`` in order if none has options or a custom id (they are then
+    their URLs alone), else None."""
+    if type(targets) is _CheckedTargets:
+        plain = targets.plain
+    else:
+        plain = all(t.options is DEFAULT_OPTIONS and t.custom_id is None for t in targets)
+    return [t.url for t in targets] if plain else None
 
 
 def check_metadata(obj: object) -> dict[str, str]:

@@ -33,6 +33,7 @@ from .._model import (
     is_job_id,
     new_job_id,
 )
+from .._targets import plain_urls
 from .._text import safe_text
 from ._protocol import Admission, NewJob
 
@@ -305,10 +306,7 @@ class JobInsert:
     def plain_urls(self) -> list[str] | None:
         """The targets' URLs in ``idx`` order if none has options or a custom id (their rows
         are then the URLs alone, ``pending``), else None."""
-        targets = self.targets
-        if all(t.options is DEFAULT_OPTIONS and t.custom_id is None for t in targets):
-            return [t.url for t in targets]
-        return None
+        return plain_urls(self.targets)
 
     def target_columns(self) -> tuple[str, str, list[str], list[str], list[str | None]]:
         """``(job_id, status, urls, options, custom_ids)``: the targets as columns, all
