@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 
 import pytest
+import trio
 
 from benchmarks import (
     ab,
@@ -25,6 +26,7 @@ from benchmarks import (
     probes,
     report,
     run,
+    soak_profile,
     workloads,
 )
 
@@ -165,3 +167,28 @@ def test_the_paired_runner_measures_each_side_in_its_own_process() -> None:
     here = Path(ab.__file__).resolve().parent.parent
     [(base, this)] = ab.paired(here, here, "cycle1", rounds=1)
     assert base > 0 and this > 0
+
+
+async def test_the_soak_profile_times_passes_steps_and_beats() -> None:
+    lines: list[str] = []
+
+    async def heartbeat() -> None:  # named as the soak's: its beats are timed
+        for _ in range(20):
+            await trio.sleep(0.001)
+
+    async def submitter() -> None:
+        for _ in range(20):
+            await trio.lowlevel.checkpoint()
+
+    profile = soak_profile.LoopProfile()
+    trio.lowlevel.add_instrument(profile)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(heartbeat)
+        nursery.start_soon(submitter)
+    trio.lowlevel.remove_instrument(profile)
+    profile.report(lines.append)
+    assert all(line.startswith("PROF") for line in lines)
+    assert any("heartbeat" in line for line in lines) and any(
+        "beats, lag p99" in line for line in lines
+    )
+    assert profile.steps and profile.passes and len(profile.beats) >= 19
