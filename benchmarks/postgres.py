@@ -1,5 +1,5 @@
 """PostgreSQL rows of ``make bench``: ``python -m benchmarks.postgres [--quick] [--rounds N]
-[--only ROW ...]``.
+[--only ROW ...] [--placement free|one-core|two-cores]``.
 
 On a throw-away local server (demo/local_postgres.py: Unix socket, ``fsync=off``,
 ``synchronous_commit=off``, so a commit costs CPU and a socket round trip, not a disk flush),
@@ -23,6 +23,9 @@ per round, each on a fresh database:
   above: what the pooler's extra hop costs (one runner: ``?listen=off``, LISTEN has nothing
   to tell it), each beside the bare loop through PgBouncer too (no prepared statements there:
   a pooler in transaction mode cannot keep them).
+
+``--placement`` pins the processes to CPUs (:mod:`benchmarks.placement`): ``one-core`` makes
+each row measure CPU per target (:mod:`benchmarks.postgres_cpu` counts it, client and server).
 
 Figures are medians over interleaved rounds; ratios to the floor are taken within a round.
 Read the ratios, not the absolute figures: the machine is shared. The floor is bimodal on a
