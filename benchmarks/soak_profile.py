@@ -5,7 +5,8 @@ benchmarks.soak_profile`` runs the soak with :class:`LoopProfile` installed in i
 and prints (lines starting ``PROF``) how long the scheduler's passes took, the loop thread's
 wall and CPU time per kind of task step, what filled the windows of the heartbeat's late
 beats, what the passes over 1 ms held, the submitters' steps by where they resumed and where
-they stopped, and how long the thread waited for a CPU (Linux ``schedstat``). The figures of
+they stopped, how long the thread waited for a CPU (Linux ``schedstat``), and the SQLite
+store's admission reads (``Store.admission_row``, on any thread). The figures of
 ``docs/explanation/performance.md`` on the soak were taken with it. Timing every step costs
 the loop some µs a step: compare runs with it only against runs with it.
 """
@@ -178,20 +179,46 @@ class LoopProfile(trio.abc.Instrument):
         )
 
 
+class _Timed:
+    """Calls of one method: how many, and their wall time (:meth:`wrapper` stands in for it)."""
+
+    def __init__(self, method: Callable[..., Any]) -> None:
+        self.method, self.calls, self.seconds = method, 0, 0.0
+
+    def wrapper(self) -> Callable[..., Any]:
+        """A function (so bound as a method is) that times each call."""
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            began = time.perf_counter()
+            try:
+                return self.method(*args, **kwargs)
+            finally:
+                self.seconds += time.perf_counter() - began
+                self.calls += 1
+
+        return timed
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Wrap the soak's run in a :class:`LoopProfile`."""
+    """Wrap the soak's run in a :class:`LoopProfile`, and time the admission reads."""
     load = sys.modules.get("tests.http.test_load")
     if load is None:
         return
+    from trio_batch.store.sqlite._store import Store
+
     run = load._run_the_load
 
     async def profiled(*args: Any) -> None:
-        profile = LoopProfile()
+        profile, reads = LoopProfile(), _Timed(Store.admission_row)
+        Store.admission_row = reads.wrapper()  # type: ignore[method-assign]
         trio.lowlevel.add_instrument(profile)
         try:
             await run(*args)
         finally:
             trio.lowlevel.remove_instrument(profile)
+            Store.admission_row = reads.method  # type: ignore[method-assign]
             profile.report(lambda line: print(line, file=sys.stderr))
+            each = 1e6 * reads.seconds / max(1, reads.calls)
+            print(f"PROF admission reads {reads.calls}, {each:.1f} µs each", file=sys.stderr)
 
     load._run_the_load = profiled
