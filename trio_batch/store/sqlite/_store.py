@@ -53,8 +53,8 @@ def admitted(want: Admission, row: tuple[Any, ...]) -> Job | None:
     """What an ``ADMISSION`` row answers for ``want``: the job to reuse, or None if a job may
     be created; raises the cap it would break."""
     if row[0] is not None:
-        return _job(row[:-4])
-    check_counted_caps(want, *row[-3:])
+        return _job(row[:-5])
+    check_counted_caps(want, *row[-4:-1])
     return None
 
 
@@ -178,11 +178,13 @@ class Store(StoreReads):
         """The ``ADMISSION`` row of ``want`` (see :func:`admitted`): the lookup and the counts
         in one statement, so they see one snapshot."""
         with self._lock:
-            written = self._written()  # before the read: a write after it shows as a change
-            row: tuple[Any, ...] = self.db.conn.execute(
+            conn = self.db.conn
+            changes = conn.total_changes  # this connection's own writes: none while locked
+            row: tuple[Any, ...] = conn.execute(
                 q.ADMISSION, (want.caller, want.idem_key, now)
             ).fetchone()
-            self._admission_read = (want, now, written, row)
+            # The data version as of the read's own snapshot: no commit can fall between them.
+            self._admission_read = (want, now, (int(row[-1]), changes), row)
         return row
 
     def find_reusable_job(self, caller: str, key: str, *, now: float | None = None) -> Job | None:
