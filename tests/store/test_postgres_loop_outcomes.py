@@ -409,6 +409,7 @@ async def test_a_write_seen_as_ongoing_that_ends_its_job_after_all_ends_it_once_
         first = await _commit(
             store, [OutcomeWrite(job.id, 0, result=Result("a"), seen=job)], ttl=TTL, now=T0 + 1
         )
+        assert first[0] == store.store.get_job(job.id, now=T0 + 1)  # the job as stored
         assert isinstance(first[0], Job) and first[0].status == JobState.RUNNING
         stale = OutcomeWrite(job.id, 1, result=Result("b"), seen=job)  # 2 left, as it saw
         [last] = await _commit(store, [stale], ttl=TTL, now=T0 + 2)
@@ -418,6 +419,32 @@ async def test_a_write_seen_as_ongoing_that_ends_its_job_after_all_ends_it_once_
     assert _admin(pg_dsn, "SELECT event FROM outbox WHERE job_id = %s", (job.id,)) == [
         ("job.done",)
     ]
+
+
+async def test_an_ongoing_write_answers_the_job_as_stored_whatever_its_writer_saw(
+    dsn: str, no_thread_writes: list[int]
+) -> None:
+    """The ongoing write answers only the columns an outcome changes; the rest of the job
+    comes from the writer's view of it, the changed ones from the row even when that view was
+    stale (another outcome since, a failure counted, a cancel)."""
+    async with opened(dsn) as store:
+        job = _hooked(store.store, "a", 4)
+        views = [job, job, job]  # each write as if the one before were not seen
+        writes = [OutcomeWrite(job.id, 0, result=Result("a"), seen=views[0])]
+        writes.append(OutcomeWrite(job.id, 1, error="boom", seen=views[1]))
+        for n, write in enumerate(writes, 1):
+            [answer] = await _commit(store, [write], ttl=TTL, now=T0 + n)
+            assert answer == store.store.get_job(job.id, now=T0 + n)
+        cancelled = await store.finish_job(job.id, JobState.CANCELLED, now=T0 + 3)
+        assert cancelled is not None
+        write = OutcomeWrite(job.id, 2, result=Result("c"), seen=views[2])
+        [answer] = await _commit(store, [write], ttl=TTL, now=T0 + 4)
+        assert answer == store.store.get_job(job.id, now=T0 + 4)
+        assert isinstance(answer, Job) and (answer.status, answer.targets_done) == (
+            JobState.CANCELLED,
+            3,
+        )
+        assert no_thread_writes == []
 
 
 def test_the_ongoing_write_alone_never_ends_a_job(pg_dsn: str) -> None:

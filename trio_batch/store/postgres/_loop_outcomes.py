@@ -17,17 +17,20 @@ whole transaction rolled back, nothing stored: which write it was is not known h
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 import psycopg
 
-from ..._errors import StoreUnavailable
-from ..._model import Job, OutcomeWrite
+from ..._errors import OutcomeExists, StoreUnavailable
+from ..._model import Job, JobState, OutcomeWrite
 from .._face import StoreOutcomes, TimedWrite
 from .._lanes import Lanes
+from .._rows import job_after_outcome
 from .._thread import StoreThread
 from . import _queries as q
 from ._connection import Op, PostgresConnection
@@ -133,10 +136,12 @@ class LoopOutcomes:
         answered = results[len(results) - len(sent) :]
         for (i, _), result, is_lean in zip(sent, answered, lean, strict=True):
             row = self.link.row(result)
-            if is_lean and row is not None and row[0] is None:
+            if not is_lean:
+                answers[i] = _outcome_answer(writes[i], row)
+            elif row is not None and row[0] is None:
                 last.append(i)
             else:
-                answers[i] = _outcome_answer(writes[i], row)
+                answers[i] = _ongoing_answer(writes[i], row, ttl=ttl, now=now)
         done = [k for k in range(len(writes)) if k not in last]
         store.answered([writes[k] for k in done], [answers[k] for k in done], mark=mark)
         if last:
@@ -152,11 +157,37 @@ class LoopOutcomes:
         return answers
 
 
+def _ongoing_answer(
+    write: OutcomeWrite, row: Any, *, ttl: float, now: float
+) -> Job | OutcomeExists | None:
+    """What ``RECORD_ONGOING_OUTCOME``'s row (owned or not, not NULL) says of ``write``: as
+    :func:`_outcome_answer`; the job is ``write.seen`` with the columns the write left (its
+    lease bumped to ``now + ttl``, as the statement set it)."""
+    owned, status, error, done, failed = row
+    seen = write.seen
+    if status is None or seen is None:  # nothing stored
+        return _outcome_answer(write, (owned, None))
+    if status == seen.status.value and error == seen.error and done == seen.targets_done + 1:
+        return job_after_outcome(seen, failed=failed - seen.targets_failed, now=now, ttl=ttl)
+    # The writer's view was stale (a cancel, say): the row's own values.
+    return dataclasses.replace(
+        seen,
+        status=JobState(status),
+        error=error,
+        targets_done=done,
+        targets_failed=failed,
+        updated_at=now,
+        expires_at=now + ttl,
+    )
+
+
 def _ongoing(write: OutcomeWrite) -> bool:
     """Whether ``write`` cannot end its job as its writer saw the job (``write.seen``): more
     than one of its targets still without an outcome. Only a guess: the statement checks."""
     seen = write.seen
-    return seen is not None and seen.targets_total - seen.targets_done > 1
+    return (
+        seen is not None and seen.id == write.job_id and seen.targets_total - seen.targets_done > 1
+    )
 
 
 class OutcomeWriters:

@@ -320,15 +320,18 @@ RECORD_OUTCOME = (
     f"SELECT EXISTS (SELECT 1 FROM job), bumped.*{_ANSWER}"
 )
 #: ``RECORD_OUTCOME`` for a write that cannot end its job (its writer saw more than one of the
-#: job's targets without an outcome): the same checks, locks and answer without the arms only
-#: the job's last outcome needs (its status, its event into the outbox), which cost every
-#: outcome server time. It stores nothing if the job, once locked, is at its last outcome
-#: after all: its first column is then NULL (true: stored or refused as ``RECORD_OUTCOME``
-#: would; false: not owned), and the write is sent again as ``RECORD_OUTCOME``.
+#: job's targets without an outcome): the same checks and locks without the arms only the
+#: job's last outcome needs (its status, its event into the outbox), which cost every outcome
+#: server time. It stores nothing if the job, once locked, is at its last outcome after all:
+#: its first column is then NULL (true: stored or refused as ``RECORD_OUTCOME`` would; false:
+#: not owned), and the write is sent again as ``RECORD_OUTCOME``. It answers only the job's
+#: columns an outcome changes (``ONGOING_COLUMNS``, NULLs if nothing was stored): the writer
+#: holds the others, which nothing updates.
 RECORD_ONGOING_OUTCOME = (
     "WITH job AS (SELECT id, targets_done + 1 < targets_total AS ongoing "
     f"{_LOCKED_JOB}), stored AS ({_STORE_TARGET.format(' WHERE ongoing')}), "
-    f"bumped AS ({_BUMP_JOB}{_BUMPED}) "
+    f"bumped AS ({_BUMP_JOB} WHERE id = %(job_id)s AND EXISTS (SELECT 1 FROM stored) "
+    "RETURNING status, error, targets_done, targets_failed) "
     "SELECT CASE WHEN EXISTS (SELECT 1 FROM job WHERE ongoing) THEN true "
     f"WHEN NOT EXISTS (SELECT 1 FROM job) THEN false END, bumped.*{_ANSWER}"
 )
