@@ -31,6 +31,8 @@ from trio_batch import (
 from trio_batch._model import MAX_URL_LENGTH, check_caller, check_targets
 from trio_batch._targets import _check_custom_id, _check_url, plain_urls
 
+from .support.fakes import PLAIN, WITH_OPTIONS, Shifting
+
 
 def test_statuses_compare_equal_to_their_strings() -> None:
     assert [s.value for s in JobState] == [
@@ -281,6 +283,20 @@ def test_checked_targets_are_not_checked_again_and_still_compare_as_a_tuple() ->
     # A plain tuple with a repeat is still refused: only check_targets' own result is trusted.
     with pytest.raises(InvalidTargets, match="repeats"):
         check_targets((Target("a"), Target("a")))
+
+
+@pytest.mark.parametrize(
+    ("first", "later"), [(PLAIN, WITH_OPTIONS), (WITH_OPTIONS, PLAIN)], ids=["plain", "options"]
+)
+def test_checked_targets_and_their_notes_come_from_one_read(
+    first: list[Target], later: list[Target]
+) -> None:
+    # Checked on one read and copied on another, the notes (plain or not, the canonical JSON
+    # the key hashes) described other targets than the tuple returned.
+    checked = check_targets(Shifting(first, later))
+    assert list(checked) == first
+    assert plain_urls(checked) == plain_urls(list(first))
+    assert idem_key("c", checked) == idem_key("c", list(first))
 
 
 @pytest.mark.parametrize(

@@ -265,14 +265,17 @@ def check_targets(targets: object) -> tuple[Target, ...]:
         return targets
     if isinstance(targets, str | bytes) or not isinstance(targets, Sequence):
         raise InvalidTargets(f"targets must be a list of Target, not {type(targets).__name__}")
-    if not targets:
+    # Read once: what is checked, and noted below, is what is returned, even if the sequence
+    # changes under us (a list another thread mutates, a lazy view).
+    checked = _CheckedTargets(targets)
+    if not checked:
         raise InvalidTargets("a job needs at least one target")
     # Keyed by each target's canonical JSON, equal exactly when the targets are equal: the
     # key's text is made once, and a str hashes once where a Target hashed its fields.
     seen: dict[str, int] = {}
     custom_ids: dict[str, int] = {}
     plain = True
-    for i, target in enumerate(targets):
+    for i, target in enumerate(checked):
         if not isinstance(target, Target):
             raise InvalidTargets(f"target {i} is a {type(target).__name__}, not a Target", index=i)
         if target.options is DEFAULT_OPTIONS and target.custom_id is None:
@@ -290,7 +293,6 @@ def check_targets(targets: object) -> tuple[Target, ...]:
                     f"target {i} repeats the custom_id {target.custom_id!r} of target {first}",
                     index=i,
                 )
-    checked = _CheckedTargets(targets)
     checked.canonical = "[" + ",".join(seen) + "]"  # in order: no target repeats
     checked.plain = plain
     return checked

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import overload
 
 import trio
 
-from trio_batch import Result, Target
+from trio_batch import Options, Result, Target
 
 T0 = 1_700_000_000.0
 
@@ -134,3 +135,32 @@ class ScriptedFetch:
 def urls(*names: str) -> list[Target]:
     """Targets ``https://example.test/<name>`` for each name."""
     return [Target(f"https://example.test/{name}") for name in names]
+
+
+class Shifting(Sequence[Target]):
+    """Targets that are not the same at each read (a list another thread mutates while it is
+    read, a lazy view): the first read ``first``, every later one ``later``."""
+
+    def __init__(self, first: list[Target], later: list[Target]) -> None:
+        self.reads, self._first, self._later = 0, first, later
+
+    def _now(self) -> list[Target]:
+        return self._first if self.reads <= 1 else self._later
+
+    def __iter__(self) -> Iterator[Target]:
+        self.reads += 1
+        return iter(self._now())
+
+    def __len__(self) -> int:
+        return len(self._first)
+
+    @overload
+    def __getitem__(self, i: int) -> Target: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[Target]: ...
+    def __getitem__(self, i: int | slice) -> Target | Sequence[Target]:
+        return self._now()[i]
+
+
+PLAIN = [Target("https://a.test/0")]
+WITH_OPTIONS = [Target("https://a.test/0", Options(mode="x"))]
