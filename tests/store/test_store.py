@@ -37,6 +37,8 @@ from trio_batch.store.sqlite import _outbox
 from trio_batch.store.sqlite import _queries as q
 from trio_batch.store.sqlite._views import job_overview, latest_retry, one_target, targets_after
 
+from ..support.fakes import PLAIN, WITH_OPTIONS, Shifting
+
 T0 = 1_000_000.0
 TTL = 100.0
 CAPS: dict[str, Any] = {"ttl": TTL, "targets_per_job": 4, "jobs_per_caller": 1, "jobs_total": 3}
@@ -593,6 +595,40 @@ def test_the_seen_job_of_a_forgotten_job_with_the_same_id_is_ignored(store: Stor
     answer = store.record_outcome(old.id, 0, error="e", ttl=TTL, now=T0 + 1, seen=old)
     assert answer == store.get_job(again.id, now=T0 + 1)
     assert answer is not None and (answer.caller, answer.targets_total) == ("bob", 2)
+
+
+@pytest.mark.parametrize(
+    ("caller", "n", "prefix"),
+    [("bob", 3, "https://example.com/"), ("alice", 2, "https://example.com/"),
+     ("alice", 3, "https://other.test/")],
+    ids=["another caller", "another target count", "other targets"],
+)  # fmt: skip
+def test_a_job_given_again_at_the_same_instant_is_not_the_one_seen(
+    store: Store, caller: str, n: int, prefix: str
+) -> None:
+    # The clock did not move between the forget and the new create (an injected clock, a
+    # coarse one): created_at alone cannot tell the new job from the one seen. Taken for it,
+    # a stale write was counted against the old target count and ended the new job early.
+    old, _ = create(store, status=JobState.RUNNING, job_id=new_job_id(), now=T0)
+    store.finish_job(old.id, JobState.CANCELLED, now=T0)
+    assert store.forget_job(old.id, now=T0)
+    again, _ = store.create_job(
+        NewJob(caller, "user", targets(n, prefix), status=JobState.RUNNING, job_id=old.id,
+               **CAPS),
+        now=T0,
+    )  # fmt: skip
+    answer = store.record_outcome(old.id, 0, result=Result("r"), ttl=TTL, now=T0, seen=old)
+    assert answer == store.get_job(again.id, now=T0)
+    assert answer is not None and (answer.status, answer.targets_done) == (JobState.RUNNING, 1)
+
+
+def test_targets_read_differently_each_time_are_stored_as_checked(store: Store) -> None:
+    # The check read the targets once, the insert again: a target's options were dropped
+    # when the first read had none, and the key was of other targets than those stored.
+    given = Shifting(WITH_OPTIONS, PLAIN)
+    job, _ = store.create_job(NewJob("alice", "user", given, status=JobState.RUNNING, **CAPS))
+    assert [t.options for t in targets_of(store, job.id)] == [WITH_OPTIONS[0].options]
+    assert job.idem_key == idem_key("alice", WITH_OPTIONS)
 
 
 def test_a_refused_write_with_the_job_as_seen_changes_nothing(store: Store) -> None:

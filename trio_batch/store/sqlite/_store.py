@@ -289,6 +289,9 @@ class Store(StoreReads):
                     seen.targets_done,
                     seen.targets_failed,
                     seen.created_at,
+                    seen.targets_total,
+                    seen.caller,
+                    seen.idem_key,
                 ),
             ).rowcount
             == 1
