@@ -452,6 +452,7 @@ def test_the_ongoing_write_alone_never_ends_a_job(pg_dsn: str) -> None:
     try:
         job = _hooked(store, "a", 1)
         values = store._outcome_values(OutcomeWrite(job.id, 0, result=Result("x")), ttl=TTL, now=T0)
+        values.update(seen_created=job.created_at, seen_total=1, seen_caller=job.caller)
         row = store.connection().execute(q.RECORD_ONGOING_OUTCOME, values).fetchone()
         assert row is not None and row[0] is None and row[1] is None  # stored nothing
         values["job_id"] = "unknown-job-id-0000000"
@@ -463,3 +464,95 @@ def test_the_ongoing_write_alone_never_ends_a_job(pg_dsn: str) -> None:
     assert _admin(pg_dsn, "SELECT status FROM targets WHERE job_id = %s", (job.id,)) == [
         ("pending",)
     ]
+
+
+def _state(dsn: str, job_id: str) -> tuple[Any, ...]:
+    targets = _admin(
+        dsn,
+        "SELECT status, result, error, attempts FROM targets WHERE job_id = %s ORDER BY idx",
+        (job_id,),
+    )
+    [event] = _admin(
+        dsn, "SELECT event, job_status, targets_done FROM outbox WHERE job_id = %s", (job_id,)
+    )
+    return _stored(dsn, job_id), tuple(map(tuple, targets)), tuple(event)
+
+
+async def test_ongoing_writes_to_a_cancelled_job_with_failures_end_it_as_full_ones(
+    pg_dsn: str,
+    no_thread_writes: list[int],
+) -> None:
+    async with opened(pg_dsn) as store:
+        states = []
+        for lean in (True, False):
+            # A job with failures, cancelled mid-way, a stale view at its last outcome: sent
+            # as ongoing writes or as RECORD_OUTCOME, it ends the same.
+            job = _hooked(store.store, "lean" if lean else "full", 4)
+
+            async def write(w: OutcomeWrite, now: float, lean: bool = lean) -> Job:
+                loop = store._writers.loops[0]
+                if lean:
+                    [answer] = await _commit(store, [w], ttl=TTL, now=now)
+                else:
+                    [answer] = await loop.record_outcomes([w], ttl=TTL, now=now, ongoing=False)
+                assert isinstance(answer, Job), answer
+                return answer
+
+            a0 = await write(OutcomeWrite(job.id, 0, error="boom", seen=job), T0 + 1)
+            assert (a0.status, a0.targets_done, a0.targets_failed) == (JobState.RUNNING, 1, 1)
+            assert store.store.finish_job(job.id, JobState.CANCELLED, now=T0 + 2) is not None
+            a1 = await write(OutcomeWrite(job.id, 1, result=Result("b"), seen=a0), T0 + 3)
+            assert (a1.status, a1.targets_done) == (JobState.CANCELLED, 2)
+            a2 = await write(OutcomeWrite(job.id, 2, error="x", seen=a1), T0 + 4)
+            # Stale: seen with 2 left, sent lean; the job is at its last outcome.
+            a3 = await write(OutcomeWrite(job.id, 3, result=Result("d"), seen=a1), T0 + 5)
+            assert (a2.targets_done, a3.targets_done) == (3, 4)
+            assert (a3.status, a3.targets_failed) == (JobState.CANCELLED, 2)
+            states.append(_state(pg_dsn, job.id))
+        assert no_thread_writes == []
+    assert states[0] == states[1]
+    assert states[0][0] == ("cancelled", 4, 2)
+    assert states[0][2] == ("job.cancelled", "cancelled", 1)  # the cancel's event, untouched
+
+
+async def test_an_ongoing_answer_is_the_job_as_stored_when_seen_is_a_forgotten_job(
+    pg_dsn: str,
+    no_thread_writes: list[int],
+) -> None:
+    # The ongoing statement answers four columns and takes the rest from the job seen: a job
+    # forgotten and given again under its id must go as RECORD_OUTCOME, answered whole.
+    async with opened(pg_dsn) as store:
+        pg = store.store
+        old_targets = [Target(f"https://old.test/{i}") for i in range(3)]
+        old, _ = pg.create_job(
+            NewJob(
+                "old", "user", old_targets, status=JobState.RUNNING, metadata={"k": "old"}, **CAPS
+            ),
+            now=T0,
+        )
+        assert pg.finish_job(old.id, JobState.CANCELLED, now=T0 + 1) is not None
+        assert pg.forget_job(old.id, now=T0 + 1) is not None
+        new_targets = [Target(f"https://new.test/{i}") for i in range(5)]
+        new, reused = pg.create_job(
+            NewJob(
+                "new",
+                "admin",
+                new_targets,
+                status=JobState.RUNNING,
+                job_id=old.id,
+                metadata={"k": "new"},
+                **CAPS,
+            ),
+            now=T0 + 2,
+        )
+        assert not reused and new.id == old.id
+        [answer] = await _commit(
+            store, [OutcomeWrite(old.id, 0, result=Result("x"), seen=old)], ttl=TTL, now=T0 + 3
+        )
+        stored = pg.get_job(old.id, now=T0 + 3)
+        assert no_thread_writes == []
+    assert isinstance(answer, Job) and stored is not None
+    assert (stored.targets_total, stored.targets_done, stored.caller) == (5, 1, "new")
+    fields = ("targets_total", "targets_done", "caller", "caller_class", "metadata", "created_at")
+    assert [getattr(answer, f) for f in fields] == [getattr(stored, f) for f in fields]
+    assert answer == stored

@@ -93,14 +93,19 @@ def test_the_plan_a_connection_keeps_reads_each_row_by_its_key(
     values = direct_store._outcome_values(
         OutcomeWrite(job.id, 3, result=Result("x")), ttl=TTL, now=T0 + 1
     )
-    types = ", ".join(type_ for _, type_ in q._OUTCOME_ARGS)
+    values.update(seen_created=job.created_at, seen_total=32, seen_caller=job.caller)
+    types = [type_ for _, type_ in q._OUTCOME_ARGS]
+    statements = [
+        (q.RECORD_OUTCOME_NUMBERED, q.OUTCOME_PARAMS, types),
+        (q.RECORD_ONGOING_OUTCOME_NUMBERED, q.ONGOING_PARAMS, [*types, "float8", "int", "text"]),
+    ]
     plans = []
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute("SET plan_cache_mode = force_generic_plan")
-        for k, sql in enumerate((q.RECORD_OUTCOME_NUMBERED, q.RECORD_ONGOING_OUTCOME_NUMBERED)):
-            conn.execute(f"PREPARE record{k} ({types}) AS {sql}")
-            explain = f"EXPLAIN EXECUTE record{k} (" + ", ".join(["%s"] * len(values)) + ")"
-            params = [values[n] for n in q.OUTCOME_PARAMS]
+        for k, (sql, names, kinds) in enumerate(statements):
+            conn.execute(f"PREPARE record{k} ({', '.join(kinds)}) AS {sql}")
+            explain = f"EXPLAIN EXECUTE record{k} (" + ", ".join(["%s"] * len(names)) + ")"
+            params = [values[n] for n in names]
             cur = psycopg.ClientCursor(conn).execute(explain, params)
             plans.append("\n".join(row[0] for row in cur.fetchall()))
     assert all("Seq Scan" not in plan for plan in plans), plans

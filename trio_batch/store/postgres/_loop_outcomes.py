@@ -115,10 +115,10 @@ class LoopOutcomes:
             if not link.pooled:  # the session's settings bound it: prepared statements
                 lean[:] = [ongoing and _ongoing(writes[i]) for i, _ in sent]
                 return [
-                    Statement(_ONGOING, link.dump(v), _ONGOING_NAME)
+                    Statement(_ONGOING, link.dump([*v, *_seen_values(writes[i])]), _ONGOING_NAME)
                     if is_lean
                     else Statement(_RECORD, link.dump(v), _RECORD_NAME)
-                    for (_, v), is_lean in zip(sent, lean, strict=True)
+                    for (i, v), is_lean in zip(sent, lean, strict=True)
                 ]
             lean[:] = [False] * len(sent)
             bounds = Statement(_SET_BOUNDS, link.dump(link.opener.bounds_values(Op.WRITE)))
@@ -179,6 +179,13 @@ def _ongoing_answer(
         updated_at=now,
         expires_at=now + ttl,
     )
+
+
+def _seen_values(write: OutcomeWrite) -> tuple[float, int, str]:
+    """``RECORD_ONGOING_OUTCOME``'s parameters of the job as seen (an ongoing write has one)."""
+    seen = write.seen
+    assert seen is not None
+    return seen.created_at, seen.targets_total, seen.caller
 
 
 def _ongoing(write: OutcomeWrite) -> bool:
