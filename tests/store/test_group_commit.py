@@ -213,6 +213,59 @@ def test_writes_as_seen_share_a_commit_without_a_savepoint_each(any_store: Store
     assert [sql for sql in statements if sql.startswith("SAVEPOINT")] == ["SAVEPOINT nested"] * 3
 
 
+def test_the_same_target_twice_in_one_shared_commit_is_counted_once(
+    any_store: Store,
+) -> None:
+    store = any_store
+    job = create(store, "a", 3)
+    answers = store.record_outcomes(
+        [
+            OutcomeWrite(job.id, 0, result=Result("first"), seen=job),
+            OutcomeWrite(job.id, 0, result=Result("again"), seen=job),  # same seen, same target
+            OutcomeWrite(job.id, 1, error="boom", seen=job),  # stale seen: falls back
+        ],
+        ttl=TTL,
+        now=T0 + 1,
+    )
+    first, again, second = answers
+    assert isinstance(first, Job) and first.targets_done == 1
+    assert isinstance(again, OutcomeExists)
+    assert isinstance(second, Job) and (second.targets_done, second.targets_failed) == (2, 1)
+    row = stored_row(store, job.id)
+    assert row[:3] == ("running", 2, 1)
+    assert row[3] == len(Result("first").to_json_text())  # results_size counted once
+    assert [t[0] for t in row[-1]] == ["done", "failed", "pending"]
+
+
+def test_a_last_outcome_refused_in_a_shared_commit_leaves_no_status_nor_event(
+    any_store: Store,
+) -> None:
+    """The fallback settles before it stores: a refusal there must undo the settle too."""
+    store = any_store
+    job, _ = store.create_job(
+        NewJob(
+            "a",
+            "user",
+            [Target("https://a.test/0")],
+            status=JobState.RUNNING,
+            webhook_url="https://hooks.test/x",
+            **CAPS,
+        ),
+        now=T0,
+    )
+    [ok] = store.record_outcomes([OutcomeWrite(job.id, 0, result=Result("r"))], ttl=TTL, now=T0)
+    assert isinstance(ok, Job) and ok.status == JobState.DONE
+    event = store.db.execute("SELECT event, event_at FROM outbox WHERE job_id = ?", (job.id,))
+    before = event.fetchall()
+    [again] = store.record_outcomes(
+        [OutcomeWrite(job.id, 0, error="late", seen=job)], ttl=TTL, now=T0 + 5
+    )
+    assert isinstance(again, OutcomeExists)
+    assert stored_row(store, job.id)[:3] == ("done", 1, 0)
+    after = store.db.execute("SELECT event, event_at FROM outbox WHERE job_id = ?", (job.id,))
+    assert after.fetchall() == before
+
+
 def test_a_database_error_in_a_shared_commit_stores_none_of_it(
     any_store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
