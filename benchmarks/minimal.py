@@ -5,7 +5,8 @@ nothing around it. This module adds the least that trio_batch's guarantees take 
 none of a library's layers (the store seam, retries, timeouts, cancellation, observers):
 
 - each job is submitted in one ``BEGIN IMMEDIATE`` transaction: the idempotency lookup, the
-  two live-job counts of the caps, the job row and its targets' rows;
+  two live-job counts of the caps, the job row and its targets' rows (one ``INSERT ...
+  SELECT`` over ``json_each`` of their URLs, as the store inserts plain targets);
 - each job is drained by a task of its own, spawned into a long-lived nursery, that fetches its
   targets in order through an ``async`` fetch function returning ``""``;
 - each outcome (the result's JSON, the job's counters and lease) is committed before that job's
@@ -50,6 +51,8 @@ _STORE = (
     "UPDATE targets SET status = 'done', result = ?, finished_at = ?, attempts = 1 "
     "WHERE job_id = ? AND idx = ? AND status = 'pending'"
 )
+#: A job's URLs as one JSON array, as the store encodes them for INSERT_PLAIN_TARGETS.
+_URLS = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 #: The terminal status, with the last outcome, only while the job is live.
 _FINISH = "UPDATE jobs SET status = ? WHERE id = ? AND status IN ('queued', 'running')"
 
@@ -106,7 +109,10 @@ def measure(
     def submit(caller: str, urls: list[str]) -> str:
         now = time.time()
         job_id = floor.new_job_id()
-        key = hashlib.sha256(json.dumps(urls).encode()).hexdigest()
+        # One JSON text of the URLs: the key's and the targets' rows' (as the store inserts
+        # plain targets: one INSERT ... SELECT over json_each).
+        text = _URLS.encode(urls)
+        key = hashlib.sha256(text.encode()).hexdigest()
         conn.execute("BEGIN IMMEDIATE")
         conn.execute(q.FIND_REUSABLE, (caller, key, now)).fetchone()
         conn.execute(q.COUNT_LIVE_OF_CALLER, (caller,)).fetchone()
@@ -114,10 +120,7 @@ def measure(
         job = (job_id, "running", None, len(urls), 0, 0, caller, "bench", key, now, now)
         # No metadata, no parent, no trace context.
         conn.execute(q.INSERT_JOB, (*job, now + _TTL, "{}", None, None))
-        conn.executemany(
-            q.INSERT_TARGET,
-            [(job_id, idx, url, "{}", "pending", None) for idx, url in enumerate(urls)],
-        )
+        conn.execute(q.INSERT_PLAIN_TARGETS, (job_id, text))
         conn.execute("COMMIT")
         return job_id
 
