@@ -17,6 +17,7 @@ from typing import Any
 import psycopg
 
 from ..._errors import SchemaVersionError
+from . import _create_queries as cq
 from . import _host_queries as hq
 from . import _outbox_queries as oq
 from . import _queries as q
@@ -24,7 +25,7 @@ from . import _queries as q
 __all__ = ["SCHEMA_VERSION", "migrate"]
 
 #: The schema version this code writes.
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 
 def migrate(
@@ -82,7 +83,10 @@ def migrate(
         if version < 8:
             # RECORD_OUTCOME's rows by key, so the function's kept plan reads no table whole.
             conn.execute(q.CREATE_RECORD_OUTCOME_FUNCTION)
-        # Later versions add their steps here: `if version < 9: ...`.
+        if version < 9:
+            # The submit as a function: one statement, one round trip, pooler or not.
+            conn.execute(cq.CREATE_CREATE_JOB_FUNCTION)
+        # Later versions add their steps here: `if version < 10: ...`.
         conn.execute(q.SET_VERSION, (SCHEMA_VERSION,))
 
 

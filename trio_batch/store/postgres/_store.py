@@ -30,8 +30,6 @@ import socket
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
-import psycopg
-
 from ..._errors import StoreUnavailable
 from ..._event import new_event_id
 from ..._model import (
@@ -40,7 +38,8 @@ from ..._model import (
     is_job_id,
 )
 from .._protocol import Admission, NewJob, ReapedJob
-from .._rows import check_caps, check_counted_caps, job_from_row, new_job
+from .._rows import check_counted_caps, job_from_row, new_job
+from . import _create_queries as cq
 from . import _host_queries as hq
 from . import _outbox_queries as oq
 from . import _queries as q
@@ -177,78 +176,47 @@ class PostgresStore(PostgresOutcomes):
     # Creating jobs
 
     def create_job(self, new: NewJob, *, now: float) -> tuple[Job, bool]:
-        """As :meth:`trio_batch.Store.create_job`, serialised cluster-wide.
+        """As :meth:`trio_batch.Store.create_job`, serialised cluster-wide, in one statement
+        (the function ``trio_batch_create_job``, :mod:`._create_queries`).
 
         A reuse or a refusal is answered from one plain read (``ADMISSION``), no lock taken
         (``new.admitted`` changes nothing here: :meth:`PostgresJobStore.admit` reads nothing).
-        Otherwise the reuse lookup, the caps counts and the insert run in one READ COMMITTED
-        transaction after ``pg_advisory_xact_lock``: every runner's committed jobs are counted.
-        The new job is owned by ``runner_id``. If the connection is lost during the commit the
-        job may exist: submitting the same targets again is safe (the reuse lookup finds it).
+        Otherwise the same read again, the runner's registration and the insert follow
+        ``pg_advisory_xact_lock``, each at READ COMMITTED once it is granted: every runner's
+        committed jobs are counted. The new job is owned by ``runner_id``. If the connection
+        is lost during the call the job may exist: submitting the same targets again is safe
+        (the reuse lookup finds it).
         """
         insert = new_job(new, now=now)
         job = insert.job
-
-        def create(conn: Conn) -> tuple[Job, bool]:
-            # A reuse or a refusal needs no lock: both were true in the snapshot of one plain
-            # read. Only a job that may be created takes the lock, and reads again under it.
-            row = self._admission_row(conn, job.caller, job.idem_key, now)
-            reusable = admitted(new.admission(job), row)
-            if reusable is not None:
-                return reusable, True
-            with self._tx(conn, Op.WRITE):
-                # Under the lock, in one round trip: the reuse lookup again, this runner's
-                # registration and the caps' counts, each read once the lock is granted.
-                with _pipeline(conn):
-                    conn.execute(q.XACT_LOCK, (q.LOCK_CLASS, q.LOCK_CREATE))
-                    found = conn.execute(q.FIND_REUSABLE, (job.caller, job.idem_key, now))
-                    registered = (
-                        None
-                        if self.runner_id is None
-                        else conn.execute(q.RUNNER_REGISTERED, (self.runner_id,))
-                    )
-                    of_caller = conn.execute(q.COUNT_LIVE_OF_CALLER, (job.caller,))
-                    in_all = conn.execute(q.COUNT_LIVE)
-                existing = found.fetchone()
-                if existing is not None:
-                    return job_from_row(existing), True
-                if registered is not None and registered.fetchone() is None:
-                    # Reaped (its heartbeats were late) and not yet registered again: a job
-                    # created now would be owned by a runner the others take for dead.
-                    raise StoreUnavailable(
-                        "this runner was taken for dead by another (its heartbeats were late) "
-                        "and is registering again; the job was not created, submit it again"
-                    )
-                check_caps(
-                    new.admission(job),
-                    caller_live=lambda: _counted(of_caller),
-                    total_live=lambda: _counted(in_all),
-                    blocking_job=lambda: _first(conn, q.NEWEST_LIVE_OF_CALLER, (job.caller,)),
-                )
-                with _pipeline(conn):  # the writes together, answered by COMMIT's round trip
-                    conn.execute(q.RETIRE_LAPSED, (job.caller, job.idem_key, now))
-                    # A second current job of the key (a writer that skipped the lock) is
-                    # refused by the unique index: UniqueViolation, so StoreUnavailable.
-                    conn.execute(q.INSERT_JOB, (*insert.job_params(), self.runner_id))
-                    conn.execute(q.INSERT_TARGETS, insert.target_columns())
-                    if job.metadata:
-                        with conn.cursor() as cur:
-                            cur.executemany(q.INSERT_LABEL, insert.label_params())
-                    if new.webhook_url is not None or new.callback:
-                        outbox_row = (job.id, new_event_id(), new.webhook_url, new.callback)
-                        conn.execute(oq.INSERT_OUTBOX, outbox_row)
+        values = (
+            *insert.job_params(),
+            self.runner_id,
+            *insert.target_columns()[1:],
+            list(job.metadata),
+            list(job.metadata.values()),
+            *_outbox_values(new),
+            now,
+            new.targets_per_job,
+            new.jobs_per_caller,
+            new.jobs_total,
+        )
+        row = self._run(lambda c: self._one(c, Op.WRITE, cq.CREATE_JOB, values).fetchone())
+        assert row is not None  # one row, always
+        created, registered = row[0], row[1]
+        if created:
             return job, False
-
-        return self._run(create)
-
-    def _admission_row(self, conn: Conn, caller: str, key: str, now: float) -> tuple[Any, ...]:
-        """One read of ``ADMISSION`` (no lock taken): under load most submits are refused, and
-        each one taking the cluster-wide creation lock queued every runner's submits behind
-        the refusals."""
-        params = {"caller": caller, "key": key, "now": now}
-        row: tuple[Any, ...] | None = self._one(conn, Op.READ, q.ADMISSION, params).fetchone()
-        assert row is not None  # one row, whatever the table holds
-        return row
+        reusable = admitted(new.admission(job), row[cq.CREATE_JOB_ADMISSION_AT :])
+        if reusable is not None:
+            return reusable, True
+        if registered is not False:  # pragma: no cover - the function and check_caps disagree
+            raise AssertionError(f"the submit was refused on no cap: {row}")
+        # Reaped (its heartbeats were late) and not yet registered again: a job created now
+        # would be owned by a runner the others take for dead.
+        raise StoreUnavailable(
+            "this runner was taken for dead by another (its heartbeats were late) "
+            "and is registering again; the job was not created, submit it again"
+        )
 
     # ----------------------------------------------------------------------------------------
     # Writing outcomes and statuses
@@ -322,14 +290,12 @@ def _pipeline(conn: Conn) -> contextlib.AbstractContextManager[object]:
     return conn.pipeline() if PIPELINE_SUPPORTED else contextlib.nullcontext()
 
 
-def _counted(cursor: psycopg.Cursor[Any]) -> int:
-    row = cursor.fetchone()
-    return 0 if row is None else int(row[0])
-
-
-def _first(conn: Conn, sql: str, params: tuple[Any, ...]) -> str | None:
-    row = conn.execute(sql, params).fetchone()
-    return None if row is None else str(row[0])
+def _outbox_values(new: NewJob) -> tuple[str | None, str | None, bool]:
+    """The new job's outbox row as the submit's function takes it: a fresh event id (None:
+    no row, the job tells nobody of its end), the webhook's URL, whether to call back."""
+    if new.webhook_url is None and not new.callback:
+        return None, None, False
+    return new_event_id(), new.webhook_url, new.callback
 
 
 def admitted(want: Admission, row: tuple[Any, ...]) -> Job | None:

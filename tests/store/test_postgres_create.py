@@ -1,0 +1,177 @@
+"""The PostgreSQL store's submit (``create_job``): one round trip, and the reads under its lock.
+
+On a real throw-away server (see pg_server.py), through a direct connection and PgBouncer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+from trio_batch import Busy, CallerBusy, JobState, TooManyTargets
+from trio_batch.store import NewJob
+from trio_batch.store.postgres import SCHEMA_VERSION, PostgresStore
+from trio_batch.store.postgres import _create_queries as cq
+from trio_batch.store.postgres import _queries as q
+
+from ..support.fakes import T0, urls
+
+TTL = 3600.0
+CAPS = {"targets_per_job": 32, "jobs_per_caller": 1, "jobs_total": 8}
+
+
+@pytest.fixture(params=["direct", "pooled"])
+def dsn(request: pytest.FixtureRequest, pg_dsn: str) -> str:
+    return pg_dsn if request.param == "direct" else str(request.getfixturevalue("pooled_dsn"))
+
+
+@pytest.fixture
+def store(dsn: str) -> Iterator[PostgresStore]:
+    opened = PostgresStore.open(dsn)
+    try:
+        yield opened
+    finally:
+        opened.close(final=True)
+
+
+def _sql(dsn: str, sql: str) -> list[tuple[object, ...]]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        cur = conn.execute(sql)
+        return cur.fetchall() if cur.description else []
+
+
+def _round_trips(store: PostgresStore, caller: str) -> int:
+    """How many times ``create_job`` of a new job waits for the server: the messages that
+    ask for an answer (a simple query, a pipeline's ``Sync``), from libpq's trace."""
+    conn = store.connection()
+    with tempfile.TemporaryFile("w+") as trace:
+        conn.pgconn.trace(trace.fileno())
+        conn.pgconn.set_trace_flags(psycopg.pq.Trace.SUPPRESS_TIMESTAMPS)
+        try:
+            store.create_job(NewJob(caller, "user", urls("a", "b"), ttl=TTL, **CAPS), now=T0)
+        finally:
+            conn.pgconn.untrace()
+        trace.seek(0)
+        sent = [line.split("\t") for line in trace.read().splitlines()]
+    return sum(1 for fields in sent if fields[0] == "F" and fields[2] in ("Query", "Sync"))
+
+
+def test_a_create_is_one_round_trip(dsn: str) -> None:
+    # The submit's function (schema v9): the admission's read, the lock, the reads under it
+    # and the writes in one statement. It was five round trips: the read, BEGIN with its
+    # bounds, the locked reads' pipeline, the writes' pipeline, COMMIT. Through a pooler the
+    # bounds go as SET LOCAL in the same message.
+    store = PostgresStore.open(dsn)
+    try:
+        _round_trips(store, "warm")  # the connection's first statements: its settings
+        assert _round_trips(store, "alice") == 1
+    finally:
+        store.close(final=True)
+
+
+def _wait_for_a_lock_waiter(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+            ).fetchone()
+            if row and row[0]:
+                return
+            time.sleep(0.01)
+    raise AssertionError("no create waited for the lock")
+
+
+def test_a_job_committed_while_a_create_waits_for_the_lock_is_counted_under_it(
+    store: PostgresStore, pg_dsn: str
+) -> None:
+    # The admission read (no lock) let alice's submit through; another session held the
+    # creation lock meanwhile and committed a live job of alice's. Read again under the lock,
+    # the cap refuses the submit, naming that job, and ends the transaction: the lock is free.
+    refused: list[BaseException] = []
+
+    def submit() -> None:
+        try:
+            store.create_job(NewJob("alice", "user", urls("a"), ttl=TTL, **CAPS), now=T0)
+        except BaseException as exc:
+            refused.append(exc)
+
+    with psycopg.connect(pg_dsn) as holder:
+        holder.execute(q.XACT_LOCK, (q.LOCK_CLASS, q.LOCK_CREATE))
+        holder.execute(
+            "INSERT INTO jobs (id, status, targets_total, caller, caller_class, idem_key, "
+            "created_at, updated_at, expires_at) VALUES ('other', 'queued', 1, 'alice', "
+            "'user', 'k', %s, %s, %s)",
+            (T0, T0, T0 + TTL),
+        )
+        thread = threading.Thread(target=submit)
+        thread.start()
+        _wait_for_a_lock_waiter(pg_dsn)
+        holder.commit()
+    thread.join(10)
+    assert len(refused) == 1 and isinstance(refused[0], CallerBusy)
+    assert refused[0].job_id == "other"
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("UPDATE jobs SET status = 'done' WHERE id = 'other'")
+        held = conn.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'")
+        assert held.fetchone() == (0,)
+    job, reused = store.create_job(NewJob("alice", "user", urls("a"), ttl=TTL, **CAPS), now=T0)
+    assert not reused and job.status is JobState.QUEUED
+
+
+def test_the_submit_function_is_the_one_the_migrations_make() -> None:
+    """The submit is a function the schema migration creates (ADMISSION, the inserts and the
+    caps inlined): once any of them changes, a database migrated earlier still runs the old
+    one. Change it only with a new schema version whose step creates it again (``CREATE OR
+    REPLACE``), then update this digest."""
+    digest = hashlib.sha256(cq.CREATE_CREATE_JOB_FUNCTION.encode()).hexdigest()[:16]
+    assert (digest, SCHEMA_VERSION) == ("f3abf5e28b9fa952", 9)
+
+
+def test_a_version_8_database_gets_the_submit_function(pg_dsn: str) -> None:
+    PostgresStore.open(pg_dsn).close()
+    _sql(pg_dsn, "DROP FUNCTION trio_batch_create_job")
+    _sql(pg_dsn, "UPDATE trio_batch_schema SET version = 8")
+    store = PostgresStore.open(pg_dsn)
+    try:
+        assert _sql(pg_dsn, "SELECT version FROM trio_batch_schema") == [(SCHEMA_VERSION,)]
+        _, reused = store.create_job(NewJob("alice", "user", urls("a"), ttl=TTL, **CAPS), now=T0)
+        assert not reused and _sql(pg_dsn, "SELECT count(*) FROM targets") == [(1,)]
+    finally:
+        store.close(final=True)
+
+
+@pytest.mark.parametrize(
+    ("live", "targets", "refused"),
+    [
+        ((0, 0), 3, None),
+        ((0, 0), 4, TooManyTargets),
+        ((1, 1), 3, None),
+        ((2, 2), 3, CallerBusy),
+        ((0, 3), 3, Busy),
+    ],
+)
+def test_the_function_refuses_on_the_caps_check_caps_names(
+    store: PostgresStore, live: tuple[int, int], targets: int, refused: type[Exception] | None
+) -> None:
+    # The function decides on the caps in SQL; check_caps names the one broken. Here each
+    # boundary: under a cap the job is made, at it the refusal is the cap check_caps raises.
+    caps = {"targets_per_job": 3, "jobs_per_caller": 2, "jobs_total": 3}
+    mine, others = live
+    for n in range(mine):
+        store.create_job(NewJob("alice", "user", urls(f"m{n}"), ttl=TTL, **caps), now=T0)
+    for n in range(others - mine):
+        store.create_job(NewJob(f"o{n}", "user", urls(f"o{n}"), ttl=TTL, **caps), now=T0)
+    new = NewJob("alice", "user", urls(*(f"t{i}" for i in range(targets))), ttl=TTL, **caps)
+    if refused is None:
+        job, reused = store.create_job(new, now=T0)
+        assert not reused and job.targets_total == targets
+    else:
+        with pytest.raises(refused):
+            store.create_job(new, now=T0)
