@@ -12,6 +12,7 @@ import dataclasses
 import math
 from pathlib import Path
 
+import outcome
 import pytest
 import trio
 
@@ -160,6 +161,54 @@ def test_the_minimal_reference_stores_what_the_runner_would(
     # Every job drained to its end, its terminal status set, its lease bumped by the writes.
     assert jobs == [("done", 4, 4, 1)] * 6
     assert targets == [("done", floor.EMPTY_RESULT, 1)] * 24
+
+
+class _Passes(trio.abc.Instrument):
+    def __init__(self) -> None:
+        self.count = 0
+
+    def after_io_wait(self, timeout: float) -> None:
+        self.count += 1
+
+
+def _bare_loop_commits(callers: int, pass_budget: float | None) -> list[tuple[int, list[str]]]:
+    """Each commit of a bare loop of no-op SQL: the pass it ran in, and its writers' jobs."""
+    passes = _Passes()
+    commits: list[tuple[int, list[str]]] = []
+
+    def commit(writes: minimal.Pending) -> list[outcome.Outcome[None]]:
+        if not commits:
+            trio.lowlevel.add_instrument(passes)
+        commits.append((passes.count, [job_id for (job_id, *_), _ in writes]))
+        return [outcome.Value(None) for _ in writes]
+
+    ids = iter(range(1000))
+    minimal.run_bare_loop(
+        commit,
+        lambda caller, urls: f"job{next(ids)}",
+        callers=callers,
+        jobs=2,
+        targets_per_job=4,
+        pass_budget=pass_budget,
+    )
+    return commits
+
+
+def test_a_lone_bare_writer_commits_on_the_spot_until_the_pass_budget_is_spent() -> None:
+    # With room in the pass, a job's writes after its first (which gathers) share its pass,
+    # as trio_batch's group commit and fast path let a lone writer; without the budget, or
+    # with none left, each write yields first.
+    roomy = _bare_loop_commits(1, pass_budget=10.0)
+    assert [len({p for p, jobs in roomy if jobs == [job]}) for job in ("job0", "job1")] == [1, 1]
+    for spent in (None, 0.0):
+        each = _bare_loop_commits(1, pass_budget=spent)
+        assert len({p for p, _ in each}) == len(each) == 8
+
+
+def test_concurrent_bare_writers_still_share_commits_with_a_pass_budget() -> None:
+    commits = _bare_loop_commits(3, pass_budget=10.0)
+    assert sum(len(jobs) for _, jobs in commits) == 24
+    assert max(len(jobs) for _, jobs in commits) == 3
 
 
 def test_the_paired_runner_measures_each_side_in_its_own_process() -> None:
