@@ -114,9 +114,11 @@ def _raw(store: SQLiteJobStore, bare: bool) -> _Layer:
             else:
                 store_args = ("done", _RESULT_JSON, None, None, now, 1, w.job_id, w.idx)
                 match = (seen.id, now, seen.status, seen.error, seen.targets_done)
+                # The job as seen: what can change, and what tells it from one given again.
+                unchanged = (seen.targets_failed, seen.created_at, seen.targets_total)
                 conn.execute(
                     q.STORE_OUTCOME_AS_SEEN,
-                    store_args + match + (seen.targets_failed, seen.created_at),
+                    store_args + match + unchanged + (seen.caller, seen.idem_key),
                 )
                 bump = (0, len(_RESULT_JSON), now, now + _TTL, seen.id)
                 conn.execute(q.BUMP_SEEN_JOB, bump)
