@@ -18,8 +18,9 @@ from . import _queries as q
 __all__: list[str] = []  # imported as a module: ``from . import _create_queries as cq``
 
 #: The function's arguments, in order, and their types: the job's columns as ``INSERT_JOB``
-#: takes them, the targets as ``INSERT_TARGETS`` does, the labels as two arrays, the outbox
-#: row's values (``event_id`` NULL: none), and the caps.
+#: takes them, the targets as ``INSERT_TARGETS`` does (options and custom ids NULL: plain
+#: targets, from their URLs alone), the labels as two arrays, the outbox row's values
+#: (``event_id`` NULL: none), and the caps.
 _ARGS = (
     ("id", "text"), ("status", "text"), ("error", "text"), ("targets_total", "integer"),
     ("targets_done", "integer"), ("targets_failed", "integer"), ("caller", "text"),
@@ -66,8 +67,16 @@ _INSERT_JOB = (
 _INSERT_TARGETS = q.INSERT_TARGETS.replace("::text[]", "")
 for _name in ("p_id", "p_pending", "p_urls", "p_options", "p_custom_ids"):
     _INSERT_TARGETS = _INSERT_TARGETS.replace("%s", _name, 1)
+#: Plain targets (no options, no custom id: ``p_options`` NULL) from their URLs alone: the
+#: two other arrays cost the client their dump and the server their parse and unnest.
+_INSERT_PLAIN_TARGETS = (
+    "INSERT INTO targets (job_id, idx, url, options, status) "
+    "SELECT p_id, t.idx - 1, t.url, '{}', p_pending "
+    "FROM unnest(p_urls) WITH ORDINALITY AS t(url, idx)"
+)
 
-#: Version 9: the submit's function (see the module's docstring).
+#: Version 9: the submit's function (see the module's docstring); version 10: plain targets
+#: from their URLs alone.
 CREATE_CREATE_JOB_FUNCTION = (
     "CREATE OR REPLACE FUNCTION trio_batch_create_job("
     + ", ".join(f"p_{name} {type_}" for name, type_ in _ARGS)
@@ -84,7 +93,8 @@ CREATE_CREATE_JOB_FUNCTION = (
     "AND current AND expires_at <= p_now;\n"
     # A second current job of the key (a writer that skipped the lock) is refused by the
     # unique index: UniqueViolation.
-    f"{_INSERT_JOB};\n{_INSERT_TARGETS};\n"
+    f"{_INSERT_JOB};\n"
+    f"IF p_options IS NULL THEN {_INSERT_PLAIN_TARGETS}; ELSE {_INSERT_TARGETS}; END IF;\n"
     "IF cardinality(p_label_keys) > 0 THEN "
     "INSERT INTO job_labels (job_id, caller, key, value, created_at) "
     "SELECT p_id, p_caller, l.key, l.value, p_created_at "

@@ -25,7 +25,7 @@ from . import _queries as q
 __all__ = ["SCHEMA_VERSION", "migrate"]
 
 #: The schema version this code writes.
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 
 def migrate(
@@ -86,7 +86,10 @@ def migrate(
         if version < 9:
             # The submit as a function: one statement, one round trip, pooler or not.
             conn.execute(cq.CREATE_CREATE_JOB_FUNCTION)
-        # Later versions add their steps here: `if version < 10: ...`.
+        if version < 10:
+            # The submit's function again: plain targets inserted from their URLs alone.
+            conn.execute(cq.CREATE_CREATE_JOB_FUNCTION)
+        # Later versions add their steps here: `if version < 11: ...`.
         conn.execute(q.SET_VERSION, (SCHEMA_VERSION,))
 
 

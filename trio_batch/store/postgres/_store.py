@@ -35,10 +35,11 @@ from ..._event import new_event_id
 from ..._model import (
     Job,
     JobState,
+    TargetState,
     is_job_id,
 )
 from .._protocol import Admission, NewJob, ReapedJob
-from .._rows import check_counted_caps, job_from_row, new_job
+from .._rows import JobInsert, check_counted_caps, job_from_row, new_job
 from . import _create_queries as cq
 from . import _host_queries as hq
 from . import _outbox_queries as oq
@@ -192,7 +193,7 @@ class PostgresStore(PostgresOutcomes):
         values = (
             *insert.job_params(),
             self.runner_id,
-            *insert.target_columns()[1:],
+            *_target_values(insert),
             list(job.metadata),
             list(job.metadata.values()),
             *_outbox_values(new),
@@ -288,6 +289,15 @@ def _pipeline(conn: Conn) -> contextlib.AbstractContextManager[object]:
     """psycopg's pipeline mode, where libpq has it (14 and newer), else statements one by one:
     the same code either way, as a cursor's answer is read after the block."""
     return conn.pipeline() if PIPELINE_SUPPORTED else contextlib.nullcontext()
+
+
+def _target_values(insert: JobInsert) -> tuple[str, list[str], list[str] | None, Any]:
+    """The new job's targets as the submit's function takes them: their status, then their
+    URLs, options and custom ids as arrays; plain targets as their URLs alone (NULLs)."""
+    plain = insert.plain_urls()
+    if plain is not None:
+        return TargetState.PENDING.value, plain, None, None
+    return insert.target_columns()[1:]
 
 
 def _outbox_values(new: NewJob) -> tuple[str | None, str | None, bool]:
