@@ -22,7 +22,7 @@ from typing import Any
 import trio
 
 from trio_batch import Job, JobState, OutcomeWrite, Result, Store, Target
-from trio_batch.store import NewJob
+from trio_batch.store import NewJob, Stored
 from trio_batch.store.sqlite import SQLiteJobStore, _paths
 from trio_batch.store.sqlite import _queries as q
 
@@ -138,7 +138,7 @@ def _layers(store: SQLiteJobStore, batch: int) -> dict[str, _Layer]:
     fast = store._fast
     assert fast is not None
 
-    def answers(found: Sequence[Job | Exception | None]) -> list[Job]:
+    def answers(found: Sequence[Job | Stored | Exception | None]) -> list[Job]:
         assert all(isinstance(job, Job) for job in found)
         return [job for job in found if isinstance(job, Job)]
 

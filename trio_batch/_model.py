@@ -311,6 +311,12 @@ class OutcomeWrite:
     use ``seen`` to answer without reading the job back: it then bumps the job only
     if the job is still exactly as seen, checked in the same statement, and otherwise answers
     as it would without ``seen``. The answer is the same either way.
+
+    ``stored_since`` (None: every answer is a job, as before) is ``(outcomes, failures)``
+    the store has answered :data:`~trio_batch.store.STORED` for since it answered
+    ``seen``: the job as seen is then ``seen`` with those counted in. With it set, the store
+    may answer ``STORED`` instead of the job when the write matched that view and the job
+    stays live (see :meth:`JobStore.record_outcome <trio_batch.store.JobStore.record_outcome>`).
     """
 
     job_id: str
@@ -321,6 +327,7 @@ class OutcomeWrite:
     attempts: int = 1
     seen: Job | None = None
     max_result_size: int | None = None
+    stored_since: tuple[int, int] | None = None
 
 
 (
@@ -332,6 +339,7 @@ class OutcomeWrite:
     _set_write_attempts,
     _set_write_seen,
     _set_write_max_result_size,
+    _set_write_stored_since,
 ) = (OutcomeWrite.__dict__[f.name].__set__ for f in dataclasses.fields(OutcomeWrite))
 
 
@@ -344,6 +352,7 @@ def outcome_write(
     attempts: int,
     seen: Job | None,
     max_result_size: int | None,
+    stored_since: tuple[int, int] | None = None,
 ) -> OutcomeWrite:
     """``OutcomeWrite(job_id, idx, ...)``, its slots set directly: the runner makes one per
     outcome, and the frozen dataclass __init__ costs an object.__setattr__ per field."""
@@ -356,6 +365,7 @@ def outcome_write(
     _set_write_attempts(write, attempts)
     _set_write_seen(write, seen)
     _set_write_max_result_size(write, max_result_size)
+    _set_write_stored_since(write, stored_since)
     return write
 
 

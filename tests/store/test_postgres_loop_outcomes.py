@@ -21,7 +21,7 @@ import pytest
 import trio
 
 from trio_batch import Job, JobState, OutcomeExists, OutcomeWrite, Result, StoreUnavailable, Target
-from trio_batch.store import NewJob
+from trio_batch.store import STORED, NewJob
 from trio_batch.store.postgres import PostgresJobStore, PostgresStore
 from trio_batch.store.postgres import _queries as q
 from trio_batch.store.postgres._loop_conn import LoopConnection
@@ -556,3 +556,30 @@ async def test_an_ongoing_answer_is_the_job_as_stored_when_seen_is_a_forgotten_j
     fields = ("targets_total", "targets_done", "caller", "caller_class", "metadata", "created_at")
     assert [getattr(answer, f) for f in fields] == [getattr(stored, f) for f in fields]
     assert answer == stored
+
+
+async def test_a_counting_writer_is_told_stored_by_an_ongoing_write(
+    dsn: str, pg_dsn: str, no_thread_writes: list[int]
+) -> None:
+    """A write with ``stored_since`` whose row is its writer's view with the outcome counted in
+    is told STORED on a direct connection (the ongoing write answers only the counts); through
+    a pooler, where every write is RECORD_OUTCOME answered whole, it is told the job. A result
+    stored as a failure, which its writer counts as a success, is told the job either way."""
+    async with opened(dsn) as store:
+        job = _hooked(store.store, "a", 4)
+        first = OutcomeWrite(job.id, 0, result=Result("a"), seen=job, stored_since=(0, 0))
+        [a0] = await _commit(store, [first], ttl=TTL, now=T0 + 1)
+        second = OutcomeWrite(job.id, 1, error="boom", seen=job, stored_since=(1, 0))
+        [a1] = await _commit(store, [second], ttl=TTL, now=T0 + 2)
+        if _link(store).pooled:
+            assert isinstance(a1, Job) and (a1.targets_done, a1.targets_failed) == (2, 1)
+        else:
+            assert (a0, a1) == (STORED, STORED)
+        too_large = OutcomeWrite(
+            job.id, 2, result=Result("x" * 100), seen=job, stored_since=(2, 1), max_result_size=10
+        )
+        [a2] = await _commit(store, [too_large], ttl=TTL, now=T0 + 3)
+        assert a2 == store.store.get_job(job.id, now=T0 + 3)
+        assert isinstance(a2, Job) and (a2.targets_done, a2.targets_failed) == (3, 2)
+        assert no_thread_writes == []
+    assert _stored(pg_dsn, job.id) == ("running", 3, 2)

@@ -7,6 +7,7 @@ cancelled, so no cancellation can leave it half-written.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 
@@ -17,7 +18,7 @@ from .._errors import StoreUnavailable
 from .._model import Job, JobState, OutcomeWrite, Result, outcome_write
 from .._text import safe_text
 from .._tracing import Tracing
-from ..store import DECLINED, Declined, JobStore
+from ..store import DECLINED, Declined, JobStore, Stored
 from ._attempts import Attempts, Failure
 from ._cluster import release, wait_for_heartbeat
 from ._deliveries import Deliveries
@@ -25,6 +26,9 @@ from ._drain import _Drain
 from ._store_retry import retry_refused
 
 __all__ = ["DrainLoop"]
+
+#: ``OutcomeWrite.stored_since`` of a write right after a job answer: nothing counted since.
+_NONE_SINCE = (0, 0)
 
 
 def _declined(write: OutcomeWrite, *, ttl: float, now: float) -> Declined:
@@ -60,6 +64,9 @@ class DrainLoop:
     async def _drain(self, drain: _Drain) -> None:
         """Fetch the job's targets in order, storing each outcome before the next starts."""
         self._tracing.enter_job(drain.span)  # this task's context: its store calls are children
+        # Outcomes (and failures) the store answered STORED for since drain.job, the last job
+        # it answered: the drain counts them itself; and the time of the last.
+        since, since_at = _NONE_SINCE, 0.0
         try:
             with drain.scope:
                 job: Job | None = None
@@ -81,7 +88,7 @@ class DrainLoop:
                         result, attempts = await self._attempts.fetch_once(drain, idx, target), 1
                     else:
                         result, attempts = await self._attempts.run(drain, idx, target)
-                    write = self._outcome_write(drain, idx, result, attempts)
+                    write = self._outcome_write(drain, idx, result, attempts, since)
                     # On the spot if the store can (no yield, no cancel point); else the async
                     # call at once (the same moment), which also retries a refusal (nothing
                     # was written).
@@ -92,11 +99,16 @@ class DrainLoop:
                         answer = DECLINED
                     if isinstance(answer, Declined):
                         try:
-                            job = await self._store.record_outcome(write, ttl=ttl, now=now)
+                            answer = await self._store.record_outcome(write, ttl=ttl, now=now)
                         except StoreUnavailable as exc:
-                            job = await self._store_retried(drain, write, exc)
-                    else:
-                        job = answer
+                            answer = await self._store_retried(drain, write, exc)
+                    if isinstance(answer, Stored):  # the job as the drain counts it, live
+                        since = (since[0] + 1, since[1] + (write.error is not None))
+                        since_at = now
+                        self._counted(drain, idx, write.error is None)
+                        drain.in_flight = None
+                        continue
+                    job, since = answer, _NONE_SINCE
                     terminal = self._outcome_stored(drain, idx, job, write.error is None)
                     drain.in_flight = None
                     if job is None:
@@ -104,6 +116,9 @@ class DrainLoop:
                         break
                     if terminal:
                         break  # finished, or cancelled while the target ran
+                if since is not _NONE_SINCE:  # stopped early: the job as counted
+                    job = self._counted_job(drain, since, since_at)
+                    since = _NONE_SINCE
                 if drain.cancel_requested and (job is None or not job.is_terminal):
                     # Normally cancel() has marked the job; if its write failed, do it here.
                     await drain.cancel_settled.wait()
@@ -127,6 +142,8 @@ class DrainLoop:
             await self._finish_when_possible(drain, JobState.FAILED, safe_text(reason))
             await release(self._store, drain, self._log)
         finally:
+            if since is not _NONE_SINCE:  # the drain failed: the job as counted, for its span
+                self._counted_job(drain, since, since_at)
             if self._closed:
                 self._stopped_by_shutdown.add(drain.job_id)
             drain.in_flight = None
@@ -153,9 +170,15 @@ class DrainLoop:
         self._deliveries.wake()
 
     def _outcome_write(
-        self, drain: _Drain, idx: int, result: Result | Failure, attempts: int
+        self,
+        drain: _Drain,
+        idx: int,
+        result: Result | Failure,
+        attempts: int,
+        since: tuple[int, int],
     ) -> OutcomeWrite:
-        """The write that stores ``result`` as the outcome of target ``idx``."""
+        """The write that stores ``result`` as the outcome of target ``idx`` (``since``: the
+        outcomes counted into ``drain.job`` by the drain)."""
         if isinstance(result, Result):
             return outcome_write(
                 drain.job_id,
@@ -166,6 +189,7 @@ class DrainLoop:
                 attempts,
                 drain.job,
                 self._config.max_result_size,
+                since,
             )
         return outcome_write(
             drain.job_id,
@@ -176,11 +200,12 @@ class DrainLoop:
             attempts,
             drain.job,
             self._config.max_result_size,
+            since,
         )
 
     async def _store_retried(
         self, drain: _Drain, write: OutcomeWrite, refused: StoreUnavailable
-    ) -> Job | None:
+    ) -> Job | Stored | None:
         """Store an outcome the database refused (``refused``), retrying with backoff for up to
         ``Config.store_retry_for`` seconds; raises StoreUnavailable once time is up.
 
@@ -196,16 +221,36 @@ class DrainLoop:
             refused=refused,
         )
 
-    def _outcome_stored(self, drain: _Drain, idx: int, job: Job | None, done: bool) -> bool:
-        """Note the store's answer to target ``idx``'s write (``done``: a success): the drain
-        holds it, watchers wake, and a terminal job's deliveries. True if the job is terminal."""
-        drain.job = job
+    def _counted(self, drain: _Drain, idx: int, done: bool) -> None:
+        """Note the store's :data:`~trio_batch.store.STORED` for target ``idx``'s write
+        (``done``: a success): watchers wake; the drain has counted it."""
         drain.notify_stored()
         if self._log.isEnabledFor(logging.DEBUG):
             self._log.debug(
                 "target stored",
                 extra={"job_id": drain.job_id, "idx": idx, "status": "done" if done else "failed"},
             )
+
+    def _counted_job(self, drain: _Drain, since: tuple[int, int], at: float) -> Job | None:
+        """The job as the drain has counted it (``since`` outcomes stored after ``drain.job``,
+        the last at ``at``), held from now on as ``drain.job``: built only when a drain stops
+        before its job's end."""
+        seen = drain.job
+        if seen is not None:
+            drain.job = seen = dataclasses.replace(
+                seen,
+                targets_done=seen.targets_done + since[0],
+                targets_failed=seen.targets_failed + since[1],
+                updated_at=at,
+                expires_at=at + self._config.ttl,
+            )
+        return seen
+
+    def _outcome_stored(self, drain: _Drain, idx: int, job: Job | None, done: bool) -> bool:
+        """Note the store's answer to target ``idx``'s write (``done``: a success): the drain
+        holds it, watchers wake, and a terminal job's deliveries. True if the job is terminal."""
+        drain.job = job
+        self._counted(drain, idx, done)
         if job is None or job.status.is_live:
             return False
         self._deliveries.wake()

@@ -19,6 +19,7 @@ from ._filters import JobFilter
 from ._open import open_store
 from ._protocol import (
     DECLINED,
+    STORED,
     Admission,
     ChangeObserver,
     Declined,
@@ -29,6 +30,7 @@ from ._protocol import (
     ReapedJob,
     ReapObserver,
     StoreCounts,
+    Stored,
     WriteObserver,
 )
 from .sqlite import SCHEMA_VERSION, SQLiteJobStore, Store
@@ -36,6 +38,7 @@ from .sqlite import SCHEMA_VERSION, SQLiteJobStore, Store
 __all__ = [
     "DECLINED",
     "SCHEMA_VERSION",
+    "STORED",
     "Admission",
     "ChangeObserver",
     "Declined",
@@ -49,6 +52,7 @@ __all__ = [
     "SQLiteJobStore",
     "Store",
     "StoreCounts",
+    "Stored",
     "WriteObserver",
     "open_store",
 ]

@@ -15,7 +15,7 @@ from typing import Protocol, Self
 
 from .._model import Job, OutcomeWrite
 from ._group_commit import GroupCommit
-from ._protocol import DECLINED, Declined, ReapObserver, WriteObserver
+from ._protocol import DECLINED, Declined, ReapObserver, Stored, WriteObserver
 
 __all__ = ["StoreFace", "StoreOutcomes", "TimedWrite"]
 
@@ -28,7 +28,7 @@ class StoreOutcomes(Protocol):
 
     def __call__(
         self, writes: Sequence[OutcomeWrite], *, ttl: float, now: float
-    ) -> Awaitable[list[Job | Exception | None]]: ...
+    ) -> Awaitable[list[Job | Stored | Exception | None]]: ...
 
 
 class StoreFace:
@@ -39,7 +39,7 @@ class StoreFace:
         self.on_write: WriteObserver | None = None
         #: See :data:`~trio_batch.store.ReapObserver`; None for no observer.
         self.on_reaped: ReapObserver | None = None
-        self._group: GroupCommit[TimedWrite, Job | None] = GroupCommit(self._commit)
+        self._group: GroupCommit[TimedWrite, Job | Stored | None] = GroupCommit(self._commit)
 
     async def __aenter__(self) -> Self:
         return self
@@ -54,10 +54,13 @@ class StoreFace:
     def _start(self) -> None:
         """Ready the store for calls from this trio run (a backend may start threads here)."""
 
-    async def record_outcome(self, write: OutcomeWrite, *, ttl: float, now: float) -> Job | None:
+    async def record_outcome(
+        self, write: OutcomeWrite, *, ttl: float, now: float
+    ) -> Job | Stored | None:
         """Store one outcome, sharing a commit with the other outcomes ready now.
 
-        Answers as the backend's ``record_outcomes`` does for it: the updated job, None (the
+        Answers as the backend's ``record_outcomes`` does for it: the updated job,
+        :data:`~trio_batch.store.STORED` (only for a write with ``stored_since``), None (the
         job is unknown or lapsed, or not this runner's: nothing written), or it raises the
         error that refused it (such as :class:`~trio_batch.OutcomeExists`).
 
@@ -73,17 +76,17 @@ class StoreFace:
 
     def record_outcome_now(
         self, write: OutcomeWrite, *, ttl: float, now: float
-    ) -> Job | Declined | None:
+    ) -> Job | Stored | Declined | None:
         """Declines (:data:`~trio_batch.store.DECLINED`): a backend that can write an outcome
         synchronously overrides it (see :meth:`JobStore.record_outcome_now`)."""
         return DECLINED
 
-    async def _commit(self, batch: list[TimedWrite]) -> list[Job | Exception | None]:
+    async def _commit(self, batch: list[TimedWrite]) -> list[Job | Stored | Exception | None]:
         return await self._commit_with(self._store_outcomes, batch)
 
     async def _commit_with(
         self, store_outcomes: StoreOutcomes, batch: list[TimedWrite]
-    ) -> list[Job | Exception | None]:
+    ) -> list[Job | Stored | Exception | None]:
         """One group commit's batch stored by ``store_outcomes`` (a backend with several
         connections passes the one of the batch's group), observed."""
         # One commit, one moment: the first write's (the leader's) ttl and time serve for all.
@@ -95,7 +98,7 @@ class StoreFace:
 
     async def _store_outcomes(
         self, writes: Sequence[OutcomeWrite], *, ttl: float, now: float
-    ) -> list[Job | Exception | None]:
+    ) -> list[Job | Stored | Exception | None]:
         """Store ``writes`` in one transaction, each all-or-nothing; one answer per write.
 
         Must run to completion once called (not be cancellable): see :class:`GroupCommit`.

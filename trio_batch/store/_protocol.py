@@ -23,6 +23,7 @@ from ._filters import EVERY_JOB, JobFilter
 
 __all__ = [
     "DECLINED",
+    "STORED",
     "Admission",
     "ChangeObserver",
     "Declined",
@@ -30,6 +31,7 @@ __all__ = [
     "JobStore",
     "NewJob",
     "StoreCounts",
+    "Stored",
     "WriteObserver",
 ]
 
@@ -162,6 +164,20 @@ class Declined:
 DECLINED = Declined()
 
 
+class Stored:
+    """What :meth:`JobStore.record_outcome` may answer for a write with
+    :attr:`~trio_batch.OutcomeWrite.stored_since` set: stored, and the job is the writer's view
+    of it with this outcome counted in (one more done; one more failed if the write's
+    ``error`` is set), its lease bumped to ``now + ttl``; still live. A result stored as a
+    failure (too large, not JSON) answers the job instead."""
+
+    __slots__ = ()
+
+
+#: The one :class:`Stored`.
+STORED = Stored()
+
+
 @runtime_checkable
 class JobStore(Protocol):
     """The operations a store backend provides, as async methods for one trio program.
@@ -221,7 +237,9 @@ class JobStore(Protocol):
         """
         ...
 
-    async def record_outcome(self, write: OutcomeWrite, *, ttl: float, now: float) -> Job | None:
+    async def record_outcome(
+        self, write: OutcomeWrite, *, ttl: float, now: float
+    ) -> Job | Stored | None:
         """Store one target's outcome and bump its job's lease, in one transaction.
 
         Sets the job's terminal status in the same transaction when this is its last outcome.
@@ -231,12 +249,18 @@ class JobStore(Protocol):
         each write stays all-or-nothing on its own, and this returns once it is committed.
         ``write.seen`` (the job as last answered) may spare the backend reading the job back;
         the answer must be the stored job whether it is current, stale or absent.
+
+        With ``write.stored_since`` set (the writer's view is ``seen`` with those outcomes
+        counted in), the backend may answer :data:`STORED` instead of the job when the write
+        matched that view and the job stays live: the job is then the view with this outcome
+        counted. It answers the job otherwise (terminal, stale, given again under its id);
+        without ``stored_since``, always the job, as before.
         """
         ...
 
     def record_outcome_now(
         self, write: OutcomeWrite, *, ttl: float, now: float
-    ) -> Job | Declined | None:
+    ) -> Job | Stored | Declined | None:
         """:meth:`record_outcome`, made at once and synchronously if the backend can without
         waiting or yielding; else :data:`DECLINED`, nothing written, and the caller makes the
         async call instead.

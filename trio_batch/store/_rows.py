@@ -50,6 +50,7 @@ __all__ = [
     "options_from_text",
     "options_text",
     "outcome_values",
+    "seen_counts",
     "target_from_row",
     "write_values",
 ]
@@ -95,20 +96,20 @@ def _metadata_cached(text: str) -> tuple[tuple[str, str], ...]:
 
 
 def job_after_outcome(
-    seen: Job, *, failed: int, now: float, ttl: float, status: JobState | None = None
+    seen: Job, *, done: int, failed: int, now: float, ttl: float, status: JobState | None = None
 ) -> Job:
-    """``seen`` once one more outcome (``failed``: 1 if it is a failure) is counted into it at
-    ``now``, with its lease bumped to ``now + ttl``: the job a store wrote, when the write
-    matched the job as seen. Its status is ``status``, or still ``seen``'s if None (the
-    terminal status is the caller's to set)."""
-    # Once per stored outcome: each slot set directly, no loop (half the cost of _job_of).
+    """``seen`` with ``done`` outcomes counted, ``failed`` of them failures, its lease bumped
+    at ``now`` to ``now + ttl``: the job a store wrote, when the write matched the job as
+    seen. Its status is ``status``, or still ``seen``'s if None (the terminal status is the
+    caller's to set)."""
+    # Each slot set directly, no loop (half the cost of _job_of).
     job = _new(Job)
     _set_job_id(job, seen.id)
     _set_job_status(job, seen.status if status is None else status)
     _set_job_error(job, seen.error)
     _set_job_total(job, seen.targets_total)
-    _set_job_done(job, seen.targets_done + 1)
-    _set_job_failed(job, seen.targets_failed + failed)
+    _set_job_done(job, done)
+    _set_job_failed(job, failed)
     _set_job_caller(job, seen.caller)
     _set_job_class(job, seen.caller_class)
     _set_job_idem(job, seen.idem_key)
@@ -118,6 +119,14 @@ def job_after_outcome(
     _set_job_metadata(job, seen.metadata)
     _set_job_parent(job, seen.parent_id)
     return job
+
+
+def seen_counts(seen: Job, stored_since: tuple[int, int] | None) -> tuple[int, int]:
+    """``(targets_done, targets_failed)`` of the job as a writer sees it: ``seen``'s, with the
+    outcomes answered :data:`~trio_batch.store.STORED` since (``stored_since``) counted in."""
+    if stored_since is None:
+        return seen.targets_done, seen.targets_failed
+    return seen.targets_done + stored_since[0], seen.targets_failed + stored_since[1]
 
 
 def target_from_row(row: Sequence[Any], *, decode: bool = True) -> TargetStatus:

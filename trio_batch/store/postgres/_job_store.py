@@ -29,7 +29,15 @@ from ..._event import Delivery, JobEvent
 from ..._model import Job, JobState, OutcomeWrite, TargetStatus
 from .._face import StoreFace
 from .._filters import EVERY_JOB, JobFilter
-from .._protocol import Admission, ChangeObserver, DrainChanges, NewJob, ReapedJob, StoreCounts
+from .._protocol import (
+    Admission,
+    ChangeObserver,
+    DrainChanges,
+    NewJob,
+    ReapedJob,
+    StoreCounts,
+    Stored,
+)
 from .._thread import StoreThread
 from . import _hosts, _outbox
 from ._claim import claim_runner
@@ -219,7 +227,9 @@ class PostgresJobStore(StoreFace):
         self._observe("create_job", start)
         return answer
 
-    async def record_outcome(self, write: OutcomeWrite, *, ttl: float, now: float) -> Job | None:
+    async def record_outcome(
+        self, write: OutcomeWrite, *, ttl: float, now: float
+    ) -> Job | Stored | None:
         """:meth:`StoreFace.record_outcome <trio_batch.store._face.StoreFace.record_outcome>`,
         in the group commit of the outcome connection with the fewest writes waiting (see
         :class:`~._loop_outcomes.OutcomeWriters`); the same answers and guarantees."""
@@ -228,7 +238,7 @@ class PostgresJobStore(StoreFace):
 
     async def _store_outcomes(
         self, writes: Sequence[OutcomeWrite], *, ttl: float, now: float
-    ) -> list[Job | Exception | None]:
+    ) -> list[Job | Stored | Exception | None]:
         """:meth:`PostgresStore.record_outcomes` on the store thread (a retry in doubt, values
         refused, or libpq before 14: see :class:`~._loop_outcomes.OutcomeWriters`).
 

@@ -30,7 +30,8 @@ from ..._errors import OutcomeExists, StoreUnavailable
 from ..._model import Job, JobState, OutcomeWrite
 from .._face import StoreOutcomes, TimedWrite
 from .._lanes import Lanes
-from .._rows import job_after_outcome
+from .._protocol import STORED, Stored
+from .._rows import job_after_outcome, seen_counts
 from .._thread import StoreThread
 from . import _queries as q
 from ._connection import Op, PostgresConnection
@@ -47,7 +48,7 @@ _log = logging.getLogger("trio_batch")
 #: where the loop's own work, not the server, holds the 8-job rate (performance.md).
 OUTCOME_CONNECTIONS = 1
 
-Answers = list[Job | Exception | None]
+Answers = list[Job | Stored | Exception | None]
 #: A group commit's batch stored, observed: :meth:`StoreFace._commit_with`.
 CommitWith = Callable[[StoreOutcomes, list[TimedWrite]], Awaitable[Answers]]
 
@@ -84,7 +85,7 @@ class LoopOutcomes:
 
     async def record_outcomes(
         self, writes: Sequence[OutcomeWrite], *, ttl: float, now: float, ongoing: bool = True
-    ) -> list[Job | Exception | None]:
+    ) -> list[Job | Stored | Exception | None]:
         """As :meth:`PostgresStore.record_outcomes`: one transaction, one answer per write.
 
         On a direct connection a write its writer saw could not end its job (see
@@ -101,7 +102,7 @@ class LoopOutcomes:
         store = self.store
         if store.in_doubt(writes):
             return await self._fallback(writes, ttl=ttl, now=now)
-        answers: list[Job | Exception | None] = [None] * len(writes)
+        answers: list[Job | Stored | Exception | None] = [None] * len(writes)
         sent = [
             (i, [values[name] for name in q.OUTCOME_PARAMS])
             for i, values in store._writable(writes, answers, ttl=ttl, now=now)
@@ -159,16 +160,20 @@ class LoopOutcomes:
 
 def _ongoing_answer(
     write: OutcomeWrite, row: Any, *, ttl: float, now: float
-) -> Job | OutcomeExists | None:
+) -> Job | Stored | OutcomeExists | None:
     """What ``RECORD_ONGOING_OUTCOME``'s row (owned or not, not NULL) says of ``write``: as
     :func:`_outcome_answer`; the job is ``write.seen`` with the columns the write left (its
-    lease bumped to ``now + ttl``, as the statement set it)."""
+    lease bumped to ``now + ttl``, as the statement set it), or :data:`STORED` if the writer
+    counts (``write.stored_since``) and the row is its view with this outcome counted in."""
     owned, status, error, done, failed = row
     seen = write.seen
     if status is None or seen is None:  # nothing stored
         return _outcome_answer(write, (owned, None))
-    if status == seen.status.value and error == seen.error and done == seen.targets_done + 1:
-        return job_after_outcome(seen, failed=failed - seen.targets_failed, now=now, ttl=ttl)
+    seen_done, seen_failed = seen_counts(seen, write.stored_since)
+    if status == seen.status.value and error == seen.error and done == seen_done + 1:
+        if write.stored_since is not None and failed == seen_failed + (write.error is not None):
+            return STORED  # an ongoing write leaves its job live
+        return job_after_outcome(seen, done=done, failed=failed, now=now, ttl=ttl)
     # The writer's view was stale (a cancel, say): the row's own values.
     return dataclasses.replace(
         seen,
@@ -189,11 +194,14 @@ def _seen_values(write: OutcomeWrite) -> tuple[float, int, str]:
 
 
 def _ongoing(write: OutcomeWrite) -> bool:
-    """Whether ``write`` cannot end its job as its writer saw the job (``write.seen``): more
-    than one of its targets still without an outcome. Only a guess: the statement checks."""
+    """Whether ``write`` cannot end its job as its writer saw the job (``write.seen``, with
+    ``write.stored_since``): more than one of its targets still without an outcome. Only a
+    guess: the statement checks."""
     seen = write.seen
     return (
-        seen is not None and seen.id == write.job_id and seen.targets_total - seen.targets_done > 1
+        seen is not None
+        and seen.id == write.job_id
+        and seen.targets_total - seen_counts(seen, write.stored_since)[0] > 1
     )
 
 
@@ -226,7 +234,7 @@ class OutcomeWriters:
         stores: list[StoreOutcomes] = [functools.partial(self._commit, o) for o in self.loops]
         if not PIPELINE_SUPPORTED:
             self.loops, stores = [], [self._commit_on_thread]
-        self.lanes: Lanes[TimedWrite, Job | None] = Lanes(
+        self.lanes: Lanes[TimedWrite, Job | Stored | None] = Lanes(
             [functools.partial(commit_with, store_outcomes) for store_outcomes in stores]
         )
 

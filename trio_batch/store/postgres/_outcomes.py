@@ -15,6 +15,7 @@ import psycopg
 
 from ..._errors import OutcomeExists, StoreError
 from ..._model import Job, JobState, OutcomeWrite
+from .._protocol import Stored
 from .._rows import job_from_row, write_values
 from . import _queries as q
 from ._connection import Conn, Op, rollback
@@ -57,7 +58,7 @@ class PostgresOutcomes(PostgresReads):
 
     def record_outcomes(
         self, writes: Sequence[OutcomeWrite], *, ttl: float, now: float
-    ) -> list[Job | Exception | None]:
+    ) -> list[Job | Stored | Exception | None]:
         """Store several outcomes in one transaction (group commit); one answer per write.
 
         Each write is one statement (``RECORD_OUTCOME``), atomic on its own, and answers the
@@ -73,7 +74,7 @@ class PostgresOutcomes(PostgresReads):
         time) that finds its very outcome stored answers the job instead of
         :class:`OutcomeExists`, so nothing is lost or counted twice.
         """
-        answers: list[Job | Exception | None] = [None] * len(writes)
+        answers: list[Job | Stored | Exception | None] = [None] * len(writes)
         todo = list(range(len(writes)))
 
         def pipelined(conn: Conn) -> None:
@@ -116,7 +117,7 @@ class PostgresOutcomes(PostgresReads):
     def answered(
         self,
         writes: Sequence[OutcomeWrite],
-        answers: Sequence[Job | Exception | None],
+        answers: Sequence[Job | Stored | Exception | None],
         *,
         mark: int | None = None,
     ) -> None:
@@ -151,7 +152,7 @@ class PostgresOutcomes(PostgresReads):
 
     def _record_pipelined(
         self, conn: Conn, writes: Sequence[OutcomeWrite], ttl: float, now: float
-    ) -> list[Job | Exception | None]:
+    ) -> list[Job | Stored | Exception | None]:
         """Several writes in one transaction, sent in psycopg's pipeline mode with its
         ``BEGIN``, bounds and ``COMMIT``: all go out together and their answers are read
         after, so the batch costs one round trip (the pipeline's closing Sync one more)
@@ -160,7 +161,7 @@ class PostgresOutcomes(PostgresReads):
         included), from a fetch or from a later statement's send (psycopg reads the answers
         that have come whenever it sends): which write it was is not known here.
         """
-        answers: list[Job | Exception | None] = [None] * len(writes)
+        answers: list[Job | Stored | Exception | None] = [None] * len(writes)
         refused: psycopg.DataError | None = None
         try:
             with conn.pipeline() as pipeline:
@@ -196,7 +197,7 @@ class PostgresOutcomes(PostgresReads):
     def _writable(
         self,
         writes: Sequence[OutcomeWrite],
-        answers: list[Job | Exception | None],
+        answers: list[Job | Stored | Exception | None],
         *,
         ttl: float,
         now: float,

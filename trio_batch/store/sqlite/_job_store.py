@@ -32,6 +32,7 @@ from .._protocol import (
     NewJob,
     ReapedJob,
     StoreCounts,
+    Stored,
 )
 from . import _fast_path, _outbox
 from ._errors import translate_errors
@@ -114,7 +115,9 @@ class SQLiteJobStore(FastPaths):
         self._observe("create_job", start)
         return answer
 
-    async def record_outcome(self, write: OutcomeWrite, *, ttl: float, now: float) -> Job | None:
+    async def record_outcome(
+        self, write: OutcomeWrite, *, ttl: float, now: float
+    ) -> Job | Stored | None:
         """Store one outcome, as :meth:`StoreFace.record_outcome
         <trio_batch.store._face.StoreFace.record_outcome>` does: on the spot if
         :meth:`record_outcome_now` takes it, or once a later pass of the loop has room if only
@@ -125,7 +128,7 @@ class SQLiteJobStore(FastPaths):
         """
         if write is self._declined:
             self._declined = None
-            answer: Job | Declined | None = DECLINED
+            answer: Job | Stored | Declined | None = DECLINED
         else:
             answer = self.record_outcome_now(write, ttl=ttl, now=now)
         if isinstance(answer, Declined) and self._budget.spent and self._group.alone(write.job_id):
@@ -140,7 +143,7 @@ class SQLiteJobStore(FastPaths):
 
     def record_outcome_now(
         self, write: OutcomeWrite, *, ttl: float, now: float
-    ) -> Job | Declined | None:
+    ) -> Job | Stored | Declined | None:
         """Store one outcome synchronously, on the fast path, if this pass of the loop has
         room, the writer is alone (:meth:`GroupCommit.alone
         <trio_batch.store._group_commit.GroupCommit.alone>`) and the result small; else
@@ -152,7 +155,9 @@ class SQLiteJobStore(FastPaths):
             self._declined = write
         return answer
 
-    def _write_alone(self, write: OutcomeWrite, ttl: float, now: float) -> Job | Declined | None:
+    def _write_alone(
+        self, write: OutcomeWrite, ttl: float, now: float
+    ) -> Job | Stored | Declined | None:
         """:meth:`record_outcome_now` whatever this pass has used of the loop's budget."""
         if (
             not self._group.alone(write.job_id)  # first: beside other writers, decided at once
@@ -170,7 +175,7 @@ class SQLiteJobStore(FastPaths):
 
     async def _store_outcomes(
         self, writes: Sequence[OutcomeWrite], *, ttl: float, now: float
-    ) -> list[Job | Exception | None]:
+    ) -> list[Job | Stored | Exception | None]:
         """:meth:`Store.record_outcomes`: on the fast path when every result is small."""
         fast = True
         for w in writes:  # a loop, not all(): most batches hold one write

@@ -31,13 +31,14 @@ from ..._model import (
     final_status,
     is_job_id,
 )
-from .._protocol import Admission, NewJob, ReapedJob
+from .._protocol import STORED, Admission, NewJob, ReapedJob, Stored
 from .._rows import (
     check_counted_caps,
     dumps,
     job_after_outcome,
     new_job,
     outcome_values,
+    seen_counts,
 )
 from .._rows import job_from_row as _job
 from . import _queries as q
@@ -222,7 +223,8 @@ class Store(StoreReads):
         now: float | None = None,
         seen: Job | None = None,
         max_result_size: int | None = None,
-    ) -> Job | None:
+        stored_since: tuple[int, int] | None = None,
+    ) -> Job | Stored | None:
         """Store one target's outcome and bump its job, in one transaction.
 
         Pass ``result`` for a success, or ``error`` (and optionally ``hint``) for a failure;
@@ -241,13 +243,29 @@ class Store(StoreReads):
         ``seen``, the job as this store last answered for it, saves reading the job back: the
         bump is then made only if every column of the job that can change is still as seen (but
         for its lease), and the answer follows from it. If the job changed meanwhile, it is
-        bumped and read back as without ``seen``; the answer is the same either way.
+        bumped and read back as without ``seen``; the answer is the same either way. With
+        ``stored_since`` (see :class:`~trio_batch.OutcomeWrite`) the job as seen is ``seen``
+        with those outcomes counted in, and a write that matched it and leaves the job live
+        answers :data:`~trio_batch.store.STORED` instead of the job.
         """
+        failure = error is not None
         status, result_text, error, hint = outcome_values(result, error, hint, max_result_size)
+        if failure != (error is not None):  # a result stored as a failure: the writer is told
+            stored_since = None
         now = time.time() if now is None else now
         with self.transaction():
             return self._write_outcome(
-                job_id, idx, status, result_text, error, hint, attempts, ttl, now, seen
+                job_id,
+                idx,
+                status,
+                result_text,
+                error,
+                hint,
+                attempts,
+                ttl,
+                now,
+                seen,
+                stored_since,
             )
 
     def _write_outcome(
@@ -262,7 +280,8 @@ class Store(StoreReads):
         ttl: float,
         now: float,
         seen: Job | None,
-    ) -> Job | None:
+        stored_since: tuple[int, int] | None = None,
+    ) -> Job | Stored | None:
         """:meth:`record_outcome`'s writes, inside a transaction: all of them or none (it
         raises :class:`OutcomeExists` having written nothing).
 
@@ -275,34 +294,27 @@ class Store(StoreReads):
         size = 0 if result_text is None else len(result_text)
         # The StrEnum members are their str values to sqlite3; .value costs more.
         values = (status, result_text, error, hint, now, attempts, job_id, idx)
-        if (
-            seen is not None
-            and seen.id == job_id
-            and conn.execute(
-                q.STORE_OUTCOME_AS_SEEN,
-                (
-                    *values,
-                    job_id,
-                    now,
-                    seen.status,
-                    seen.error,
-                    seen.targets_done,
-                    seen.targets_failed,
-                    seen.created_at,
-                    seen.targets_total,
-                    seen.caller,
-                    seen.idem_key,
-                ),
-            ).rowcount
-            == 1
-        ):
-            if conn.execute(q.BUMP_SEEN_JOB, (failed, size, now, now + ttl, job_id)).rowcount != 1:
-                raise StoreError(f"job {job_id} vanished inside its outcome's transaction")
-            if seen.targets_done + 1 < seen.targets_total or not seen.status.is_live:
-                return job_after_outcome(seen, failed=failed, now=now, ttl=ttl)
-            final = final_status(seen.targets_total, seen.targets_failed + failed)
-            self._settle(job_id, final, now)
-            return job_after_outcome(seen, failed=failed, now=now, ttl=ttl, status=final)
+        if seen is not None and seen.id == job_id:
+            counts = seen_counts(seen, stored_since)
+            if (
+                conn.execute(
+                    q.STORE_OUTCOME_AS_SEEN,
+                    (
+                        *values,
+                        job_id,
+                        now,
+                        seen.status,
+                        seen.error,
+                        *counts,
+                        seen.created_at,
+                        seen.targets_total,
+                        seen.caller,
+                        seen.idem_key,
+                    ),
+                ).rowcount
+                == 1
+            ):
+                return self._bump_seen(job_id, seen, counts, failed, size, ttl, now, stored_since)
         with self.transaction():  # a savepoint: the bump comes before a refusal
             row = conn.execute(q.BUMP_JOB, (failed, size, now, now + ttl, job_id, now)).fetchone()
             if row is None:
@@ -318,6 +330,34 @@ class Store(StoreReads):
                 )
         return job
 
+    def _bump_seen(
+        self,
+        job_id: str,
+        seen: Job,
+        counts: tuple[int, int],
+        failed: int,
+        size: int,
+        ttl: float,
+        now: float,
+        stored_since: tuple[int, int] | None,
+    ) -> Job | Stored:
+        """The bump of a write stored as seen (``counts``: its job's done and failed before
+        it; ``failed``: 1 for a failure), the terminal status if it was the last, the answer."""
+        if (
+            self.db.conn.execute(q.BUMP_SEEN_JOB, (failed, size, now, now + ttl, job_id)).rowcount
+            != 1
+        ):
+            raise StoreError(f"job {job_id} vanished inside its outcome's transaction")
+        done, failed = counts[0] + 1, counts[1] + failed
+        live = seen.status.is_live
+        if done < seen.targets_total or not live:
+            if stored_since is not None and live:
+                return STORED  # the writer counts it into its view: no job built
+            return job_after_outcome(seen, done=done, failed=failed, now=now, ttl=ttl)
+        final = final_status(seen.targets_total, failed)
+        self._settle(job_id, final, now)
+        return job_after_outcome(seen, done=done, failed=failed, now=now, ttl=ttl, status=final)
+
     def _settle(self, job_id: str, final: JobState, now: float) -> None:
         """The last outcome's terminal status and event, in its transaction. (Kept out of the
         bump, so the status index is only touched once per job.)"""
@@ -326,30 +366,45 @@ class Store(StoreReads):
 
     def record_outcomes(
         self, writes: Sequence[OutcomeWrite], *, ttl: float, now: float | None = None
-    ) -> list[Job | Exception | None]:
+    ) -> list[Job | Stored | Exception | None]:
         """Store several outcomes in one transaction (group commit); one answer per write.
 
         Each write is atomic on its own (see :meth:`_write_outcome`), and answers as
-        :meth:`record_outcome` would: the updated job, None, or the exception it raised (such as
-        :class:`OutcomeExists`) in place of a result. None of them is durable before the shared
-        commit; if that commit fails, the error is raised and nothing is stored.
+        :meth:`record_outcome` would: the updated job, :data:`~trio_batch.store.STORED`, None,
+        or the exception it raised (such as :class:`OutcomeExists`) in place of a result. None
+        of them is durable before the shared commit; if that commit fails, the error is raised
+        and nothing is stored.
         """
         now = time.time() if now is None else now
         with self.transaction():
             return [self._shared_write(w, ttl, now) for w in writes]
 
-    def _shared_write(self, w: OutcomeWrite, ttl: float, now: float) -> Job | Exception | None:
+    def _shared_write(
+        self, w: OutcomeWrite, ttl: float, now: float
+    ) -> Job | Stored | Exception | None:
         """One write of :meth:`record_outcomes`: its answer, or the error that refused it
         (having written nothing: see :meth:`_write_outcome`)."""
         try:
             status, text, error, hint = outcome_values(w.result, w.error, w.hint, w.max_result_size)
+            # A result stored as a failure answers the job: its writer counts it as a success.
+            since = w.stored_since if (error is None) == (w.error is None) else None
             return self._write_outcome(
-                w.job_id, w.idx, status, text, error, hint, w.attempts, ttl, now, w.seen
+                w.job_id,
+                w.idx,
+                status,
+                text,
+                error,
+                hint,
+                w.attempts,
+                ttl,
+                now,
+                w.seen,
+                since,
             )
         except (OutcomeExists, ValueError) as exc:
             return exc
 
-    def record_write(self, w: OutcomeWrite, ttl: float, now: float) -> Job | None:
+    def record_write(self, w: OutcomeWrite, ttl: float, now: float) -> Job | Stored | None:
         """:meth:`record_outcome` of one :class:`OutcomeWrite`, in its own transaction."""
         return self.record_outcome(
             w.job_id,
@@ -362,6 +417,7 @@ class Store(StoreReads):
             now=now,
             seen=w.seen,
             max_result_size=w.max_result_size,
+            stored_since=w.stored_since,
         )
 
     def finish_job(
