@@ -169,6 +169,19 @@ def test_a_result_is_stored_as_its_whole_json_object(content: str, meta: dict[st
     assert Result(content, meta).to_json_text() == expected
 
 
+def test_an_empty_result_is_the_same_text_whatever_its_types() -> None:
+    # The no-op fetch's Result("") is answered its constant text; subclasses go the whole way.
+    class Text(str):
+        __slots__ = ()
+
+    class Meta(dict[str, Any]):
+        pass
+
+    for content, meta in (("", {}), (Text(""), {}), ("", Meta())):
+        assert Result(content, meta).to_json_text() == '{"content":"","meta":{}}'
+    assert Result("").to_json_text() is Result("").to_json_text()
+
+
 # ---------------------------------------------------------------------------------------------
 # idem_key properties
 

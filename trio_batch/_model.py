@@ -154,6 +154,10 @@ class TargetState(StrEnum):
 
 #: Encodes results: one encoder built once (``json.dumps`` with options builds one per call).
 _RESULT_ENCODER = json.JSONEncoder(allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+#: What that encoder makes of a str (its own call for one, without the method around it).
+_encode_str = json.encoder.encode_basestring
+#: The text of ``Result("")``.
+_EMPTY_RESULT_TEXT = '{"content":"","meta":{}}'
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,18 +173,18 @@ class Result:
 
     def to_json_text(self) -> str:
         """Encode as ``{"content": ..., "meta": ...}``; raises ValueError if that is not JSON."""
-        if not isinstance(self.content, str):
-            raise ValueError(f"Result.content must be a str, not {type(self.content).__name__}")
-        if not isinstance(self.meta, dict):
-            raise ValueError(f"Result.meta must be a dict, not {type(self.meta).__name__}")
+        content, meta = self.content, self.meta
+        if type(content) is str and not content and type(meta) is dict and not meta:
+            return _EMPTY_RESULT_TEXT  # an empty result (a no-op fetch's): its text, as is
+        if not isinstance(content, str):
+            raise ValueError(f"Result.content must be a str, not {type(content).__name__}")
+        if not isinstance(meta, dict):
+            raise ValueError(f"Result.meta must be a dict, not {type(meta).__name__}")
         try:
             # In parts, to the whole object's text: a str goes straight to the C string encoder,
             # an empty meta costs nothing (the whole object set up the full encoder each time).
-            meta = self.meta
             meta_text = "{}" if type(meta) is dict and not meta else _RESULT_ENCODER.encode(meta)
-            text = (
-                '{"content":' + _RESULT_ENCODER.encode(self.content) + ',"meta":' + meta_text + "}"
-            )
+            text = '{"content":' + _encode_str(content) + ',"meta":' + meta_text + "}"
             text.encode("utf-8")
         except Exception as exc:  # whatever a hostile dict subclass or __str__ may raise
             raise ValueError(f"{type(exc).__name__}: {safe_text(exc)}") from None
