@@ -137,3 +137,18 @@ def test_sqlite_answers_stored_for_every_write_as_counted_but_the_last(store: St
     )
     answer = store.record_write(OutcomeWrite(again.id, 0, result=Result("x"), seen=again), TTL, T0)
     assert isinstance(answer, Job) and answer == store.get_job(again.id, now=T0)
+
+
+def test_sqlite_tells_a_shared_commits_counting_writer_the_job_of_a_result_stored_failed(
+    store: Store,
+) -> None:
+    # The group commit's path (Store.record_outcomes), beside the lone writer's above.
+    jobs = [
+        store.create_job(NewJob(c, "default", [Target(f"{c}:0"), Target(f"{c}:1")], **CAPS))[0]
+        for c in ("alice", "bob")
+    ]
+    big = _write(jobs[0], 0, (0, 0), result=Result("x" * 100), max_result_size=10)
+    answers = store.record_outcomes([big, _write(jobs[1], 0, (0, 0))], ttl=TTL, now=T0)
+    assert answers[1] is STORED
+    assert isinstance(answers[0], Job) and answers[0] == store.get_job(jobs[0].id, now=T0)
+    assert (answers[0].targets_done, answers[0].targets_failed) == (1, 1)
