@@ -131,23 +131,30 @@ def test_the_submit_function_is_the_one_the_migrations_make() -> None:
     one. Change it only with a new schema version whose step creates it again (``CREATE OR
     REPLACE``), then update this digest."""
     digest = hashlib.sha256(cq.CREATE_CREATE_JOB_FUNCTION.encode()).hexdigest()[:16]
-    assert (digest, SCHEMA_VERSION) == ("be54a3444cab2ab4", 10)
+    assert (digest, SCHEMA_VERSION) == ("5d98c8f8a9843e9a", 11)
 
 
-@pytest.mark.parametrize("version", [8, 9])
-def test_an_older_database_gets_the_submit_function_that_inserts_plain_urls(
+@pytest.mark.parametrize("version", [8, 9, 10])
+def test_an_older_database_gets_the_submit_function_that_takes_the_targets_as_json(
     pg_dsn: str, version: int
 ) -> None:
-    # v9 made the function; v10 made it again, plain targets inserted from their URLs alone.
+    # v9 made the function, v10 again (plain targets from their URLs alone), v11 again with
+    # other argument types (the targets as JSON text): the older one is gone, not overloaded.
     PostgresStore.open(pg_dsn).close()
     _sql(pg_dsn, "DROP FUNCTION trio_batch_create_job")
+    if version >= 9:  # as those versions made it: its targets as arrays
+        _sql(
+            pg_dsn,
+            "CREATE FUNCTION trio_batch_create_job(p_urls text[]) RETURNS void "
+            "LANGUAGE sql AS 'SELECT NULL'",
+        )
     _sql(pg_dsn, f"UPDATE trio_batch_schema SET version = {version}")
     store = PostgresStore.open(pg_dsn)
     try:
         assert _sql(pg_dsn, "SELECT version FROM trio_batch_schema") == [(SCHEMA_VERSION,)]
         body = "SELECT prosrc FROM pg_proc WHERE proname = 'trio_batch_create_job'"
         [(source,)] = _sql(pg_dsn, body)
-        assert "FROM unnest(p_urls) WITH ORDINALITY" in str(source)
+        assert "json_array_elements_text(p_urls::json) WITH ORDINALITY" in str(source)
         _, reused = store.create_job(NewJob("alice", "user", urls("a"), ttl=TTL, **CAPS), now=T0)
         assert not reused and _sql(pg_dsn, "SELECT count(*) FROM targets") == [(1,)]
     finally:

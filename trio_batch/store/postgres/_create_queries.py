@@ -18,16 +18,18 @@ from . import _queries as q
 __all__: list[str] = []  # imported as a module: ``from . import _create_queries as cq``
 
 #: The function's arguments, in order, and their types: the job's columns as ``INSERT_JOB``
-#: takes them, the targets as ``INSERT_TARGETS`` does (options and custom ids NULL: plain
-#: targets, from their URLs alone), the labels as two arrays, the outbox row's values
-#: (``event_id`` NULL: none), and the caps.
+#: takes them, the targets' status and their URLs, options and custom ids as JSON arrays in
+#: text (options and custom ids NULL: plain targets, from their URLs alone), the labels as two
+#: arrays (NULLs: none), the outbox row's values (``event_id`` NULL: none), and the caps. The
+#: targets are text, parsed only once the job is made: a refused submit sends them as one
+#: string each, which costs next to nothing to dump and nothing to parse.
 _ARGS = (
     ("id", "text"), ("status", "text"), ("error", "text"), ("targets_total", "integer"),
     ("targets_done", "integer"), ("targets_failed", "integer"), ("caller", "text"),
     ("caller_class", "text"), ("idem_key", "text"), ("created_at", "double precision"),
     ("updated_at", "double precision"), ("expires_at", "double precision"),
     ("metadata", "text"), ("parent_id", "text"), ("trace_context", "text"), ("owner", "text"),
-    ("pending", "text"), ("urls", "text[]"), ("options", "text[]"), ("custom_ids", "text[]"),
+    ("pending", "text"), ("urls", "text"), ("options", "text"), ("custom_ids", "text"),
     ("label_keys", "text[]"), ("label_values", "text[]"),
     ("event_id", "text"), ("webhook_url", "text"), ("callback", "boolean"),
     ("now", "double precision"), ("targets_per_job", "integer"),
@@ -64,19 +66,23 @@ _INSERT_JOB = (
     + ", ".join(f"p_{name}" for name in [*_JOB_NAMES, "trace_context", "owner"])
     + ")"
 )
-_INSERT_TARGETS = q.INSERT_TARGETS.replace("::text[]", "")
-for _name in ("p_id", "p_pending", "p_urls", "p_options", "p_custom_ids"):
-    _INSERT_TARGETS = _INSERT_TARGETS.replace("%s", _name, 1)
-#: Plain targets (no options, no custom id: ``p_options`` NULL) from their URLs alone: the
-#: two other arrays cost the client their dump and the server their parse and unnest.
+_INSERT_TARGETS = (
+    "INSERT INTO targets (job_id, idx, url, options, status, custom_id) "
+    "SELECT p_id, t.idx - 1, t.url, t.options, p_pending, t.custom_id "
+    "FROM ROWS FROM (json_array_elements_text(p_urls::json), "
+    "json_array_elements_text(p_options::json), json_array_elements_text(p_custom_ids::json)) "
+    "WITH ORDINALITY AS t(url, options, custom_id, idx)"
+)
+#: Plain targets (no options, no custom id: ``p_options`` NULL) from their URLs alone.
 _INSERT_PLAIN_TARGETS = (
     "INSERT INTO targets (job_id, idx, url, options, status) "
     "SELECT p_id, t.idx - 1, t.url, '{}', p_pending "
-    "FROM unnest(p_urls) WITH ORDINALITY AS t(url, idx)"
+    "FROM json_array_elements_text(p_urls::json) WITH ORDINALITY AS t(url, idx)"
 )
 
-#: Version 9: the submit's function (see the module's docstring); version 10: plain targets
-#: from their URLs alone.
+#: The submit's function (see the module's docstring): version 9 made it, version 10 made it
+#: again (plain targets from their URLs alone), version 11 too (the targets as JSON text; its
+#: arguments' types changed, so the old one is dropped first).
 CREATE_CREATE_JOB_FUNCTION = (
     "CREATE OR REPLACE FUNCTION trio_batch_create_job("
     + ", ".join(f"p_{name} {type_}" for name, type_ in _ARGS)
@@ -102,6 +108,11 @@ CREATE_CREATE_JOB_FUNCTION = (
     "IF p_event_id IS NOT NULL THEN INSERT INTO outbox (job_id, event_id, url, callback) "
     "VALUES (p_id, p_event_id, p_webhook_url, p_callback); END IF;\n"
     "o_created := true; RETURN NEXT;\nEND $body$"
+)
+#: The migration's steps to the current function, from any version that has one or none.
+MIGRATE_CREATE_JOB_FUNCTION = (
+    "DROP FUNCTION IF EXISTS trio_batch_create_job",
+    CREATE_CREATE_JOB_FUNCTION,
 )
 #: A submit through that function: its arguments in ``CREATE_JOB_ARGS``' order, each cast to
 #: its type; one row, always (``_OUT``'s columns).

@@ -25,7 +25,7 @@ from . import _queries as q
 __all__ = ["SCHEMA_VERSION", "migrate"]
 
 #: The schema version this code writes.
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 
 
 def migrate(
@@ -83,13 +83,12 @@ def migrate(
         if version < 8:
             # RECORD_OUTCOME's rows by key, so the function's kept plan reads no table whole.
             conn.execute(q.CREATE_RECORD_OUTCOME_FUNCTION)
-        if version < 9:
-            # The submit as a function: one statement, one round trip, pooler or not.
-            conn.execute(cq.CREATE_CREATE_JOB_FUNCTION)
-        if version < 10:
-            # The submit's function again: plain targets inserted from their URLs alone.
-            conn.execute(cq.CREATE_CREATE_JOB_FUNCTION)
-        # Later versions add their steps here: `if version < 11: ...`.
+        if version < 11:
+            # The submit as a function (v9), one statement, one round trip, pooler or not;
+            # plain targets from their URLs alone (v10); the targets as JSON text (v11).
+            for statement in cq.MIGRATE_CREATE_JOB_FUNCTION:
+                conn.execute(statement)
+        # Later versions add their steps here: `if version < 12: ...`.
         conn.execute(q.SET_VERSION, (SCHEMA_VERSION,))
 
 

@@ -39,7 +39,7 @@ from ..._model import (
     is_job_id,
 )
 from .._protocol import Admission, NewJob, ReapedJob
-from .._rows import JobInsert, check_counted_caps, job_from_row, new_job
+from .._rows import JobInsert, check_counted_caps, dumps, job_from_row, new_job
 from . import _create_queries as cq
 from . import _host_queries as hq
 from . import _outbox_queries as oq
@@ -194,8 +194,7 @@ class PostgresStore(PostgresOutcomes):
             *insert.job_params(),
             self.runner_id,
             *_target_values(insert),
-            list(job.metadata),
-            list(job.metadata.values()),
+            *_label_values(job),
             *_outbox_values(new),
             now,
             new.targets_per_job,
@@ -291,13 +290,22 @@ def _pipeline(conn: Conn) -> contextlib.AbstractContextManager[object]:
     return conn.pipeline() if PIPELINE_SUPPORTED else contextlib.nullcontext()
 
 
-def _target_values(insert: JobInsert) -> tuple[str, list[str], list[str] | None, Any]:
+def _target_values(insert: JobInsert) -> tuple[str, str, str | None, str | None]:
     """The new job's targets as the submit's function takes them: their status, then their
-    URLs, options and custom ids as arrays; plain targets as their URLs alone (NULLs)."""
+    URLs, options and custom ids as JSON arrays; plain targets as their URLs alone (NULLs)."""
     plain = insert.plain_urls()
     if plain is not None:
-        return TargetState.PENDING.value, plain, None, None
-    return insert.target_columns()[1:]
+        return TargetState.PENDING.value, dumps(plain), None, None
+    _, status, urls, options, custom_ids = insert.target_columns()
+    return status, dumps(urls), dumps(options), dumps(custom_ids)
+
+
+def _label_values(job: Job) -> tuple[list[str] | None, list[str] | None]:
+    """The new job's labels as the submit's function takes them: keys and values as arrays,
+    NULLs for none (most jobs: an empty array costs a dump all the same)."""
+    if not job.metadata:
+        return None, None
+    return list(job.metadata), list(job.metadata.values())
 
 
 def _outbox_values(new: NewJob) -> tuple[str | None, str | None, bool]:
