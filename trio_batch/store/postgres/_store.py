@@ -4,7 +4,8 @@ Plain and synchronous (psycopg 3's sync API): nothing here knows about trio. One
 :class:`PostgresStore` owns one connection and is used from one thread at a time (its store
 thread); :class:`~trio_batch.store.postgres.PostgresJobStore` puts the async face on it.
 
-Every state change is one explicit transaction at READ COMMITTED. The connection, its
+Every state change is one transaction at READ COMMITTED (explicit, or a submit's one statement,
+the function `trio_batch_create_job`: :mod:`._create_queries`). The connection, its
 timeouts and reconnecting are in :mod:`._connection`; the reads in :mod:`._reads`, the
 outcome writes in :mod:`._outcomes`.
 
