@@ -180,14 +180,9 @@ def _short(query: str) -> str:
     return " ".join(query.split())[:90]
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.postgres_cpu", description=__doc__)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--scale", type=int, default=4, help="work per window (default 4)")
-    parser.add_argument("--placement", choices=PLACEMENTS, default="one-core")
-    parser.add_argument("--only", action="append", help="these workloads only (repeatable)")
-    parser.add_argument("--statements", type=int, default=8, help="statements shown per row")
-    args = parser.parse_args(argv)
+def counted_server(placement: str) -> PgServer:
+    """A throw-away server with ``pg_stat_statements`` loaded, placed as ``placement`` says
+    (the line saying how on stderr); :meth:`PgServer.destroy` it."""
     server = start_postgres()
     try:
         with psycopg.connect(server.dsn(), autocommit=True) as conn:
@@ -196,7 +191,23 @@ def main(argv: list[str] | None = None) -> None:
         server.start()
         with psycopg.connect(server.dsn(), autocommit=True) as conn:
             conn.execute("CREATE EXTENSION pg_stat_statements")
-        print(place(args.placement, data_dir=server.data_dir, pooler_pid=None), file=sys.stderr)
+        print(place(placement, data_dir=server.data_dir, pooler_pid=None), file=sys.stderr)
+    except BaseException:
+        server.destroy()
+        raise
+    return server
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.postgres_cpu", description=__doc__)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--scale", type=int, default=4, help="work per window (default 4)")
+    parser.add_argument("--placement", choices=PLACEMENTS, default="one-core")
+    parser.add_argument("--only", action="append", help="these workloads only (repeatable)")
+    parser.add_argument("--statements", type=int, default=8, help="statements shown per row")
+    args = parser.parse_args(argv)
+    server = counted_server(args.placement)
+    try:
         meter = Meter(server)
         chosen = {
             k: v for k, v in workloads_of(args.scale).items() if not args.only or k in args.only

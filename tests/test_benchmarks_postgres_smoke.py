@@ -104,3 +104,16 @@ def test_a_placement_pins_the_client_and_the_server(pg_server: PgServer) -> None
             os.sched_setaffinity(pid, cpus)
     with pytest.raises(ValueError, match="placement must be one of"):
         placement.place("everywhere", data_dir=pg_server.data_dir, pooler_pid=None)
+
+
+def test_the_submit_probe_runs() -> None:
+    # Its own throw-away server (pg_stat_statements loaded); both rows, at a tiny size.
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.postgres_submit", "--calls", "3", "--targets", "2"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    rows = [line.split()[0] for line in done.stdout.splitlines()]
+    assert rows == ["created", "refused"], done.stdout
