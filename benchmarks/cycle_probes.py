@@ -116,10 +116,8 @@ def _raw(store: SQLiteJobStore, bare: bool) -> _Layer:
                 match = (seen.id, now, seen.status, seen.error, seen.targets_done)
                 # The job as seen: what can change, and what tells it from one given again.
                 unchanged = (seen.targets_failed, seen.created_at, seen.targets_total)
-                conn.execute(
-                    q.STORE_OUTCOME_AS_SEEN,
-                    store_args + match + unchanged + (seen.caller, seen.idem_key),
-                )
+                kind = (seen.caller, seen.caller_class, seen.idem_key)
+                conn.execute(q.STORE_OUTCOME_AS_SEEN, (*store_args, *match, *unchanged, *kind))
                 bump = (0, len(_RESULT_JSON), now, now + _TTL, seen.id)
                 conn.execute(q.BUMP_SEEN_JOB, bump)
             if shared:

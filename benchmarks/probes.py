@@ -69,7 +69,7 @@ def _outcome_sql(path: str, variant: str, targets: int = 9_600, per_job: int = 3
             outcome = ("done", floor.EMPTY_RESULT, None, None, t, 1, job_id, idx)
             if variant == "as seen":
                 job = seen[job_id]
-                match = (job[0], t, job[1], job[2], done[job_id], 0, job[9], job[3], job[6], job[8])
+                match = (job[0], t, job[1], job[2], done[job_id], 0, job[9], job[3], *job[6:9])
                 conn.execute(q.STORE_OUTCOME_AS_SEEN, (*outcome, *match))
                 conn.execute(q.BUMP_SEEN_JOB, (0, 24, t, t + 86400, job_id))
                 done[job_id] += 1

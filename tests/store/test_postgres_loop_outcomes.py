@@ -452,7 +452,13 @@ def test_the_ongoing_write_alone_never_ends_a_job(pg_dsn: str) -> None:
     try:
         job = _hooked(store, "a", 1)
         values = store._outcome_values(OutcomeWrite(job.id, 0, result=Result("x")), ttl=TTL, now=T0)
-        values.update(seen_created=job.created_at, seen_total=1, seen_caller=job.caller)
+        values.update(
+            seen_created=job.created_at,
+            seen_total=1,
+            seen_caller=job.caller,
+            seen_class=job.caller_class,
+            seen_idem=job.idem_key,
+        )
         row = store.connection().execute(q.RECORD_ONGOING_OUTCOME, values).fetchone()
         assert row is not None and row[0] is None and row[1] is None  # stored nothing
         values["job_id"] = "unknown-job-id-0000000"

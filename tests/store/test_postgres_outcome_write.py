@@ -93,11 +93,18 @@ def test_the_plan_a_connection_keeps_reads_each_row_by_its_key(
     values = direct_store._outcome_values(
         OutcomeWrite(job.id, 3, result=Result("x")), ttl=TTL, now=T0 + 1
     )
-    values.update(seen_created=job.created_at, seen_total=32, seen_caller=job.caller)
+    values.update(
+        seen_created=job.created_at,
+        seen_total=32,
+        seen_caller=job.caller,
+        seen_class=job.caller_class,
+        seen_idem=job.idem_key,
+    )
     types = [type_ for _, type_ in q._OUTCOME_ARGS]
+    texts = ["text"] * 3  # the seen job's caller, class and idempotency key
     statements = [
         (q.RECORD_OUTCOME_NUMBERED, q.OUTCOME_PARAMS, types),
-        (q.RECORD_ONGOING_OUTCOME_NUMBERED, q.ONGOING_PARAMS, [*types, "float8", "int", "text"]),
+        (q.RECORD_ONGOING_OUTCOME_NUMBERED, q.ONGOING_PARAMS, [*types, "float8", "int", *texts]),
     ]
     plans = []
     with psycopg.connect(pg_dsn, autocommit=True) as conn:

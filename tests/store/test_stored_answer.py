@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from trio_batch import (
     Job,
     JobState,
@@ -102,6 +104,43 @@ async def test_a_counting_writer_of_a_job_given_again_is_told_the_new_job(
     answer = await job_store.record_outcome(_write(old, 1, (1, 0)), ttl=TTL, now=T0)
     assert isinstance(answer, Job) and answer == await job_store.get_job(old.id, now=T0)
     assert (answer.caller, answer.targets_done) == ("bob", 2)
+
+
+@pytest.mark.parametrize("counting", [True, False], ids=["counting", "not counting"])
+@pytest.mark.parametrize(
+    "differs", [{"caller_class": "admin"}, {"metadata": {"k": "new"}}], ids=["class", "labels"]
+)
+async def test_a_writer_of_a_job_given_again_by_its_caller_at_once_is_told_the_new_job(
+    job_store: JobStore, differs: dict[str, Any], counting: bool
+) -> None:
+    # Same caller, as many targets, the same instant: only the class, or the labels (in the
+    # idempotency key), tell the new job from the one seen.
+    old = await _create(job_store, job_id=new_job_id(), n=4)
+    first = await job_store.record_outcome(
+        _write(old, 0, (0, 0)) if counting else OutcomeWrite(old.id, 0, Result("x"), seen=old),
+        ttl=TTL,
+        now=T0,
+    )
+    seen = old if counting else first
+    assert isinstance(seen, Job)
+    await job_store.finish_job(old.id, JobState.CANCELLED, now=T0)
+    assert await job_store.forget_job(old.id, now=T0) is not None
+    new = NewJob(
+        "alice",
+        differs.get("caller_class", "default"),
+        [Target(f"u:{i}") for i in range(4)],
+        **{**CAPS, "status": JobState.RUNNING, "job_id": old.id},
+        metadata=differs.get("metadata"),
+    )
+    again, _ = await job_store.create_job(new, now=T0)
+    await job_store.record_outcome(OutcomeWrite(again.id, 0, result=Result("y")), ttl=TTL, now=T0)
+    late = OutcomeWrite(
+        old.id, 1, result=Result("x"), seen=seen, stored_since=(1, 0) if counting else None
+    )
+    answer = await job_store.record_outcome(late, ttl=TTL, now=T0)
+    stored = await job_store.get_job(old.id, now=T0)
+    assert stored is not None and stored.targets_done == 2
+    assert answer == stored, f"answered {answer!r}"
 
 
 async def test_a_counting_writer_is_told_the_job_when_its_result_is_stored_as_a_failure(

@@ -186,11 +186,11 @@ def _ongoing_answer(
     )
 
 
-def _seen_values(write: OutcomeWrite) -> tuple[float, int, str]:
+def _seen_values(write: OutcomeWrite) -> tuple[float, int, str, str, str | None]:
     """``RECORD_ONGOING_OUTCOME``'s parameters of the job as seen (an ongoing write has one)."""
     seen = write.seen
     assert seen is not None
-    return seen.created_at, seen.targets_total, seen.caller
+    return seen.created_at, seen.targets_total, seen.caller, seen.caller_class, seen.idem_key
 
 
 def _ongoing(write: OutcomeWrite) -> bool:

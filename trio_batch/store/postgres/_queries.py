@@ -328,11 +328,13 @@ RECORD_OUTCOME = (
 #: columns an outcome changes (``ONGOING_COLUMNS``, NULLs if nothing was stored): the writer
 #: holds the others, which nothing updates. So the job must be the one the writer saw, not one
 #: forgotten and given again under its id (by a caller choosing ids): its creation time,
-#: target count and caller must be as seen, else it goes again as ``RECORD_OUTCOME`` too.
+#: target count, caller, class and idempotency key must be as seen, else it goes again as
+#: ``RECORD_OUTCOME`` too.
 RECORD_ONGOING_OUTCOME = (
     "WITH job AS (SELECT id, targets_done + 1 < targets_total "
     "AND created_at = %(seen_created)s AND targets_total = %(seen_total)s "
-    "AND caller = %(seen_caller)s AS ongoing "
+    "AND caller = %(seen_caller)s AND caller_class = %(seen_class)s "
+    "AND idem_key IS NOT DISTINCT FROM %(seen_idem)s AS ongoing "
     f"{_LOCKED_JOB}), stored AS ({_STORE_TARGET.format(' WHERE ongoing')}), "
     f"bumped AS ({_BUMP_JOB} WHERE id = %(job_id)s AND EXISTS (SELECT 1 FROM stored) "
     "RETURNING status, error, targets_done, targets_failed) "
@@ -384,7 +386,14 @@ def numbered(sql: str, names: tuple[str, ...]) -> str:
 #: ``RECORD_OUTCOME`` and its function's call, numbered, for libpq's extended protocol.
 RECORD_OUTCOME_NUMBERED = numbered(RECORD_OUTCOME, OUTCOME_PARAMS)
 #: ``RECORD_ONGOING_OUTCOME``'s parameters: ``RECORD_OUTCOME``'s, then the job as seen.
-ONGOING_PARAMS = (*OUTCOME_PARAMS, "seen_created", "seen_total", "seen_caller")
+ONGOING_PARAMS = (
+    *OUTCOME_PARAMS,
+    "seen_created",
+    "seen_total",
+    "seen_caller",
+    "seen_class",
+    "seen_idem",
+)
 RECORD_ONGOING_OUTCOME_NUMBERED = numbered(RECORD_ONGOING_OUTCOME, ONGOING_PARAMS)
 RECORD_OUTCOME_CALL_NUMBERED = numbered(RECORD_OUTCOME_CALL, OUTCOME_PARAMS)
 #: ``SET_BOUNDS`` numbered: statement, lock and idle-in-transaction timeouts.

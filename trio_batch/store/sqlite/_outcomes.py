@@ -124,6 +124,7 @@ class StoreOutcomes(StoreReads):
                         seen.created_at,
                         seen.targets_total,
                         seen.caller,
+                        seen.caller_class,
                         seen.idem_key,
                     ),
                 ).rowcount
