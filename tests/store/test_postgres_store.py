@@ -311,11 +311,11 @@ def test_an_outcome_that_does_not_end_its_job_updates_it_in_place(pg_dsn: str) -
 
 
 def test_a_version_1_database_is_upgraded_in_place(pg_dsn: str) -> None:
-    from trio_batch.store.postgres import _queries as q
+    from trio_batch.store.postgres import _schema_queries as sq
 
-    for statement in q.CREATE_SCHEMA_V1:
+    for statement in sq.CREATE_SCHEMA_V1:
         _sql(pg_dsn, statement)
-    _sql(pg_dsn, q.SET_VERSION, (1,))
+    _sql(pg_dsn, sq.SET_VERSION, (1,))
     _sql(
         pg_dsn,
         "INSERT INTO jobs (id, status, targets_total, caller, caller_class, idem_key, "

@@ -21,6 +21,7 @@ from . import _create_queries as cq
 from . import _host_queries as hq
 from . import _outbox_queries as oq
 from . import _queries as q
+from . import _schema_queries as sq
 
 __all__ = ["SCHEMA_VERSION", "migrate"]
 
@@ -56,11 +57,11 @@ def migrate(
                         "it is not a trio_batch database (use another database, or a schema "
                         "of its own through the search_path)"
                     )
-            for statement in q.CREATE_SCHEMA_V1:
+            for statement in sq.CREATE_SCHEMA_V1:
                 conn.execute(statement)
         if version < 2:
             # custom ids, metadata, parents, labels and the filtered lists' indexes
-            for statement in q.MIGRATE_V2_BATCH_DATA:
+            for statement in sq.MIGRATE_V2_BATCH_DATA:
                 conn.execute(statement)
         if version < 3:
             # The outbox: one row per job that is to tell of its end (webhook, on_terminal).
@@ -89,11 +90,11 @@ def migrate(
             for statement in cq.MIGRATE_CREATE_JOB_FUNCTION:
                 conn.execute(statement)
         # Later versions add their steps here: `if version < 12: ...`.
-        conn.execute(q.SET_VERSION, (SCHEMA_VERSION,))
+        conn.execute(sq.SET_VERSION, (SCHEMA_VERSION,))
 
 
 def _table_exists(conn: psycopg.Connection[Any], name: str) -> bool:
-    row = conn.execute(q.FIND_TABLE, (name,)).fetchone()
+    row = conn.execute(sq.FIND_TABLE, (name,)).fetchone()
     return bool(row and row[0])
 
 
@@ -101,7 +102,7 @@ def _version(conn: psycopg.Connection[Any]) -> int:
     """The stored schema version; 0 for a database with none."""
     if not _table_exists(conn, "trio_batch_schema"):
         return 0
-    row = conn.execute(q.GET_VERSION).fetchone()
+    row = conn.execute(sq.GET_VERSION).fetchone()
     return 0 if row is None else int(row[0])
 
 
