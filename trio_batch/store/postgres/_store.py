@@ -39,8 +39,9 @@ from ..._model import (
     TargetState,
     is_job_id,
 )
+from .._new_job import JobInsert, check_counted_caps, new_job
 from .._protocol import Admission, NewJob, ReapedJob
-from .._rows import JobInsert, check_counted_caps, dumps, job_from_row, new_job
+from .._rows import dumps, job_from_row
 from . import _create_queries as cq
 from . import _host_queries as hq
 from . import _outbox_queries as oq

@@ -25,12 +25,9 @@ from ..._model import (
     JobState,
     is_job_id,
 )
+from .._new_job import check_counted_caps, new_job
 from .._protocol import Admission, NewJob, ReapedJob
-from .._rows import (
-    check_counted_caps,
-    dumps,
-    new_job,
-)
+from .._rows import dumps
 from .._rows import job_from_row as _job
 from . import _queries as q
 from ._outcomes import StoreOutcomes
