@@ -23,7 +23,7 @@ lint: $(STAMP)
 	$(BIN)/lint-imports --no-cache
 
 typecheck: $(STAMP)
-	$(BIN)/mypy --strict trio_batch
+	$(BIN)/mypy --strict trio_batch benchmarks
 
 # The Debian packages the suites drive (PostgreSQL, PgBouncer, Chromium): installed when
 # missing (as root), or the one command to run is printed before any test starts.
