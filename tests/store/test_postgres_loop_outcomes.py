@@ -25,6 +25,7 @@ from trio_batch.store import STORED, NewJob
 from trio_batch.store.postgres import PostgresJobStore, PostgresStore
 from trio_batch.store.postgres import _queries as q
 from trio_batch.store.postgres._loop_conn import LoopConnection
+from trio_batch.store.postgres._loop_outcomes import _seen_values
 from trio_batch.store.postgres._tally import TerminalTally
 
 from ..runner.test_postgres_cluster import _until
@@ -447,18 +448,19 @@ async def test_an_ongoing_write_answers_the_job_as_stored_whatever_its_writer_sa
         assert no_thread_writes == []
 
 
+def seen_params(job: Job) -> dict[str, Any]:
+    """``RECORD_ONGOING_OUTCOME``'s parameters of ``job`` as seen, by name, as the driver binds
+    them."""
+    names = q.ONGOING_PARAMS[len(q.OUTCOME_PARAMS) :]
+    return dict(zip(names, _seen_values(OutcomeWrite(job.id, 0, seen=job)), strict=True))
+
+
 def test_the_ongoing_write_alone_never_ends_a_job(pg_dsn: str) -> None:
     store = PostgresStore.open(pg_dsn)
     try:
         job = _hooked(store, "a", 1)
         values = store._outcome_values(OutcomeWrite(job.id, 0, result=Result("x")), ttl=TTL, now=T0)
-        values.update(
-            seen_created=job.created_at,
-            seen_total=1,
-            seen_caller=job.caller,
-            seen_class=job.caller_class,
-            seen_idem=job.idem_key,
-        )
+        values.update(seen_params(job))
         row = store.connection().execute(q.RECORD_ONGOING_OUTCOME, values).fetchone()
         assert row is not None and row[0] is None and row[1] is None  # stored nothing
         values["job_id"] = "unknown-job-id-0000000"

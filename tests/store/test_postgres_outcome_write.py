@@ -28,6 +28,7 @@ from trio_batch.store.postgres import _queries as q
 
 from ..support.fakes import T0
 from .test_group_commit import TTL, create  # the same jobs as the shared-commit test
+from .test_postgres_loop_outcomes import seen_params
 
 
 @pytest.fixture(params=["direct", "through PgBouncer"])
@@ -93,13 +94,7 @@ def test_the_plan_a_connection_keeps_reads_each_row_by_its_key(
     values = direct_store._outcome_values(
         OutcomeWrite(job.id, 3, result=Result("x")), ttl=TTL, now=T0 + 1
     )
-    values.update(
-        seen_created=job.created_at,
-        seen_total=32,
-        seen_caller=job.caller,
-        seen_class=job.caller_class,
-        seen_idem=job.idem_key,
-    )
+    values.update(seen_params(job))
     types = [type_ for _, type_ in q._OUTCOME_ARGS]
     texts = ["text"] * 3  # the seen job's caller, class and idempotency key
     statements = [
