@@ -80,9 +80,9 @@ def _pragmas(conn: Any) -> tuple[str, int]:
 
 
 def run_huey(items: int, directory: Path) -> PeerRun:
-    from huey import SqliteHuey, signals  # type: ignore[import-untyped]
-    from huey.consumer import Consumer  # type: ignore[import-untyped]
-    from huey.storage import SqliteStorage  # type: ignore[import-untyped]
+    from huey import SqliteHuey, signals
+    from huey.consumer import Consumer
+    from huey.storage import SqliteStorage
 
     class NormalSyncStorage(SqliteStorage):  # type: ignore[misc]
         def _create_connection(self) -> sqlite3.Connection:
@@ -93,14 +93,14 @@ def run_huey(items: int, directory: Path) -> PeerRun:
     path = directory / f"huey-{uuid.uuid4().hex}.db"
     huey = SqliteHuey("bench", filename=str(path), storage_class=NormalSyncStorage)
 
-    @huey.task()  # type: ignore[untyped-decorator]
+    @huey.task()
     def noop(i: int) -> int:
         return i
 
     completed = 0
     all_done = threading.Event()
 
-    @huey.signal(signals.SIGNAL_COMPLETE)  # type: ignore[untyped-decorator]
+    @huey.signal(signals.SIGNAL_COMPLETE)
     def on_complete(signal: str, task: object, *args: object) -> None:
         nonlocal completed
         completed += 1
