@@ -23,6 +23,7 @@ from ._attempts import Attempts, Failure
 from ._cluster import release, wait_for_heartbeat
 from ._deliveries import Deliveries
 from ._drain import _Drain
+from ._in_doubt import InDoubt
 from ._store_retry import retry_refused
 
 __all__ = ["DrainLoop"]
@@ -58,8 +59,24 @@ class DrainLoop:
     _attempts: Attempts
     _deliveries: Deliveries
     _drains: dict[str, _Drain]
+    _in_doubt: InDoubt
+    _nursery: trio.Nursery
     _closed: bool
     _stopped_by_shutdown: set[str]
+
+    def _start_drain(self, drain: _Drain, job: Job) -> None:
+        """Start the task of ``drain`` (registered already) on ``job``, as the store answered."""
+        drain.job = job
+        self._nursery.start_soon(self._drain, drain, name=f"trio_batch drain {job.id}")
+
+    def _drain_in_doubt(self, job: Job) -> None:
+        """Start the drain of ``job``, just found by a reuse, if its create on this runner was
+        in doubt and it is live with no drain (see :mod:`._in_doubt`)."""
+        drain = self._in_doubt.take(job)
+        if drain is not None and job.id not in self._drains and not self._closed:
+            self._log.info("job created in doubt found; drain started", extra={"job_id": job.id})
+            self._drains[job.id] = drain
+            self._start_drain(drain, job)
 
     async def _drain(self, drain: _Drain) -> None:
         """Fetch the job's targets in order, storing each outcome before the next starts."""

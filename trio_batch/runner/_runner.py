@@ -42,6 +42,7 @@ from ._cluster import ChangedElsewhere, wait_at_most, wait_elsewhere
 from ._deliveries import Deliveries, WebhookDeliverer
 from ._drain import _Drain
 from ._drain_loop import DrainLoop
+from ._in_doubt import InDoubt
 from ._purge import purge_lapsed
 from ._reads import JobReads
 
@@ -92,6 +93,8 @@ class Runner(BatchOps, JobReads, DrainLoop):
         self._attempts = Attempts(fetch, config, logger, on_retry, tracing)
         self._check_target = target_checker(fetch)
         self._drains: dict[str, _Drain] = {}
+        # Drains of creates the store raised on after they may have committed (see _in_doubt).
+        self._in_doubt = InDoubt(config.ttl, now)
         # Paces submits over the loop's passes; dropped when the runner stops (see _open).
         self._admission = LoopBudget(SUBMIT_PASS_BUDGET)
         self._admission.install()
@@ -150,7 +153,8 @@ class Runner(BatchOps, JobReads, DrainLoop):
         the fetch function's ``check_target`` hook refused, see ``_check``: nothing stored),
         :class:`InvalidRequest` (a bad caller name, metadata or parent id),
         :class:`TooManyTargets`, :class:`CallerBusy`, :class:`Busy`, :class:`StoreUnavailable`
-        if the database refuses the write, or :class:`RunnerClosed` after shutdown.
+        if the database refuses the write (or its answer was lost: the job may exist, and a retry
+        that finds it starts its drain here), or :class:`RunnerClosed` after shutdown.
 
         Cancellation: once the job is being created, the creation and the start of its drain
         task complete even if this call is cancelled (``Cancelled`` is then raised at the
@@ -182,7 +186,7 @@ class Runner(BatchOps, JobReads, DrainLoop):
             # their locals) alive while the caller backs off, for the collector to walk.
             raise refused.with_traceback(None) from None
         if reusable is not None:
-            self._log_reused(reusable)
+            self._on_reuse(reusable)
             return reusable.id, True
         drain, request = self._new_job_request(
             want, caller_class, checked, labels, parent_id, webhook
@@ -197,17 +201,20 @@ class Runner(BatchOps, JobReads, DrainLoop):
             # at the caller's next checkpoint (JobStore), after the drain below has started.
             job, reused = await self._store.create_job(request, now=self._now())
             if reused:  # created meanwhile by another submit of the same targets
-                self._log_reused(job)
+                self._on_reuse(job)
                 return job.id, True
             if self._closed:
                 # Shutdown began while the job was being created; shutdown marks it failed.
                 raise RunnerClosed("the runner is shutting down; the job was not started")
-            drain.job = job
-            self._nursery.start_soon(self._drain, drain, name=f"trio_batch drain {job.id}")
+            self._start_drain(drain, job)
             started = True
         except (Busy, CallerBusy) as refused:
             # A cap taken since the admission read (checked again under the store's lock).
             raise refused.with_traceback(None) from None
+        except StoreUnavailable:
+            # Committed perhaps (the answer lost with the connection): a reuse drains it.
+            self._in_doubt.add(drain)
+            raise
         finally:
             if not started:
                 del self._drains[drain.job_id]
@@ -217,7 +224,8 @@ class Runner(BatchOps, JobReads, DrainLoop):
             self._log.info("job submitted", extra=_submit_extra(job))
         return job.id, False
 
-    def _log_reused(self, job: Job) -> None:
+    def _on_reuse(self, job: Job) -> None:
+        self._drain_in_doubt(job)  # a job whose create here was in doubt: its drain starts
         if self._log.isEnabledFor(logging.INFO):  # no log context built for nothing
             self._log.info("job reused", extra={**_submit_extra(job), "status": str(job.status)})
 
