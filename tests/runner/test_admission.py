@@ -30,7 +30,7 @@ from trio_batch import (
     TooManyTargets,
     open_runner,
 )
-from trio_batch.runner import _runner
+from trio_batch.runner import _submit
 from trio_batch.store import Admission, NewJob, SQLiteJobStore
 
 from ..support.fakes import FakeClock, ScriptedFetch, urls
@@ -54,7 +54,7 @@ class Built:
 @pytest.fixture
 def built(monkeypatch: pytest.MonkeyPatch, job_store: JobStore) -> Built:
     counts = Built()
-    real_id, real_drain = _runner.new_job_id, _runner._Drain
+    real_id, real_drain = _submit.new_job_id, _submit._Drain
     real_create, real_admit = job_store.create_job, job_store.admit
 
     def new_job_id() -> str:
@@ -73,8 +73,8 @@ def built(monkeypatch: pytest.MonkeyPatch, job_store: JobStore) -> Built:
         counts.admits += 1
         return await real_admit(want, now=now)
 
-    monkeypatch.setattr(_runner, "new_job_id", new_job_id)
-    monkeypatch.setattr(_runner, "_Drain", drain)
+    monkeypatch.setattr(_submit, "new_job_id", new_job_id)
+    monkeypatch.setattr(_submit, "_Drain", drain)
     monkeypatch.setattr(job_store, "create_job", create_job)
     monkeypatch.setattr(job_store, "admit", admit)
     return counts

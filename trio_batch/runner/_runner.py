@@ -17,27 +17,21 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 import trio
 
 from .._config import Config
-from .._errors import Busy, CallerBusy, InvalidRequest, JobLive, RunnerClosed, StoreUnavailable
+from .._errors import Busy, CallerBusy, JobLive, RunnerClosed, StoreUnavailable
 from .._loop_budget import LoopBudget
 from .._model import (
     Job,
     JobState,
     Target,
     TargetStatus,
-    check_caller,
-    check_metadata,
-    check_targets,
-    idem_key,
     is_job_id,
-    new_job_id,
 )
 from .._retry import RetryNotice
-from .._text import safe_text
 from .._tracing import NO_TRACING, Tracing
-from ..store import Admission, JobStore, NewJob
+from ..store import JobStore
 from ._attempts import Attempts, FetchFunc
 from ._batch_ops import BatchOps
-from ._check import check_each, target_checker
+from ._check import target_checker
 from ._cluster import ChangedElsewhere, wait_at_most, wait_elsewhere
 from ._deliveries import Deliveries, WebhookDeliverer
 from ._drain import _Drain
@@ -45,6 +39,7 @@ from ._drain_loop import DrainLoop
 from ._in_doubt import InDoubt
 from ._purge import purge_lapsed
 from ._reads import JobReads
+from ._submit import SubmitRequests
 
 __all__ = ["FetchFunc", "Runner"]
 
@@ -55,7 +50,7 @@ WATCH_PAGE = 256
 SUBMIT_PASS_BUDGET = 0.0002
 
 
-class Runner(BatchOps, JobReads, DrainLoop):
+class Runner(BatchOps, JobReads, DrainLoop, SubmitRequests):
     """Runs jobs: submit, cancel, status, wait. Get one from :func:`open_runner`.
 
     Every method may be called from any task of the trio run that opened the runner.
@@ -228,79 +223,6 @@ class Runner(BatchOps, JobReads, DrainLoop):
         self._drain_in_doubt(job)  # a job whose create here was in doubt: its drain starts
         if self._log.isEnabledFor(logging.INFO):  # no log context built for nothing
             self._log.info("job reused", extra={**_submit_extra(job), "status": str(job.status)})
-
-    def _checked_submit(
-        self,
-        caller: str,
-        caller_class: str,
-        targets: Sequence[Target],
-        metadata: Mapping[str, str] | None,
-        parent_id: str | None,
-        webhook: str | None,
-    ) -> tuple[Admission, str, tuple[Target, ...], dict[str, str], str | None]:
-        """Check a submit's arguments (raising what :meth:`submit` says): what its job is
-        admitted on, and the checked class, targets, metadata and webhook. Nothing is built
-        for the job yet."""
-        self._check_open()
-        caller = check_caller(caller)
-        caller_class = check_caller(caller_class, "caller_class")
-        checked = check_targets(targets)
-        labels = check_metadata(metadata)
-        if parent_id is not None and not is_job_id(parent_id):
-            raise InvalidRequest(f"parent_id {safe_text(parent_id, 80)!r} is not a job id")
-        if self._check_target is not None:
-            check_each(self._check_target, checked)
-        if webhook is not None:
-            if self._webhooks is None:
-                raise InvalidRequest("this runner sends no webhooks (none was configured)")
-            webhook = self._webhooks.check_url(webhook)
-        config = self._config
-        targets_per_job, jobs_per_caller = config.limits_for(caller_class)
-        want = Admission(
-            caller,
-            idem_key(caller, checked, labels, parent_id),
-            len(checked),
-            targets_per_job,
-            jobs_per_caller,
-            config.jobs_total,
-        )
-        return want, caller_class, checked, labels, webhook
-
-    def _new_job_request(
-        self,
-        want: Admission,
-        caller_class: str,
-        checked: tuple[Target, ...],
-        labels: dict[str, str],
-        parent_id: str | None,
-        webhook: str | None,
-    ) -> tuple[_Drain, NewJob]:
-        """The drain and store request of a checked, admitted submit; nothing is registered
-        or stored yet."""
-        drain = _Drain(new_job_id(), want.caller, checked)
-        # Started before the job exists, so the job is stored with its span's context; a span
-        # whose job is not created (a reuse found under the store's lock, a cap taken since the
-        # admission read) is dropped unended: never exported.
-        if self._tracing.enabled:
-            drain.span = self._tracing.job_started(drain.job_id, caller_class, len(checked))
-        request = NewJob(
-            want.caller,
-            caller_class,
-            checked,
-            ttl=self._config.ttl,
-            targets_per_job=want.targets_per_job,
-            jobs_per_caller=want.jobs_per_caller,
-            jobs_total=want.jobs_total,
-            status=JobState.RUNNING,
-            job_id=drain.job_id,
-            metadata=labels,
-            parent_id=parent_id,
-            webhook_url=webhook,
-            callback=self._config.on_terminal is not None,
-            trace_context=self._tracing.trace_context(drain.span),
-            admitted=True,
-        )
-        return drain, request
 
     async def cancel(self, job_id: str) -> bool:
         """Cancel a live job; returns False for an unknown, lapsed or already terminal job.

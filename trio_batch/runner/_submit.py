@@ -1,0 +1,118 @@
+"""A submit's checks and the request it makes: mixed into :class:`~trio_batch.Runner`.
+
+Both run before anything of the job is stored. The checks raise what
+:meth:`~trio_batch.Runner.submit` says, and build nothing for the job; the request is built
+only for a submit the store admitted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from .._config import Config
+from .._errors import InvalidRequest
+from .._model import (
+    JobState,
+    Target,
+    check_caller,
+    check_metadata,
+    check_targets,
+    idem_key,
+    is_job_id,
+    new_job_id,
+)
+from .._text import safe_text
+from .._tracing import Tracing
+from ..store import Admission, NewJob
+from ._check import CheckTarget, check_each
+from ._deliveries import WebhookDeliverer
+from ._drain import _Drain
+
+__all__ = ["SubmitRequests"]
+
+
+class SubmitRequests:
+    """A submit's checks and its job's request (the runner's state these read is its own)."""
+
+    _config: Config
+    _tracing: Tracing
+    _webhooks: WebhookDeliverer | None
+    _check_target: CheckTarget | None
+
+    if TYPE_CHECKING:  # the Runner's own
+
+        def _check_open(self) -> None: ...
+
+    def _checked_submit(
+        self,
+        caller: str,
+        caller_class: str,
+        targets: Sequence[Target],
+        metadata: Mapping[str, str] | None,
+        parent_id: str | None,
+        webhook: str | None,
+    ) -> tuple[Admission, str, tuple[Target, ...], dict[str, str], str | None]:
+        """Check a submit's arguments (raising what :meth:`submit` says): what its job is
+        admitted on, and the checked class, targets, metadata and webhook. Nothing is built
+        for the job yet."""
+        self._check_open()
+        caller = check_caller(caller)
+        caller_class = check_caller(caller_class, "caller_class")
+        checked = check_targets(targets)
+        labels = check_metadata(metadata)
+        if parent_id is not None and not is_job_id(parent_id):
+            raise InvalidRequest(f"parent_id {safe_text(parent_id, 80)!r} is not a job id")
+        if self._check_target is not None:
+            check_each(self._check_target, checked)
+        if webhook is not None:
+            if self._webhooks is None:
+                raise InvalidRequest("this runner sends no webhooks (none was configured)")
+            webhook = self._webhooks.check_url(webhook)
+        config = self._config
+        targets_per_job, jobs_per_caller = config.limits_for(caller_class)
+        want = Admission(
+            caller,
+            idem_key(caller, checked, labels, parent_id),
+            len(checked),
+            targets_per_job,
+            jobs_per_caller,
+            config.jobs_total,
+        )
+        return want, caller_class, checked, labels, webhook
+
+    def _new_job_request(
+        self,
+        want: Admission,
+        caller_class: str,
+        checked: tuple[Target, ...],
+        labels: dict[str, str],
+        parent_id: str | None,
+        webhook: str | None,
+    ) -> tuple[_Drain, NewJob]:
+        """The drain and store request of a checked, admitted submit; nothing is registered
+        or stored yet."""
+        drain = _Drain(new_job_id(), want.caller, checked)
+        # Started before the job exists, so the job is stored with its span's context; a span
+        # whose job is not created (a reuse found under the store's lock, a cap taken since the
+        # admission read) is dropped unended: never exported.
+        if self._tracing.enabled:
+            drain.span = self._tracing.job_started(drain.job_id, caller_class, len(checked))
+        request = NewJob(
+            want.caller,
+            caller_class,
+            checked,
+            ttl=self._config.ttl,
+            targets_per_job=want.targets_per_job,
+            jobs_per_caller=want.jobs_per_caller,
+            jobs_total=want.jobs_total,
+            status=JobState.RUNNING,
+            job_id=drain.job_id,
+            metadata=labels,
+            parent_id=parent_id,
+            webhook_url=webhook,
+            callback=self._config.on_terminal is not None,
+            trace_context=self._tracing.trace_context(drain.span),
+            admitted=True,
+        )
+        return drain, request
