@@ -233,6 +233,27 @@ def test_an_admitted_create_at_an_earlier_time_reads_again(tmp_path: Path) -> No
     assert reused and again.id == job.id
 
 
+def test_only_an_admission_read_that_admits_reads_the_data_version(tmp_path: Path) -> None:
+    # A refusal's read stops at the cap that refuses it: no data version (which only the
+    # create after an admitting read needs), and so nothing for a create to trust.
+    store = Store.open(tmp_path / "jobs.db")
+    alices, _ = create(store, "alice", n=1)
+    create(store, "bob", n=1)
+    create(store, "carol", n=1)
+    version = store.db.execute(q.DATA_VERSION).fetchone()[0]
+    assert store.admission_row(_want("alice"), now=T0)[-1] == alices.id  # CallerBusy's job
+    assert store.admission_row(_want("dave"), now=T0)[-1] is None  # Busy
+    wide = Admission("dave", idem_key("dave", targets(3)), 3, 4, 1, 4)
+    assert store.admission_row(wide, now=T0)[-1] == version  # admits: the version
+    with pytest.raises(CallerBusy) as refused:  # a cap of 0 live jobs names none
+        store.admit(Admission("erin", "k", 1, 4, 0, 9), now=T0)
+    assert refused.value.job_id is None
+    with pytest.raises(Busy):
+        store.admit(_want("dave"), now=T0)
+    with pytest.raises(Busy):  # the refused read left nothing for the create to trust
+        create(store, "dave", admitted=True)
+
+
 def test_open_rejects_unknown_synchronous_mode() -> None:
     with pytest.raises(ValueError, match="synchronous"):
         Store.open(synchronous="OFF; DROP TABLE jobs")

@@ -26,16 +26,18 @@ FIND_REUSABLE = (
 )
 #: What a submit needs to know before it writes, in one statement (one snapshot): the job to
 #: reuse (FIND_REUSABLE's; an aggregate's bare columns come from the row ``max`` picks, NULLs
-#: if none), its lease, then the caller's live jobs, all live jobs, and the caller's newest
-#: live job (``max`` again, through the live-jobs index alone); last, the connection's data
-#: version as of this read's snapshot (see Store.create_job).
+#: if none), its lease, then the caps' verdict (``?4`` jobs per caller, ``?5`` in all), each
+#: count read only if the one before did not refuse: the caller's newest live job if the
+#: caller is at its cap (text, ``''`` if it has none: ``max`` again, through the live-jobs
+#: index alone), NULL if all jobs are, else the connection's data version as of this read's
+#: snapshot (an integer; see Store.create_job), read only for a row that admits.
 ADMISSION = (
-    f"SELECT {JOB_COLUMNS}, max(expires_at), "
-    "(SELECT count(*) FROM jobs WHERE status IN ('queued', 'running') AND caller = ?1), "
-    "(SELECT count(*) FROM jobs WHERE status IN ('queued', 'running')), "
-    "(SELECT id FROM (SELECT id, max(created_at) FROM jobs "
-    "WHERE caller = ?1 AND status IN ('queued', 'running'))), "
-    "(SELECT data_version FROM pragma_data_version) "
+    f"SELECT {JOB_COLUMNS}, max(expires_at), CASE "
+    "WHEN (SELECT count(*) FROM jobs WHERE status IN ('queued', 'running') AND caller = ?1) "
+    ">= ?4 THEN coalesce((SELECT id FROM (SELECT id, max(created_at) FROM jobs "
+    "WHERE caller = ?1 AND status IN ('queued', 'running'))), '') "
+    "WHEN (SELECT count(*) FROM jobs WHERE status IN ('queued', 'running')) >= ?5 THEN NULL "
+    "ELSE (SELECT data_version FROM pragma_data_version) END "
     "FROM jobs WHERE caller = ?1 AND idem_key = ?2 AND expires_at > ?3"
 )
 #: Commits by other connections since this one opened; see create_job.

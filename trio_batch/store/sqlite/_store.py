@@ -25,7 +25,7 @@ from ..._model import (
     JobState,
     is_job_id,
 )
-from .._new_job import check_counted_caps, new_job
+from .._new_job import check_caps, new_job
 from .._protocol import Admission, NewJob, ReapedJob
 from .._rows import dumps
 from .._rows import job_from_row as _job
@@ -43,8 +43,14 @@ def admitted(want: Admission, row: tuple[Any, ...]) -> Job | None:
     """What an ``ADMISSION`` row answers for ``want``: the job to reuse, or None if a job may
     be created; raises the cap it would break."""
     if row[0] is not None:
-        return _job(row[:-5])
-    check_counted_caps(want, *row[-4:-1])
+        return _job(row[:-2])
+    verdict = row[-1]  # the caller's newest live job, NULL for all slots taken, or a version
+    check_caps(
+        want,
+        caller_live=lambda: want.jobs_per_caller if isinstance(verdict, str) else 0,
+        total_live=lambda: want.jobs_total if verdict is None else 0,
+        blocking_job=lambda: verdict or None,
+    )
     return None
 
 
@@ -165,16 +171,21 @@ class Store(StoreOutcomes):
         return admitted(want, self.admission_row(want, now=now))
 
     def admission_row(self, want: Admission, *, now: float) -> tuple[Any, ...]:
-        """The ``ADMISSION`` row of ``want`` (see :func:`admitted`): the lookup and the counts
-        in one statement, so they see one snapshot."""
+        """The ``ADMISSION`` row of ``want`` (see :func:`admitted`): the lookup and the caps'
+        verdict in one statement, so they see one snapshot."""
         with self._lock:
             conn = self.db.conn
             changes = conn.total_changes  # this connection's own writes: none while locked
             row: tuple[Any, ...] = conn.execute(
-                q.ADMISSION, (want.caller, want.idem_key, now)
+                q.ADMISSION,
+                (want.caller, want.idem_key, now, want.jobs_per_caller, want.jobs_total),
             ).fetchone()
-            # The data version as of the read's own snapshot: no commit can fall between them.
-            self._admission_read = (want, now, (int(row[-1]), changes), row)
+            # A row that admits carries the data version as of its own snapshot (no commit
+            # can fall between them); a refusal's read skips it, and the create reads again.
+            version = row[-1]
+            self._admission_read = (
+                (want, now, (version, changes), row) if isinstance(version, int) else None
+            )
         return row
 
     def find_reusable_job(self, caller: str, key: str, *, now: float | None = None) -> Job | None:
