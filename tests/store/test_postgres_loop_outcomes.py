@@ -591,3 +591,88 @@ async def test_a_counting_writer_is_told_stored_by_an_ongoing_write(
         assert isinstance(a2, Job) and (a2.targets_done, a2.targets_failed) == (3, 2)
         assert no_thread_writes == []
     assert _stored(pg_dsn, job.id) == ("running", 3, 2)
+
+
+async def test_an_ongoing_write_sent_again_whole_keeps_the_commits_one_deadline(
+    pg_dsn: str,
+    pg_proxy: CuttableProxy,
+    mock_clock: trio.testing.MockClock,
+    no_thread_writes: list[int],
+) -> None:
+    """One commit, one deadline: an ongoing write found at its job's last outcome goes again
+    as RECORD_OUTCOME within what is left of the commit's store_timeout, not a fresh one. The
+    first statement waits on a lock while the (mock) clock moves 3/4 of the way; the proxy
+    holds the second for good. At the commit's deadline, in virtual time, the write is answered
+    StoreUnavailable (in doubt); a fresh timeout would have kept it waiting 3/4 longer."""
+    timeout = 20.0  # the server's lock_timeout (10 s, real time) is far beyond the lock's wait
+    async with opened(through(pg_proxy, pg_dsn), store_timeout=timeout) as store:
+        job = _hooked(store.store, "a", 2)
+        first = OutcomeWrite(job.id, 0, result=Result("a"), seen=job)
+        await _commit(store, [first], ttl=TTL, now=T0 + 1)  # the connection open, prepared
+        stale = OutcomeWrite(job.id, 1, result=Result("b"), seen=job)  # 2 left, as it saw
+        failed_after: list[float] = []
+        start = trio.current_time()
+        with _job_locked(pg_dsn, job.id) as holder:
+            async with trio.open_nursery() as nursery:
+
+                async def write() -> None:
+                    [answer] = await _commit(store, [stale], ttl=TTL, now=T0 + 2)
+                    assert isinstance(answer, StoreUnavailable), answer
+                    assert "within store_timeout" in str(answer)
+                    failed_after.append(trio.current_time() - start)
+
+                nursery.start_soon(write)
+                await _until_waiting(pg_dsn)
+                mock_clock.jump(0.75 * timeout)
+                pg_proxy.hold_on(b"trio_batch_record_outcome\x00")  # the resend's Parse
+                holder.rollback()  # the ongoing write goes through: it stores nothing
+                assert await trio.to_thread.run_sync(pg_proxy.held.wait, 30.0)
+                mock_clock.jump(0.25 * timeout)  # the commit's deadline
+                await trio.testing.wait_all_tasks_blocked()
+                at_the_deadline = list(failed_after)
+                mock_clock.jump(timeout)  # past any fresh deadline: the test ends either way
+        assert at_the_deadline == [timeout]
+        assert (job.id, 1) in store.store._maybe_committed
+        pg_proxy.release()
+        pg_proxy.cut()
+        [answer] = await _commit(store, [stale], ttl=TTL, now=T0 + 3)  # its retry, recognised
+        assert isinstance(answer, Job) and (answer.status, answer.targets_done) == (
+            JobState.DONE,
+            2,
+        )
+        assert no_thread_writes == [1]
+    assert _stored(pg_dsn, job.id) == ("done", 2, 0)
+
+
+async def test_refused_values_left_to_the_store_thread_keep_the_commits_one_deadline(
+    dsn: str, pg_dsn: str, mock_clock: trio.testing.MockClock, no_thread_writes: list[int]
+) -> None:
+    """The commit whose values the database refused goes to the store thread by what is left
+    of its deadline: here the first statement waited on a lock until just before it (mock
+    time), so the thread's call is not made at all (StoreUnavailable, nothing written), where
+    a fresh store_timeout would have let it run a whole timeout more."""
+    timeout = 20.0
+    async with opened(dsn, store_timeout=timeout) as store:
+        a = create(store.store, "a", 1)
+        b = create(store.store, "b", 1)
+        writes = [
+            OutcomeWrite(a.id, 0, result=Result("a0")),
+            OutcomeWrite(b.id, 0, result=Result("b0"), attempts=2**31),  # refused
+        ]
+        failed: list[BaseException] = []
+        with _job_locked(pg_dsn, a.id) as holder:
+            async with trio.open_nursery() as nursery:
+
+                async def write() -> None:
+                    with pytest.raises(StoreUnavailable, match="was not made") as caught:
+                        await _commit(store, writes, ttl=TTL, now=T0 + 1)
+                    failed.append(caught.value)
+
+                nursery.start_soon(write)
+                await _until_waiting(pg_dsn)
+                mock_clock.jump(timeout - 1e-6)  # the commit's deadline a microsecond away
+                holder.rollback()
+        assert len(failed) == 1
+        assert no_thread_writes == []
+        assert _idle(store)
+        assert _stored(pg_dsn, a.id) == _stored(pg_dsn, b.id) == ("running", 0, 0)

@@ -3,7 +3,8 @@
 In front of an HTTP service (``http://127.0.0.1:PORT``) or a PostgreSQL server's Unix socket
 (a path): :meth:`CuttableProxy.cut` resets every connection, :meth:`CuttableProxy.hold`
 stops all traffic both ways without closing anything (a partition: the kernel still
-acknowledges what was sent, so only the client's own bounds notice), and
+acknowledges what was sent, so only the client's own bounds notice), :meth:`CuttableProxy.hold_on`
+holds it from the moment the client sends given bytes (a statement of the test's choosing), and
 :attr:`CuttableProxy.latency` delays every chunk each way.
 """
 
@@ -37,6 +38,9 @@ class CuttableProxy:
         self._lock = threading.Lock()
         self._flowing = threading.Event()
         self._flowing.set()
+        self._hold_on: bytes | None = None
+        #: Set once :meth:`hold_on`'s bytes were seen and the traffic held.
+        self.held = threading.Event()
         self._open: list[socket.socket] = []
         self._thread = threading.Thread(target=self._accept, daemon=True)
 
@@ -60,6 +64,13 @@ class CuttableProxy:
     def hold(self) -> None:
         """Stop passing traffic, both ways, on every connection, open or new (a partition)."""
         self._flowing.clear()
+
+    def hold_on(self, pattern: bytes) -> None:
+        """Hold all traffic (as :meth:`hold`) once the client sends ``pattern``, before it is
+        passed on; :attr:`held` is set then."""
+        with self._lock:
+            self._hold_on = pattern
+            self.held.clear()
 
     def release(self) -> None:
         """Pass traffic again; what was held goes through, in order."""
@@ -97,6 +108,8 @@ class CuttableProxy:
             while data := src.recv(65536):
                 if self.latency:
                     time.sleep(self.latency)
+                if record:
+                    self._hold_if_seen(data)
                 self._flowing.wait()
                 if record:
                     with self._lock:
@@ -107,6 +120,15 @@ class CuttableProxy:
         finally:
             _shut(src)
             _shut(dst)
+
+    def _hold_if_seen(self, data: bytes) -> None:
+        with self._lock:
+            pattern = self._hold_on
+            # The bytes sent before count too: a pattern may straddle two chunks.
+            if pattern is not None and pattern in bytes(self.sent[-len(pattern) :]) + data:
+                self._hold_on = None
+                self._flowing.clear()
+                self.held.set()
 
 
 def _shut(conn: socket.socket) -> None:

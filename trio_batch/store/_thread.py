@@ -12,6 +12,7 @@ import contextlib
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar
@@ -131,3 +132,9 @@ class StoreThread:
 def _wake(done: list[tuple[trio.lowlevel.Task, outcome.Outcome[Any]]]) -> None:
     for task, result in done:
         trio.lowlevel.reschedule(task, result)
+
+
+def thread_deadline(deadline: float) -> float:
+    """``deadline`` (trio time) on the clock a thread's bound reads (``time.monotonic()``): the
+    same moment, so a call that goes on a thread keeps the deadline it was given."""
+    return time.monotonic() + (deadline - trio.current_time())

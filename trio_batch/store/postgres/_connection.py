@@ -313,10 +313,7 @@ class PostgresConnection:
         see each operation for what a retry does.
         """
         if time.monotonic() >= deadline:
-            raise StoreUnavailable(
-                f"the call waited store_timeout ({self.store_timeout:g} s) behind earlier calls "
-                f"to {self.location} that got no answer, and was not made; try again shortly"
-            )
+            raise self.too_late()
         self._cut_while_connecting = False
         with self.watchdog.guard(deadline) as cut:
             self._was_cut = cut
@@ -327,6 +324,14 @@ class PostgresConnection:
                     raise
                 self.close()
                 raise self.timed_out() from exc
+
+    def too_late(self) -> StoreUnavailable:
+        """The error of a call not made: its deadline passed before it could start."""
+        return StoreUnavailable(
+            f"the call waited store_timeout ({self.store_timeout:g} s) behind earlier calls "
+            f"(or steps of its own) to {self.location} that got no answer in time, and was "
+            "not made; try again shortly"
+        )
 
     def timed_out(self) -> StoreUnavailable:
         """The error of a call cut off at its deadline, its connection dropped."""

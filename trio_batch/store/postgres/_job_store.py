@@ -38,7 +38,7 @@ from .._protocol import (
     StoreCounts,
     Stored,
 )
-from .._thread import StoreThread
+from .._thread import StoreThread, thread_deadline
 from . import _hosts, _outbox
 from ._claim import claim_runner
 from ._connection import DEFAULT_STORE_TIMEOUT, safe_location
@@ -186,8 +186,18 @@ class PostgresJobStore(StoreFace):
         Cancellation: as :meth:`StoreThread.run`: once queued, the call completes (bounded by
         ``store_timeout``), and ``Cancelled`` is raised at the next checkpoint.
         """
+        return await self._call_by(time.monotonic() + self.store.store_timeout, fn, *args, **kwargs)
+
+    async def _call_by(
+        self,
+        deadline: float,
+        fn: Callable[Concatenate[PostgresStore, P], T],
+        /,
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T:
+        """:meth:`_call`, by ``deadline`` (``time.monotonic()``): one a call before it set."""
         self._start()
-        deadline = time.monotonic() + self.store.store_timeout
         with translate_errors(self.store.store_timeout):
             return await self._thread.run(self.store.within, deadline, fn, *args, **kwargs)
 
@@ -237,14 +247,24 @@ class PostgresJobStore(StoreFace):
         return await self._writers.lanes.write((write, ttl, now), writer=write.job_id)
 
     async def _store_outcomes(
-        self, writes: Sequence[OutcomeWrite], *, ttl: float, now: float
+        self,
+        writes: Sequence[OutcomeWrite],
+        *,
+        ttl: float,
+        now: float,
+        deadline: float | None = None,
     ) -> list[Job | Stored | Exception | None]:
         """:meth:`PostgresStore.record_outcomes` on the store thread (a retry in doubt, values
-        refused, or libpq before 14: see :class:`~._loop_outcomes.OutcomeWriters`).
+        refused, or libpq before 14: see :class:`~._loop_outcomes.OutcomeWriters`), by
+        ``deadline`` (trio time: the commit's that left it here; None: ``store_timeout`` from
+        now).
 
         A write answers None (nothing written) also when its job is no longer this runner's.
         """
-        return await self._call(PostgresStore.record_outcomes, writes, ttl=ttl, now=now)
+        at = (
+            time.monotonic() + self.store_timeout if deadline is None else thread_deadline(deadline)
+        )
+        return await self._call_by(at, PostgresStore.record_outcomes, writes, ttl=ttl, now=now)
 
     async def finish_job(
         self, job_id: str, status: JobState, *, now: float, error: str | None = None

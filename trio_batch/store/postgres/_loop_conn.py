@@ -20,7 +20,6 @@ next exchange opens another.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +30,7 @@ from psycopg import abc, pq
 from psycopg.abc import Buffer
 from psycopg.adapt import PyFormat, Transformer
 
+from .._thread import thread_deadline
 from ._connection import Conn, PostgresConnection
 
 __all__ = ["LoopConnection", "Statement"]
@@ -99,27 +99,31 @@ class LoopConnection:
         row: tuple[Any, ...] = self._tx.load_row(0, tuple)
         return row
 
-    async def exchange(self, build: Build) -> list[pq.abc.PGresult]:
+    async def exchange(self, build: Build, deadline: float | None = None) -> list[pq.abc.PGresult]:
         """Send the statements ``build(self)`` returns, in one pipeline closed by a ``Sync``
-        (one transaction), and return each one's result, within ``store_timeout``.
+        (one transaction), and return each one's result, by ``deadline`` (trio time; None:
+        ``store_timeout`` from now). A store call of several exchanges passes each its own
+        one deadline, so the call as a whole keeps its bound.
 
         Raises the psycopg error of the first statement the server refused (the transaction
         rolled back; the connection stays open and idle) or of the connection lost (it is
         closed: anything sent may have committed). At the deadline the connection is closed
         and :class:`StoreUnavailable` raised, as :meth:`PostgresConnection.within` does: what
-        was sent is in doubt.
+        was sent is in doubt. A deadline already passed sends nothing (StoreUnavailable too,
+        nothing in doubt).
 
         Cancellation: once called this cannot be cancelled: it returns or raises by its
-        deadline (the shield is bounded by ``store_timeout``; connecting is bounded by it
-        too), and a pending ``Cancelled`` is raised at the caller's next checkpoint. So a
-        write once sent completes or its connection is discarded, and no connection is ever
-        left mid-transaction: anything but a clean end (a KeyboardInterrupt included) closes
-        it.
+        deadline (the shield is bounded by it; connecting is bounded by it too), and a
+        pending ``Cancelled`` is raised at the caller's next checkpoint. So a write once sent
+        completes or its connection is discarded, and no connection is ever left
+        mid-transaction: anything but a clean end (a KeyboardInterrupt included) closes it.
         """
-        timeout = self.opener.store_timeout
-        deadline = time.monotonic() + timeout
+        if deadline is None:
+            deadline = trio.current_time() + self.opener.store_timeout
+        elif trio.current_time() >= deadline:
+            raise self.opener.too_late()
         # One scope both shields and bounds: two cost each commit twice the time.
-        with trio.CancelScope(shield=True, deadline=trio.current_time() + timeout) as bounded:
+        with trio.CancelScope(shield=True, deadline=deadline) as bounded:
             return await self._exchange(build, deadline)
         assert bounded.cancelled_caught
         self.close()
@@ -129,7 +133,7 @@ class LoopConnection:
         conn = self.opener.idle_connection()
         if conn is None:
             conn = await trio.to_thread.run_sync(
-                self.opener.within, deadline, PostgresConnection.connection
+                self.opener.within, thread_deadline(deadline), PostgresConnection.connection
             )
         if conn is not self._prepared_on:
             self._prepared_on, self._prepared = conn, set()

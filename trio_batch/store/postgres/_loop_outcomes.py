@@ -13,6 +13,9 @@ LOCAL`` before them there) go out in one pipeline on a
 the store thread, which tells them apart one write at a time: a batch with a retry in doubt
 (its first attempt's commit was cut off), and a batch whose values the database refused (the
 whole transaction rolled back, nothing stored: which write it was is not known here).
+
+A commit has one deadline, ``store_timeout`` from its start: whatever it sends (a write sent
+again, a case left to the store thread) is bounded by what is left of it.
 """
 
 from __future__ import annotations
@@ -22,9 +25,10 @@ import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
+import trio
 
 from ..._errors import OutcomeExists, StoreUnavailable
 from ..._model import Job, JobState, OutcomeWrite
@@ -52,6 +56,21 @@ Answers = list[Job | Stored | Exception | None]
 #: A group commit's batch stored, observed: :meth:`StoreFace._commit_with`.
 CommitWith = Callable[[StoreOutcomes, list[TimedWrite]], Awaitable[Answers]]
 
+
+class ThreadOutcomes(Protocol):
+    """:meth:`PostgresStore.record_outcomes` on the store thread, by ``deadline`` (trio time;
+    None: ``store_timeout`` from now)."""
+
+    def __call__(
+        self,
+        writes: Sequence[OutcomeWrite],
+        *,
+        ttl: float,
+        now: float,
+        deadline: float | None = None,
+    ) -> Awaitable[Answers]: ...
+
+
 _RECORD = q.RECORD_OUTCOME_NUMBERED.encode()
 _ONGOING = q.RECORD_ONGOING_OUTCOME_NUMBERED.encode()
 _RECORD_CALL = q.RECORD_OUTCOME_CALL_NUMBERED.encode()
@@ -68,7 +87,7 @@ class LoopOutcomes:
     for the cases above. One commit at a time (a group commit's leader calls it).
     """
 
-    def __init__(self, store: PostgresStore, fallback: StoreOutcomes) -> None:
+    def __init__(self, store: PostgresStore, fallback: ThreadOutcomes) -> None:
         self.store = store
         self.link = LoopConnection(
             PostgresConnection(
@@ -84,7 +103,13 @@ class LoopOutcomes:
         self.link.opener.close(final=True)
 
     async def record_outcomes(
-        self, writes: Sequence[OutcomeWrite], *, ttl: float, now: float, ongoing: bool = True
+        self,
+        writes: Sequence[OutcomeWrite],
+        *,
+        ttl: float,
+        now: float,
+        ongoing: bool = True,
+        deadline: float | None = None,
     ) -> list[Job | Stored | Exception | None]:
         """As :meth:`PostgresStore.record_outcomes`: one transaction, one answer per write.
 
@@ -92,16 +117,19 @@ class LoopOutcomes:
         :func:`_ongoing`) goes as ``RECORD_ONGOING_OUTCOME`` (``ongoing``: allowed); one of
         them found at its job's last outcome after all stored nothing, and goes again in a
         transaction of its own as ``RECORD_OUTCOME`` (a failure of that one is its answer
-        alone: the others committed).
+        alone: the others committed), by the same ``deadline`` (trio time; None:
+        ``store_timeout`` from now), as is anything left to the store thread.
 
         Raises psycopg's error if the commit failed whole; if the connection was lost with it
-        (or cut at ``store_timeout``: :class:`StoreUnavailable`), the writes are kept as maybe
+        (or cut at the deadline: :class:`StoreUnavailable`), the writes are kept as maybe
         committed, so their retry is recognised. Cancellation: as
         :meth:`LoopConnection.exchange`, it cannot be cancelled once called.
         """
         store = self.store
+        if deadline is None:
+            deadline = trio.current_time() + store.store_timeout
         if store.in_doubt(writes):
-            return await self._fallback(writes, ttl=ttl, now=now)
+            return await self._fallback(writes, ttl=ttl, now=now, deadline=deadline)
         answers: list[Job | Stored | Exception | None] = [None] * len(writes)
         sent = [
             (i, [values[name] for name in q.OUTCOME_PARAMS])
@@ -126,9 +154,9 @@ class LoopOutcomes:
             return [bounds, *(Statement(_RECORD_CALL, link.dump(v)) for _, v in sent)]
 
         try:
-            results = await self.link.exchange(statements)
+            results = await self.link.exchange(statements, deadline)
         except psycopg.DataError:  # rolled back: the store thread tells which write it was
-            return await self._fallback(writes, ttl=ttl, now=now)
+            return await self._fallback(writes, ttl=ttl, now=now, deadline=deadline)
         except (psycopg.Error, StoreUnavailable):
             if not self.link.is_open:  # lost with the connection: the commit may have happened
                 store.lost_in_commit(writes)
@@ -149,7 +177,11 @@ class LoopOutcomes:
             try:
                 with translate_errors(store.store_timeout):
                     again = await self.record_outcomes(
-                        [writes[i] for i in last], ttl=ttl, now=now, ongoing=False
+                        [writes[i] for i in last],
+                        ttl=ttl,
+                        now=now,
+                        ongoing=False,
+                        deadline=deadline,
                     )
             except StoreUnavailable as exc:
                 again = [exc] * len(last)
@@ -221,7 +253,7 @@ class OutcomeWriters:
         store: PostgresStore,
         thread: StoreThread,
         commit_with: CommitWith,
-        on_thread: StoreOutcomes,
+        on_thread: ThreadOutcomes,
         count: int,
     ) -> None:
         if count < 1:
