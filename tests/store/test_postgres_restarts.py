@@ -8,14 +8,19 @@ Durations are printed as figures, never asserted against a threshold.
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Callable
+from typing import Any
 
+import psycopg
 import pytest
 import trio
 
 from trio_batch import StoreUnavailable
 from trio_batch.store import NewJob
-from trio_batch.store.postgres import PostgresJobStore
+from trio_batch.store.postgres import PostgresJobStore, PostgresStore
+from trio_batch.store.postgres import _queries as q
 
 from ..runner.test_postgres_cluster import _sql, _until
 from ..support.cuttable_proxy import CuttableProxy
@@ -25,6 +30,9 @@ from ..support.pg_server import PgServer, through
 
 TTL, T0 = 3600.0, 1_000_000.0
 CAPS = {"targets_per_job": 8, "jobs_per_caller": 4, "jobs_total": 16}
+#: How long a store call on a thread of its own may run before the test calls it hung.
+HANG_GUARD = 30.0
+NO_JOB = "unknown-job-id-0000000"  # a job id no job has
 
 
 def _store_backends(dsn: str) -> int:
@@ -113,3 +121,73 @@ async def test_a_status_call_during_a_partition_fails_within_store_timeout(
         f"(the second queued behind the first), a call needing a new connection after "
         f"{reconnect:.2f} s (store_timeout {timeout:g} s; libpq's connect_timeout is at least 2 s)"
     )
+
+
+def _in_a_thread(call: Callable[[], object]) -> list[BaseException]:
+    """``call()`` on a thread of its own: what it raised (empty if it returned). Fails if it
+    has not ended within the hang guard (the call would hang for good)."""
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            call()
+        except BaseException as exc:
+            raised.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(HANG_GUARD)
+    assert not thread.is_alive(), "the store call did not end by its deadline"
+    return raised
+
+
+def test_a_connection_settling_through_a_partition_is_cut_at_the_calls_deadline(
+    pg_dsn: str, pg_proxy: CuttableProxy
+) -> None:
+    """Connected, the store asks the server which process serves it (pooled or not): a
+    partition from that moment held that question for good, beyond any deadline (the
+    watchdog cut only an open connection). Now the call fails StoreUnavailable at its bound."""
+    store = PostgresStore.open(through(pg_proxy, pg_dsn), store_timeout=1.0)
+    try:
+        store.close()  # the next call connects
+        pg_proxy.hold_on(q.BACKEND_PID.encode())
+        deadline = time.monotonic() + store.store_timeout
+        raised = _in_a_thread(lambda: store.within(deadline, PostgresStore.get_job, NO_JOB, now=T0))
+        assert pg_proxy.held.is_set()
+        assert [type(e) for e in raised] == [StoreUnavailable], raised
+        assert "did not answer within store_timeout" in str(raised[0])
+        assert not store.is_open
+        pg_proxy.release()
+        assert store.within(time.monotonic() + 10, PostgresStore.get_job, NO_JOB, now=T0) is None
+    finally:
+        pg_proxy.release()
+        store.close(final=True)
+
+
+def test_a_connection_attempt_is_bounded_by_what_is_left_of_its_calls_deadline(
+    pg_dsn: str, pg_proxy: CuttableProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A call with one second left (it waited behind others, or a first attempt took the rest)
+    that must connect through a partition gives up within libpq's least connect_timeout (2 s),
+    not a whole connect_timeout of its own (60 s here) on top of its deadline. (Before the
+    fix the hang guard fails the test.)"""
+    store = PostgresStore.open(through(pg_proxy, pg_dsn), store_timeout=60.0)
+    given: list[object] = []
+    real = psycopg.connect
+
+    def connect(*args: Any, **kwargs: Any) -> Any:
+        given.append(kwargs.get("connect_timeout"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(psycopg, "connect", connect)
+    try:
+        store.close()
+        pg_proxy.hold()
+        deadline = time.monotonic() + 1.0
+        raised = _in_a_thread(lambda: store.within(deadline, PostgresStore.get_job, NO_JOB, now=T0))
+        # psycopg's timeout (the store's face calls it StoreUnavailable), or the watchdog's.
+        assert [type(e) for e in raised] in ([psycopg.errors.ConnectionTimeout], [StoreUnavailable])
+        assert given == [2]  # the whole seconds left, at least libpq's 2
+    finally:
+        pg_proxy.release()
+        store.close(final=True)

@@ -150,6 +150,7 @@ class PostgresConnection:
         self._sent_write = False
         self._cut_while_connecting = False
         self._was_cut: Callable[[], bool] = lambda: False
+        self._deadline: float | None = None  # the deadline of the call under way (within)
         # Polled at a quarter of the timeout: a cut comes at most that late.
         self.watchdog = Watchdog(
             self._cut, poll=store_timeout / 4, name="trio_batch postgres watchdog"
@@ -231,21 +232,31 @@ class PostgresConnection:
             autocommit=True,
             prepare_threshold=None,
             application_name="trio_batch",
-            **self._options,
+            **self._connect_options(),
         )
-        try:
-            self._settle(conn)
-        except BaseException:
-            conn.close()
-            raise
         with self.watchdog.lock:
             cut, self._cut_while_connecting = self._cut_while_connecting, False
             if not cut:
-                self._conn = conn
+                self._conn = conn  # held while it settles: the watchdog can cut that too
         if cut:
             conn.close()
             raise psycopg.OperationalError("store_timeout passed while connecting")
+        try:
+            self._settle(conn)
+        except BaseException:
+            self.close()
+            raise
         return conn
+
+    def _connect_options(self) -> dict[str, Any]:
+        """The options of a connection attempt: inside :meth:`within`, a connect timeout of
+        the call's time left if that is less (libpq's whole seconds, at least 2), so that
+        connecting late in a call does not take a whole connect_timeout past its deadline."""
+        deadline, ours = self._deadline, self._options.get("connect_timeout")
+        if deadline is None or ours is None:
+            return self._options
+        left = max(2, math.ceil(deadline - time.monotonic()))
+        return self._options if left >= ours else {**self._options, "connect_timeout": left}
 
     @property
     def is_open(self) -> bool:
@@ -316,7 +327,7 @@ class PostgresConnection:
             raise self.too_late()
         self._cut_while_connecting = False
         with self.watchdog.guard(deadline) as cut:
-            self._was_cut = cut
+            self._was_cut, self._deadline = cut, deadline
             try:
                 return fn(self, *args, **kwargs)
             except psycopg.Error as exc:
@@ -324,6 +335,8 @@ class PostgresConnection:
                     raise
                 self.close()
                 raise self.timed_out() from exc
+            finally:
+                self._deadline = None
 
     def too_late(self) -> StoreUnavailable:
         """The error of a call not made: its deadline passed before it could start."""
