@@ -143,6 +143,7 @@ STORE_OPERATIONS = (
     "fail_own_jobs",
     "drain_changes",
     "release_job",
+    "watch_job",
     "drain_over",
     "purge_expired",
     "forget_job",

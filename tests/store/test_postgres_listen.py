@@ -13,12 +13,13 @@ import time
 import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
 import trio
 
-from trio_batch import Config, JobState, open_runner, open_store
+from trio_batch import Config, Job, JobState, open_runner, open_store
 from trio_batch.store.postgres import PostgresJobStore
 from trio_batch.store.postgres._listen import PROBE_PREFIX, split_listen_option
 
@@ -120,6 +121,8 @@ def test_wait_and_watch_on_another_runner_end_when_its_job_finishes_by_notificat
     # B's store calls run in order on one connection: once this read is answered, the first
     # reads of the wait and the watch are done, and saw the job running.
     assert b.call("status", job=job_id)["status"] == "running"
+    # And B asked A to notify the job's end (a wait that missed it would read it again).
+    _until(lambda: _waited(pg_dsn, job_id), "B's wait to be registered")
     (tmp_path / "end").touch()
     released = time.monotonic()
     finished = b.answer(waiting)["ok"]
@@ -173,37 +176,121 @@ def test_with_listen_off_a_cancel_and_a_wait_across_runners_work_by_polling(
     )
 
 
-async def test_outcome_writes_notify_once_per_finished_job_never_per_outcome(
+def _notified(listener: psycopg.Connection[Any], dsn: str) -> list[str]:
+    """The job ids notified on the channel until now (the listener's probes left out): a
+    notification of the test's own is sent last, and the channel's are delivered in the order
+    of their commits."""
+    _sql(dsn, "NOTIFY trio_batch, 'end'")
+    payloads = []
+    for notification in listener.notifies(timeout=DEADLINE):
+        if notification.payload == "end":
+            return payloads
+        if not notification.payload.startswith(PROBE_PREFIX):  # the listeners' own checks
+            payloads.append(notification.payload)
+    raise AssertionError(f"the test's own notification did not come back; got {payloads}")
+
+
+def _waited(dsn: str, job_id: str) -> bool:
+    """Whether a runner registered a wait on the job (schema v12)."""
+    return bool(_sql(dsn, "SELECT waited FROM jobs WHERE id = %s", (job_id,))[0][0])
+
+
+async def test_a_finished_job_is_notified_once_if_another_runner_waits_on_it(
     pg_dsn: str,
 ) -> None:
+    # Six outcomes and no waiter elsewhere: no notification. A job another runner waits on:
+    # one, its end. The cancel and the release: one each, waited on or not.
     listener = psycopg.connect(pg_dsn, autocommit=True)
     listener.execute("LISTEN trio_batch")
     fetch = ScriptedFetch()
     started, release = fetch.gate("https://example.test/gated")
-    store = PostgresJobStore.open(pg_dsn)
+    held, let_go = fetch.gate("https://example.test/held")
+    store, other = PostgresJobStore.open(pg_dsn), PostgresJobStore.open(pg_dsn)
     try:
-        async with open_runner(store, fetch, Config(jobs_per_caller=2)) as runner:
-            done_id, _ = await runner.submit("alice", "user", urls(*[f"t{i}" for i in range(6)]))
-            finished = await runner.wait(done_id)
+        async with open_runner(store, fetch, Config(jobs_per_caller=3)) as runner:
+            alone, _ = await runner.submit("alice", "user", urls(*[f"t{i}" for i in range(6)]))
+            finished = await runner.wait(alone)
             assert finished is not None and finished.status is JobState.DONE
-            cancelled_id, _ = await runner.submit("alice", "user", urls("gated", "later"))
+            watched, _ = await runner.submit("alice", "user", urls("first", "gated", "last"))
             await started.wait()
-            assert await runner.cancel(cancelled_id)
+            assert await other.watch_job(watched)  # as a wait on another runner does
             release.set()
-            stopped = await runner.wait(cancelled_id)
+            finished = await runner.wait(watched)
+            assert finished is not None and finished.status is JobState.DONE
+            assert not await other.watch_job(watched)  # ended: read it again
+            cancelled, _ = await runner.submit("alice", "user", urls("held", "later"))
+            await held.wait()
+            assert await runner.cancel(cancelled)
+            let_go.set()
+            stopped = await runner.wait(cancelled)
             assert stopped is not None and stopped.status is JobState.CANCELLED
-        await trio.to_thread.run_sync(_sql, pg_dsn, "NOTIFY trio_batch, 'end'")
-        payloads = []
-        for notification in listener.notifies(timeout=DEADLINE):
-            if notification.payload == "end":
-                break
-            if not notification.payload.startswith(PROBE_PREFIX):  # the listener's own checks
-                payloads.append(notification.payload)
+        payloads = await trio.to_thread.run_sync(_notified, listener, pg_dsn)
+    finally:
+        await store.aclose()
+        await other.aclose()
+        listener.close()
+    assert payloads == [watched, cancelled, cancelled]
+    assert not _waited(pg_dsn, alone) and _waited(pg_dsn, watched)
+
+
+async def test_while_a_runner_of_an_older_version_is_registered_every_end_is_notified(
+    pg_dsn: str,
+) -> None:
+    # A runner started before the upgrade to v12 registered as v11 did, never registers its
+    # waits, and waits on the notification of every job's end, which it still gets.
+    listener = psycopg.connect(pg_dsn, autocommit=True)
+    listener.execute("LISTEN trio_batch")
+    store = PostgresJobStore.open(pg_dsn)
+    old_registration = "INSERT INTO runners (id, host, pid) VALUES (%s, %s, %s)"  # v11's
+    try:
+        async with open_runner(store, ScriptedFetch(), Config()) as runner:
+            await trio.to_thread.run_sync(_sql, pg_dsn, old_registration, ("old", "h", 1))
+            told, _ = await runner.submit("alice", "user", urls("a", "b"))
+            assert (await runner.wait(told)) is not None
+            # The older runner stops (or is reaped): its registration goes.
+            await trio.to_thread.run_sync(_sql, pg_dsn, "DELETE FROM runners WHERE id = 'old'")
+            untold, _ = await runner.submit("alice", "user", urls("c", "d"))
+            assert (await runner.wait(untold)) is not None
+        payloads = await trio.to_thread.run_sync(_notified, listener, pg_dsn)
     finally:
         await store.aclose()
         listener.close()
-    # Six outcomes, one notification: the job's end. The cancel and the release: one each.
-    assert payloads == [done_id, cancelled_id, cancelled_id]
+    assert payloads == [told]
+
+
+async def test_a_wait_on_another_runners_job_is_woken_by_its_end_not_the_poll(
+    pg_dsn: str,
+) -> None:
+    # Both runners poll once an hour: only A's notification of the job's end can end B's
+    # wait before the deadline.
+    fetch = ScriptedFetch()
+    started, release = fetch.gate("https://example.test/gated")
+    config = Config(poll_interval=3600.0)
+    store_a, store_b = PostgresJobStore.open(pg_dsn), PostgresJobStore.open(pg_dsn)
+    ended: list[Job | None] = []
+    try:
+        async with (
+            open_runner(store_a, fetch, config) as a,
+            open_runner(store_b, ScriptedFetch(), config) as b,
+        ):
+            job_id, _ = await a.submit("alice", "user", urls("first", "gated"))
+            await started.wait()
+            with trio.fail_after(DEADLINE):
+                async with trio.open_nursery() as nursery:
+
+                    async def wait_on_b() -> None:
+                        ended.append(await b.wait(job_id))
+
+                    nursery.start_soon(wait_on_b)
+                    # B's first read saw the job live: a row in the database, no event.
+                    while not await trio.to_thread.run_sync(_waited, pg_dsn, job_id):  # noqa: ASYNC110
+                        await trio.sleep(0.01)
+                    release.set()
+    finally:
+        await store_a.aclose()
+        await store_b.aclose()
+    [job] = ended
+    assert job is not None and (job.status, job.targets_done) == (JobState.DONE, 2)
 
 
 @pytest.mark.parametrize(

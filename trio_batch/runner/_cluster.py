@@ -29,6 +29,7 @@ __all__ = [
     "release",
     "wait_elsewhere",
     "wait_for_heartbeat",
+    "watch",
 ]
 
 
@@ -163,13 +164,25 @@ async def wait_elsewhere(
 
     Returns the job once it is terminal and its drain (on another runner) has stopped, or
     None once it is unknown or lapsed. Once ``closing()`` (this runner is shutting down),
-    returns the job as last read. Cancellation: safe at any point.
+    returns the job as last read. Cancellation: safe at any point (a wait registered with
+    the store stays registered: the job's end notifies the listeners once more).
     """
+    watched = False
     while True:
         with changes.job(job_id) as changed:
             job = await store.get_job(job_id, now=now())
             if job is None or (job.is_terminal and await store.drain_over(job_id)):
                 return job
+            if not watched and not await watch(store, job):
+                continue  # it ended before the store heard of the wait: read it again
+            watched = True
             await wait_at_most(changed, interval)
         if closing():
             return job
+
+
+async def watch(store: JobStore, job: Job) -> bool:
+    """Ask the runner draining ``job`` (live: else nothing to ask) to notify its end; False if
+    it ended before the store took the request (:meth:`JobStore.watch_job`). Called after
+    taking :meth:`ChangedElsewhere.job`'s event and reading the job."""
+    return job.is_terminal or await store.watch_job(job.id)

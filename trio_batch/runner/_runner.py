@@ -32,7 +32,7 @@ from ..store import JobStore
 from ._attempts import Attempts, FetchFunc
 from ._batch_ops import BatchOps
 from ._check import target_checker
-from ._cluster import ChangedElsewhere, wait_at_most, wait_elsewhere
+from ._cluster import ChangedElsewhere, wait_at_most, wait_elsewhere, watch
 from ._deliveries import Deliveries, WebhookDeliverer
 from ._drain import _Drain
 from ._drain_loop import DrainLoop
@@ -347,6 +347,7 @@ class Runner(BatchOps, JobReads, DrainLoop, SubmitRequests):
         if not is_job_id(job_id):
             return
         seen = 0  # targets are drained in idx order: the outcomes below this were yielded
+        watched = False  # another runner drains it and was asked to notify its end
         while True:
             drain = self._drains.get(job_id)
             # Taken before the read, so that nothing stored after it is missed.
@@ -378,6 +379,9 @@ class Runner(BatchOps, JobReads, DrainLoop, SubmitRequests):
                             yield job
                         return
                     # Drained by another runner: woken by its notification, or polled.
+                    if not watched and not await watch(self._store, job):
+                        continue  # it ended before the store heard of the wait: read again
+                    watched = True
                     await wait_at_most(changed, self._config.poll_interval)
                     continue
                 await changed.wait()

@@ -320,6 +320,16 @@ class JobStore(Protocol):
         """
         ...
 
+    async def watch_job(self, job_id: str) -> bool:
+        """Record that this runner waits on the live job ``job_id``, which another drains, so
+        that the runner which ends it tells this one's :meth:`listen_changes` at once.
+
+        Returns False if the job is no longer live (or unknown): it may have ended before,
+        untold, so it is to be read again. Idempotent. True without a query with one runner
+        per database.
+        """
+        ...
+
     async def drain_over(self, job_id: str) -> bool:
         """True if no runner other than this one may still write an outcome of ``job_id``.
 
@@ -330,7 +340,8 @@ class JobStore(Protocol):
 
     async def listen_changes(self, on_change: ChangeObserver) -> None:
         """Until cancelled: call ``on_change`` (on the event loop) with the ids of jobs that a
-        runner cancelled, released, reaped or finished, as soon as the database tells.
+        runner cancelled, released or reaped, or finished while watched (:meth:`watch_job`),
+        as soon as the database tells.
 
         ``on_change(None)``: changes may have been missed (the listener has just connected or
         reconnected), so whatever is waited on should be read again. Notifications can be lost:

@@ -91,7 +91,7 @@ class PostgresJobStore(StoreFace):
         self._thread = StoreThread(name="trio_batch postgres store")
         # Outcome writes go from trio's loop on connections of their own, or the store thread.
         self._writers = OutcomeWriters(
-            store, self._thread, self._commit_with, self._store_outcomes, outcome_connections
+            store, self._commit_with, self._store_outcomes, outcome_connections
         )
         self._started = False
         self._closed = False
@@ -298,6 +298,10 @@ class PostgresJobStore(StoreFace):
     async def release_job(self, job_id: str) -> None:
         """:meth:`PostgresStore.release_job`: waiters on other runners see the drain over."""
         await self._call(PostgresStore.release_job, job_id)
+
+    async def watch_job(self, job_id: str) -> bool:
+        """:meth:`PostgresStore.watch_job`: its end is notified to this runner's listener."""
+        return await self._call(PostgresStore.watch_job, job_id)
 
     async def drain_over(self, job_id: str) -> bool:
         """:meth:`PostgresStore.drain_over`."""

@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import logging
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
@@ -36,7 +34,6 @@ from .._face import StoreOutcomes, TimedWrite
 from .._lanes import Lanes
 from .._protocol import STORED, Stored
 from .._rows import job_after_outcome, seen_counts
-from .._thread import StoreThread
 from . import _queries as q
 from ._connection import Op, PostgresConnection
 from ._errors import translate_errors
@@ -45,8 +42,6 @@ from ._outcomes import PIPELINE_SUPPORTED, _outcome_answer
 from ._store import PostgresStore
 
 __all__ = ["OUTCOME_CONNECTIONS", "LoopOutcomes", "OutcomeWriters"]
-
-_log = logging.getLogger("trio_batch")
 
 #: Outcome connections per store by default: one. Two or three measured slower on 2 cores,
 #: where the loop's own work, not the server, holds the 8-job rate (performance.md).
@@ -240,8 +235,8 @@ def _ongoing(write: OutcomeWrite) -> bool:
 class OutcomeWriters:
     """A store's outcome writes: ``count`` loop connections, each a :class:`LoopOutcomes` and
     a group commit (:attr:`lanes`); without pipeline mode (libpq before 14) one group commit
-    over ``on_thread``, the store thread. After each commit the runners listening are told of
-    the jobs it finished, through the store thread, unawaited.
+    over ``on_thread``, the store thread. The write that ends a job tells the runners
+    listening, in its own statement, if one waits on it (``RECORD_OUTCOME``).
 
     ``commit_with`` is the face's :meth:`~trio_batch.store._face.StoreFace._commit_with`;
     ``on_thread`` its :meth:`PostgresStore.record_outcomes` call on the store thread, which
@@ -251,7 +246,6 @@ class OutcomeWriters:
     def __init__(
         self,
         store: PostgresStore,
-        thread: StoreThread,
         commit_with: CommitWith,
         on_thread: ThreadOutcomes,
         count: int,
@@ -259,13 +253,11 @@ class OutcomeWriters:
         if count < 1:
             raise ValueError(f"outcome_connections must be at least 1, not {count}")
         self._store = store
-        self._thread = thread
-        self._on_thread = on_thread
         #: The loop connections' writers, one per lane (none without pipeline mode).
         self.loops = [LoopOutcomes(store, on_thread) for _ in range(count)]
         stores: list[StoreOutcomes] = [functools.partial(self._commit, o) for o in self.loops]
         if not PIPELINE_SUPPORTED:
-            self.loops, stores = [], [self._commit_on_thread]
+            self.loops, stores = [], [on_thread]
         self.lanes: Lanes[TimedWrite, Job | Stored | None] = Lanes(
             [functools.partial(commit_with, store_outcomes) for store_outcomes in stores]
         )
@@ -279,33 +271,4 @@ class OutcomeWriters:
         self, outcomes: LoopOutcomes, writes: Sequence[OutcomeWrite], *, ttl: float, now: float
     ) -> Answers:
         with translate_errors(self._store.store_timeout):
-            return self._told(await outcomes.record_outcomes(writes, ttl=ttl, now=now))
-
-    async def _commit_on_thread(
-        self, writes: Sequence[OutcomeWrite], *, ttl: float, now: float
-    ) -> Answers:
-        return self._told(await self._on_thread(writes, ttl=ttl, now=now))
-
-    def _told(self, answers: Answers) -> Answers:
-        # Jobs whose last outcome this commit stored: their waiters elsewhere may stop. One
-        # notification statement per commit that finished a job, queued after it, unawaited.
-        finished = [
-            a.id
-            for a in answers
-            if isinstance(a, Job) and a.is_terminal and a.targets_done >= a.targets_total
-        ]
-        if finished:
-            deadline = time.monotonic() + self._store.store_timeout
-            self._thread.run_soon(_notify_quietly, self._store, finished, deadline)
-        return answers
-
-
-def _notify_quietly(store: PostgresStore, job_ids: list[str], deadline: float) -> None:
-    """On the store thread, after a commit: notify the listening runners of ``job_ids``.
-
-    A failure only delays the others until their next poll, so it is logged, not raised.
-    """
-    try:
-        store.within(deadline, PostgresStore.notify_jobs, job_ids)
-    except (psycopg.Error, StoreUnavailable):
-        _log.warning("could not notify other runners of finished jobs", exc_info=True)
+            return await outcomes.record_outcomes(writes, ttl=ttl, now=now)

@@ -54,7 +54,9 @@ CHANNEL = "trio_batch"
 # ---------------------------------------------------------------------------------------------
 # Runners
 
-REGISTER_RUNNER = "INSERT INTO runners (id, host, pid) VALUES (%s, %s, %s)"
+#: Registers its waits on other runners' jobs (``WATCH_JOB``, v12): a runner that does not
+#: (one of an older version, during a rolling upgrade) is notified of every job's end.
+REGISTER_RUNNER = "INSERT INTO runners (id, host, pid, registers_waits) VALUES (%s, %s, %s, true)"
 #: Returns the row if the runner is still registered (not reaped).
 HEARTBEAT = "UPDATE runners SET heartbeat_at = now() WHERE id = %s RETURNING id"
 UNREGISTER_RUNNER = "DELETE FROM runners WHERE id = %s"
@@ -95,6 +97,11 @@ RELEASE_JOB = f"UPDATE jobs SET owner = NULL WHERE id = %s AND owner = %s AND st
 NOTIFY_JOBS = "SELECT pg_notify(%s, job_id) FROM unnest(%s::text[]) AS job_id"
 #: Start receiving the notifications of a channel (an identifier: quoted by psycopg.sql).
 LISTEN = "LISTEN {}"
+#: A runner waits on this job, which another runner drains: the outcome that ends it notifies
+#: (``RECORD_OUTCOME``'s ``told`` arm). No row: the job is no longer live (or unknown), so it
+#: may have ended before the mark; read it again. Locking the row orders the mark against the
+#: ending outcome's own lock: whichever comes second sees the other's change.
+WATCH_JOB = f"UPDATE jobs SET waited = true WHERE id = %s AND status IN {LIVE} RETURNING id"
 #: No runner but the asking one may still write an outcome of the job: it has none, or the
 #: asking one, or its runner is gone, or every target is stored. No row: unknown job.
 DRAIN_OVER = (
@@ -205,8 +212,17 @@ _BUMP_JOB = (
 _BUMPED = f" WHERE id = %(job_id)s AND EXISTS (SELECT 1 FROM stored) RETURNING {JOB_COLUMNS}"
 _ANSWER = " FROM (VALUES (1)) AS one LEFT JOIN bumped ON true"
 
+#: The last outcome ended the job: tell the listening runners, at the commit, if one waits on
+#: it (``WATCH_JOB``) or a runner that does not register its waits is registered. The answer's
+#: ``WHERE`` reads this arm, so it runs (a CTE that nothing reads is never run).
+_TELL_END = (
+    f"SELECT pg_notify('{CHANNEL}', b.id) FROM bumped AS b, job "
+    f"WHERE b.status NOT IN {LIVE} AND b.targets_done >= b.targets_total "
+    "AND (job.waited OR EXISTS (SELECT 1 FROM runners WHERE NOT registers_waits))"
+)
+
 RECORD_OUTCOME = (
-    f"WITH job AS (SELECT id {_LOCKED_JOB}), stored AS ({_STORE_TARGET.format('')}), "
+    f"WITH job AS (SELECT id, waited {_LOCKED_JOB}), stored AS ({_STORE_TARGET.format('')}), "
     f"bumped AS ({_BUMP_JOB}, "
     f"status = CASE WHEN status IN {LIVE} AND targets_done + 1 >= targets_total "
     f"THEN {final_status_case('targets_total', 'targets_failed + %(failed)s')} "
@@ -219,8 +235,8 @@ RECORD_OUTCOME = (
     "targets_failed = b.targets_failed, event_at = %(now)s, round_from = %(now)s, "
     "due_at = %(now)s FROM bumped AS b WHERE outbox.job_id = %(job_id)s AND outbox.event IS NULL "
     f"AND b.status NOT IN {LIVE}"
-    ") "
-    f"SELECT EXISTS (SELECT 1 FROM job), bumped.*{_ANSWER}"
+    f"), told AS ({_TELL_END}) "
+    f"SELECT EXISTS (SELECT 1 FROM job), bumped.*{_ANSWER} WHERE (SELECT count(*) FROM told) >= 0"
 )
 #: ``RECORD_OUTCOME`` for a write that cannot end its job (its writer saw more than one of the
 #: job's targets without an outcome): the same checks and locks without the arms only the
@@ -268,6 +284,14 @@ CREATE_RECORD_OUTCOME_FUNCTION = (
     + re.sub(r"%\((\w+)\)s", r"p_\1", RECORD_OUTCOME)
     + "; END $body$"
 )
+#: Version 12: waits registered, so that a job's end is notified only if a runner waits on
+#: it elsewhere (``WATCH_JOB``, ``RECORD_OUTCOME``); the outcome's function made again.
+MIGRATE_V12_WAITS = (
+    "ALTER TABLE jobs ADD COLUMN IF NOT EXISTS waited boolean NOT NULL DEFAULT false",
+    "ALTER TABLE runners ADD COLUMN IF NOT EXISTS registers_waits boolean NOT NULL DEFAULT false",
+    CREATE_RECORD_OUTCOME_FUNCTION,
+)
+
 #: ``RECORD_OUTCOME`` through that function: the same parameters, the same one row. Each cast
 #: to its argument's type, so a value out of its range is refused as by the statement itself.
 RECORD_OUTCOME_CALL = (

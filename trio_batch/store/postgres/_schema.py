@@ -26,7 +26,7 @@ from . import _schema_queries as sq
 __all__ = ["SCHEMA_VERSION", "migrate"]
 
 #: The schema version this code writes.
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 
 
 def migrate(
@@ -89,7 +89,11 @@ def migrate(
             # plain targets from their URLs alone (v10); the targets as JSON text (v11).
             for statement in cq.MIGRATE_CREATE_JOB_FUNCTION:
                 conn.execute(statement)
-        # Later versions add their steps here: `if version < 12: ...`.
+        if version < 12:
+            # Waits on other runners' jobs registered: a job's end notified only if awaited.
+            for statement in q.MIGRATE_V12_WAITS:
+                conn.execute(statement)
+        # Later versions add their steps here: `if version < 13: ...`.
         conn.execute(sq.SET_VERSION, (SCHEMA_VERSION,))
 
 

@@ -160,6 +160,14 @@ class PostgresStore(PostgresOutcomes):
 
         self._run(release)
 
+    def watch_job(self, job_id: str) -> bool:
+        """Mark the job as waited on, so the outcome that ends it notifies the listening
+        runners (``RECORD_OUTCOME``); False if the job is no longer live (or unknown): it may
+        have ended before the mark, so read it again. Idempotent."""
+        return self._run(
+            lambda c: self._one(c, Op.WRITE, q.WATCH_JOB, (job_id,)).fetchone() is not None
+        )
+
     def notify_jobs(self, job_ids: Sequence[str]) -> None:
         """Tell the listening runners that ``job_ids`` changed, in a transaction of its own
         (a retry notifies twice: harmless, a notification only wakes a read)."""

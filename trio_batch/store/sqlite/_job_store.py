@@ -221,6 +221,10 @@ class SQLiteJobStore(FastPaths):
     async def release_job(self, job_id: str) -> None:
         """Nothing to record: no other runner waits on this runner's drains."""
 
+    async def watch_job(self, job_id: str) -> bool:
+        """True, without a query: no other runner drains jobs in this database."""
+        return True
+
     async def drain_over(self, job_id: str) -> bool:
         """True: no other runner drains jobs in this database."""
         return True
