@@ -6,6 +6,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import threading
 from typing import Any
 
 import pytest
@@ -167,6 +168,45 @@ def test_a_result_is_stored_as_its_whole_json_object(content: str, meta: dict[st
             Result(content, meta).to_json_text()
         return
     assert Result(content, meta).to_json_text() == expected
+
+
+def test_a_meta_refused_mid_way_leaves_no_false_cycle_behind() -> None:
+    """The results' encoder is made once per thread with its cycle check: a meta refused half
+    way (its dict marked as being encoded) must not make the next one look cyclic."""
+    cyclic: dict[str, Any] = {}
+    cyclic["self"] = cyclic
+    with pytest.raises(ValueError, match="Circular reference detected"):
+        Result("c", cyclic).to_json_text()
+    inner: dict[str, Any] = {"ok": 1, "bad": object()}
+    with pytest.raises(ValueError, match="not JSON serializable"):
+        Result("c", {"inner": inner}).to_json_text()
+    del inner["bad"]
+    assert (
+        Result("c", {"inner": inner}).to_json_text() == '{"content":"c","meta":{"inner":{"ok":1}}}'
+    )
+
+
+def test_two_threads_encode_the_same_meta_at_once() -> None:
+    """Each thread encodes with its own cycle check: while one thread is inside a meta (held
+    there by its items()), another encodes the same meta without seeing it as a cycle."""
+    inside, go_on = threading.Event(), threading.Event()
+
+    class Held(dict[str, Any]):
+        def items(self) -> Any:
+            if threading.current_thread() is not threading.main_thread():
+                inside.set()
+                go_on.wait(30)
+            return super().items()
+
+    meta = Held(n=1)
+    texts: list[str] = []
+    thread = threading.Thread(target=lambda: texts.append(Result("a", meta).to_json_text()))
+    thread.start()
+    assert inside.wait(30)
+    assert Result("b", meta).to_json_text() == '{"content":"b","meta":{"n":1}}'
+    go_on.set()
+    thread.join(30)
+    assert texts == ['{"content":"a","meta":{"n":1}}']
 
 
 def test_an_empty_result_is_the_same_text_whatever_its_types() -> None:

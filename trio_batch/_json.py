@@ -7,13 +7,18 @@ advice meant for the service's programmer, not its caller. It also lets a repeat
 silently (the last one wins, so ``{"url": a, "url": b}`` fetches b) and raises RecursionError
 on a deeply nested document. :data:`STRICT_JSON` refuses all of these with plain messages, as
 ``json.JSONDecodeError`` (a ValueError) carrying the position.
+
+:func:`compact_json` encodes a stored value (a result's ``meta``) with a C encoder made once
+per thread: ``JSONEncoder.encode`` builds one per call.
 """
 
 from __future__ import annotations
 
 import json
+import threading
+from collections.abc import Callable
 
-__all__ = ["MAX_INT_DIGITS", "STRICT_JSON"]
+__all__ = ["MAX_INT_DIGITS", "STRICT_JSON", "compact_json"]
 
 #: Most digits an integer in user JSON may have (Python's own conversion limit).
 MAX_INT_DIGITS = 4300
@@ -59,3 +64,39 @@ class _StrictDecoder(json.JSONDecoder):
 STRICT_JSON = _StrictDecoder(
     parse_constant=_refuse_constant, parse_int=_bounded_int, object_pairs_hook=_unique_keys
 )
+
+
+#: Compact, strict (no NaN), not ASCII-escaped: how results are stored.
+_COMPACT = json.JSONEncoder(allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+
+
+class _Encoder(threading.local):
+    """This thread's C encoder of :data:`_COMPACT`'s settings, and its cycle check: state no
+    other thread may share (the loop's, the store thread's and the side thread's encode)."""
+
+    def __init__(self) -> None:
+        self.markers: dict[int, object] = {}
+        make = getattr(json.encoder, "c_make_encoder", None)  # the C accelerator's (untyped)
+        basic = json.encoder.encode_basestring
+        self.encode: Callable[[object, int], list[str]] | None = (
+            None
+            if make is None
+            else make(self.markers, _COMPACT.default, basic, None, ":", ",", False, False, False)
+        )
+
+
+_ENCODER = _Encoder()
+
+
+def compact_json(value: object) -> str:
+    """``value`` as :data:`_COMPACT` encodes it: the same text and errors (a cycle is
+    "Circular reference detected"), without building an encoder per call."""
+    local = _ENCODER
+    encode = local.encode
+    if encode is None:  # no C accelerator
+        return _COMPACT.encode(value)
+    try:
+        return encode(value, 0)[0]
+    except BaseException:
+        local.markers.clear()  # left half-filled, it would see a cycle in the next value
+        raise

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from ._json import compact_json
+
 # What a caller submits lives in ._targets; importable from here too, as before.
 from ._targets import (
     DEFAULT_OPTIONS as DEFAULT_OPTIONS,
@@ -152,9 +154,7 @@ class TargetState(StrEnum):
 # Results and statuses
 
 
-#: Encodes results: one encoder built once (``json.dumps`` with options builds one per call).
-_RESULT_ENCODER = json.JSONEncoder(allow_nan=False, ensure_ascii=False, separators=(",", ":"))
-#: What that encoder makes of a str (its own call for one, without the method around it).
+#: What the results' encoder makes of a str (its own call for one, without the method around it).
 _encode_str = json.encoder.encode_basestring
 #: The text of ``Result("")``.
 _EMPTY_RESULT_TEXT = '{"content":"","meta":{}}'
@@ -183,7 +183,7 @@ class Result:
         try:
             # In parts, to the whole object's text: a str goes straight to the C string encoder,
             # an empty meta costs nothing (the whole object set up the full encoder each time).
-            meta_text = "{}" if type(meta) is dict and not meta else _RESULT_ENCODER.encode(meta)
+            meta_text = "{}" if type(meta) is dict and not meta else compact_json(meta)
             text = '{"content":' + _encode_str(content) + ',"meta":' + meta_text + "}"
             text.encode("utf-8")
         except Exception as exc:  # whatever a hostile dict subclass or __str__ may raise
