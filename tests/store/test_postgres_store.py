@@ -512,3 +512,38 @@ async def test_a_runner_learns_of_cancels_and_reaps_by_others_and_waiters_of_its
         assert len(await b.reap_orphans(now=T0 + 2)) == 1
         assert await a.drain_changes([two.id]) == DrainChanges(lost=frozenset({two.id}))
         assert await b.drain_over(two.id)
+
+
+async def test_undrained_jobs_are_a_runners_own_live_jobs_without_outcomes_oldest_first_bounded(
+    stores: list[PostgresJobStore],
+) -> None:
+    # What the runner's poll adopts: its creates whose answer was lost. Not another runner's
+    # job, nor one it drains, nor one with an outcome, nor a terminal or lapsed one; at most
+    # ``limit``, the oldest first, each with its targets in order.
+    a, b = stores[0], stores[1]
+    caps = _caps(jobs_per_caller=1, jobs_total=32)
+    async with (
+        a.claim(heartbeat_interval=60, runner_timeout=120),
+        b.claim(heartbeat_interval=60, runner_timeout=120),
+    ):
+
+        async def create(store: PostgresJobStore, caller: str, at: float, *paths: str) -> Job:
+            new = NewJob(caller, "user", urls(*paths), ttl=TTL, **caps)
+            return (await store.create_job(new, now=at))[0]
+
+        jobs = [await create(a, f"c{i}", T0 + i, "x", f"y{i}") for i in range(5)]
+        await create(b, "elsewhere", T0, "z")
+        await a.record_outcome(OutcomeWrite(jobs[1].id, 0, result=Result("")), ttl=TTL, now=T0)
+        await a.finish_job(jobs[2].id, JobState.CANCELLED, now=T0)
+        lapsing = await create(a, "lapsing", T0 - TTL + 10, "w")
+        found = await a.undrained_jobs([jobs[3].id], now=T0 + 20, limit=2)
+        assert [(job.id, [t.url for t in targets]) for job, targets in found] == [
+            (jobs[0].id, [t.url for t in urls("x", "y0")]),
+            (jobs[4].id, [t.url for t in urls("x", "y4")]),
+        ]
+        assert found[0][0] == jobs[0]
+        assert [job.id for job, _ in await a.undrained_jobs([], now=T0 + 5, limit=9)] == [
+            lapsing.id,
+            *(jobs[i].id for i in (0, 3, 4)),
+        ]
+        assert await a.undrained_jobs([], now=T0 + 20, limit=1) == found[:1]

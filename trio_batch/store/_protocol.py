@@ -311,6 +311,17 @@ class JobStore(Protocol):
         """
         ...
 
+    async def undrained_jobs(
+        self, draining: Collection[str], *, now: float, limit: int
+    ) -> Sequence[tuple[Job, tuple[Target, ...]]]:
+        """Up to ``limit`` live, unexpired jobs this runner owns with no outcome yet and does
+        not drain (none of ``draining``), oldest first, each with its targets in order: creates
+        whose answer was lost (the submit raised :class:`~trio_batch.StoreUnavailable`), for
+        the runner's poll to adopt. A read: cancellation leaves nothing changed. Empty, without
+        a query, where a create that raised cannot have committed (SQLite: one local
+        transaction, rolled back; one runner per database)."""
+        ...
+
     async def release_job(self, job_id: str) -> None:
         """Record that this runner's drain of the terminal job ``job_id`` has stopped.
 

@@ -26,7 +26,7 @@ import trio
 
 from ..._errors import StoreError
 from ..._event import Delivery, JobEvent
-from ..._model import Job, JobState, OutcomeWrite, TargetStatus
+from ..._model import Job, JobState, OutcomeWrite, Target, TargetStatus
 from .._face import StoreFace
 from .._filters import EVERY_JOB, JobFilter
 from .._protocol import (
@@ -294,6 +294,12 @@ class PostgresJobStore(StoreFace):
             return DrainChanges()
         cancelled, lost = await self._call(PostgresStore.drain_changes, list(job_ids))
         return DrainChanges(frozenset(cancelled), frozenset(lost))
+
+    async def undrained_jobs(
+        self, draining: Collection[str], *, now: float, limit: int
+    ) -> list[tuple[Job, tuple[Target, ...]]]:
+        """:meth:`PostgresStore.undrained_jobs`: creates committed whose answer was lost."""
+        return await self._call(PostgresStore.undrained_jobs, list(draining), now=now, limit=limit)
 
     async def release_job(self, job_id: str) -> None:
         """:meth:`PostgresStore.release_job`: waiters on other runners see the drain over."""

@@ -89,6 +89,18 @@ DRAIN_CHANGES = (
     "SELECT id, status = 'cancelled', owner IS NOT DISTINCT FROM %(runner)s FROM jobs "
     "WHERE id = ANY(%(ids)s) AND (status = 'cancelled' OR owner IS DISTINCT FROM %(runner)s)"
 )
+#: Live, unexpired jobs a runner owns with no outcome yet, but that it does not drain (not one
+#: of ids, an anti-join): creates whose answer was lost. Oldest first, at most limit.
+UNDRAINED_JOBS = (
+    f"SELECT {JOB_COLUMNS} FROM jobs WHERE status IN {LIVE} AND owner = %(runner)s "
+    "AND targets_done = 0 AND expires_at > %(now)s "
+    "AND id NOT IN (SELECT unnest(%(ids)s::text[])) ORDER BY created_at, id LIMIT %(limit)s"
+)
+#: Those jobs' targets, in order, as a drain takes them.
+UNDRAINED_TARGETS = (
+    "SELECT job_id, url, options, custom_id FROM targets WHERE job_id = ANY(%s) "
+    "ORDER BY job_id, idx"
+)
 #: A runner's drain of a terminal job stopped: it drops the job, so waiters elsewhere know no
 #: outcome can follow.
 RELEASE_JOB = f"UPDATE jobs SET owner = NULL WHERE id = %s AND owner = %s AND status NOT IN {LIVE}"

@@ -36,12 +36,13 @@ from ..._event import new_event_id
 from ..._model import (
     Job,
     JobState,
+    Target,
     TargetState,
     is_job_id,
 )
 from .._new_job import JobInsert, check_counted_caps, new_job
 from .._protocol import Admission, NewJob, ReapedJob
-from .._rows import dumps, job_from_row
+from .._rows import dumps, job_from_row, options_from_text
 from . import _create_queries as cq
 from . import _host_queries as hq
 from . import _outbox_queries as oq
@@ -145,6 +146,26 @@ class PostgresStore(PostgresOutcomes):
         cancelled = {job_id for job_id, is_cancelled, owned in rows if is_cancelled and owned}
         lost = {job_id for job_id, _, owned in rows if not owned}
         return cancelled, lost
+
+    def undrained_jobs(
+        self, draining: Sequence[str], *, now: float, limit: int
+    ) -> list[tuple[Job, tuple[Target, ...]]]:
+        """As :meth:`trio_batch.JobStore.undrained_jobs`: this runner's live jobs with no
+        outcome that are none of ``draining``, each with its targets (two reads)."""
+
+        def read(conn: Conn) -> tuple[list[Any], list[Any]]:
+            values = {"runner": self.runner_id, "ids": list(draining), "now": now, "limit": limit}
+            jobs = self._one(conn, Op.READ, q.UNDRAINED_JOBS, values).fetchall()
+            if not jobs:
+                return jobs, []
+            ids = [row[0] for row in jobs]
+            return jobs, self._one(conn, Op.READ, q.UNDRAINED_TARGETS, (ids,)).fetchall()
+
+        jobs, targets = self._run(read, op=Op.READ)
+        of_job: dict[str, list[Target]] = {row[0]: [] for row in jobs}
+        for job_id, url, options, custom_id in targets:
+            of_job[job_id].append(Target(url, options_from_text(options), custom_id))
+        return [(job_from_row(row), tuple(of_job[row[0]])) for row in jobs]
 
     def release_job(self, job_id: str) -> None:
         """This runner's drain of the terminal job ``job_id`` stopped: drop the ownership.

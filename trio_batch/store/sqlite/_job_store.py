@@ -21,7 +21,7 @@ import trio
 
 from ..._errors import BatchError
 from ..._event import Delivery, JobEvent
-from ..._model import Job, JobState, OutcomeWrite, TargetStatus
+from ..._model import Job, JobState, OutcomeWrite, Target, TargetStatus
 from .._filters import EVERY_JOB, JobFilter
 from .._protocol import (
     DECLINED,
@@ -217,6 +217,13 @@ class SQLiteJobStore(FastPaths):
     async def drain_changes(self, job_ids: Collection[str]) -> DrainChanges:
         """Empty, without a query: no other runner can cancel or reap this runner's jobs."""
         return _NO_CHANGES
+
+    async def undrained_jobs(
+        self, draining: Collection[str], *, now: float, limit: int
+    ) -> list[tuple[Job, tuple[Target, ...]]]:
+        """Empty, without a query: a create that raised was rolled back (one transaction on a
+        local file, no answer to lose), so every live job has its drain or was reaped."""
+        return []
 
     async def release_job(self, job_id: str) -> None:
         """Nothing to record: no other runner waits on this runner's drains."""
