@@ -1,6 +1,7 @@
 """A submit whose create the PostgreSQL server committed, but whose answer was lost with its
-connection: the caller gets :class:`StoreUnavailable`, its retry finds the job (a reuse), and
-the job is still drained to the end by the runner that created it.
+connection: the caller gets :class:`StoreUnavailable`, yet the job exists, live and owned by
+the runner that created it. That runner's poll adopts it (``JobStore.undrained_jobs``) and
+drains it to the end, whether the caller retries, another runner reuses it, or nobody asks.
 
 The loss is real: a TCP proxy (``cuttable_proxy.py``) delays every chunk, and its connections
 are cut once the job is seen committed from another connection, before the answer comes back.
@@ -8,12 +9,24 @@ are cut once the job is seen committed from another connection, before the answe
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 import pytest
 import trio
+import trio.testing
 
-from trio_batch import Config, StoreUnavailable, open_runner, open_store
+from trio_batch import (
+    Config,
+    Job,
+    JobStore,
+    Runner,
+    StoreUnavailable,
+    Target,
+    open_runner,
+    open_store,
+)
 
 from ..support.cuttable_proxy import CuttableProxy
 from ..support.fakes import ScriptedFetch, urls
@@ -23,6 +36,15 @@ from .test_postgres_cluster import DEADLINE, _job, _outcomes, _sql
 #: Seconds each chunk through the proxy waits during the create: the time the test has to see
 #: the commit and cut before the answer arrives (it polls every few milliseconds).
 DELAY = 1.0
+CONFIG = Config(poll_interval=0.05)
+#: The bound on each call of the runner behind the proxy: the create may queue behind a poll
+#: read, each chunk of both delayed DELAY: well within this, however loaded the machine.
+STORE_TIMEOUT = 30.0
+
+
+def _behind(proxy: CuttableProxy, dsn: str) -> JobStore:
+    """The store of ``dsn``'s database reached through ``proxy``."""
+    return open_store(through(proxy, dsn), store_timeout=STORE_TIMEOUT)
 
 
 def _committed(dsn: str, caller: str) -> str:
@@ -34,32 +56,140 @@ def _committed(dsn: str, caller: str) -> str:
     return str(rows[0][0])
 
 
+async def _submit_in_doubt(
+    runner: Runner,
+    proxy: CuttableProxy,
+    dsn: str,
+    targets: Sequence[Target],
+    *,
+    meanwhile: Callable[[str], Awaitable[None]] | None = None,
+) -> str:
+    """Submit ``targets`` for alice through ``runner`` (its store behind ``proxy``), cutting
+    the connection once the job is committed, before the answer: StoreUnavailable. Returns the
+    job's id. ``meanwhile(job_id)`` runs once the job is committed, before the cut."""
+    committed: list[str] = []
+
+    async def cut_once_committed() -> None:
+        committed.append(await trio.to_thread.run_sync(_committed, dsn, "alice"))
+        if meanwhile is not None:
+            await meanwhile(committed[0])
+        proxy.cut()  # the answer is still in the proxy: the client's connection drops
+        proxy.latency = 0.0
+
+    async with trio.open_nursery() as nursery:
+        proxy.latency = DELAY
+        nursery.start_soon(cut_once_committed)
+        with pytest.raises(StoreUnavailable):
+            await runner.submit("alice", "user", targets)
+    return committed[0]
+
+
+@contextlib.asynccontextmanager
+async def _owner_and_other(
+    proxy: CuttableProxy, dsn: str, fetch: ScriptedFetch, other_fetch: ScriptedFetch
+) -> AsyncIterator[tuple[Runner, Runner]]:
+    """A runner behind ``proxy`` (the one whose create is lost), and another, direct."""
+    async with (
+        _behind(proxy, dsn) as store,
+        open_runner(store, fetch, CONFIG) as runner,
+        open_store(dsn) as other_store,
+        open_runner(other_store, other_fetch, CONFIG) as other,
+    ):
+        yield runner, other
+
+
+def _drained(dsn: str, job_id: str, total: int) -> None:
+    assert _job(dsn, job_id) == ("done", None, total)
+    assert [o[1] for o in _outcomes(dsn, job_id)] == ["done"] * total
+
+
 async def test_a_create_committed_but_lost_with_its_connection_is_drained_after_the_retry(
     pg_dsn: str, pg_proxy: CuttableProxy
 ) -> None:
     targets = urls("a", "b", "c")
-    config = Config(poll_interval=0.05)
     async with (
-        open_store(through(pg_proxy, pg_dsn)) as store,
-        open_runner(store, ScriptedFetch(), config) as runner,
+        _behind(pg_proxy, pg_dsn) as store,
+        open_runner(store, ScriptedFetch(), CONFIG) as runner,
     ):
-        committed: list[str] = []
-
-        async def cut_once_committed() -> None:
-            committed.append(await trio.to_thread.run_sync(_committed, pg_dsn, "alice"))
-            pg_proxy.cut()  # the answer is still in the proxy: the client's connection drops
-            pg_proxy.latency = 0.0
-
-        async with trio.open_nursery() as nursery:
-            pg_proxy.latency = DELAY
-            nursery.start_soon(cut_once_committed)
-            with pytest.raises(StoreUnavailable):
-                await runner.submit("alice", "user", targets)
-        assert _job(pg_dsn, committed[0])[0] == "running"  # committed, and never drained
-        job_id, reused = await runner.submit("alice", "user", targets)
-        assert (job_id, reused) == (committed[0], True)
+        job_id = await _submit_in_doubt(runner, pg_proxy, pg_dsn, targets)
+        assert await runner.submit("alice", "user", targets) == (job_id, True)
         with trio.fail_after(DEADLINE):  # a bound on a hang, not a speed check
             job = await runner.wait(job_id)
         assert job is not None and job.status == "done"
-    assert _job(pg_dsn, job_id) == ("done", None, len(targets))
-    assert [o[1] for o in _outcomes(pg_dsn, job_id)] == ["done"] * len(targets)
+    _drained(pg_dsn, job_id, len(targets))
+
+
+@pytest.mark.parametrize("reused", [False, True], ids=["nobody-asks", "reused-elsewhere"])
+async def test_a_create_lost_is_drained_by_its_owner_and_waited_for_elsewhere(
+    pg_dsn: str, pg_proxy: CuttableProxy, reused: bool
+) -> None:
+    # No retry through the owner: nobody asks, or another runner's submit reuses the job. The
+    # owner's poll finds it live and undrained, and drains it; the other runner's wait sees
+    # it end.
+    targets = urls("a", "b", "c")
+    fetch, other_fetch = ScriptedFetch(), ScriptedFetch()
+    async with _owner_and_other(pg_proxy, pg_dsn, fetch, other_fetch) as (runner, other):
+        job_id = await _submit_in_doubt(runner, pg_proxy, pg_dsn, targets)
+        if reused:
+            assert await other.submit("alice", "user", targets) == (job_id, True)
+        with trio.fail_after(DEADLINE):  # a bound on a hang, not a speed check
+            job = await other.wait(job_id)
+        assert job is not None and job.status == "done" and job.targets_done == len(targets)
+        # Each fetched once, by its owner.
+        assert (fetch.calls, other_fetch.calls) == ([t.url for t in targets], [])
+    _drained(pg_dsn, job_id, len(targets))
+
+
+async def test_a_wait_and_a_watch_begun_while_the_create_was_in_doubt_see_the_job_end(
+    pg_dsn: str, pg_proxy: CuttableProxy
+) -> None:
+    # Both began on the drain registered for the create; the create raised and dropped it
+    # while the job lived on. The wait answered the job as "running", the watch hung.
+    targets = urls("a", "b")
+    waited: list[Job | None] = []
+    watched: list[object] = []
+    async with (
+        _behind(pg_proxy, pg_dsn) as store,
+        open_runner(store, ScriptedFetch(), CONFIG) as runner,
+    ):
+
+        async def wait(job_id: str) -> None:
+            waited.append(await runner.wait(job_id))
+
+        async def watch(job_id: str) -> None:
+            watched.extend([item async for item in runner.watch(job_id)])
+
+        with trio.fail_after(DEADLINE):  # a bound on a hang, not a speed check
+            async with trio.open_nursery() as nursery:
+
+                async def begin_waiting(job_id: str) -> None:
+                    nursery.start_soon(wait, job_id)
+                    nursery.start_soon(watch, job_id)
+                    await trio.testing.wait_all_tasks_blocked()  # both on the create's drain
+
+                job_id = await _submit_in_doubt(
+                    runner, pg_proxy, pg_dsn, targets, meanwhile=begin_waiting
+                )
+    assert waited[0] is not None and waited[0].status == "done"
+    assert [getattr(item, "idx", None) for item in watched] == [0, 1, None]
+    end = watched[-1]
+    assert isinstance(end, Job) and end.status == "done"
+    _drained(pg_dsn, job_id, len(targets))
+
+
+async def test_a_job_adopted_then_cancelled_through_another_runner_stops_like_any_other(
+    pg_dsn: str, pg_proxy: CuttableProxy
+) -> None:
+    targets = urls("a", "b", "c")
+    fetch = ScriptedFetch()
+    started, release = fetch.gate(targets[0].url)
+    async with _owner_and_other(pg_proxy, pg_dsn, fetch, ScriptedFetch()) as (runner, other):
+        job_id = await _submit_in_doubt(runner, pg_proxy, pg_dsn, targets)
+        with trio.fail_after(DEADLINE):  # a bound on a hang, not a speed check
+            await started.wait()  # adopted: its first target is being fetched
+            assert await other.cancel(job_id)
+            release.set()
+            job = await other.wait(job_id)
+        assert job is not None and job.status == "cancelled"
+        assert fetch.calls == [targets[0].url]
+    assert [o[1] for o in _outcomes(pg_dsn, job_id)] == ["done", "pending", "pending"]

@@ -2,7 +2,8 @@
 
 A runner learns that another runner cancelled one of its jobs, or reaped it while it was
 paused, by asking the store (:func:`poll_drain_changes`), and applies such changes exactly as a
-local cancel would. Waiting on a job another runner drains is re-reading it
+local cancel would; the same poll adopts the live jobs of its own that it does not drain (a
+create whose answer was lost). Waiting on a job another runner drains is re-reading it
 (:func:`wait_elsewhere`). Both read again as soon as the store's listener reports the job changed
 (:class:`ChangedElsewhere`, fed by :meth:`JobStore.listen_changes`: PostgreSQL's LISTEN/NOTIFY),
 and otherwise every ``Config.poll_interval`` seconds, since a notification can be lost. With one
@@ -13,14 +14,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 
 import trio
 
 from .._config import Config
 from .._errors import StoreUnavailable
 from .._model import Job
-from ..store import JobStore
+from ..store import DrainChanges, JobStore
 from ._drain import _Drain
 
 __all__ = [
@@ -59,6 +60,10 @@ class ChangedElsewhere:
         if job_ids is None or any(job_id in self._drains for job_id in job_ids):
             self._poll.set()
 
+    def wake_poll(self) -> None:
+        """Wake the poll now (a create's answer was lost: its job may wait for adoption)."""
+        self._poll.set()
+
     def next_poll(self) -> trio.Event:
         """A fresh event, set when a job this runner drains is next reported changed."""
         self._poll = trio.Event()
@@ -94,9 +99,11 @@ async def poll_drain_changes(
     changes: ChangedElsewhere,
     config: Config,
     log: logging.Logger,
+    adopt: Callable[[], Awaitable[None]],
 ) -> None:
-    """Forever: apply other runners' cancels and reaps, as soon as ``changes`` reports one of
-    this runner's jobs changed, and at least every ``config.poll_interval``.
+    """Forever: apply other runners' cancels and reaps, and ``adopt()`` the runner's undrained
+    jobs, as soon as ``changes`` reports one of this runner's jobs changed (or is woken), and
+    at least every ``config.poll_interval``.
 
     A job cancelled elsewhere is cancelled here as :meth:`Runner.cancel` does (no new target,
     ``cancel_grace`` for the fetch in flight); a job reaped while this runner was paused or cut
@@ -107,23 +114,33 @@ async def poll_drain_changes(
     while True:
         await wait_at_most(woken, config.poll_interval)
         woken = changes.next_poll()  # before the query: a change reported during it counts
-        if not drains:
-            continue
+        if drains:
+            try:
+                found = await store.drain_changes(list(drains))
+            except StoreUnavailable:
+                log.warning("could not poll for jobs cancelled by other runners", exc_info=True)
+            else:
+                _apply(found, drains, config, log)
         try:
-            found = await store.drain_changes(list(drains))
+            await adopt()
         except StoreUnavailable:
-            log.warning("could not poll for jobs cancelled by other runners", exc_info=True)
-            continue
-        for job_id in found.lost:
-            drain = drains.get(job_id)
-            if drain is not None:
-                log.warning("job reaped by another runner; drain stopped", extra={"job_id": job_id})
-                drain.lose()
-        for job_id in found.cancelled - found.lost:
-            drain = drains.get(job_id)
-            if drain is not None and not drain.cancel_requested:
-                log.info("job cancelled through another runner", extra={"job_id": job_id})
-                drain.request_cancel(config.cancel_grace, stored=True)
+            log.warning("could not poll for undrained jobs of this runner", exc_info=True)
+
+
+def _apply(
+    found: DrainChanges, drains: Mapping[str, _Drain], config: Config, log: logging.Logger
+) -> None:
+    """Stop the drains of reaped jobs, cancel those of jobs cancelled elsewhere."""
+    for job_id in found.lost:
+        drain = drains.get(job_id)
+        if drain is not None:
+            log.warning("job reaped by another runner; drain stopped", extra={"job_id": job_id})
+            drain.lose()
+    for job_id in found.cancelled - found.lost:
+        drain = drains.get(job_id)
+        if drain is not None and not drain.cancel_requested:
+            log.info("job cancelled through another runner", extra={"job_id": job_id})
+            drain.request_cancel(config.cancel_grace, stored=True)
 
 
 async def wait_for_heartbeat(store: JobStore, drain: _Drain, interval: float) -> None:

@@ -27,6 +27,9 @@ class _Drain:
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
     stopped: trio.Event = field(default_factory=trio.Event)
     in_flight: int | None = None
+    # Its task was started: False while its job is being created (and for good if the create
+    # raised, the job perhaps committed: the poll adopts it under a drain of its own).
+    started: bool = False
     # The job as the store last answered for it; each outcome write passes it on as ``seen``,
     # so that the store need not read the job back.
     job: Job | None = None

@@ -23,11 +23,12 @@ from ._attempts import Attempts, Failure
 from ._cluster import release, wait_for_heartbeat
 from ._deliveries import Deliveries
 from ._drain import _Drain
-from ._in_doubt import InDoubt
 from ._store_retry import retry_refused
 
-__all__ = ["DrainLoop"]
+__all__ = ["ADOPT_MAX", "DrainLoop"]
 
+#: Most undrained jobs one poll adopts (see :meth:`DrainLoop._adopt_undrained`): a bounded read.
+ADOPT_MAX = 16
 #: ``OutcomeWrite.stored_since`` of a write right after a job answer: nothing counted since.
 _NONE_SINCE = (0, 0)
 
@@ -59,7 +60,8 @@ class DrainLoop:
     _attempts: Attempts
     _deliveries: Deliveries
     _drains: dict[str, _Drain]
-    _in_doubt: InDoubt
+    # While the poll reads the undrained jobs: the drains unregistered meanwhile.
+    _dropped_during_read: set[str] | None
     _nursery: trio.Nursery
     _closed: bool
     _stopped_by_shutdown: set[str]
@@ -67,14 +69,40 @@ class DrainLoop:
     def _start_drain(self, drain: _Drain, job: Job) -> None:
         """Start the task of ``drain`` (registered already) on ``job``, as the store answered."""
         drain.job = job
+        drain.started = True
         self._nursery.start_soon(self._drain, drain, name=f"trio_batch drain {job.id}")
 
-    def _drain_in_doubt(self, job: Job) -> None:
-        """Start the drain of ``job``, just found by a reuse, if its create on this runner was
-        in doubt and it is live with no drain (see :mod:`._in_doubt`)."""
-        drain = self._in_doubt.take(job)
-        if drain is not None and job.id not in self._drains and not self._closed:
-            self._log.info("job created in doubt found; drain started", extra={"job_id": job.id})
+    def _unregister(self, drain: _Drain) -> None:
+        """``drain`` is over (its task ended, or it never started): waiters and watchers wake."""
+        del self._drains[drain.job_id]
+        if self._dropped_during_read is not None:
+            self._dropped_during_read.add(drain.job_id)
+        drain.stopped.set()
+        drain.notify_stored()  # watchers re-read and see the job without a drain task
+
+    async def _adopt_undrained(self) -> None:
+        """Start a drain for each live job of this runner's that has none (at most
+        ``ADOPT_MAX``): its create committed but the submit raised, the answer lost
+        (:meth:`JobStore.undrained_jobs`). Raises :class:`StoreUnavailable`.
+
+        A job whose drain was registered at any moment of the read is left: its create was
+        under way (or ended, then its drain ran). Cancellation: nothing started.
+        """
+        dropped: set[str] = set()
+        self._dropped_during_read = dropped
+        try:
+            found = await self._store.undrained_jobs(
+                list(self._drains), now=self._now(), limit=ADOPT_MAX
+            )
+        finally:
+            self._dropped_during_read = None
+        for job, targets in found:
+            if job.id in self._drains or job.id in dropped or self._closed or job.is_terminal:
+                continue
+            self._log.warning(
+                "job created but its answer lost; drain started", extra={"job_id": job.id}
+            )
+            drain = _Drain(job.id, job.caller, targets)
             self._drains[job.id] = drain
             self._start_drain(drain, job)
 
@@ -165,9 +193,7 @@ class DrainLoop:
                 self._stopped_by_shutdown.add(drain.job_id)
             drain.in_flight = None
             self._tracing.job_ended(drain.span, drain.job, cancelled=drain.cancel_requested)
-            del self._drains[drain.job_id]
-            drain.stopped.set()
-            drain.notify_stored()  # watchers re-read and see the job without a drain task
+            self._unregister(drain)
 
     async def _finish_when_possible(
         self, drain: _Drain, status: JobState, error: str | None

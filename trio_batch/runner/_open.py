@@ -195,6 +195,7 @@ async def _running(
                 changes,
                 config,
                 log,
+                runner._adopt_undrained,
                 name="trio_batch poll",
             )
             nursery.start_soon(store.listen_changes, changes.changed, name="trio_batch listen")

@@ -36,7 +36,6 @@ from ._cluster import ChangedElsewhere, wait_at_most, wait_elsewhere, watch
 from ._deliveries import Deliveries, WebhookDeliverer
 from ._drain import _Drain
 from ._drain_loop import DrainLoop
-from ._in_doubt import InDoubt
 from ._purge import purge_lapsed
 from ._reads import JobReads
 from ._submit import SubmitRequests
@@ -88,8 +87,8 @@ class Runner(BatchOps, JobReads, DrainLoop, SubmitRequests):
         self._attempts = Attempts(fetch, config, logger, on_retry, tracing)
         self._check_target = target_checker(fetch)
         self._drains: dict[str, _Drain] = {}
-        # Drains of creates the store raised on after they may have committed (see _in_doubt).
-        self._in_doubt = InDoubt(config.ttl, now)
+        # While the poll reads the undrained jobs: the drains unregistered meanwhile.
+        self._dropped_during_read: set[str] | None = None
         # Paces submits over the loop's passes; dropped when the runner stops (see _open).
         self._admission = LoopBudget(SUBMIT_PASS_BUDGET)
         self._admission.install()
@@ -148,8 +147,9 @@ class Runner(BatchOps, JobReads, DrainLoop, SubmitRequests):
         the fetch function's ``check_target`` hook refused, see ``_check``: nothing stored),
         :class:`InvalidRequest` (a bad caller name, metadata or parent id),
         :class:`TooManyTargets`, :class:`CallerBusy`, :class:`Busy`, :class:`StoreUnavailable`
-        if the database refuses the write (or its answer was lost: the job may exist, and a retry
-        that finds it starts its drain here), or :class:`RunnerClosed` after shutdown.
+        if the database refuses the write (or its answer was lost: the job may exist, and the
+        runner's poll then drains it, see :meth:`JobStore.undrained_jobs`), or
+        :class:`RunnerClosed` after shutdown.
 
         Cancellation: once the job is being created, the creation and the start of its drain
         task complete even if this call is cancelled (``Cancelled`` is then raised at the
@@ -207,20 +207,19 @@ class Runner(BatchOps, JobReads, DrainLoop, SubmitRequests):
             # A cap taken since the admission read (checked again under the store's lock).
             raise refused.with_traceback(None) from None
         except StoreUnavailable:
-            # Committed perhaps (the answer lost with the connection): a reuse drains it.
-            self._in_doubt.add(drain)
+            # Committed perhaps (the answer lost with the connection): the poll, woken now,
+            # adopts the job if it exists (after the drain below is unregistered).
+            self._elsewhere.wake_poll()
             raise
         finally:
             if not started:
-                del self._drains[drain.job_id]
-                drain.stopped.set()
+                self._unregister(drain)
                 del drain, request  # nor this frame's job that was not created
         if self._log.isEnabledFor(logging.INFO):
             self._log.info("job submitted", extra=_submit_extra(job))
         return job.id, False
 
     def _on_reuse(self, job: Job) -> None:
-        self._drain_in_doubt(job)  # a job whose create here was in doubt: its drain starts
         if self._log.isEnabledFor(logging.INFO):  # no log context built for nothing
             self._log.info("job reused", extra={**_submit_extra(job), "status": str(job.status)})
 
@@ -297,8 +296,10 @@ class Runner(BatchOps, JobReads, DrainLoop, SubmitRequests):
         and at least every ``Config.poll_interval``, until it is terminal and that drain has
         stopped (during this runner's shutdown: as stored). A job stopped by the runner's
         shutdown comes back ``failed`` with error ``"shutdown"`` once shutdown has marked it so
-        (as stored, if the database refused that). After the runner has stopped, raises
-        :class:`RunnerClosed`.
+        (as stored, if the database refused that). A wait begun while the job was being
+        created, whose create then raised, goes on until the job ends (if the create committed,
+        the poll adopts the job) or answers None (it did not). After the runner has stopped,
+        raises :class:`RunnerClosed`.
         """
         self._check_running()
         if not is_job_id(job_id):
@@ -312,6 +313,10 @@ class Runner(BatchOps, JobReads, DrainLoop, SubmitRequests):
             # the last outcome), it is stale: read it back.
             if held is not None and held.is_terminal:
                 return held if held.expires_at > self._now() else None
+            if not drain.started and not self._closed:
+                # Its create raised, perhaps committed (the answer lost): the job, if it
+                # exists, is adopted by the poll under a drain of its own. Wait for that.
+                return await self.wait(job_id)
         elif job_id not in self._stopped_by_shutdown:
             return await wait_elsewhere(
                 self._store,
