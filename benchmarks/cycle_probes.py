@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import os
 import shutil
 import statistics
@@ -150,7 +151,7 @@ def _layers(store: SQLiteJobStore, batch: int) -> dict[str, _Layer]:
             _now_or_never(store._store_outcomes(ws, ttl=_TTL, now=now))
         ),
         "+ StoreFace._commit": lambda ws, now: answers(
-            _now_or_never(store._commit([(w, _TTL, now) for w in ws]))
+            _now_or_never(store._commit([(w, _TTL, now, math.inf) for w in ws]))
         ),
     }
     if batch == 1:
@@ -163,7 +164,11 @@ def _layers(store: SQLiteJobStore, batch: int) -> dict[str, _Layer]:
         def grouped(ws: list[OutcomeWrite], now: float) -> list[Job]:
             store._group._sole_writer = ws[0].job_id
             return answers(
-                [_now_or_never(store._group.write((ws[0], _TTL, now), writer=ws[0].job_id))]
+                [
+                    _now_or_never(
+                        store._group.write((ws[0], _TTL, now, math.inf), writer=ws[0].job_id)
+                    )
+                ]
             )
 
         def now(ws: list[OutcomeWrite], now: float) -> list[Job]:

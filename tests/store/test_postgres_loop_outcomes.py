@@ -676,3 +676,53 @@ async def test_refused_values_left_to_the_store_thread_keep_the_commits_one_dead
         assert no_thread_writes == []
         assert _idle(store)
         assert _stored(pg_dsn, a.id) == _stored(pg_dsn, b.id) == ("running", 0, 0)
+
+
+async def test_a_write_queued_behind_a_commit_in_flight_keeps_its_own_deadline(
+    pg_dsn: str,
+    pg_proxy: CuttableProxy,
+    mock_clock: trio.testing.MockClock,
+    no_thread_writes: list[int],
+) -> None:
+    """A write that comes while another commit is in flight waits for it, gathering, then
+    commits: by store_timeout from when it was made, not from when its own commit started.
+    Here (mock time) the first commit is held from 0 and cut at T; the second write came at
+    3/4 T, its commit is held too, and it fails at 7/4 T: a fresh timeout would hold it to
+    2 T, and with each commit queued behind the last, a partition would stall a drain for as
+    many timeouts as commits were ahead of it."""
+    timeout = 20.0
+    async with opened(through(pg_proxy, pg_dsn), store_timeout=timeout) as store:
+        a = create(store.store, "a", 1)
+        b = create(store.store, "b", 1)
+        c = create(store.store, "c", 1)
+        await store.record_outcome(OutcomeWrite(c.id, 0, error="e"), ttl=TTL, now=T0)  # open
+        start = trio.current_time()
+        failed: dict[str, float] = {}
+
+        async def write(job: Job) -> None:
+            with pytest.raises(StoreUnavailable, match="within store_timeout"):
+                await store.record_outcome(
+                    OutcomeWrite(job.id, 0, result=Result("r")), ttl=TTL, now=T0 + 1
+                )
+            failed[job.caller] = trio.current_time() - start
+
+        async with trio.open_nursery() as nursery:
+            pg_proxy.hold_on(a.id.encode())  # the first commit's statement
+            nursery.start_soon(write, a)
+            assert await trio.to_thread.run_sync(pg_proxy.held.wait, 30.0)
+            mock_clock.jump(0.75 * timeout)
+            nursery.start_soon(write, b)  # waits for the commit in flight
+            await trio.testing.wait_all_tasks_blocked()
+            mock_clock.jump(0.25 * timeout)  # the first commit's deadline: cut, reconnect
+            await trio.testing.wait_all_tasks_blocked()
+            assert failed == {"a": timeout}
+            pg_proxy.hold_on(b.id.encode())  # the second commit's statement, once connected
+            pg_proxy.release()
+            assert await trio.to_thread.run_sync(pg_proxy.held.wait, 30.0)
+            mock_clock.jump(0.75 * timeout)  # the second write's own deadline
+            await trio.testing.wait_all_tasks_blocked()
+            at_its_deadline = dict(failed)
+            mock_clock.jump(timeout)  # past any fresh deadline: the test ends either way
+        assert at_its_deadline == {"a": timeout, "b": 1.75 * timeout}
+        assert no_thread_writes == []
+        pg_proxy.release()

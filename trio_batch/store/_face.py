@@ -9,6 +9,7 @@ A backend's :class:`~trio_batch.store.JobStore` subclasses :class:`StoreFace` an
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from collections.abc import Awaitable, Sequence
 from typing import Protocol, Self
@@ -19,15 +20,17 @@ from ._protocol import DECLINED, Declined, ReapObserver, Stored, WriteObserver
 
 __all__ = ["StoreFace", "StoreOutcomes", "TimedWrite"]
 
-#: An outcome write with the lease length and the time it was made at.
-TimedWrite = tuple[OutcomeWrite, float, float]
+#: An outcome write with the lease length, the time it was made at, and the deadline of its
+#: call (trio time: the write's commit, however long it waits for the one before, is known by
+#: then; ``math.inf`` where the backend bounds each of its calls itself, as SQLite does).
+TimedWrite = tuple[OutcomeWrite, float, float, float]
 
 
 class StoreOutcomes(Protocol):
     """Stores a batch of writes in one transaction (see :meth:`StoreFace._store_outcomes`)."""
 
     def __call__(
-        self, writes: Sequence[OutcomeWrite], *, ttl: float, now: float
+        self, writes: Sequence[OutcomeWrite], *, ttl: float, now: float, deadline: float
     ) -> Awaitable[list[Job | Stored | Exception | None]]: ...
 
 
@@ -72,7 +75,7 @@ class StoreFace:
         checkpoint.
         """
         self._start()
-        return await self._group.write((write, ttl, now), writer=write.job_id)
+        return await self._group.write((write, ttl, now, math.inf), writer=write.job_id)
 
     def record_outcome_now(
         self, write: OutcomeWrite, *, ttl: float, now: float
@@ -89,17 +92,20 @@ class StoreFace:
     ) -> list[Job | Stored | Exception | None]:
         """One group commit's batch stored by ``store_outcomes`` (a backend with several
         connections passes the one of the batch's group), observed."""
-        # One commit, one moment: the first write's (the leader's) ttl and time serve for all.
-        _, ttl, now = batch[0]
+        # One commit, one moment: the first write's (the leader's) ttl and time serve for all,
+        # and its deadline, the batch's earliest.
+        _, ttl, now, deadline = batch[0]
         start = self._observe_start()
-        answers = await store_outcomes([write for write, _, _ in batch], ttl=ttl, now=now)
+        writes = [timed[0] for timed in batch]
+        answers = await store_outcomes(writes, ttl=ttl, now=now, deadline=deadline)
         self._observe("record_outcomes", start)
         return answers
 
     async def _store_outcomes(
-        self, writes: Sequence[OutcomeWrite], *, ttl: float, now: float
+        self, writes: Sequence[OutcomeWrite], *, ttl: float, now: float, deadline: float
     ) -> list[Job | Stored | Exception | None]:
-        """Store ``writes`` in one transaction, each all-or-nothing; one answer per write.
+        """Store ``writes`` in one transaction, each all-or-nothing; one answer per write, by
+        ``deadline`` (trio time; see :data:`TimedWrite`).
 
         Must run to completion once called (not be cancellable): see :class:`GroupCommit`.
         """

@@ -242,9 +242,11 @@ class PostgresJobStore(StoreFace):
     ) -> Job | Stored | None:
         """:meth:`StoreFace.record_outcome <trio_batch.store._face.StoreFace.record_outcome>`,
         in the group commit of the outcome connection with the fewest writes waiting (see
-        :class:`~._loop_outcomes.OutcomeWriters`); the same answers and guarantees."""
+        :class:`~._loop_outcomes.OutcomeWriters`); the same answers and guarantees, within
+        ``store_timeout`` of this call (the commits in flight before its own included)."""
         self._start()
-        return await self._writers.lanes.write((write, ttl, now), writer=write.job_id)
+        deadline = trio.current_time() + self.store.store_timeout  # its wait for room included
+        return await self._writers.lanes.write((write, ttl, now, deadline), writer=write.job_id)
 
     async def _store_outcomes(
         self,

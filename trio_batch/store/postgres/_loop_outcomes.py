@@ -14,8 +14,9 @@ the store thread, which tells them apart one write at a time: a batch with a ret
 (its first attempt's commit was cut off), and a batch whose values the database refused (the
 whole transaction rolled back, nothing stored: which write it was is not known here).
 
-A commit has one deadline, ``store_timeout`` from its start: whatever it sends (a write sent
-again, a case left to the store thread) is bounded by what is left of it.
+A commit has one deadline, ``store_timeout`` from the call of its first write (the commit in
+flight it waited for included): whatever it sends (a write sent again, a case left to the
+store thread) is bounded by what is left of it.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import psycopg
 import trio
@@ -52,20 +53,6 @@ Answers = list[Job | Stored | Exception | None]
 CommitWith = Callable[[StoreOutcomes, list[TimedWrite]], Awaitable[Answers]]
 
 
-class ThreadOutcomes(Protocol):
-    """:meth:`PostgresStore.record_outcomes` on the store thread, by ``deadline`` (trio time;
-    None: ``store_timeout`` from now)."""
-
-    def __call__(
-        self,
-        writes: Sequence[OutcomeWrite],
-        *,
-        ttl: float,
-        now: float,
-        deadline: float | None = None,
-    ) -> Awaitable[Answers]: ...
-
-
 _RECORD = q.RECORD_OUTCOME_NUMBERED.encode()
 _ONGOING = q.RECORD_ONGOING_OUTCOME_NUMBERED.encode()
 _RECORD_CALL = q.RECORD_OUTCOME_CALL_NUMBERED.encode()
@@ -82,7 +69,7 @@ class LoopOutcomes:
     for the cases above. One commit at a time (a group commit's leader calls it).
     """
 
-    def __init__(self, store: PostgresStore, fallback: ThreadOutcomes) -> None:
+    def __init__(self, store: PostgresStore, fallback: StoreOutcomes) -> None:
         self.store = store
         self.link = LoopConnection(
             PostgresConnection(
@@ -247,7 +234,7 @@ class OutcomeWriters:
         self,
         store: PostgresStore,
         commit_with: CommitWith,
-        on_thread: ThreadOutcomes,
+        on_thread: StoreOutcomes,
         count: int,
     ) -> None:
         if count < 1:
@@ -268,7 +255,13 @@ class OutcomeWriters:
             outcomes.close()
 
     async def _commit(
-        self, outcomes: LoopOutcomes, writes: Sequence[OutcomeWrite], *, ttl: float, now: float
+        self,
+        outcomes: LoopOutcomes,
+        writes: Sequence[OutcomeWrite],
+        *,
+        ttl: float,
+        now: float,
+        deadline: float,
     ) -> Answers:
         with translate_errors(self._store.store_timeout):
-            return await outcomes.record_outcomes(writes, ttl=ttl, now=now)
+            return await outcomes.record_outcomes(writes, ttl=ttl, now=now, deadline=deadline)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import secrets
 from collections.abc import AsyncIterator, Collection, Sequence
 
@@ -138,7 +139,7 @@ class SQLiteJobStore(FastPaths):
             answer = self._write_alone(write, ttl, now)
         if isinstance(answer, Declined):
             self._start()  # StoreFace.record_outcome's, without its coroutine in between
-            return await self._group.write((write, ttl, now), writer=write.job_id)
+            return await self._group.write((write, ttl, now, math.inf), writer=write.job_id)
         return answer
 
     def record_outcome_now(
@@ -174,9 +175,10 @@ class SQLiteJobStore(FastPaths):
         return answer
 
     async def _store_outcomes(
-        self, writes: Sequence[OutcomeWrite], *, ttl: float, now: float
+        self, writes: Sequence[OutcomeWrite], *, ttl: float, now: float, deadline: float = math.inf
     ) -> list[Job | Stored | Exception | None]:
-        """:meth:`Store.record_outcomes`: on the fast path when every result is small."""
+        """:meth:`Store.record_outcomes`: on the fast path when every result is small.
+        ``deadline`` is not read: each call is bounded by the busy timeout."""
         fast = True
         for w in writes:  # a loop, not all(): most batches hold one write
             if w.result is not None and not cheap_result(w.result):
