@@ -9,6 +9,7 @@ Latencies are measured and printed as figures, never asserted.
 
 from __future__ import annotations
 
+import functools
 import time
 import urllib.parse
 from collections.abc import Callable
@@ -21,12 +22,18 @@ import trio
 
 from trio_batch import Config, Job, JobState, open_runner, open_store
 from trio_batch.store.postgres import PostgresJobStore
-from trio_batch.store.postgres._listen import PROBE_PREFIX, split_listen_option
+from trio_batch.store.postgres._listen import (
+    PROBE_PREFIX,
+    listen_for_changes,
+    split_listen_option,
+)
 
 from ..runner import test_postgres_cluster as cluster
 from ..runner.test_postgres_cluster import DEADLINE, Child, _outcomes, _sql, _until, _urls
+from ..support.cuttable_proxy import CuttableProxy
 from ..support.fakes import ScriptedFetch, urls
 from ..support.figures import Figures
+from ..support.pg_server import through
 
 #: Runner processes on the test's database: the multi-runner tests' fixture.
 spawn = cluster.spawn
@@ -324,3 +331,37 @@ async def test_a_store_opened_with_listen_off_does_not_listen(pg_dsn: str) -> No
         await store.listen_changes(lambda _: None)
     async with open_store(pg_dsn) as store:
         assert isinstance(store, PostgresJobStore) and store.listen is True
+
+
+async def test_a_listen_held_by_a_partition_gives_up_at_store_timeout_and_retries(
+    pg_dsn: str,
+    pg_proxy: CuttableProxy,
+    mock_clock: trio.testing.MockClock,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Connected, the listener sends LISTEN: a partition from that moment held it for good
+    (on a worker thread: the listener could not even be cancelled). Now the statement is
+    bounded by store_timeout (mock time here): the connection is dropped, the failure logged,
+    and the listener tries again after its backoff."""
+    timeout = 20.0
+    url = through(pg_proxy, pg_dsn)
+    async with trio.open_nursery() as nursery:
+        pg_proxy.hold_on(b"LISTEN ")
+        nursery.start_soon(
+            functools.partial(
+                listen_for_changes,
+                url,
+                lambda _: None,
+                connect_timeout=timeout,
+                store_timeout=timeout,
+            )
+        )
+        assert await trio.to_thread.run_sync(pg_proxy.held.wait, 30.0)
+        await trio.testing.wait_all_tasks_blocked()
+        mock_clock.jump(timeout)
+        await trio.testing.wait_all_tasks_blocked()
+        gave_up = [r.getMessage() for r in caplog.records if "could not listen" in r.getMessage()]
+        pg_proxy.release()  # before the fix: lets the held LISTEN end, so the test can
+        nursery.cancel_scope.cancel()
+    assert len(gave_up) == 1, gave_up
+    assert "store_timeout" in gave_up[0]

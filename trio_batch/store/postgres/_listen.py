@@ -4,8 +4,9 @@ Runners notify the channel ``trio_batch`` with a job's id when it is cancelled, 
 or finished (see ``_store``). :func:`listen_for_changes` holds one extra connection per runner,
 in autocommit, that has run ``LISTEN trio_batch``; it waits in trio for the socket to become
 readable (no thread: a cancel stops it at once) and reads the notifications the way psycopg's
-own ``Connection.notifies`` does. Connecting and ``LISTEN`` are blocking calls, made on a worker
-thread.
+own ``Connection.notifies`` does. Connecting is a blocking call, made on a worker thread
+(bounded by ``connect_timeout``); ``LISTEN`` is sent from the loop, bounded by
+``store_timeout``: a partition would hold a blocking one, and the thread, for good.
 
 LISTEN needs a session of its own, which a pooler in transaction mode does not give: the
 listener may hear nothing at all there, or stop hearing (a half-open TCP connection, a
@@ -31,12 +32,13 @@ from typing import Any
 
 import psycopg
 import trio
-from psycopg import sql
+from psycopg import pq, sql
 
 from ..._errors import StoreError
 from .._protocol import ChangeObserver
 from . import _queries as q
 from ._connection import connect_options, safe_location
+from ._loop_conn import _error, _flush
 
 __all__ = [
     "PROBE_INTERVAL",
@@ -68,19 +70,46 @@ def _connect(
     options = connect_options(
         conninfo, store_timeout=store_timeout, connect_timeout=connect_timeout
     )
-    conn = psycopg.connect(
+    return psycopg.connect(
         conninfo,
         autocommit=True,
         prepare_threshold=None,
         application_name="trio_batch listen",
         **options,
     )
+
+
+async def _open_listening(
+    conninfo: str, connect_timeout: float, store_timeout: float
+) -> psycopg.Connection[Any]:
+    """A connection that has run ``LISTEN`` on the channel; psycopg's error if it could not
+    be opened, or ``LISTEN`` was refused or not answered within ``store_timeout``."""
+    conn = await trio.to_thread.run_sync(_connect, conninfo, connect_timeout, store_timeout)
     try:
-        conn.execute(sql.SQL(q.LISTEN).format(sql.Identifier(q.CHANNEL)))
+        await _start_listening(conn, store_timeout)
     except BaseException:
         conn.close()
         raise
     return conn
+
+
+async def _start_listening(conn: psycopg.Connection[Any], within: float) -> None:
+    """Send ``LISTEN`` on ``conn`` (idle, non-blocking) from the loop and read its answer,
+    within ``within`` seconds."""
+    pgconn = conn.pgconn
+    with trio.move_on_after(within):
+        pgconn.send_query(sql.SQL(q.LISTEN).format(sql.Identifier(q.CHANNEL)).as_bytes(conn))
+        await _flush(pgconn)
+        while True:
+            while pgconn.is_busy():
+                await trio.lowlevel.wait_readable(pgconn.socket)
+                pgconn.consume_input()
+            result = pgconn.get_result()
+            if result is None:
+                return
+            if result.status != pq.ExecStatus.COMMAND_OK:
+                raise _error(result)
+    raise psycopg.OperationalError(f"LISTEN got no answer within store_timeout ({within:g} s)")
 
 
 def _received(conn: psycopg.Connection[Any]) -> tuple[frozenset[str], frozenset[str]]:
@@ -119,7 +148,7 @@ async def listen_for_changes(
     told_deaf = False
     while True:
         try:
-            conn = await trio.to_thread.run_sync(_connect, conninfo, connect_timeout, store_timeout)
+            conn = await _open_listening(conninfo, connect_timeout, store_timeout)
         except psycopg.Error as exc:
             _log.warning("could not listen for other runners' changes; retrying: %s", exc)
             await trio.sleep(delay)
