@@ -311,6 +311,46 @@ def test_idem_key_is_the_documented_hash_so_stored_keys_still_match(
     assert idem_key(caller, items) == expected
 
 
+@given(
+    asks=st.lists(
+        st.tuples(
+            st.sampled_from(["alice", "bob"]),
+            st.sampled_from([None, {}, {"team": "a"}, {"team": "b"}]),
+            st.sampled_from([None, "x" * 22]),
+        ),
+        min_size=1,
+        max_size=6,
+    ),
+    items=target_lists,
+)
+def test_checked_targets_keep_their_last_key_only_for_the_same_request(
+    asks: list[tuple[str, dict[str, str] | None, str | None]], items: list[Target]
+) -> None:
+    """The runner's submit and the store's create both ask for a request's key: the checked
+    targets keep the last one made of them, and answer it only to the same caller, metadata
+    and parent. Whatever is asked in whatever order, the key is the one hashed afresh."""
+    checked = check_targets(items)
+    for caller, metadata, parent_id in asks:
+        expected = idem_key(caller, list(items), metadata, parent_id)  # a list: hashed afresh
+        assert idem_key(caller, checked, metadata, parent_id) == expected
+
+
+def test_a_caller_that_claims_to_equal_any_other_gets_its_own_key() -> None:
+    class Anyone(str):
+        __slots__ = ()
+
+        def __eq__(self, other: object) -> bool:
+            return True
+
+        __hash__ = str.__hash__
+
+    checked = check_targets([Target("https://a.test/")])
+    alice = idem_key("alice", checked)
+    assert idem_key(Anyone("bob"), checked) == idem_key("bob", [Target("https://a.test/")])
+    assert idem_key(Anyone("bob"), checked) != alice
+    assert idem_key("alice", checked) == alice
+
+
 @given(caller=texts, pool=st.lists(targets, min_size=1, max_size=3), data=st.data())
 def test_checked_targets_repeat_and_hash_as_their_targets_do(
     caller: str, pool: list[Target], data: st.DataObject

@@ -254,6 +254,10 @@ class _CheckedTargets(tuple[Target, ...]):
     canonical: str
     #: No target has options or a custom id (see :func:`plain_urls`).
     plain: bool
+    #: The last key :func:`idem_key` made of these targets, with the rest of what it hashed
+    #: (the caller; the metadata and parent's text, or None): a submit's key is asked for by
+    #: the runner, then by the store's create, and the second is answered from here.
+    keyed: tuple[str, str | None, str] | None = None
 
 
 def check_targets(targets: object) -> tuple[Target, ...]:
@@ -376,15 +380,25 @@ def idem_key(
     (whose metadata is not silently dropped), and a retry is never the job of a plain submit.
     Without them the key is what it was before they existed.
     """
-    canonical = (
-        targets.canonical
-        if type(targets) is _CheckedTargets
-        else "[" + ",".join(map(_canonical_target, targets)) + "]"
-    )
+    extra = None
     if metadata or parent_id is not None:
-        extra = _CANONICAL_ENCODER.encode(dict(metadata or {}))
-        canonical = f"{canonical}\x00{extra}\x00{parent_id or ''}"
-    return hashlib.sha256(f"{caller}\x00{canonical}".encode()).hexdigest()
+        extra = f"{_CANONICAL_ENCODER.encode(dict(metadata or {}))}\x00{parent_id or ''}"
+    if type(targets) is not _CheckedTargets:
+        return _hashed(caller, "[" + ",".join(map(_canonical_target, targets)) + "]", extra)
+    keyed = targets.keyed
+    # A plain str caller only: a subclass's __eq__ could claim to be the caller it is not.
+    if type(caller) is not str:
+        return _hashed(caller, targets.canonical, extra)
+    if keyed is not None and keyed[0] == caller and keyed[1] == extra:
+        return keyed[2]
+    key = _hashed(caller, targets.canonical, extra)
+    targets.keyed = (caller, extra, key)
+    return key
+
+
+def _hashed(caller: str, canonical: str, extra: str | None) -> str:
+    text = f"{caller}\x00{canonical}" if extra is None else f"{caller}\x00{canonical}\x00{extra}"
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _canonical_target(target: Target) -> str:
