@@ -10,6 +10,7 @@ Latencies are measured and printed as figures, never asserted.
 from __future__ import annotations
 
 import functools
+import threading
 import time
 import urllib.parse
 from collections.abc import Callable
@@ -20,8 +21,10 @@ import psycopg
 import pytest
 import trio
 
-from trio_batch import Config, Job, JobState, open_runner, open_store
-from trio_batch.store.postgres import PostgresJobStore
+from trio_batch import Config, Job, JobState, OutcomeWrite, Result, open_runner, open_store
+from trio_batch.store import NewJob
+from trio_batch.store.postgres import PostgresJobStore, PostgresStore
+from trio_batch.store.postgres import _queries as q
 from trio_batch.store.postgres._listen import (
     PROBE_PREFIX,
     listen_for_changes,
@@ -31,7 +34,7 @@ from trio_batch.store.postgres._listen import (
 from ..runner import test_postgres_cluster as cluster
 from ..runner.test_postgres_cluster import DEADLINE, Child, _outcomes, _sql, _until, _urls
 from ..support.cuttable_proxy import CuttableProxy
-from ..support.fakes import ScriptedFetch, urls
+from ..support.fakes import T0, ScriptedFetch, urls
 from ..support.figures import Figures
 from ..support.pg_server import through
 
@@ -200,6 +203,44 @@ def _notified(listener: psycopg.Connection[Any], dsn: str) -> list[str]:
 def _waited(dsn: str, job_id: str) -> bool:
     """Whether a runner registered a wait on the job (schema v12)."""
     return bool(_sql(dsn, "SELECT waited FROM jobs WHERE id = %s", (job_id,))[0][0])
+
+
+@pytest.mark.parametrize("pooled", [False, True], ids=["direct", "through PgBouncer"])
+@pytest.mark.parametrize("marked_first", [True, False], ids=["marked first", "ended first"])
+def test_a_wait_marked_beside_the_last_outcome_is_told_or_finds_the_job_ended(
+    request: pytest.FixtureRequest, pg_dsn: str, pooled: bool, marked_first: bool
+) -> None:
+    # The mark and the end each lock the job's row: whichever comes second sees the other.
+    # Marked first: the end is notified. Ended first (its transaction still open): the mark
+    # waits for its lock, then answers that the job is no longer live, and nothing is told.
+    dsn = str(request.getfixturevalue("pooled_dsn")) if pooled else pg_dsn
+    listener = psycopg.connect(pg_dsn, autocommit=True)
+    listener.execute("LISTEN trio_batch")
+    store, watcher = PostgresStore.open(dsn), PostgresStore.open(pg_dsn)
+    answers: list[bool] = []
+    try:
+        caps = {"ttl": 60.0, "targets_per_job": 1, "jobs_per_caller": 1, "jobs_total": 1}
+        job, _ = store.create_job(NewJob("alice", "user", urls("only"), **caps), now=T0)
+        write = OutcomeWrite(job.id, 0, result=Result("x"))
+        values = store._outcome_values(write, ttl=60.0, now=T0 + 1)
+        with psycopg.connect(dsn) as ending:  # one transaction, committed at the block's end
+            if marked_first:
+                assert watcher.watch_job(job.id)
+            ended = ending.execute(q.RECORD_OUTCOME_CALL if pooled else q.RECORD_OUTCOME, values)
+            assert ended.fetchone()[2] == "done"
+            if not marked_first:
+                mark = threading.Thread(target=lambda: answers.append(watcher.watch_job(job.id)))
+                mark.start()
+                waiting = "SELECT count(*) FROM pg_locks WHERE NOT granted"
+                _until(lambda: _sql(pg_dsn, waiting) != [(0,)], "the mark to wait for the lock")
+        if not marked_first:
+            mark.join()
+        notified = _notified(listener, pg_dsn)
+    finally:
+        store.close(final=True)
+        watcher.close(final=True)
+        listener.close()
+    assert (notified, answers) == (([job.id], []) if marked_first else ([], [False]))
 
 
 async def test_a_finished_job_is_notified_once_if_another_runner_waits_on_it(
