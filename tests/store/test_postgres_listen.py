@@ -406,3 +406,44 @@ async def test_a_listen_held_by_a_partition_gives_up_at_store_timeout_and_retrie
         nursery.cancel_scope.cancel()
     assert len(gave_up) == 1, gave_up
     assert "store_timeout" in gave_up[0]
+
+
+async def test_a_wait_begun_after_a_cancel_is_woken_by_the_last_outcome_in_flight(
+    pg_dsn: str,
+) -> None:
+    # B cancels A's job while its last target is in flight, then waits on it: the job is
+    # terminal already, but A's drain is not over until that outcome is stored, which ends
+    # the drain without a release. Both poll once an hour: only a notification of that
+    # outcome can end B's wait before the deadline.
+    fetch = ScriptedFetch()
+    started, release = fetch.gate("https://example.test/gated")
+    config = Config(poll_interval=3600.0)
+    store_a, store_b = PostgresJobStore.open(pg_dsn), PostgresJobStore.open(pg_dsn)
+    ended: list[Job | None] = []
+    try:
+        async with (
+            open_runner(store_a, fetch, config) as a,
+            open_runner(store_b, ScriptedFetch(), config) as b,
+        ):
+            job_id, _ = await a.submit("alice", "user", urls("first", "gated"))
+            await started.wait()
+            assert await b.cancel(job_id)
+            with trio.fail_after(DEADLINE):
+                async with trio.open_nursery() as nursery:
+
+                    async def wait_on_b() -> None:
+                        ended.append(await b.wait(job_id))
+
+                    nursery.start_soon(wait_on_b)
+                    while job_id not in b._elsewhere._jobs:  # noqa: ASYNC110
+                        await trio.sleep(0.01)
+                    # B's store calls run in order: once this one is answered, the wait's
+                    # first read is done, and saw the job cancelled, its drain not over.
+                    status = await b.status(job_id)
+                    assert status is not None and status[0].status is JobState.CANCELLED
+                    release.set()
+    finally:
+        await store_a.aclose()
+        await store_b.aclose()
+    [job] = ended
+    assert job is not None and (job.status, job.targets_done) == (JobState.CANCELLED, 2)

@@ -199,7 +199,9 @@ async def wait_elsewhere(
 
 
 async def watch(store: JobStore, job: Job) -> bool:
-    """Ask the runner draining ``job`` (live: else nothing to ask) to notify its end; False if
-    it ended before the store took the request (:meth:`JobStore.watch_job`). Called after
-    taking :meth:`ChangedElsewhere.job`'s event and reading the job."""
-    return job.is_terminal or await store.watch_job(job.id)
+    """Ask the runner draining ``job`` to notify its end; False if it ended before the store
+    took the request (:meth:`JobStore.watch_job`). Called after taking
+    :meth:`ChangedElsewhere.job`'s event and reading the job. Asked of a terminal job too: a
+    cancelled one whose last outcome is in flight ends its drain with that outcome, no
+    release to tell of it."""
+    return await store.watch_job(job.id)

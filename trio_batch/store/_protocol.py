@@ -332,12 +332,13 @@ class JobStore(Protocol):
         ...
 
     async def watch_job(self, job_id: str) -> bool:
-        """Record that this runner waits on the live job ``job_id``, which another drains, so
-        that the runner which ends it tells this one's :meth:`listen_changes` at once.
+        """Record that this runner waits on the job ``job_id``, which another drains, so
+        that the runner which stores its last outcome tells this one's :meth:`listen_changes`
+        at once (a cancelled job's too: its last outcome may still be in flight).
 
-        Returns False if the job is no longer live (or unknown): it may have ended before,
-        untold, so it is to be read again. Idempotent. True without a query with one runner
-        per database.
+        Returns False if every outcome of the job is stored (or it is unknown): it may have
+        ended before, untold, so it is to be read again. Idempotent. True without a query
+        with one runner per database.
         """
         ...
 

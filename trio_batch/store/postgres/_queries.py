@@ -110,10 +110,13 @@ NOTIFY_JOBS = "SELECT pg_notify(%s, job_id) FROM unnest(%s::text[]) AS job_id"
 #: Start receiving the notifications of a channel (an identifier: quoted by psycopg.sql).
 LISTEN = "LISTEN {}"
 #: A runner waits on this job, which another runner drains: the outcome that ends it notifies
-#: (``RECORD_OUTCOME``'s ``told`` arm). No row: the job is no longer live (or unknown), so it
-#: may have ended before the mark; read it again. Locking the row orders the mark against the
-#: ending outcome's own lock: whichever comes second sees the other's change.
-WATCH_JOB = f"UPDATE jobs SET waited = true WHERE id = %s AND status IN {LIVE} RETURNING id"
+#: (``RECORD_OUTCOME``'s ``told`` arm), a cancelled job's last outcome in flight included. No
+#: row: every outcome is stored (or the job is unknown), so it may have ended before the mark;
+#: read it again. Locking the row orders the mark against the ending outcome's own lock:
+#: whichever comes second sees the other's change.
+WATCH_JOB = (
+    "UPDATE jobs SET waited = true WHERE id = %s AND targets_done < targets_total RETURNING id"
+)
 #: No runner but the asking one may still write an outcome of the job: it has none, or the
 #: asking one, or its runner is gone, or every target is stored. No row: unknown job.
 DRAIN_OVER = (

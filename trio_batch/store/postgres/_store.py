@@ -183,8 +183,8 @@ class PostgresStore(PostgresOutcomes):
 
     def watch_job(self, job_id: str) -> bool:
         """Mark the job as waited on, so the outcome that ends it notifies the listening
-        runners (``RECORD_OUTCOME``); False if the job is no longer live (or unknown): it may
-        have ended before the mark, so read it again. Idempotent."""
+        runners (``RECORD_OUTCOME``); False if every outcome of the job is stored (or it is
+        unknown): it may have ended before the mark, so read it again. Idempotent."""
         return self._run(
             lambda c: self._one(c, Op.WRITE, q.WATCH_JOB, (job_id,)).fetchone() is not None
         )
