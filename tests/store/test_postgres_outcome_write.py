@@ -20,7 +20,16 @@ from typing import Any
 import psycopg
 import pytest
 
-from trio_batch import Job, JobState, OutcomeExists, OutcomeWrite, Result, StoreError, Target
+from trio_batch import (
+    Job,
+    JobState,
+    OutcomeExists,
+    OutcomeWrite,
+    Result,
+    StoreError,
+    StoreUnavailable,
+    Target,
+)
 from trio_batch._model import final_status
 from trio_batch.store import NewJob
 from trio_batch.store.postgres import SCHEMA_VERSION, PostgresStore, _outcomes
@@ -472,7 +481,8 @@ def test_a_connection_lost_mid_pipeline_leaves_the_writes_in_doubt_and_a_retry_s
 
     try:
         first: list[Any] | None = store.record_outcomes(writes, **_at(T0 + 1))
-    except psycopg.OperationalError:
+    except StoreUnavailable as exc:
+        assert isinstance(exc.__cause__, psycopg.OperationalError)
         first = None
     assert cuts == [cut]
     if first is not None:  # every answer had come before the server process went

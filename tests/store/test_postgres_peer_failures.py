@@ -101,7 +101,7 @@ def test_postgresql_killed_mid_reap_the_reap_completes_once_it_is_back(
         def reap() -> None:
             try:
                 b.reap(30, now=T0 + 1)
-            except psycopg.Error as exc:
+            except StoreUnavailable as exc:  # the driver's error, typed
                 failed.append(exc)
 
         reaper = threading.Thread(target=reap)

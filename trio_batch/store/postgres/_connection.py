@@ -40,7 +40,7 @@ from psycopg import pq
 
 from ..._errors import StoreError, StoreUnavailable
 from . import _queries as q
-from ._errors import connection_lost
+from ._errors import connection_lost, unavailable
 from ._schema import migrate
 from ._watchdog import Watchdog, shut_socket
 
@@ -330,7 +330,7 @@ class PostgresConnection:
             self._was_cut, self._deadline = cut, deadline
             try:
                 return fn(self, *args, **kwargs)
-            except psycopg.Error as exc:
+            except (psycopg.Error, StoreUnavailable) as exc:  # an operation's, or plumbing's
                 if not cut():
                     raise
                 self.close()
@@ -361,20 +361,25 @@ class PostgresConnection:
         Retried once on a fresh connection (the caller sees no error) only when it cannot have
         taken effect: a read (``op`` READ), or an operation lost before it sent anything that
         writes (its reads, or the ``BEGIN`` of its transaction). Any other lost connection is
-        the caller's to handle: the operation may have committed.
+        the caller's to handle: the operation may have committed. A psycopg error comes out as
+        :class:`StoreUnavailable` (its cause): every operation, called sync or through the
+        async face, raises only trio_batch's errors.
         """
-        for attempt in (1, 2):
-            self._sent_write = False
-            conn = self.connection()
-            try:
-                return fn(conn)
-            except psycopg.Error as exc:
-                if not connection_lost(exc, conn):
-                    raise
-                self.close()  # reopened at the next call
-                safe = op is Op.READ or not self._sent_write
-                if attempt == 2 or not safe or self._was_cut():  # no time left to retry in
-                    raise
+        try:
+            for attempt in (1, 2):
+                self._sent_write = False
+                conn = self.connection()
+                try:
+                    return fn(conn)
+                except psycopg.Error as exc:
+                    if not connection_lost(exc, conn):
+                        raise
+                    self.close()  # reopened at the next call
+                    safe = op is Op.READ or not self._sent_write
+                    if attempt == 2 or not safe or self._was_cut():  # no time left to retry in
+                        raise
+        except psycopg.Error as exc:
+            raise unavailable(exc, self.store_timeout) from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _one(self, conn: Conn, op: Op, sql: str, params: Any = None) -> psycopg.Cursor[Any]:

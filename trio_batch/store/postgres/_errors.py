@@ -10,7 +10,7 @@ from psycopg import errors as pg_errors
 
 from ..._errors import StoreError, StoreUnavailable
 
-__all__ = ["connection_lost", "translate_errors"]
+__all__ = ["connection_lost", "translate_errors", "unavailable"]
 
 
 def connection_lost(exc: psycopg.Error, conn: psycopg.Connection[object] | None) -> bool:
@@ -26,8 +26,8 @@ def connection_lost(exc: psycopg.Error, conn: psycopg.Connection[object] | None)
     )
 
 
-def _unavailable(exc: psycopg.Error, store_timeout: float) -> StoreError:
-    """A clear, typed error for a database that refused a call."""
+def unavailable(exc: psycopg.Error, store_timeout: float) -> StoreError:
+    """A clear, typed error for a database that refused a call (``raise ... from exc``)."""
     if isinstance(exc, pg_errors.LockNotAvailable):
         why = (
             "another connection held a lock this call needed for longer than its lock_timeout "
@@ -62,4 +62,4 @@ def translate_errors(store_timeout: float) -> Iterator[None]:
     try:
         yield
     except psycopg.Error as exc:
-        raise _unavailable(exc, store_timeout) from exc
+        raise unavailable(exc, store_timeout) from exc

@@ -13,7 +13,7 @@ from typing import Any
 
 import psycopg
 
-from ..._errors import OutcomeExists, StoreError
+from ..._errors import OutcomeExists, StoreError, StoreUnavailable
 from ..._model import Job, JobState, OutcomeWrite
 from .._protocol import Stored
 from .._rows import job_from_row, write_values
@@ -107,10 +107,10 @@ class PostgresOutcomes(PostgresReads):
                     break
                 except _Refused as refused:  # rolled back: again without the refused write
                     todo.remove(refused.index)
-        except psycopg.Error as exc:
+        except StoreUnavailable:  # from a psycopg error (see _run)
             if self._conn is None:  # the connection was lost: the commit may have happened
                 self.lost_in_commit(writes)
-            raise exc
+            raise
         self.answered(writes, answers)
         return answers
 
