@@ -243,6 +243,28 @@ def test_a_wait_marked_beside_the_last_outcome_is_told_or_finds_the_job_ended(
     assert (notified, answers) == (([job.id], []) if marked_first else ([], [False]))
 
 
+def test_a_job_marked_already_is_not_written_again_by_another_wait(pg_dsn: str) -> None:
+    # Many waits on one job (say, HTTP clients) would each lock and rewrite the row its drain
+    # bumps at every outcome; the first mark writes it, the others read it.
+    store = PostgresStore.open(pg_dsn)
+    version = "SELECT xmin::text, waited FROM jobs WHERE id = %s"
+    try:
+        caps = {"ttl": 60.0, "targets_per_job": 1, "jobs_per_caller": 1, "jobs_total": 1}
+        job, _ = store.create_job(NewJob("alice", "user", urls("only"), **caps), now=T0)
+        assert store.watch_job(job.id)
+        [(marked, waited)] = _sql(pg_dsn, version, (job.id,))
+        assert waited
+        assert store.watch_job(job.id)
+        assert _sql(pg_dsn, version, (job.id,)) == [(marked, True)]
+        write = OutcomeWrite(job.id, 0, result=Result("x"))
+        [ended] = store.record_outcomes([write], ttl=60.0, now=T0 + 1)
+        assert isinstance(ended, Job) and ended.status is JobState.DONE
+        assert not store.watch_job(job.id)  # every outcome stored: read it again
+        assert not store.watch_job("unknown")
+    finally:
+        store.close(final=True)
+
+
 async def test_a_finished_job_is_notified_once_if_another_runner_waits_on_it(
     pg_dsn: str,
 ) -> None:

@@ -113,9 +113,16 @@ LISTEN = "LISTEN {}"
 #: (``RECORD_OUTCOME``'s ``told`` arm), a cancelled job's last outcome in flight included. No
 #: row: every outcome is stored (or the job is unknown), so it may have ended before the mark;
 #: read it again. Locking the row orders the mark against the ending outcome's own lock:
-#: whichever comes second sees the other's change.
+#: whichever comes second sees the other's change. A job marked already is not written again
+#: (many waits on one job would each lock and rewrite the row its drain bumps at every
+#: outcome): a committed mark preceded any end that could miss it, so the snapshot's answer
+#: holds (false only if the snapshot saw every outcome stored, or a mark not yet committed:
+#: the wait reads the job again, and asks again).
 WATCH_JOB = (
-    "UPDATE jobs SET waited = true WHERE id = %s AND targets_done < targets_total RETURNING id"
+    "WITH marked AS (UPDATE jobs SET waited = true WHERE id = %(id)s "
+    "AND targets_done < targets_total AND NOT waited RETURNING id) "
+    "SELECT EXISTS (SELECT 1 FROM marked) OR EXISTS (SELECT 1 FROM jobs WHERE id = %(id)s "
+    "AND targets_done < targets_total AND waited)"
 )
 #: No runner but the asking one may still write an outcome of the job: it has none, or the
 #: asking one, or its runner is gone, or every target is stored. No row: unknown job.

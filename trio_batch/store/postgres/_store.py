@@ -185,9 +185,8 @@ class PostgresStore(PostgresOutcomes):
         """Mark the job as waited on, so the outcome that ends it notifies the listening
         runners (``RECORD_OUTCOME``); False if every outcome of the job is stored (or it is
         unknown): it may have ended before the mark, so read it again. Idempotent."""
-        return self._run(
-            lambda c: self._one(c, Op.WRITE, q.WATCH_JOB, (job_id,)).fetchone() is not None
-        )
+        row = self._run(lambda c: self._one(c, Op.WRITE, q.WATCH_JOB, {"id": job_id}).fetchone())
+        return bool(row and row[0])
 
     def notify_jobs(self, job_ids: Sequence[str]) -> None:
         """Tell the listening runners that ``job_ids`` changed, in a transaction of its own
