@@ -191,3 +191,23 @@ def test_a_connection_attempt_is_bounded_by_what_is_left_of_its_calls_deadline(
     finally:
         pg_proxy.release()
         store.close(final=True)
+
+
+def test_a_call_with_less_time_left_than_the_watchdogs_poll_is_cut_at_its_deadline(
+    pg_dsn: str, pg_proxy: CuttableProxy
+) -> None:
+    """The watchdog looks at the call it guards every quarter of store_timeout: a call given
+    a nearer deadline (it waited behind others, or an earlier step of its own took the rest)
+    wakes it, so its cut comes at that deadline, not up to a quarter of the timeout later
+    (15 minutes here: the hang guard fails first)."""
+    store = PostgresStore.open(through(pg_proxy, pg_dsn), store_timeout=3600.0)
+    try:
+        assert store.within(time.monotonic() + 10, PostgresStore.get_job, NO_JOB, now=T0) is None
+        pg_proxy.hold()
+        deadline = time.monotonic() + 0.5
+        raised = _in_a_thread(lambda: store.within(deadline, PostgresStore.get_job, NO_JOB, now=T0))
+        assert [type(e) for e in raised] == [StoreUnavailable], raised
+        assert "did not answer within store_timeout" in str(raised[0])
+    finally:
+        pg_proxy.release()
+        store.close(final=True)

@@ -34,10 +34,12 @@ class Watchdog:
     """Calls ``cut()`` if the block :meth:`guard` opens is still running at its deadline.
 
     One guarded block at a time (a store connection is used from one thread). Starting and
-    ending a block only sets an attribute: the watchdog's thread is never woken per call (a
+    ending a block only sets an attribute: the watchdog's thread is not woken per call (a
     lock handed to it on every call costs the store thread a scheduling delay on a loaded
     machine). It sleeps until the deadline of the block it saw last, or ``poll`` seconds when
-    none runs; ``poll`` at most the shortest timeout used keeps every cut on time. ``cut`` runs
+    none runs; ``poll`` at most the shortest timeout used keeps every cut on time. A block
+    whose deadline is nearer than ``poll`` (a call that waited behind others, or the rest of
+    one already under way) wakes it, or its cut could come up to ``poll`` late. ``cut`` runs
     on the watchdog's thread under :attr:`lock`, which the guarded side also takes while it
     swaps or closes what ``cut`` reaches (so ``cut`` never sees a closed socket).
     """
@@ -50,6 +52,7 @@ class Watchdog:
         self._current: tuple[int, float] | None = None  # (call number, monotonic deadline)
         self._fired: int | None = None
         self._closed = threading.Event()
+        self._wake = threading.Event()  # set by a block too near its deadline, and by close
         self._name = name
         self._thread: threading.Thread | None = None
 
@@ -62,6 +65,8 @@ class Watchdog:
             self._thread.start()
         call = next(self._calls)
         self._current = (call, deadline)
+        if deadline - time.monotonic() < self._poll:
+            self._wake.set()
         try:
             yield lambda: self._fired == call
         finally:
@@ -70,10 +75,15 @@ class Watchdog:
     def close(self) -> None:
         """Stop the thread (it ends at once)."""
         self._closed.set()
+        self._wake.set()
 
     def _watch(self) -> None:
         delay = self._poll
-        while not self._closed.wait(delay):
+        while True:
+            self._wake.wait(delay)
+            self._wake.clear()  # before reading the block: a wake after it is not lost
+            if self._closed.is_set():
+                return
             current = self._current
             if current is None:
                 delay = self._poll
