@@ -254,6 +254,21 @@ def test_only_an_admission_read_that_admits_reads_the_data_version(tmp_path: Pat
         create(store, "dave", admitted=True)
 
 
+@pytest.mark.parametrize("cap", [2**63 - 1, 2**63, 10**30])
+def test_a_cap_beyond_sqlites_integers_admits_as_any_cap_not_reached(
+    tmp_path: Path, cap: int
+) -> None:
+    # Config takes any non-negative int as a cap; the caps compared in the admission's SQL
+    # must not refuse one SQLite cannot bind (OverflowError) where Python's compare admitted.
+    store = Store.open(tmp_path / "jobs.db")
+    want = Admission("alice", idem_key("alice", targets(3)), 3, 4, cap, cap)
+    assert store.admit(want, now=T0) is None
+    job, reused = create(store, jobs_per_caller=cap, jobs_total=cap, admitted=True)
+    assert not reused and store.count_live_jobs("alice") == 1
+    again, reused = create(store, "alice", n=2, jobs_per_caller=cap, jobs_total=cap)
+    assert not reused and again.id != job.id
+
+
 def test_open_rejects_unknown_synchronous_mode() -> None:
     with pytest.raises(ValueError, match="synchronous"):
         Store.open(synchronous="OFF; DROP TABLE jobs")

@@ -37,6 +37,9 @@ __all__ = ["Store", "WouldBeSlow", "admitted"]
 
 #: The JSON array of a job's URLs for INSERT_PLAIN_TARGETS (SQLite reads UTF-8 JSON as is).
 _URLS = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+#: SQLite's largest integer: a cap above it is bound as it (no count of jobs reaches it), as
+#: sqlite3 refuses to bind a larger int (OverflowError) and Config takes any.
+_MAX_CAP = 2**63 - 1
 
 
 def admitted(want: Admission, row: tuple[Any, ...]) -> Job | None:
@@ -178,7 +181,13 @@ class Store(StoreOutcomes):
             changes = conn.total_changes  # this connection's own writes: none while locked
             row: tuple[Any, ...] = conn.execute(
                 q.ADMISSION,
-                (want.caller, want.idem_key, now, want.jobs_per_caller, want.jobs_total),
+                (
+                    want.caller,
+                    want.idem_key,
+                    now,
+                    min(want.jobs_per_caller, _MAX_CAP),
+                    min(want.jobs_total, _MAX_CAP),
+                ),
             ).fetchone()
             # A row that admits carries the data version as of its own snapshot (no commit
             # can fall between them); a refusal's read skips it, and the create reads again.
