@@ -189,3 +189,16 @@ def test_the_function_refuses_on_the_caps_check_caps_names(
     else:
         with pytest.raises(refused):
             store.create_job(new, now=T0)
+
+
+@pytest.mark.parametrize("cap", [2**31 - 1, 2**31, 2**63, 10**30])
+def test_a_cap_beyond_the_functions_integers_admits_as_any_cap_not_reached(
+    store: PostgresStore, cap: int
+) -> None:
+    # Config takes any non-negative int as a cap; the submit's function takes its caps as
+    # integer arguments, which must not refuse every submit (out of range) for one past them.
+    caps = {**CAPS, "jobs_per_caller": cap, "jobs_total": cap}
+    job, reused = store.create_job(NewJob("alice", "user", urls("a"), ttl=TTL, **caps), now=T0)
+    assert not reused and job.status is JobState.QUEUED
+    again, reused = store.create_job(NewJob("alice", "user", urls("b"), ttl=TTL, **caps), now=T0)
+    assert not reused and again.id != job.id

@@ -53,6 +53,9 @@ from ._outcomes import PIPELINE_SUPPORTED, PostgresOutcomes
 __all__ = ["PostgresStore"]
 
 T = TypeVar("T")
+#: The submit function's caps are integer arguments: one past it is bound as the largest,
+#: which no count reaches (Config takes any int; out of range refused every submit).
+_MAX_CAP = 2**31 - 1
 
 
 class PostgresStore(PostgresOutcomes):
@@ -227,9 +230,9 @@ class PostgresStore(PostgresOutcomes):
             *_label_values(job),
             *_outbox_values(new),
             now,
-            new.targets_per_job,
-            new.jobs_per_caller,
-            new.jobs_total,
+            min(new.targets_per_job, _MAX_CAP),
+            min(new.jobs_per_caller, _MAX_CAP),
+            min(new.jobs_total, _MAX_CAP),
         )
         row = self._run(lambda c: self._one(c, Op.WRITE, cq.CREATE_JOB, values).fetchone())
         assert row is not None  # one row, always
