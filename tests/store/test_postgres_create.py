@@ -10,15 +10,18 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 import pytest
 
 from trio_batch import Busy, CallerBusy, JobState, TooManyTargets
 from trio_batch.store import NewJob
+from trio_batch.store._new_job import new_job
 from trio_batch.store.postgres import SCHEMA_VERSION, PostgresStore
 from trio_batch.store.postgres import _create_queries as cq
 from trio_batch.store.postgres import _queries as q
+from trio_batch.store.postgres._store import _label_values, _outbox_values, _target_values
 
 from ..support.fakes import T0, urls
 
@@ -131,7 +134,172 @@ def test_the_submit_function_is_the_one_the_migrations_make() -> None:
     one. Change it only with a new schema version whose step creates it again (``CREATE OR
     REPLACE``), then update this digest."""
     digest = hashlib.sha256(cq.CREATE_CREATE_JOB_FUNCTION.encode()).hexdigest()[:16]
-    assert (digest, SCHEMA_VERSION) == ("5d98c8f8a9843e9a", 12)
+    assert (digest, SCHEMA_VERSION) == ("dbf8ebbb8366ad8f", 13)
+
+
+def test_the_call_is_the_one_a_version_12_runner_sends() -> None:
+    """A runner started before the upgrade to v13 keeps calling the function as v12 did
+    (a rolling upgrade): the function's arguments and answer must stay as they were, so the
+    call's text does (its digest at v12)."""
+    assert hashlib.sha256(cq.CREATE_JOB.encode()).hexdigest()[:16] == "2ede58f4dfe9f417"
+
+
+def _v12_function() -> str:
+    """The submit's function as version 12 made it: ``ADMISSION`` read before the lock and
+    again under it, whether the lock was free or not (checked against v12's digest)."""
+    src = cq.CREATE_CREATE_JOB_FUNCTION
+    read = f"SELECT * INTO {cq._INTO} FROM ({cq._ADMISSION}) AS a;\n"
+    refuse = "o_created := false; RETURN NEXT; RETURN; END IF;\n"
+    v12 = (
+        src[: src.index("BEGIN\n") + 6]
+        + read
+        + f"IF NOT ({cq._ALLOWED}) THEN {refuse}"
+        + f"PERFORM pg_advisory_xact_lock({q.LOCK_CLASS}, {q.LOCK_CREATE});\n"
+        + read
+        + "o_registered := p_owner IS NULL OR EXISTS "
+        "(SELECT 1 FROM runners WHERE runners.id = p_owner FOR SHARE);\n"
+        + f"IF NOT ({cq._ALLOWED}) OR NOT o_registered THEN {refuse}"
+        + src[src.index("UPDATE jobs SET current") :]
+    )
+    assert hashlib.sha256(v12.encode()).hexdigest()[:16] == "5d98c8f8a9843e9a"
+    return v12
+
+
+def _back_to_v12(dsn: str) -> None:
+    """The database as version 12 left it: its submit's function and its version."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(_v12_function())
+        conn.execute("UPDATE trio_batch_schema SET version = 12")
+
+
+#: Scans of ``jobs`` so far in this transaction (not yet flushed to the shared counts).
+_JOB_SCANS = (
+    "SELECT coalesce(seq_scan, 0) + coalesce(idx_scan, 0) FROM pg_stat_xact_user_tables "
+    "WHERE relname = 'jobs'"
+)
+
+
+def _create_values(store: PostgresStore, new: NewJob) -> tuple[object, ...]:
+    """The function's arguments for ``new``, as ``PostgresStore.create_job`` sends them."""
+    insert = new_job(new, now=T0)
+    values = (
+        *insert.job_params(),
+        store.runner_id,
+        *_target_values(insert),
+        *_label_values(insert.job),
+        *_outbox_values(new),
+        T0,
+        new.targets_per_job,
+        new.jobs_per_caller,
+        new.jobs_total,
+    )
+    assert len(values) == len(cq.CREATE_JOB_ARGS)
+    return values
+
+
+def _admission_reads(conn: psycopg.Connection[Any], store: PostgresStore, caller: str) -> int:
+    """How many times a submit of a new one-target job of ``caller`` that is created reads
+    ``ADMISSION``, by the scans of ``jobs`` it makes on ``conn`` (its writes' two besides:
+    the lapsed job's retirement and the target's foreign key), in a transaction of its own
+    (committed: psycopg forgets its prepared statements at a rollback)."""
+    with conn.transaction():
+        read = conn.execute(_JOB_SCANS).fetchone()
+        conn.execute(q.ADMISSION, {"caller": caller, "key": "k", "now": T0})
+        admission = conn.execute(_JOB_SCANS).fetchone()
+        new = NewJob(caller, "user", urls("a"), ttl=TTL, **CAPS)
+        row = conn.execute(cq.CREATE_JOB, _create_values(store, new)).fetchone()
+        done = conn.execute(_JOB_SCANS).fetchone()
+    assert read and admission and done and row and row[0]  # created
+    scans, writes = int(admission[0]) - int(read[0]), 2
+    reads, rest = divmod(int(done[0]) - int(admission[0]) - writes, scans)
+    assert rest == 0, (scans, done, admission)
+    return reads
+
+
+def test_a_submit_that_finds_the_lock_free_reads_its_admission_once(pg_dsn: str) -> None:
+    # v12 read ADMISSION before the lock and again under it (~22 µs of server CPU each);
+    # v13 tries the lock first and, granted, reads under it alone.
+    store = PostgresStore.open(pg_dsn)
+    try:
+        with psycopg.connect(pg_dsn) as conn:
+            assert _admission_reads(conn, store, "alice") == 1
+            _back_to_v12(pg_dsn)
+            assert _admission_reads(conn, store, "bob") == 2
+    finally:
+        store.close(final=True)
+
+
+def test_a_runner_of_version_12_keeps_submitting_across_the_upgrade(pg_dsn: str) -> None:
+    # A rolling upgrade: a runner started at v12 (here: a store whose database was v12 when
+    # it last looked; the call it sends is v12's, tested above) holds a connection on which
+    # its submit is a prepared statement and v12's function compiled. Another runner opens
+    # the database at v13 and migrates it: the first one's next submits run v13's function
+    # on that same connection, and both runners' jobs count under one set of caps.
+    caps = {"targets_per_job": 32, "jobs_per_caller": 1, "jobs_total": 8}
+    old = PostgresStore.open(pg_dsn)
+    new: PostgresStore | None = None
+    try:
+        _back_to_v12(pg_dsn)
+        for n in range(8):  # psycopg prepares a statement at its fifth run
+            old.create_job(NewJob(f"old{n}", "user", urls("a"), ttl=TTL, **caps), now=T0)
+            _sql(pg_dsn, "UPDATE jobs SET status = 'done'")
+        conn = old.connection()
+        prepared = "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s"
+        assert conn.execute(prepared, ("%trio_batch_create_job%",)).fetchone() == (1,)
+        assert _admission_reads(conn, old, "probe") == 2
+        _sql(pg_dsn, "UPDATE jobs SET status = 'done'")
+        new = PostgresStore.open(pg_dsn)
+        assert _sql(pg_dsn, "SELECT version FROM trio_batch_schema") == [(13,)]
+        theirs, _ = new.create_job(NewJob("alice", "user", urls("n"), ttl=TTL, **caps), now=T0)
+        with pytest.raises(CallerBusy) as busy:
+            old.create_job(NewJob("alice", "user", urls("o"), ttl=TTL, **caps), now=T0)
+        assert busy.value.job_id == theirs.id
+        mine, reused = old.create_job(NewJob("bob", "user", urls("o"), ttl=TTL, **caps), now=T0)
+        assert not reused and mine.status is JobState.QUEUED
+        assert old.connection() is conn
+        assert conn.execute(prepared, ("%trio_batch_create_job%",)).fetchone() == (1,)
+        assert _admission_reads(conn, old, "probe2") == 1
+    finally:
+        old.close(final=True)
+        if new is not None:
+            new.close(final=True)
+
+
+_SOURCE = "SELECT prosrc FROM pg_proc WHERE proname = 'trio_batch_create_job'"
+
+
+def test_a_version_12_database_holding_live_jobs_is_upgraded_in_place(pg_dsn: str) -> None:
+    caps = {"targets_per_job": 32, "jobs_per_caller": 1, "jobs_total": 2}
+    old = PostgresStore.open(pg_dsn)
+    try:
+        live, _ = old.create_job(NewJob("alice", "user", urls("a"), ttl=TTL, **caps), now=T0)
+    finally:
+        old.close(final=True)
+    _back_to_v12(pg_dsn)
+    for _ in range(2):  # again from v12 with v13's function in place: the step is idempotent
+        store = PostgresStore.open(pg_dsn)
+        try:
+            assert _sql(pg_dsn, "SELECT version FROM trio_batch_schema") == [(13,)]
+            [(source,)] = _sql(pg_dsn, _SOURCE)
+            assert "pg_try_advisory_xact_lock" in str(source)
+            with pytest.raises(CallerBusy) as busy:  # the live job counts under the new one
+                store.create_job(NewJob("alice", "user", urls("b"), ttl=TTL, **caps), now=T0)
+            assert busy.value.job_id == live.id
+            again, reused = store.create_job(
+                NewJob("alice", "user", urls("a"), ttl=TTL, **caps), now=T0
+            )
+            assert (again, reused) == (live, True)
+        finally:
+            store.close(final=True)
+        _sql(pg_dsn, "UPDATE trio_batch_schema SET version = 12")
+    store = PostgresStore.open(pg_dsn)
+    try:
+        bob, reused = store.create_job(NewJob("bob", "user", urls("b"), ttl=TTL, **caps), now=T0)
+        assert not reused and bob.status is JobState.QUEUED
+        with pytest.raises(Busy):
+            store.create_job(NewJob("carol", "user", urls("c"), ttl=TTL, **caps), now=T0)
+    finally:
+        store.close(final=True)
 
 
 @pytest.mark.parametrize("version", [8, 9, 10])

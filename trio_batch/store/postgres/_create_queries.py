@@ -2,11 +2,14 @@
 
 A submit that creates a job was five round trips, then three (the admission's read, the
 locked reads, the writes), each statement its own parse, bind and answer on both sides. The
-function runs the same statements in one: ``ADMISSION`` with no lock taken; if that refuses
-or reuses, it answers so at once; otherwise the creation lock, ``ADMISSION`` again (a fresh
-snapshot once the lock is granted: READ COMMITTED, a volatile function), the runner's
-registration share-locked, and, if all still allow it, the job's rows. One statement, so one
-implicit transaction: the lock ends with it.
+function runs the same statements in one. The creation lock is tried first (schema v13): if
+it is free, it is taken at once and ``ADMISSION`` read once, under it. If another holds it,
+``ADMISSION`` is read with no lock taken; if that refuses or reuses, it answers so at once,
+not queued behind the lock; otherwise it waits for the lock and reads ``ADMISSION`` again.
+Each read under the lock has a fresh snapshot taken once the lock is granted (READ
+COMMITTED, a volatile function). Then, if the caps still allow it, the runner's registration
+share-locked and the job's rows. One statement, so one implicit transaction: the lock ends
+with it.
 """
 
 from __future__ import annotations
@@ -47,8 +50,7 @@ _ADMISSION = re.sub(
 )
 _JOB_NAMES = [name.strip() for name in q.JOB_COLUMNS.split(",")]
 #: The answer's columns: whether the job was created; whether the runner is registered (NULL
-#: if it was not asked: refused or reused before the lock); then ``ADMISSION``'s row, as
-#: read last.
+#: if it was not asked: refused on a cap, or reused); then ``ADMISSION``'s row, as read last.
 _OUT = (
     "o_created boolean, o_registered boolean, "
     + ", ".join(f"o_{name} {dict(_ARGS)[name]}" for name in _JOB_NAMES)
@@ -82,19 +84,23 @@ _INSERT_PLAIN_TARGETS = (
 
 #: The submit's function (see the module's docstring): version 9 made it, version 10 made it
 #: again (plain targets from their URLs alone), version 11 too (the targets as JSON text; its
-#: arguments' types changed, so the old one is dropped first).
+#: arguments' types changed, so the old one is dropped first), version 13 too (the lock tried
+#: first; the same arguments and answer, so a runner of version 12 calls it unchanged).
 CREATE_CREATE_JOB_FUNCTION = (
     "CREATE OR REPLACE FUNCTION trio_batch_create_job("
     + ", ".join(f"p_{name} {type_}" for name, type_ in _ARGS)
     + f") RETURNS TABLE ({_OUT}) LANGUAGE plpgsql AS $body$\nBEGIN\n"
+    # The lock free (the common case): taken at once, ADMISSION read once, under it.
+    f"IF NOT pg_try_advisory_xact_lock({q.LOCK_CLASS}, {q.LOCK_CREATE}) THEN\n"
     f"SELECT * INTO {_INTO} FROM ({_ADMISSION}) AS a;\n"
     f"IF NOT ({_ALLOWED}) THEN o_created := false; RETURN NEXT; RETURN; END IF;\n"
     f"PERFORM pg_advisory_xact_lock({q.LOCK_CLASS}, {q.LOCK_CREATE});\n"
+    "END IF;\n"
     f"SELECT * INTO {_INTO} FROM ({_ADMISSION}) AS a;\n"
+    f"IF NOT ({_ALLOWED}) THEN o_created := false; RETURN NEXT; RETURN; END IF;\n"
     "o_registered := p_owner IS NULL OR EXISTS "
     "(SELECT 1 FROM runners WHERE runners.id = p_owner FOR SHARE);\n"
-    f"IF NOT ({_ALLOWED}) OR NOT o_registered THEN o_created := false; RETURN NEXT; RETURN; "
-    "END IF;\n"
+    "IF NOT o_registered THEN o_created := false; RETURN NEXT; RETURN; END IF;\n"
     "UPDATE jobs SET current = false WHERE caller = p_caller AND idem_key = p_idem_key "
     "AND current AND expires_at <= p_now;\n"
     # A second current job of the key (a writer that skipped the lock) is refused by the
@@ -109,11 +115,8 @@ CREATE_CREATE_JOB_FUNCTION = (
     "VALUES (p_id, p_event_id, p_webhook_url, p_callback); END IF;\n"
     "o_created := true; RETURN NEXT;\nEND $body$"
 )
-#: The migration's steps to the current function, from any version that has one or none.
-MIGRATE_CREATE_JOB_FUNCTION = (
-    "DROP FUNCTION IF EXISTS trio_batch_create_job",
-    CREATE_CREATE_JOB_FUNCTION,
-)
+#: Before version 11 the function had other arguments' types: dropped, not overloaded.
+DROP_CREATE_JOB_FUNCTION = "DROP FUNCTION IF EXISTS trio_batch_create_job"
 #: A submit through that function: its arguments in ``CREATE_JOB_ARGS``' order, each cast to
 #: its type; one row, always (``_OUT``'s columns).
 CREATE_JOB = (

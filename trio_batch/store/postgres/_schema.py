@@ -26,7 +26,7 @@ from . import _schema_queries as sq
 __all__ = ["SCHEMA_VERSION", "migrate"]
 
 #: The schema version this code writes.
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 
 
 def migrate(
@@ -87,13 +87,17 @@ def migrate(
         if version < 11:
             # The submit as a function (v9), one statement, one round trip, pooler or not;
             # plain targets from their URLs alone (v10); the targets as JSON text (v11).
-            for statement in cq.MIGRATE_CREATE_JOB_FUNCTION:
-                conn.execute(statement)
+            # The old one is dropped (v11 changed its arguments' types); v13 makes it.
+            conn.execute(cq.DROP_CREATE_JOB_FUNCTION)
         if version < 12:
             # Waits on other runners' jobs registered: a job's end notified only if awaited.
             for statement in q.MIGRATE_V12_WAITS:
                 conn.execute(statement)
-        # Later versions add their steps here: `if version < 13: ...`.
+        if version < 13:
+            # The submit's function again: the creation lock tried first, so a submit that
+            # finds it free reads its admission once, under it.
+            conn.execute(cq.CREATE_CREATE_JOB_FUNCTION)
+        # Later versions add their steps here: `if version < 14: ...`.
         conn.execute(sq.SET_VERSION, (SCHEMA_VERSION,))
 
 

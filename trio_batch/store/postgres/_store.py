@@ -213,13 +213,14 @@ class PostgresStore(PostgresOutcomes):
         """As :meth:`trio_batch.Store.create_job`, serialised cluster-wide, in one statement
         (the function ``trio_batch_create_job``, :mod:`._create_queries`).
 
-        A reuse or a refusal is answered from one plain read (``ADMISSION``), no lock taken
-        (``new.admitted`` changes nothing here: :meth:`PostgresJobStore.admit` reads nothing).
-        Otherwise the same read again, the runner's registration and the insert follow
-        ``pg_advisory_xact_lock``, each at READ COMMITTED once it is granted: every runner's
-        committed jobs are counted. The new job is owned by ``runner_id``. If the connection
-        is lost during the call the job may exist: submitting the same targets again is safe
-        (the reuse lookup finds it).
+        The creation lock is tried first: free, it is taken and ``ADMISSION`` read once under
+        it. Held by another, a reuse or a refusal is answered from one plain read, not queued
+        behind it (``new.admitted`` changes nothing here: :meth:`PostgresJobStore.admit` reads
+        nothing); otherwise the same read again, the runner's registration and the insert
+        follow ``pg_advisory_xact_lock``. Each read under the lock is at READ COMMITTED once it
+        is granted: every runner's committed jobs are counted. The new job is owned by
+        ``runner_id``. If the connection is lost during the call the job may exist: submitting
+        the same targets again is safe (the reuse lookup finds it).
         """
         insert = new_job(new, now=now)
         job = insert.job
