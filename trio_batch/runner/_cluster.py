@@ -180,9 +180,10 @@ async def wait_elsewhere(
     whenever ``changes`` reports it changed, and at least every ``interval``.
 
     Returns the job once it is terminal and its drain (on another runner) has stopped, or
-    None once it is unknown or lapsed. Once ``closing()`` (this runner is shutting down),
-    returns the job as last read. Cancellation: safe at any point (a wait registered with
-    the store stays registered: the job's end notifies the listeners once more).
+    None once it is unknown or lapsed (read again when its lease as read lapses). Once
+    ``closing()`` (this runner is shutting down), returns the job as last read.
+    Cancellation: safe at any point (a wait registered with the store stays registered: the
+    job's end notifies the listeners once more).
     """
     watched = False
     while True:
@@ -193,7 +194,8 @@ async def wait_elsewhere(
             if not watched and not await watch(store, job):
                 continue  # it ended before the store heard of the wait: read it again
             watched = True
-            await wait_at_most(changed, interval)
+            # Its lapse is told by no one: read it again then, to answer None.
+            await wait_at_most(changed, min(interval, job.expires_at - now()))
         if closing():
             return job
 

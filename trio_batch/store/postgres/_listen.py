@@ -1,12 +1,14 @@
 """LISTEN for the jobs other runners change, so a runner reacts at once instead of at its poll.
 
-Runners notify the channel ``trio_batch`` with a job's id when it is cancelled, released, reaped
-or finished (see ``_store``). :func:`listen_for_changes` holds one extra connection per runner,
-in autocommit, that has run ``LISTEN trio_batch``; it waits in trio for the socket to become
-readable (no thread: a cancel stops it at once) and reads the notifications the way psycopg's
-own ``Connection.notifies`` does. Connecting is a blocking call, made on a worker thread
-(bounded by ``connect_timeout``); ``LISTEN`` is sent from the loop, bounded by
-``store_timeout``: a partition would hold a blocking one, and the thread, for good.
+Runners notify the channel ``trio_batch`` with a job's id when it is cancelled, and when it
+ends or its drain stops if a runner waits on it, and with ``runner:`` and a runner's id when
+that runner unregisters or is reaped (see ``_queries``). :func:`listen_for_changes`
+holds one extra connection per runner, in autocommit, that has run ``LISTEN trio_batch``; it
+waits in trio for the socket to become readable (no thread: a cancel stops it at once) and
+reads the notifications the way psycopg's own ``Connection.notifies`` does. Connecting is a
+blocking call, made on a worker thread (bounded by ``connect_timeout``); ``LISTEN`` is sent
+from the loop, bounded by ``store_timeout``: a partition would hold a blocking one, and the
+thread, for good.
 
 LISTEN needs a session of its own, which a pooler in transaction mode does not give: the
 listener may hear nothing at all there, or stop hearing (a half-open TCP connection, a
@@ -222,7 +224,9 @@ async def _listen(
             if not heard:
                 heard = True
                 on_change(None)  # anything may have changed while nobody listened
-        if changed:
+        if any(payload.startswith(q.RUNNER_GONE) for payload in changed):
+            on_change(None)  # the drains of a runner gone are over: every wait reads again
+        elif changed:
             on_change(changed)
         if awaiting is not None and trio.current_time() >= wait_until:
             return heard

@@ -59,28 +59,56 @@ CHANNEL = "trio_batch"
 REGISTER_RUNNER = "INSERT INTO runners (id, host, pid, registers_waits) VALUES (%s, %s, %s, true)"
 #: Returns the row if the runner is still registered (not reaped).
 HEARTBEAT = "UPDATE runners SET heartbeat_at = now() WHERE id = %s RETURNING id"
-UNREGISTER_RUNNER = "DELETE FROM runners WHERE id = %s"
+#: The payload that tells of a runner gone: this, then its id (a job id has no colon).
+RUNNER_GONE = "runner:"
+#: Remove a runner's registration (at its shutdown), telling the listening runners: a job it
+#: leaves terminal but owned (a cancelled job's last fetch cut off, a release that failed)
+#: has its drain over now, and a wait on it elsewhere reads it again.
+UNREGISTER_RUNNER = (
+    "WITH gone AS (DELETE FROM runners WHERE id = %s RETURNING id) "
+    f"SELECT pg_notify('{CHANNEL}', '{RUNNER_GONE}' || id) FROM gone"
+)
 #: The runner's registration, share-locked until the end of the creating transaction: a reaper
 #: deleting it waits, and then reaps the job created meanwhile with the runner's other jobs.
 RUNNER_REGISTERED = "SELECT 1 FROM runners WHERE id = %s FOR SHARE"
-#: Runners silent for longer than the timeout (seconds), removed.
+#: Runners silent for longer than the timeout (seconds), removed and told of as gone (see
+#: ``UNREGISTER_RUNNER``).
 DELETE_SILENT_RUNNERS = (
-    "DELETE FROM runners WHERE heartbeat_at < now() - make_interval(secs => %s) RETURNING id"
+    "WITH gone AS (DELETE FROM runners WHERE heartbeat_at < now() - make_interval(secs => %s) "
+    f"RETURNING id) SELECT id, pg_notify('{CHANNEL}', '{RUNNER_GONE}' || id) FROM gone"
 )
+#: Whether a job's end (or its drain's) is told (``pg_notify``) to the listening runners, as SQL
+#: on a row with a ``waited`` column: a runner waits on it elsewhere (``WATCH_JOB``), or a
+#: runner that does not register its waits is registered (it waits on every end).
+_TOLD = "(waited OR EXISTS (SELECT 1 FROM runners WHERE NOT registers_waits))"
+
+
+def _tell(rows: str) -> str:
+    """A CTE body notifying the ids of ``rows`` (a CTE of ours with ``id`` and ``waited``)
+    that are ``_TOLD``; the statement must read it, or it is not run."""
+    return f"SELECT pg_notify('{CHANNEL}', id) FROM {rows} WHERE {_TOLD}"
+
+
 #: Fail the live jobs that no registered runner drains (their runner was reaped, shut down
 #: without marking them, or there never was one); they lose their owner, which fences them.
-#: ``updated_at``: the caller's time, or the database's clock when None.
+#: ``updated_at``: the caller's time, or the database's clock when None. The waited ones are
+#: told (their waiters elsewhere see the drain over at once).
 REAP_ORPHANED_JOBS = (
-    "UPDATE jobs SET status = 'failed', error = %s, owner = NULL, "
+    "WITH reaped AS (UPDATE jobs SET status = 'failed', error = %s, owner = NULL, "
     "updated_at = coalesce(%s, extract(epoch FROM now())) "
     f"WHERE status IN {LIVE} AND (owner IS NULL OR NOT EXISTS "
-    "(SELECT 1 FROM runners WHERE runners.id = jobs.owner)) RETURNING id, trace_context"
+    "(SELECT 1 FROM runners WHERE runners.id = jobs.owner)) "
+    f"RETURNING id, trace_context, waited), told AS ({_tell('reaped')}) "
+    "SELECT id, trace_context FROM reaped WHERE (SELECT count(*) FROM told) >= 0"
 )
-#: Fail one runner's own live jobs (shutdown). NULL matches NULL: a store with no runner
-#: fails the jobs that have none.
+#: Fail one runner's own live jobs (shutdown: its drains have stopped) and drop them, so
+#: waiters elsewhere, told if ``_TOLD``, see the drain over. NULL matches NULL: a store with
+#: no runner fails the jobs that have none.
 FAIL_OWN_JOBS = (
-    "UPDATE jobs SET status = 'failed', error = %s, updated_at = %s "
-    f"WHERE status IN {LIVE} AND owner IS NOT DISTINCT FROM %s RETURNING id"
+    "WITH failed AS (UPDATE jobs SET status = 'failed', error = %s, updated_at = %s, "
+    f"owner = NULL WHERE status IN {LIVE} AND owner IS NOT DISTINCT FROM %s "
+    f"RETURNING id, waited), told AS ({_tell('failed')}) "
+    "SELECT id FROM failed WHERE (SELECT count(*) FROM told) >= 0"
 )
 
 #: Of the jobs a runner drains (``id = ANY``): the cancelled ones, and those it no longer owns
@@ -101,14 +129,21 @@ UNDRAINED_TARGETS = (
     "SELECT job_id, url, options, custom_id FROM targets WHERE job_id = ANY(%s) "
     "ORDER BY job_id, idx"
 )
-#: A runner's drain of a terminal job stopped: it drops the job, so waiters elsewhere know no
-#: outcome can follow.
-RELEASE_JOB = f"UPDATE jobs SET owner = NULL WHERE id = %s AND owner = %s AND status NOT IN {LIVE}"
+#: A runner's drain of a terminal job stopped: it drops the job, so waiters elsewhere (told
+#: if ``_TOLD``) know no outcome can follow.
+RELEASE_JOB = (
+    f"WITH released AS (UPDATE jobs SET owner = NULL WHERE id = %s AND owner = %s "
+    f"AND status NOT IN {LIVE} RETURNING id, waited), told AS ({_tell('released')}) "
+    "SELECT count(*) FROM told"
+)
 #: Tell the runners listening on the channel (first parameter) that these jobs (second, an
 #: array of ids, one notification each) changed. Delivered when the transaction commits.
 NOTIFY_JOBS = "SELECT pg_notify(%s, job_id) FROM unnest(%s::text[]) AS job_id"
 #: Start receiving the notifications of a channel (an identifier: quoted by psycopg.sql).
 LISTEN = "LISTEN {}"
+#: A job an outcome may still come to, as SQL on its row: not every target stored, and live
+#: or still owned (a terminal job's drain may be storing its last outcomes in flight).
+_DRAINING = f"targets_done < targets_total AND (status IN {LIVE} OR owner IS NOT NULL)"
 #: A runner waits on this job, which another runner drains: the outcome that ends it notifies
 #: (``RECORD_OUTCOME``'s ``told`` arm), a cancelled job's last outcome in flight included. No
 #: row: every outcome is stored (or the job is unknown), so it may have ended before the mark;
@@ -117,12 +152,14 @@ LISTEN = "LISTEN {}"
 #: (many waits on one job would each lock and rewrite the row its drain bumps at every
 #: outcome): a committed mark preceded any end that could miss it, so the snapshot's answer
 #: holds (false only if the snapshot saw every outcome stored, or a mark not yet committed:
-#: the wait reads the job again, and asks again).
+#: the wait reads the job again, and asks again). A terminal job without an owner is over
+#: too (released, reaped, failed at its runner's shutdown): those writes lock the row, and
+#: change the columns this reads, so a mark that waited for them sees them.
 WATCH_JOB = (
     "WITH marked AS (UPDATE jobs SET waited = true WHERE id = %(id)s "
-    "AND targets_done < targets_total AND NOT waited RETURNING id) "
+    f"AND {_DRAINING} AND NOT waited RETURNING id) "
     "SELECT EXISTS (SELECT 1 FROM marked) OR EXISTS (SELECT 1 FROM jobs WHERE id = %(id)s "
-    "AND targets_done < targets_total AND waited)"
+    f"AND {_DRAINING} AND waited)"
 )
 #: No runner but the asking one may still write an outcome of the job: it has none, or the
 #: asking one, or its runner is gone, or every target is stored. No row: unknown job.
@@ -432,8 +469,12 @@ GET_OUTCOMES_FROM = (
 )
 #: A job to forget, locked against a concurrent outcome write or cancel.
 GET_JOB_FOR_UPDATE = f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = %s AND expires_at > %s FOR UPDATE"
-#: Forget a terminal job (its targets go with it: ON DELETE CASCADE).
-FORGET_JOB = f"DELETE FROM jobs WHERE id = %s AND status NOT IN {LIVE}"
+#: Forget a terminal job (its targets go with it: ON DELETE CASCADE); a wait on it elsewhere
+#: (a cancelled job's last outcome in flight) is told.
+FORGET_JOB = (
+    f"WITH gone AS (DELETE FROM jobs WHERE id = %s AND status NOT IN {LIVE} "
+    f"RETURNING id, waited), told AS ({_tell('gone')}) SELECT count(*) FROM told"
+)
 
 #: Version 4: the job's trace context (a W3C traceparent), NULL when it was not traced.
 ADD_TRACE_CONTEXT = "ALTER TABLE jobs ADD COLUMN IF NOT EXISTS trace_context text"

@@ -89,7 +89,8 @@ class PostgresStore(PostgresOutcomes):
         )
 
     def unregister_runner(self, runner_id: str) -> None:
-        """Remove ``runner_id`` from the registry (at shutdown). Idempotent."""
+        """Remove ``runner_id`` from the registry (at shutdown), telling the listening
+        runners it is gone: waits on its jobs read them again. Idempotent."""
         self._run(lambda c: self._one(c, Op.WRITE, q.UNREGISTER_RUNNER, (runner_id,)))
 
     def reap(
@@ -99,7 +100,8 @@ class PostgresStore(PostgresOutcomes):
         runner owns (error ``reason``); returns those jobs with their trace contexts.
 
         One reaper at a time across the cluster: if another holds the reaper's lock, returns
-        none at once. Runners listening are notified of the reaped jobs. ``now`` is the jobs'
+        none at once. The listening runners are told of the runners removed, and of the jobs
+        failed that one waits on (``RECORD_OUTCOME``'s rule). ``now`` is the jobs'
         ``updated_at`` (the database clock if None). One transaction: a reap cut off (the
         database killed mid-way) either committed whole or left nothing, and the next reap
         (every heartbeat) does it again.
@@ -113,9 +115,7 @@ class PostgresStore(PostgresOutcomes):
                 conn.execute(q.DELETE_SILENT_RUNNERS, (runner_timeout,))
                 rows = conn.execute(q.REAP_ORPHANED_JOBS, (reason, now)).fetchall()
                 reaped = [ReapedJob(row[0], row[1]) for row in rows]
-                ids = [job.job_id for job in reaped]
-                _emit(conn, ids, now)
-                _notify(conn, ids)
+                _emit(conn, [job.job_id for job in reaped], now)
                 return reaped
 
         reaped = self._run(reap)
@@ -125,8 +125,8 @@ class PostgresStore(PostgresOutcomes):
 
     def fail_own_jobs(self, reason: str, *, now: float) -> int:
         """Fail this runner's live jobs (``runner_id``'s; no runner: the jobs with no owner),
-        and write their terminal events, in one transaction. Idempotent (a retry finds them
-        failed already)."""
+        drop them (its drains have stopped) telling their waiters elsewhere, and write their
+        terminal events, in one transaction. Idempotent (a retry finds them failed already)."""
 
         def fail(conn: Conn) -> int:
             with self._tx(conn, Op.WRITE):
@@ -173,16 +173,11 @@ class PostgresStore(PostgresOutcomes):
     def release_job(self, job_id: str) -> None:
         """This runner's drain of the terminal job ``job_id`` stopped: drop the ownership.
 
-        Runners waiting on the job are notified in the same transaction (a rare write).
+        Runners waiting on the job are told in the same statement (a rare write).
         Idempotent: a retry finds the job released.
         """
-
-        def release(conn: Conn) -> None:
-            with self._tx(conn, Op.WRITE):
-                if conn.execute(q.RELEASE_JOB, (job_id, self.runner_id)).rowcount:
-                    _notify(conn, [job_id])
-
-        self._run(release)
+        values = (job_id, self.runner_id)
+        self._run(lambda c: self._one(c, Op.WRITE, q.RELEASE_JOB, values))
 
     def watch_job(self, job_id: str) -> bool:
         """Mark the job as waited on, so the outcome that ends it notifies the listening
