@@ -50,7 +50,8 @@ class Tracing:
     enabled = False
 
     def job_started(self, job_id: str, caller_class: str, targets_total: int) -> Any:
-        """:meth:`Runner.submit` is about to create job ``job_id``; returns the job's handle.
+        """:meth:`Runner.submit` is about to create job ``job_id``, or the runner's poll adopts
+        it (its create committed, its answer lost); returns the job's handle.
 
         A handle whose job is not created (a reuse, a refusal) is dropped without
         :meth:`job_ended`."""

@@ -26,11 +26,13 @@ from trio_batch import (
     Target,
     open_runner,
     open_store,
+    otel_tracing,
 )
 
 from ..support.cuttable_proxy import CuttableProxy
 from ..support.fakes import ScriptedFetch, urls
 from ..support.pg_server import through
+from ..support.tracing import memory_provider, spans_named
 from .test_postgres_cluster import DEADLINE, _job, _outcomes, _sql
 
 #: Seconds each chunk through the proxy waits during the create: the time the test has to see
@@ -193,3 +195,36 @@ async def test_a_job_adopted_then_cancelled_through_another_runner_stops_like_an
         assert job is not None and job.status == "cancelled"
         assert fetch.calls == [targets[0].url]
     assert [o[1] for o in _outcomes(pg_dsn, job_id)] == ["done", "pending", "pending"]
+
+
+async def test_a_job_adopted_by_the_poll_has_the_span_of_a_submitted_one(
+    pg_dsn: str, pg_proxy: CuttableProxy
+) -> None:
+    # The submit's span was dropped with its answer; the adopted drain had none, so the job,
+    # its attempts and its store calls were not traced at all.
+    provider, exporter = memory_provider()
+    targets = urls("a", "b")
+    async with (
+        _behind(pg_proxy, pg_dsn) as store,
+        open_runner(store, ScriptedFetch(), CONFIG, tracing=otel_tracing(provider)) as runner,
+    ):
+        job_id = await _submit_in_doubt(runner, pg_proxy, pg_dsn, targets)
+        with trio.fail_after(DEADLINE):  # a bound on a hang, not a speed check
+            job = await runner.wait(job_id)
+        assert job is not None and job.status == "done"
+    [span] = spans_named(exporter, "trio_batch.job")
+    assert dict(span.attributes or {}) == {
+        "trio_batch.job.id": job_id,
+        "trio_batch.job.caller_class": "user",
+        "trio_batch.job.targets_total": 2,
+        "trio_batch.job.targets_done": 2,
+        "trio_batch.job.targets_failed": 0,
+        "trio_batch.job.status": "done",
+    }
+    assert span.context is not None
+    attempts = [
+        s
+        for s in spans_named(exporter, "trio_batch.attempt")
+        if s.parent is not None and s.parent.span_id == span.context.span_id
+    ]
+    assert sorted((s.attributes or {})["trio_batch.target.idx"] for s in attempts) == [0, 1]

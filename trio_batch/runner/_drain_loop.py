@@ -103,6 +103,8 @@ class DrainLoop:
                 "job created but its answer lost; drain started", extra={"job_id": job.id}
             )
             drain = _Drain(job.id, job.caller, targets)
+            if self._tracing.enabled:  # the span a submit's drain has (the submit's was dropped)
+                drain.span = self._tracing.job_started(job.id, job.caller_class, job.targets_total)
             self._drains[job.id] = drain
             self._start_drain(drain, job)
 
