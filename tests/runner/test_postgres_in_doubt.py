@@ -228,3 +228,51 @@ async def test_a_job_adopted_by_the_poll_has_the_span_of_a_submitted_one(
         if s.parent is not None and s.parent.span_id == span.context.span_id
     ]
     assert sorted((s.attributes or {})["trio_batch.target.idx"] for s in attempts) == [0, 1]
+
+
+def _held_in_step(
+    store: JobStore, mine: trio.Event, others: Sequence[trio.Event], after: trio.Event
+) -> None:
+    """The first poll read of ``store``'s undrained jobs begun once ``after`` is set waits
+    until every runner's has begun (``mine`` set, then ``others``): the reads run together."""
+    real = store.undrained_jobs
+
+    async def undrained_jobs(
+        draining: Sequence[str], *, now: float, limit: int
+    ) -> list[tuple[Job, tuple[Target, ...]]]:
+        if after.is_set() and not mine.is_set():
+            mine.set()
+            for event in others:
+                await event.wait()
+        return await real(draining, now=now, limit=limit)
+
+    store.undrained_jobs = undrained_jobs  # type: ignore[method-assign]
+
+
+async def test_two_runners_polling_at_once_adopt_a_lost_create_once(
+    pg_dsn: str, pg_proxy: CuttableProxy, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Once the create's answer is lost, both runners' polls read the undrained jobs at the
+    # same moment: only the job's owner adopts it, once; each target is fetched once.
+    targets = urls("a", "b", "c")
+    fetch, other_fetch = ScriptedFetch(), ScriptedFetch()
+    lost, in_a, in_b = trio.Event(), trio.Event(), trio.Event()
+    async with (
+        _behind(pg_proxy, pg_dsn) as store,
+        open_runner(store, fetch, CONFIG) as runner,
+        open_store(pg_dsn) as other_store,
+        open_runner(other_store, other_fetch, CONFIG) as other,
+    ):
+        _held_in_step(store, in_a, [in_a, in_b], lost)
+        _held_in_step(other_store, in_b, [in_a, in_b], lost)
+        job_id = await _submit_in_doubt(runner, pg_proxy, pg_dsn, targets)
+        lost.set()
+        with trio.fail_after(DEADLINE):  # a bound on a hang, not a speed check
+            await in_a.wait()
+            await in_b.wait()
+            job = await other.wait(job_id)
+        assert job is not None and job.status == "done"
+    adopted = [r for r in caplog.records if r.getMessage().startswith("job created but its")]
+    assert [getattr(r, "job_id", None) for r in adopted] == [job_id]
+    assert (fetch.calls, other_fetch.calls) == ([t.url for t in targets], [])
+    _drained(pg_dsn, job_id, len(targets))
