@@ -44,16 +44,27 @@ def _waited(dsn: str, job_id: str) -> bool:
     return bool(rows and rows[0][0])
 
 
+async def _watched(b: Runner, job_id: str) -> Job | None:
+    """What ``b.watch`` ends with: the terminal job, or None if it stopped without one."""
+    last = None
+    async for item in b.watch(job_id):
+        last = item
+    return last if isinstance(last, Job) else None
+
+
 @contextlib.asynccontextmanager
-async def _waiting(b: Runner, job_id: str, dsn: str) -> AsyncIterator[list[Job | None]]:
-    """B waits on ``job_id`` during the block (once its wait is registered in the database),
-    and until that wait ends after it, within ``DEADLINE``; gives the list its answer lands in."""
+async def _waiting(
+    b: Runner, job_id: str, dsn: str, *, watch: bool = False
+) -> AsyncIterator[list[Job | None]]:
+    """B waits on ``job_id`` (or watches it) during the block (once its wait is registered in
+    the database), and until that wait ends after it, within ``DEADLINE``; gives the list its
+    answer lands in."""
     ended: list[Job | None] = []
     with trio.fail_after(DEADLINE):  # a bound on a hang: only a notification ends it in time
         async with trio.open_nursery() as nursery:
 
             async def wait_on_b() -> None:
-                ended.append(await b.wait(job_id))
+                ended.append(await (_watched(b, job_id) if watch else b.wait(job_id)))
 
             nursery.start_soon(wait_on_b)
             while not ended and not await trio.to_thread.run_sync(_waited, dsn, job_id):  # noqa: ASYNC110
@@ -140,7 +151,8 @@ async def test_a_wait_elsewhere_is_woken_when_the_job_is_forgotten(pg_dsn: str) 
     assert ended == [None]
 
 
-async def test_a_wait_elsewhere_ends_when_the_jobs_lease_lapses(pg_dsn: str) -> None:
+@pytest.mark.parametrize("watch", [False, True], ids=["wait", "watch"])
+async def test_a_wait_elsewhere_ends_when_the_jobs_lease_lapses(pg_dsn: str, watch: bool) -> None:
     # Nobody tells of a lapse: B reads the job again when the lease it read runs out.
     fetch = ScriptedFetch()
     started, _ = fetch.gate("https://example.test/gated")
@@ -152,7 +164,7 @@ async def test_a_wait_elsewhere_ends_when_the_jobs_lease_lapses(pg_dsn: str) -> 
         ):
             job_id, _ = await a.submit("alice", "user", urls("gated", "later"))
             await started.wait()
-            async with _waiting(b, job_id, pg_dsn) as ended:
+            async with _waiting(b, job_id, pg_dsn, watch=watch) as ended:
                 pass
     finally:
         await store_a.aclose()

@@ -387,7 +387,9 @@ class Runner(BatchOps, JobReads, DrainLoop, SubmitRequests):
                     if not watched and not await watch(self._store, job):
                         continue  # it ended before the store heard of the wait: read again
                     watched = True
-                    await wait_at_most(changed, self._config.poll_interval)
+                    # Its lapse is told by no one: read it again then.
+                    lapse = job.expires_at - self._now()
+                    await wait_at_most(changed, min(self._config.poll_interval, lapse))
                     continue
                 await changed.wait()
 
