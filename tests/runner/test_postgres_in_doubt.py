@@ -276,3 +276,48 @@ async def test_two_runners_polling_at_once_adopt_a_lost_create_once(
     assert [getattr(r, "job_id", None) for r in adopted] == [job_id]
     assert (fetch.calls, other_fetch.calls) == ([t.url for t in targets], [])
     _drained(pg_dsn, job_id, len(targets))
+
+
+async def test_a_wait_begun_before_the_adoption_returns_after_its_last_outcome(
+    pg_dsn: str, pg_proxy: CuttableProxy
+) -> None:
+    # Begun while the create was in doubt, the wait reads the job as one this runner does not
+    # drain; the poll then adopts it, and it is cancelled while its first target is fetched.
+    # The store answers the drain over (the job is this runner's), yet the adopted drain
+    # still stores that target's outcome: the wait must not return before it.
+    targets = urls("a", "b")
+    fetch = ScriptedFetch()
+    started, release = fetch.gate(targets[0].url)
+    waited: list[Job | None] = []
+    async with _owner_and_other(pg_proxy, pg_dsn, fetch, ScriptedFetch()) as (runner, other):
+        store = runner._store
+        answered_over = trio.Event()
+        drain_over = store.drain_over
+
+        async def observed_drain_over(job_id: str) -> bool:
+            over = await drain_over(job_id)
+            if over:  # the wait's, once the job is cancelled
+                answered_over.set()
+            return over
+
+        store.drain_over = observed_drain_over  # type: ignore[method-assign]
+
+        async def wait(job_id: str) -> None:
+            waited.append(await runner.wait(job_id))
+
+        with trio.fail_after(DEADLINE):  # a bound on a hang, not a speed check
+            async with trio.open_nursery() as nursery:
+
+                async def begin_waiting(job_id: str) -> None:
+                    nursery.start_soon(wait, job_id)
+                    await trio.testing.wait_all_tasks_blocked()  # on the create's drain
+
+                job_id = await _submit_in_doubt(
+                    runner, pg_proxy, pg_dsn, targets, meanwhile=begin_waiting
+                )
+                await started.wait()  # adopted: its first target is being fetched
+                assert await other.cancel(job_id)
+                await answered_over.wait()
+                release.set()
+    assert _job(pg_dsn, job_id) == ("cancelled", None, 1)
+    assert waited[0] is not None and waited[0].targets_done == 1

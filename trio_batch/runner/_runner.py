@@ -318,7 +318,7 @@ class Runner(BatchOps, JobReads, DrainLoop, SubmitRequests):
                 # exists, is adopted by the poll under a drain of its own. Wait for that.
                 return await self.wait(job_id)
         elif job_id not in self._stopped_by_shutdown:
-            return await wait_elsewhere(
+            found = await wait_elsewhere(
                 self._store,
                 job_id,
                 self._elsewhere,
@@ -326,6 +326,9 @@ class Runner(BatchOps, JobReads, DrainLoop, SubmitRequests):
                 interval=self._config.poll_interval,
                 closing=lambda: self._closed,
             )
+            # Adopted meanwhile (its create's answer lost): the store answers a job of this
+            # runner's drain over, yet the adopted drain may still store an outcome.
+            return await self.wait(job_id) if job_id in self._drains else found
         job = await self._store.get_job(job_id, now=self._now())
         if job is not None and not job.is_terminal and self._closed:
             # Its drain was stopped by the shutdown, which marks it failed next: report that.
