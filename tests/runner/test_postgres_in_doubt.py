@@ -321,3 +321,22 @@ async def test_a_wait_begun_before_the_adoption_returns_after_its_last_outcome(
                 release.set()
     assert _job(pg_dsn, job_id) == ("cancelled", None, 1)
     assert waited[0] is not None and waited[0].targets_done == 1
+
+
+async def test_a_create_lost_then_cancelled_before_its_adoption_is_released(
+    pg_dsn: str, pg_proxy: CuttableProxy
+) -> None:
+    # Cancelled through another runner while the create's answer is still on its way: the
+    # poll finds no live job to adopt, so nothing drains the job, nor releases it.
+    targets = urls("a", "b")
+    fetch = ScriptedFetch()
+    async with _owner_and_other(pg_proxy, pg_dsn, fetch, ScriptedFetch()) as (runner, other):
+
+        async def cancel(job_id: str) -> None:
+            assert await other.cancel(job_id)
+
+        job_id = await _submit_in_doubt(runner, pg_proxy, pg_dsn, targets, meanwhile=cancel)
+        with trio.fail_after(DEADLINE):  # a bound on a hang, not a speed check
+            job = await other.wait(job_id)
+        assert job is not None and job.status == "cancelled"
+        assert fetch.calls == []

@@ -25,10 +25,12 @@ from ._deliveries import Deliveries
 from ._drain import _Drain
 from ._store_retry import retry_refused
 
-__all__ = ["ADOPT_MAX", "DrainLoop"]
+__all__ = ["ADOPT_MAX", "IN_DOUBT_MAX", "DrainLoop"]
 
 #: Most undrained jobs one poll adopts (see :meth:`DrainLoop._adopt_undrained`): a bounded read.
 ADOPT_MAX = 16
+#: Most creates in doubt remembered for :meth:`DrainLoop._release_in_doubt` (the oldest go).
+IN_DOUBT_MAX = 1024
 #: ``OutcomeWrite.stored_since`` of a write right after a job answer: nothing counted since.
 _NONE_SINCE = (0, 0)
 
@@ -62,6 +64,8 @@ class DrainLoop:
     _drains: dict[str, _Drain]
     # While the poll reads the undrained jobs: the drains unregistered meanwhile.
     _dropped_during_read: set[str] | None
+    # Creates whose answer was lost (oldest first), until a poll has looked for their jobs.
+    _in_doubt: dict[str, None]
     _nursery: trio.Nursery
     _closed: bool
     _stopped_by_shutdown: set[str]
@@ -107,6 +111,32 @@ class DrainLoop:
                 drain.span = self._tracing.job_started(job.id, job.caller_class, job.targets_total)
             self._drains[job.id] = drain
             self._start_drain(drain, job)
+        if len(found) < ADOPT_MAX:  # every live one was found: the others are not live
+            await self._release_in_doubt([i for i in self._in_doubt if i not in dropped])
+
+    def _in_doubt_add(self, job_id: str) -> None:
+        """Remember ``job_id``, whose create raised StoreUnavailable: perhaps committed."""
+        if len(self._in_doubt) >= IN_DOUBT_MAX:
+            del self._in_doubt[next(iter(self._in_doubt))]
+        self._in_doubt[job_id] = None
+
+    async def _release_in_doubt(self, job_ids: list[str]) -> None:
+        """Release the jobs of ``job_ids`` (creates in doubt, none of them live and undrained)
+        that were cancelled before the poll could adopt them: no drain ever releases them, and
+        waits on other runners would last until this one stops. Forgets them (the adopted
+        too). Raises StoreUnavailable, those not released yet still remembered; cancellation
+        leaves the same."""
+        asked = [job_id for job_id in job_ids if job_id not in self._drains]
+        for job_id in job_ids:
+            if job_id in self._drains:  # adopted
+                self._in_doubt.pop(job_id, None)
+        if not asked:
+            return
+        changes = await self._store.drain_changes(asked)
+        for job_id in asked:
+            if job_id in changes.cancelled - changes.lost and job_id not in self._drains:
+                await self._store.release_job(job_id)
+            self._in_doubt.pop(job_id, None)
 
     async def _drain(self, drain: _Drain) -> None:
         """Fetch the job's targets in order, storing each outcome before the next starts."""

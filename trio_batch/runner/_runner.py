@@ -89,6 +89,7 @@ class Runner(BatchOps, JobReads, DrainLoop, SubmitRequests):
         self._drains: dict[str, _Drain] = {}
         # While the poll reads the undrained jobs: the drains unregistered meanwhile.
         self._dropped_during_read: set[str] | None = None
+        self._in_doubt: dict[str, None] = {}
         # Paces submits over the loop's passes; dropped when the runner stops (see _open).
         self._admission = LoopBudget(SUBMIT_PASS_BUDGET)
         self._admission.install()
@@ -209,6 +210,7 @@ class Runner(BatchOps, JobReads, DrainLoop, SubmitRequests):
         except StoreUnavailable:
             # Committed perhaps (the answer lost with the connection): the poll, woken now,
             # adopts the job if it exists (after the drain below is unregistered).
+            self._in_doubt_add(drain.job_id)
             self._elsewhere.wake_poll()
             raise
         finally:
