@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any
 
 import pytest
 import trio
@@ -340,3 +341,54 @@ async def test_a_create_lost_then_cancelled_before_its_adoption_is_released(
             job = await other.wait(job_id)
         assert job is not None and job.status == "cancelled"
         assert fetch.calls == []
+
+
+async def test_a_watch_whose_read_spans_the_adoption_yields_its_last_outcome(
+    pg_dsn: str, pg_proxy: CuttableProxy
+) -> None:
+    # The watch looks up the job's drain (none: the create just raised), and its read comes
+    # back (held here) only once the poll has adopted the job and it is cancelled, its first
+    # target in flight. The store answers the drain over (the job is this runner's); the
+    # adopted drain still stores that target's outcome, which the watch must yield.
+    targets = urls("a", "b")
+    fetch = ScriptedFetch()
+    started, release = fetch.gate(targets[0].url)
+    watched: list[object] = []
+    async with _owner_and_other(pg_proxy, pg_dsn, fetch, ScriptedFetch()) as (runner, other):
+        store = runner._store
+        read_held, read_go, read_done = trio.Event(), trio.Event(), trio.Event()
+        get_outcomes = store.get_outcomes
+
+        async def held_get_outcomes(job_id: str, *args: Any, **kwargs: Any) -> Any:
+            if job_id in runner._drains or read_held.is_set():
+                return await get_outcomes(job_id, *args, **kwargs)
+            read_held.set()
+            await read_go.wait()
+            try:
+                return await get_outcomes(job_id, *args, **kwargs)
+            finally:
+                read_done.set()
+
+        store.get_outcomes = held_get_outcomes  # type: ignore[method-assign]
+
+        async def watch(job_id: str) -> None:
+            watched.extend([item async for item in runner.watch(job_id)])
+
+        with trio.fail_after(DEADLINE):  # a bound on a hang, not a speed check
+            async with trio.open_nursery() as nursery:
+
+                async def begin_watching(job_id: str) -> None:
+                    nursery.start_soon(watch, job_id)
+                    await trio.testing.wait_all_tasks_blocked()  # on the create's drain
+
+                job_id = await _submit_in_doubt(
+                    runner, pg_proxy, pg_dsn, targets, meanwhile=begin_watching
+                )
+                await read_held.wait()
+                await started.wait()  # adopted: its first target is being fetched
+                assert await other.cancel(job_id)
+                read_go.set()
+                await read_done.wait()
+                release.set()
+    assert _job(pg_dsn, job_id) == ("cancelled", None, 1)
+    assert [getattr(item, "idx", None) for item in watched] == [0, None]

@@ -381,6 +381,8 @@ class Runner(BatchOps, JobReads, DrainLoop, SubmitRequests):
                     continue  # more were stored than one page holds: read on at once
                 if drain is None:
                     if job.is_terminal and await self._store.drain_over(job_id):
+                        if job_id in self._drains:
+                            continue  # adopted meanwhile (see wait): its outcomes come still
                         yield job
                         return
                     if self._closed:
