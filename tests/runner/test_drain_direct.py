@@ -25,7 +25,7 @@ from trio_batch import (
     open_runner,
 )
 from trio_batch.store import Declined
-from trio_batch.store.sqlite import _paths
+from trio_batch.store.sqlite import _fast_path, _paths
 from trio_batch.store.sqlite._job_store import SQLiteJobStore
 
 from ..support.fakes import FakeClock, ScriptedFetch, urls
@@ -216,15 +216,15 @@ async def test_an_on_the_spot_write_the_database_refuses_is_retried_the_async_wa
     fetch: ScriptedFetch, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = SQLiteJobStore(Store.open(), owns_store=True)
-    real = Store.record_write
+    real = _fast_path.write_alone  # the on-the-spot write
     refusals = iter([True])
 
-    def refuse_once(self: Store, w: OutcomeWrite, ttl: float, now: float) -> Job | None:
+    def refuse_once(fast: Store, w: OutcomeWrite, ttl: float, now: float) -> object:
         if w.idx == 2 and next(refusals, False):
             raise sqlite3.OperationalError("disk I/O error")
-        return real(self, w, ttl, now)
+        return real(fast, w, ttl, now)
 
-    monkeypatch.setattr(Store, "record_write", refuse_once)
+    monkeypatch.setattr(_fast_path, "write_alone", refuse_once)
     async with open_runner(store, fetch, CONFIG, now=clock) as runner:
         job_id, _ = await runner.submit("alice", "user", urls(*(f"t{i}" for i in range(5))))
         assert await runner.wait(job_id) is not None

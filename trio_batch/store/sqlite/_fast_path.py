@@ -12,7 +12,9 @@ import sqlite3
 from collections.abc import Callable
 from typing import TypeVar
 
-from ..._model import Result
+from ..._model import Job, OutcomeWrite, Result
+from .._rows import outcome_values
+from .._values import Stored
 from ._errors import is_lock_error
 from ._store import Store, WouldBeSlow
 
@@ -26,6 +28,7 @@ __all__ = [
     "Miss",
     "cheap_result",
     "run_unless_declined",
+    "write_alone",
 ]
 
 T = TypeVar("T")
@@ -79,3 +82,32 @@ def cheap_result(result: Result) -> bool:
         or (isinstance(value, str) and len(value) <= FAST_MAX_META_TEXT)
         for value in meta.values()
     )
+
+
+def write_alone(
+    store: Store, w: OutcomeWrite, ttl: float, now: float
+) -> Job | Stored | Miss | None:
+    """:meth:`Store.record_write` on a connection whose lock the caller holds and that no
+    transaction is open on, with none of the layers between (the keyword call, the transaction
+    block, a second lock): a drain's lone write, on the loop thread, once per outcome. The same
+    transaction and answer; :data:`MISS` if a lock refused it, having written nothing."""
+    status, text, error, hint = outcome_values(w.result, w.error, w.hint, w.max_result_size)
+    # A result stored as a failure is told with the job: its writer counted a success.
+    since = w.stored_since if (error is None) == (w.error is None) else None
+    conn = store.db.conn
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            answer = store._write_outcome(
+                w.job_id, w.idx, status, text, error, hint, w.attempts, ttl, now, w.seen, since
+            )
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:  # as the transaction block: an I/O error may have ended it
+                conn.execute("ROLLBACK")
+            raise
+    except sqlite3.OperationalError as exc:
+        if is_lock_error(exc):
+            return MISS
+        raise
+    return answer

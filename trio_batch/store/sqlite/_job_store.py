@@ -16,6 +16,8 @@ import contextlib
 import functools
 import math
 import secrets
+import sqlite3
+import time
 from collections.abc import AsyncIterator, Collection, Sequence
 
 import trio
@@ -36,8 +38,8 @@ from .._protocol import (
     Stored,
 )
 from . import _fast_path, _outbox
-from ._errors import translate_errors
-from ._fast_path import Miss, cheap_result
+from ._errors import _unavailable as unavailable
+from ._fast_path import MISS, cheap_result
 from ._lock import RunnerLock
 from ._paths import FastPaths
 from ._store import Store, admitted
@@ -156,23 +158,42 @@ class SQLiteJobStore(FastPaths):
             self._declined = write
         return answer
 
+    # Protected from KeyboardInterrupt, as _try_fast is: between its BEGIN and its COMMIT.
+    @trio.lowlevel.enable_ki_protection
     def _write_alone(
         self, write: OutcomeWrite, ttl: float, now: float
     ) -> Job | Stored | Declined | None:
-        """:meth:`record_outcome_now` whatever this pass has used of the loop's budget."""
+        """:meth:`record_outcome_now` whatever this pass has used of the loop's budget.
+
+        :meth:`_try_fast` of :meth:`Store.record_write`, flattened, as a serial drain takes it
+        once per outcome: the checks in one expression, the write on the fast connection
+        without the keyword call, the transaction block or a second lock
+        (:func:`_fast_path.write_alone`), the same transaction and answer."""
+        fast, budget, result = self._fast, self._budget, write.result
         if (
             not self._group.alone(write.job_id)  # first: beside other writers, decided at once
-            or not self._budget.guards_this_run
-            or (write.result is not None and not cheap_result(write.result))
+            or fast is None
+            or self._checkpoint_pending  # no write on the loop beside a checkpoint (_try_fast)
+            or not budget.guards_this_run
+            or (result is not None and not cheap_result(result))
+            or not fast._lock.acquire(blocking=False)
         ):
             return DECLINED
-        start = self._observe_start()
-        with translate_errors(self.store.busy_timeout):
-            answer = self._try_fast(1, Store.record_write, write, ttl, now)
-        if isinstance(answer, Miss):
+        observed = None if self.on_write is None else time.perf_counter()
+        started = time.perf_counter()
+        try:
+            answer = _fast_path.write_alone(fast, write, ttl, now)
+        except sqlite3.Error as exc:  # translate_errors's, without a block around every write
+            raise unavailable(exc, self.store.busy_timeout) from exc
+        finally:
+            fast._lock.release()
+            budget.used += time.perf_counter() - started
+        if answer is MISS:
             return DECLINED
-        self._observe("record_outcomes", start)
-        return answer
+        self._count_writes(1)
+        if observed is not None:
+            self._observe("record_outcomes", observed)
+        return answer  # type: ignore[return-value]  # not MISS: `is`, no isinstance call
 
     async def _store_outcomes(
         self, writes: Sequence[OutcomeWrite], *, ttl: float, now: float, deadline: float = math.inf

@@ -300,6 +300,11 @@ class FastPaths(StoreFace):
             self._budget.used += time.perf_counter() - started
         if isinstance(result, Miss):
             return result
+        self._count_writes(writes)
+        return result
+
+    def _count_writes(self, writes: int) -> None:
+        """Count ``writes`` made on the loop toward the next checkpoint; queue it when due."""
         self._writes_since_checkpoint += writes
         if self._writes_since_checkpoint >= CHECKPOINT_EVERY and self._owns_fast:
             self._writes_since_checkpoint = 0
@@ -310,7 +315,6 @@ class FastPaths(StoreFace):
             self._writes_beside_checkpoint = 0
             self._checkpoint_copying = True
             self._thread.run_soon(self._checkpoint)
-        return result
 
     def _checkpoint(self) -> None:
         """On the store thread: copy the WAL into the database and restart it from its
