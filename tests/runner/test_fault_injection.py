@@ -35,6 +35,7 @@ from trio_batch import (
 )
 
 from ..support.fakes import FakeClock, SetsOnMessage
+from ..support.sqlite_locker import LOCKER
 
 
 @dataclass
@@ -282,15 +283,6 @@ async def test_a_fetch_hung_through_a_cancel_is_cut_after_the_grace(
 
 # ---------------------------------------------------------------------------------------------
 # The database misbehaves
-
-LOCKER = """
-import sqlite3, sys, time
-conn = sqlite3.connect(sys.argv[1], isolation_level=None)
-conn.execute("BEGIN IMMEDIATE")
-print("locked", flush=True)
-sys.stdin.readline()
-conn.execute("ROLLBACK")
-"""
 
 
 async def test_a_database_locked_by_another_process(tmp_path: Path) -> None:

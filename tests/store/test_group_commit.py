@@ -33,6 +33,7 @@ from trio_batch import (
     Result,
     SQLiteJobStore,
     Store,
+    StoreUnavailable,
     Target,
     TargetState,
     open_runner,
@@ -282,7 +283,7 @@ def test_a_database_error_in_a_shared_commit_stores_none_of_it(
         return answer
 
     monkeypatch.setattr(Store, "_write_outcome", failing_on_b)
-    with pytest.raises(sqlite3.OperationalError, match="disk I/O error"):
+    with pytest.raises(StoreUnavailable, match="disk I/O error"):
         store.record_outcomes(
             [OutcomeWrite(a.id, 0, result=Result("a0")), OutcomeWrite(b.id, 0, error="e")],
             ttl=TTL,
@@ -359,7 +360,7 @@ def test_a_full_disk_in_a_shared_commit_raises_the_full_disk_error(any_store: St
     before = stored_row(store, a.id), stored_row(store, b.id)
     pages = store.db.execute("PRAGMA page_count").fetchone()[0]
     store.db.execute(f"PRAGMA max_page_count = {pages + 2}")
-    with pytest.raises(sqlite3.OperationalError, match="database or disk is full"):
+    with pytest.raises(StoreUnavailable, match="database or disk is full") as refused:
         store.record_outcomes(
             [
                 OutcomeWrite(a.id, 0, result=Result("small")),
@@ -368,6 +369,7 @@ def test_a_full_disk_in_a_shared_commit_raises_the_full_disk_error(any_store: St
             ttl=TTL,
             now=T0,
         )
+    assert isinstance(refused.value.__cause__, sqlite3.OperationalError)
     assert (stored_row(store, a.id), stored_row(store, b.id)) == before
     assert not store.db.conn.in_transaction
     store.db.execute("PRAGMA max_page_count = 1000000")

@@ -25,6 +25,7 @@ from trio_batch import (
     SchemaVersionError,
     Store,
     StoreError,
+    StoreUnavailable,
     Target,
     TargetState,
     TargetStatus,
@@ -120,8 +121,9 @@ def test_a_reuse_takes_no_write_lock(tmp_path: Path) -> None:
     try:
         again, reused = create(store)
         assert reused and again.id == job.id
-        with pytest.raises(sqlite3.OperationalError, match="locked"):
+        with pytest.raises(StoreUnavailable, match="locked") as refused:
             create(store, "bob")  # a new job does need the lock
+        assert isinstance(refused.value.__cause__, sqlite3.OperationalError)
     finally:
         locker.execute("ROLLBACK")
 
@@ -148,7 +150,7 @@ def test_a_refusal_takes_no_write_lock(tmp_path: Path) -> None:
     store.finish_job(alices.id, JobState.CANCELLED, now=T0)
     locker.execute("BEGIN IMMEDIATE")
     try:  # a slot is free: the job may be created, which needs the lock
-        with pytest.raises(sqlite3.OperationalError, match="locked"):
+        with pytest.raises(StoreUnavailable, match="locked"):
             create(store, "dave")
     finally:
         locker.execute("ROLLBACK")
@@ -427,8 +429,9 @@ def test_a_failed_insert_leaves_no_half_created_job(store: Store) -> None:
         "CREATE TRIGGER boom BEFORE INSERT ON targets WHEN NEW.idx = 2 "
         "BEGIN SELECT RAISE(ABORT, 'disk on fire'); END"
     )
-    with pytest.raises(sqlite3.IntegrityError, match="disk on fire"):
+    with pytest.raises(StoreUnavailable, match="disk on fire") as refused:
         create(store)
+    assert isinstance(refused.value.__cause__, sqlite3.IntegrityError)
     assert store.db.execute("SELECT count(*) FROM jobs").fetchone()[0] == 0
     assert store.db.execute("SELECT count(*) FROM targets").fetchone()[0] == 0
     assert not store.db.conn.in_transaction

@@ -21,11 +21,13 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+import urllib.parse
 from typing import Self
 
 from sqlite_utils import Database
 
 from ..._errors import StoreError
+from ._errors import translated
 from ._schema import migrate
 
 __all__ = ["Connection"]
@@ -65,6 +67,7 @@ class Connection:
         synchronous: str = "NORMAL",
         busy_timeout: float = 5.0,
         wal_autocheckpoint: bool = True,
+        create: bool = True,
     ) -> Self:
         """Open or create the database at ``path`` (``":memory:"`` for a private in-memory one).
 
@@ -78,6 +81,9 @@ class Connection:
         ``wal_autocheckpoint=False`` turns off SQLite's automatic WAL checkpoints on this
         connection, for a connection whose commits must never wait on a checkpoint's disk
         flush; something else must then checkpoint (see :meth:`checkpoint`).
+
+        ``create=False`` opens only a file that exists: a path with no file raises
+        :class:`StoreError` rather than creating an empty database there.
         """
         sync = synchronous.upper()
         if sync not in ("NORMAL", "FULL", "EXTRA"):
@@ -87,10 +93,13 @@ class Connection:
         if busy_timeout < 0:
             raise ValueError("busy_timeout must not be negative")
         path = os.fspath(path)
+        target, uri = path, False
+        if not create and path != ":memory:":
+            target, uri = f"file:{urllib.parse.quote(os.path.abspath(path))}?mode=rw", True
         try:
             # isolation_level=None: we issue BEGIN IMMEDIATE / COMMIT ourselves.
             conn = sqlite3.connect(
-                path, timeout=busy_timeout, check_same_thread=False, isolation_level=None
+                target, timeout=busy_timeout, check_same_thread=False, isolation_level=None, uri=uri
             )
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open the database {path!r}: {exc}") from exc
@@ -122,7 +131,9 @@ class Connection:
     def reopen(self, *, busy_timeout: float | None = None, wal_autocheckpoint: bool = True) -> Self:
         """Open another connection to the same database file, with this store's settings.
 
-        Raises ValueError for an in-memory database, which has no file to reopen.
+        Raises ValueError for an in-memory database, which has no file to reopen, and
+        :class:`StoreError` if the file is gone (deleted under the store: a new, empty
+        database there would split the jobs between two files).
         """
         if self.is_memory:
             raise ValueError("an in-memory database cannot be reopened")
@@ -131,6 +142,7 @@ class Connection:
             synchronous=self.synchronous,
             busy_timeout=self.busy_timeout if busy_timeout is None else busy_timeout,
             wal_autocheckpoint=wal_autocheckpoint,
+            create=False,
         )
 
     def checkpoint(self, mode: str = "TRUNCATE") -> None:
@@ -145,13 +157,13 @@ class Connection:
         """
         if mode not in ("PASSIVE", "FULL", "RESTART", "TRUNCATE"):
             raise ValueError(f"unknown checkpoint mode {mode!r}")
-        with self._lock:
+        with self._locked():
             if not self.is_memory:
                 self.db.execute(f"PRAGMA wal_checkpoint({mode})")  # one of four words
 
     def close(self) -> None:
         """Close the connection. The store cannot be used afterwards."""
-        with self._lock:
+        with self._locked():
             self.db.conn.close()
 
     def __enter__(self) -> Self:
@@ -171,7 +183,7 @@ class Connection:
         "database is locked": it waits up to the busy timeout, or fails before doing anything.
         Nested use runs the block in a savepoint of the outer transaction, so it stays atomic on
         its own: if it raises, only its own changes are rolled back. The block gets the
-        ``Database``.
+        ``Database``. A ``sqlite3`` error leaves it translated (see :mod:`._errors`).
         """
         return _Transaction(self)
 
@@ -182,12 +194,19 @@ class Connection:
         """
         return _Snapshot(self)
 
+    def _locked(self) -> _Held:
+        """Hold the store's lock for the block, beginning nothing: a call of one statement,
+        or of several, each of which begins its own transaction."""
+        return _Held(self)
+
 
 class _Locked:
     """A block that holds the store's lock, and begins what it must once it holds it.
 
-    The store's context managers are classes rather than ``@contextmanager`` generators: they
-    wrap every outcome write and status read, and a generator costs several microseconds more.
+    The one exit of every store call: sqlite3's errors that reach it, from the block or from
+    ending it, leave as trio_batch's (:func:`~._errors.translated`), with the original as
+    ``__cause__``. Classes rather than ``@contextmanager`` generators: they wrap every outcome
+    write and status read, and a generator costs several microseconds more.
     """
 
     __slots__ = ("_flag", "_store")
@@ -201,12 +220,40 @@ class _Locked:
         store._lock.acquire()
         try:
             self._flag = self._begin(store.db.conn)  # straight to sqlite3
-        except BaseException:
+        except BaseException as exc:
             store._lock.release()
+            if isinstance(exc, sqlite3.Error):
+                raise translated(exc, store.busy_timeout) from exc
             raise
 
     def _begin(self, conn: sqlite3.Connection) -> bool:
         raise NotImplementedError
+
+    def _end(self, conn: sqlite3.Connection, failed: bool) -> None:
+        raise NotImplementedError
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        store = self._store
+        try:
+            self._end(store.db.conn, exc_type is not None)
+        except sqlite3.Error as ended:
+            raise translated(ended, store.busy_timeout) from ended
+        finally:
+            store._lock.release()
+        if isinstance(exc, sqlite3.Error):
+            raise translated(exc, store.busy_timeout) from exc
+
+
+class _Held(_Locked):
+    """The context manager :meth:`Connection._locked` returns: the lock, nothing begun."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        self._store._lock.acquire()
+
+    def _end(self, conn: sqlite3.Connection, failed: bool) -> None:
+        return None
 
 
 class _Snapshot(_Locked):
@@ -224,16 +271,11 @@ class _Snapshot(_Locked):
     def __enter__(self) -> None:
         self._lock_and_begin()
 
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        store = self._store
-        conn = store.db.conn
-        try:
-            # As in transaction(): an I/O error may have rolled the transaction back already,
-            # and a COMMIT then would hide that error behind its own.
-            if self._flag and conn.in_transaction:
-                conn.execute("COMMIT")
-        finally:
-            store._lock.release()
+    def _end(self, conn: sqlite3.Connection, failed: bool) -> None:
+        # As in transaction(): an I/O error may have rolled the transaction back already,
+        # and a COMMIT then would hide that error behind its own.
+        if self._flag and conn.in_transaction:
+            conn.execute("COMMIT")
 
 
 class _Transaction(_Locked):
@@ -251,27 +293,22 @@ class _Transaction(_Locked):
         self._lock_and_begin()
         return self._store.db
 
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        store = self._store
-        conn = store.db.conn
-        try:
-            if self._flag:  # nested: a savepoint
-                if exc_type is None:
-                    conn.execute("RELEASE nested")
-                elif conn.in_transaction:
-                    conn.execute("ROLLBACK TO nested")
-                    conn.execute("RELEASE nested")
-                # Else some error (a full disk, I/O) made SQLite roll back the whole
-                # transaction, savepoint and all: there is nothing left to undo here.
-            elif exc_type is not None:
+    def _end(self, conn: sqlite3.Connection, failed: bool) -> None:
+        if self._flag:  # nested: a savepoint
+            if not failed:
+                conn.execute("RELEASE nested")
+            elif conn.in_transaction:
+                conn.execute("ROLLBACK TO nested")
+                conn.execute("RELEASE nested")
+            # Else some error (a full disk, I/O) made SQLite roll back the whole
+            # transaction, savepoint and all: there is nothing left to undo here.
+        elif failed:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+        else:
+            try:
+                conn.execute("COMMIT")
+            except BaseException:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
-            else:
-                try:
-                    conn.execute("COMMIT")
-                except BaseException:
-                    if conn.in_transaction:
-                        conn.execute("ROLLBACK")
-                    raise
-        finally:
-            store._lock.release()
+                raise

@@ -12,10 +12,11 @@ import sqlite3
 from collections.abc import Callable
 from typing import TypeVar
 
+from ..._errors import StoreUnavailable
 from ..._model import Job, OutcomeWrite, Result
 from .._rows import outcome_values
 from .._values import Stored
-from ._errors import is_lock_error
+from ._errors import is_lock_error, refused_by_lock
 from ._store import Store, WouldBeSlow
 
 __all__ = [
@@ -63,8 +64,8 @@ def run_unless_declined(
         return fn(store, *args, **kwargs)
     except WouldBeSlow:
         return MISS
-    except sqlite3.OperationalError as exc:
-        if is_lock_error(exc):
+    except StoreUnavailable as exc:
+        if refused_by_lock(exc):  # the store's exits translated it; the lock is its cause
             return MISS
         raise
 

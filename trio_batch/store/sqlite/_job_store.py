@@ -38,7 +38,7 @@ from .._protocol import (
     Stored,
 )
 from . import _fast_path, _outbox
-from ._errors import _unavailable as unavailable
+from ._errors import translated
 from ._fast_path import MISS, cheap_result
 from ._lock import RunnerLock
 from ._paths import FastPaths
@@ -184,7 +184,7 @@ class SQLiteJobStore(FastPaths):
         try:
             answer = _fast_path.write_alone(fast, write, ttl, now)
         except sqlite3.Error as exc:  # translate_errors's, without a block around every write
-            raise unavailable(exc, self.store.busy_timeout) from exc
+            raise translated(exc, self.store.busy_timeout) from exc
         finally:
             fast._lock.release()
             budget.used += time.perf_counter() - started

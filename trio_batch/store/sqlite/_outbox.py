@@ -58,7 +58,7 @@ def get_delivery(store: Store, job_id: str, *, now: float) -> Delivery | None:
     """The delivery state of an unexpired job; None if it has no outbox row."""
     if not is_job_id(job_id):
         return None
-    with store._lock:
+    with store._locked():
         row = store.db.execute(q.GET_DELIVERY, (job_id, now)).fetchone()
     return None if row is None else delivery_from_row(row)
 
@@ -76,6 +76,6 @@ def redeliver(store: Store, job_id: str, *, now: float) -> Delivery | None:
 
 def next_due(store: Store) -> float | None:
     """When the earliest waiting delivery is due; None if none waits."""
-    with store._lock:
+    with store._locked():
         row = store.db.execute(q.NEXT_DUE).fetchone()
     return None if row is None or row[0] is None else float(row[0])

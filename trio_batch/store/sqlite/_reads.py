@@ -34,7 +34,7 @@ class StoreReads(Connection):
         if not is_job_id(job_id):
             return None
         now = time.time() if now is None else now
-        with self._lock:
+        with self._locked():
             row = self.db.execute(q.GET_JOB, (job_id, now)).fetchone()
         return None if row is None else _job(row)
 
@@ -70,7 +70,7 @@ class StoreReads(Connection):
     ) -> list[Job]:
         """Unexpired jobs, most recently active first; only ``caller``'s if given."""
         now = time.time() if now is None else now
-        with self._lock:
+        with self._locked():
             if caller is None:
                 rows = self.db.execute(q.LIST_JOBS, (now, limit)).fetchall()
             else:

@@ -79,6 +79,12 @@ class Store(StoreOutcomes):
     targets_done``): a job's targets are drained strictly in order, so that is the one being
     fetched. Deriving it costs no write per target, and a restart can never leave a target
     stuck as ``running``: reaping the job is enough.
+
+    No method lets an error of ``sqlite3`` out: one the database raises (its lock held by
+    another connection past the busy timeout, a full disk, an I/O error, a damaged file)
+    leaves as :class:`~trio_batch.StoreUnavailable`, the call having changed nothing, and a
+    call on a closed store as :class:`~trio_batch.StoreError`; the ``sqlite3`` error is the
+    ``__cause__``.
     """
 
     #: The last admission read on this connection: ``(want, now, _written(), row)``.
@@ -119,7 +125,7 @@ class Store(StoreOutcomes):
         # connection meanwhile, which the data version below would not show. A request just
         # admitted (JobStore.admit) skips that read: under the lock it is made again if
         # anything was written since the admission's.
-        with self._lock:
+        with self._locked():
             seen = None if new.admitted else self._data_version()
             if seen is not None:
                 existing = admitted(want, self.admission_row(want, now=now))
@@ -176,7 +182,7 @@ class Store(StoreOutcomes):
     def admission_row(self, want: Admission, *, now: float) -> tuple[Any, ...]:
         """The ``ADMISSION`` row of ``want`` (see :func:`admitted`): the lookup and the caps'
         verdict in one statement, so they see one snapshot."""
-        with self._lock:
+        with self._locked():
             conn = self.db.conn
             changes = conn.total_changes  # this connection's own writes: none while locked
             row: tuple[Any, ...] = conn.execute(
@@ -200,7 +206,7 @@ class Store(StoreOutcomes):
     def find_reusable_job(self, caller: str, key: str, *, now: float | None = None) -> Job | None:
         """The newest job of ``caller`` with idempotency key ``key`` whose lease has not lapsed."""
         now = time.time() if now is None else now
-        with self._lock:
+        with self._locked():
             row = self.db.execute(q.FIND_REUSABLE, (caller, key, now)).fetchone()
         return None if row is None else _job(row)
 
@@ -209,7 +215,7 @@ class Store(StoreOutcomes):
 
         Live is by status, not lease: a live job counts until it reaches a terminal status.
         """
-        with self._lock:
+        with self._locked():
             if caller is None:
                 row = self.db.execute(q.COUNT_LIVE).fetchone()
             else:

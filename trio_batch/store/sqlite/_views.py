@@ -92,7 +92,7 @@ def latest_retry(store: Store, job_id: str, caller: str, *, now: float) -> Job |
     """The newest unexpired job of ``caller`` that retries ``job_id``, or None."""
     if not is_job_id(job_id):
         return None
-    with store._lock:
+    with store._locked():
         row = store.db.execute(q.LATEST_RETRY, (job_id, caller, now)).fetchone()
     return None if row is None else job_from_row(row)
 
