@@ -9,6 +9,9 @@ the creation lock, ``OperationalError`` from a lost server). Every operation now
 from __future__ import annotations
 
 import inspect
+import select
+import socket
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -16,10 +19,11 @@ import psycopg
 import pytest
 from psycopg import errors as pg_errors
 
-from trio_batch import JobState, OutcomeWrite, Result, StoreUnavailable
+from trio_batch import JobState, OutcomeWrite, Result, StoreError, StoreUnavailable
 from trio_batch.store import NewJob
 from trio_batch.store.postgres import PostgresStore
 from trio_batch.store.postgres import _queries as q
+from trio_batch.store.postgres._connection import Op
 
 from ..support.cuttable_proxy import CuttableProxy
 from ..support.fakes import T0, urls
@@ -128,3 +132,108 @@ def test_an_operation_on_a_lost_server_raises_store_unavailable(
     with pytest.raises(StoreUnavailable) as refused:
         OPERATIONS[name](store, job_id)
     assert isinstance(refused.value.__cause__, psycopg.Error)
+
+
+def _from_psycopg(exc: BaseException) -> bool:
+    """Whether ``exc`` was translated from a psycopg error (its cause, or its cause's)."""
+    cause = exc.__cause__
+    while cause is not None and not isinstance(cause, psycopg.Error):
+        cause = cause.__cause__
+    return cause is not None
+
+
+#: Every piece of plumbing, called on a store whose server has become unreachable: the ones
+#: that reach the server must raise StoreError (StoreUnavailable but for ``open``), the rest
+#: answer without it.
+PLUMBING_CALLS: dict[str, Callable[[PostgresStore], Any]] = {
+    "answered": lambda s: s.answered([], []),
+    "bounds_values": lambda s: s.bounds_values(Op.READ),
+    "close": lambda s: s.close(),
+    "connection": lambda s: s.connection(),
+    "idle_connection": lambda s: s.idle_connection(),
+    "in_doubt": lambda s: s.in_doubt([]),
+    "lost_in_commit": lambda s: s.lost_in_commit([]),
+    "open": lambda s: PostgresStore.open(s.conninfo, store_timeout=2.0),
+    "tally_mark": lambda s: s.tally_mark(),
+    "timed_out": lambda s: s.timed_out(),
+    "too_late": lambda s: s.too_late(),
+    "within": lambda s: s.within(time.monotonic() + 60, PostgresStore.connection),
+}
+#: The plumbing that needs the server, so raises once it is gone.
+REACHES_THE_SERVER = {"connection", "open", "within"}
+
+
+def test_the_plumbing_listed_is_all_of_it() -> None:
+    assert set(PLUMBING_CALLS) == PLUMBING
+
+
+@pytest.mark.parametrize("name", sorted(PLUMBING_CALLS))
+def test_plumbing_on_a_lost_server_raises_only_store_errors(
+    cut_off: tuple[PostgresStore, str], name: str
+) -> None:
+    store, _ = cut_off
+    if name not in REACHES_THE_SERVER:
+        PLUMBING_CALLS[name](store)  # no error at all, psycopg's or ours
+        return
+    expected = StoreError if name == "open" else StoreUnavailable
+    with pytest.raises(expected) as refused:
+        PLUMBING_CALLS[name](store)
+    assert _from_psycopg(refused.value)
+
+
+def test_a_connection_to_a_closed_port_raises_store_unavailable(pg_dsn: str) -> None:
+    """Nothing listens at the store's address: the connect is refused at once."""
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))  # a port of our own, never listening
+        port = unused.getsockname()[1]
+        dbname = psycopg.conninfo.conninfo_to_dict(pg_dsn)["dbname"]
+        store = PostgresStore(f"postgresql://postgres@127.0.0.1:{port}/{dbname}", store_timeout=2.0)
+        try:
+            for call in (store.connection, lambda: store.within(time.monotonic() + 60, _connect)):
+                with pytest.raises(StoreUnavailable, match="refused") as refused:
+                    call()
+                assert isinstance(refused.value.__cause__, psycopg.OperationalError)
+        finally:
+            store.close(final=True)
+
+
+def _connect(store: PostgresStore) -> object:
+    return store.connection()
+
+
+def test_a_backend_terminated_with_connections_refused_raises_store_unavailable(
+    pg_dsn: str,
+) -> None:
+    """pg_terminate_backend ends the store's session, and the database takes no new one:
+    the store's next connection is refused by the server itself."""
+    store = PostgresStore.open(pg_dsn, store_timeout=2.0)
+    dbname = psycopg.conninfo.conninfo_to_dict(pg_dsn)["dbname"]
+    admin_dsn = psycopg.conninfo.make_conninfo(pg_dsn, dbname="postgres")
+    admin = psycopg.connect(admin_dsn, autocommit=True)
+    try:
+        conn = store.connection()
+        admin.execute(f'ALTER DATABASE "{dbname}" ALLOW_CONNECTIONS false')
+        pid = conn.info.backend_pid
+        assert admin.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone() == (True,)
+        # The server's goodbye arrives on the store's socket (60 s: a hang guard only).
+        assert select.select([conn.pgconn.socket], [], [], 60)[0]
+        with pytest.raises(StoreUnavailable, match="not currently accepting") as refused:
+            store.connection()
+        assert isinstance(refused.value.__cause__, psycopg.OperationalError)
+    finally:
+        admin.execute(f'ALTER DATABASE "{dbname}" ALLOW_CONNECTIONS true')
+        admin.close()
+        store.close(final=True)
+
+
+def test_within_raises_a_refused_statement_as_store_unavailable(pg_dsn: str) -> None:
+    """A statement the server refuses inside ``within`` (not an operation's: plumbing used
+    directly) comes out typed too; the store goes on."""
+    store = PostgresStore.open(pg_dsn, store_timeout=2.0)
+    try:
+        with pytest.raises(StoreUnavailable, match="division by zero") as refused:
+            store.within(time.monotonic() + 60, lambda s: s.connection().execute("SELECT 1/0"))
+        assert isinstance(refused.value.__cause__, pg_errors.DivisionByZero)
+        assert store.counts(now=T0).jobs["queued"] == 0
+    finally:
+        store.close(final=True)

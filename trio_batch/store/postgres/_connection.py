@@ -40,7 +40,7 @@ from psycopg import pq
 
 from ..._errors import StoreError, StoreUnavailable
 from . import _queries as q
-from ._errors import connection_lost, unavailable
+from ._errors import connection_lost, translate_errors, unavailable
 from ._schema import migrate
 from ._watchdog import Watchdog, shut_socket
 
@@ -223,10 +223,19 @@ class PostgresConnection:
     # The connection
 
     def connection(self) -> Conn:
-        """The open connection; a new one if there is none or the one held is dead."""
+        """The open connection; a new one if there is none or the one held is dead.
+
+        Raises :class:`StoreUnavailable` (psycopg's error its cause) if no new one can be
+        made: the server cannot be reached, refuses us, or the call's deadline passed.
+        """
         conn = self.idle_connection()
         if conn is not None:
             return conn
+        with translate_errors(self.store_timeout):
+            return self._connect()
+
+    def _connect(self) -> Conn:
+        """A new connection, settled (see :meth:`_settle`) and held."""
         conn = psycopg.connect(
             self.conninfo,
             autocommit=True,
@@ -317,7 +326,8 @@ class PostgresConnection:
         **kwargs: P.kwargs,
     ) -> T:
         """``fn(self, ...)``, cut off at ``deadline`` (``time.monotonic()``): then
-        :class:`StoreUnavailable` with a hint, and the connection is dropped.
+        :class:`StoreUnavailable` with a hint, and the connection is dropped. A psycopg error
+        that ``fn`` raises comes out as :class:`StoreUnavailable` too (its cause).
 
         A call whose deadline passed before it started (queued behind a call that hung) is not
         made at all. One cut off mid-way may have taken effect, as with any lost connection:
@@ -331,10 +341,12 @@ class PostgresConnection:
             try:
                 return fn(self, *args, **kwargs)
             except (psycopg.Error, StoreUnavailable) as exc:  # an operation's, or plumbing's
-                if not cut():
-                    raise
-                self.close()
-                raise self.timed_out() from exc
+                if cut():
+                    self.close()
+                    raise self.timed_out() from exc
+                if isinstance(exc, psycopg.Error):
+                    raise unavailable(exc, self.store_timeout) from exc
+                raise
             finally:
                 self._deadline = None
 
