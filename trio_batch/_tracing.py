@@ -134,7 +134,9 @@ def current_ids() -> tuple[str, str] | None:
     return _event_sink.current_ids()
 
 
-#: The store calls a tracer may wrap (:class:`WrappedStore`); the rest pass through.
+#: The store calls a tracer may wrap (:class:`WrappedStore`): every bounded call of the
+#: store interface. The rest pass through: ``listen_changes`` lasts the runner's life, and
+#: ``aclose`` and ``claim`` are its start and end, not calls on its data.
 STORE_OPERATIONS = (
     "admit",
     "create_job",
@@ -143,6 +145,7 @@ STORE_OPERATIONS = (
     "reap_orphans",
     "fail_own_jobs",
     "drain_changes",
+    "undrained_jobs",
     "release_job",
     "watch_job",
     "drain_over",
@@ -155,7 +158,14 @@ STORE_OPERATIONS = (
     "get_outcomes",
     "list_jobs",
     "list_caller_jobs",
+    "get_targets_after",
+    "latest_retry",
     "counts",
+    "claim_delivery",
+    "record_delivery",
+    "get_delivery",
+    "redeliver",
+    "next_delivery_due",
 )
 
 Method = Callable[..., Awaitable[Any]]

@@ -3,6 +3,7 @@ exporter as an embedding program would set it up; and no OpenTelemetry at all wi
 
 from __future__ import annotations
 
+import inspect
 import subprocess
 import sys
 import textwrap
@@ -26,6 +27,8 @@ from trio_batch import (
     open_runner,
     otel_tracing,
 )
+from trio_batch._tracing import STORE_OPERATIONS
+from trio_batch.store._protocol import JobStore
 
 from ..support.fakes import FakeClock, ScriptedFetch, urls
 from ..support.tracing import memory_provider, spans_named
@@ -320,3 +323,34 @@ async def test_a_url_that_does_not_parse_is_traced_without_a_host(
         for s in spans_named(exporter, "trio_batch.attempt")
     ]
     assert sorted(hosts, key=str) == [None, "example.test"]
+
+
+def test_every_bounded_call_of_the_store_interface_is_wrapped() -> None:
+    calls = {
+        name
+        for name in dir(JobStore)
+        if not name.startswith("_") and inspect.iscoroutinefunction(getattr(JobStore, name))
+    }
+    assert calls - {"listen_changes", "aclose"} == set(STORE_OPERATIONS)
+
+
+async def test_an_export_and_a_retry_read_in_a_span_are_store_spans_of_it(
+    store: Store,
+    clock: FakeClock,
+    fetch: ScriptedFetch,
+    exporter: InMemorySpanExporter,
+    provider: TracerProvider,
+) -> None:
+    tracer = provider.get_tracer("the host")
+    async with open_runner(store, fetch, now=clock, tracing=otel_tracing(provider)) as runner:
+        job_id, _ = await runner.submit("alice", "default", urls("a", "b"))
+        job = await runner.wait(job_id)
+        assert job is not None
+        with tracer.start_as_current_span("export"):
+            exported = [target.url async for _, target in runner.export(job, merged=True)]
+    assert exported == [t.url for t in urls("a", "b")]
+    [export] = spans_named(exporter, "export")
+    named = {"trio_batch.store get_targets_after", "trio_batch.store latest_retry"}
+    reads = [s for s in exporter.get_finished_spans() if s.name in named]
+    assert {s.name for s in reads} == named
+    assert all(s.parent is not None and s.parent.span_id == export.context.span_id for s in reads)
