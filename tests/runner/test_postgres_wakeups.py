@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -149,6 +150,44 @@ async def test_a_wait_elsewhere_is_woken_when_the_job_is_forgotten(pg_dsn: str) 
         await store_a.aclose()
         await store_b.aclose()
     assert ended == [None]
+
+
+@pytest.mark.parametrize("watch", [False, True], ids=["wait", "watch"])
+async def test_a_job_forgotten_between_the_waits_reads_answers_none(
+    pg_dsn: str, watch: bool
+) -> None:
+    # B reads the cancelled job, then it is forgotten before B asks whether its drain is
+    # over: B answers that it is gone, not the job it read before.
+    fetch = ScriptedFetch()
+    started, _ = fetch.gate("https://example.test/gated")
+    store_a, store_b = PostgresJobStore.open(pg_dsn), PostgresJobStore.open(pg_dsn)
+    name = "get_outcomes" if watch else "get_job"
+    read = getattr(store_b, name)
+    forgotten: list[Job | None] = []
+
+    async def read_then_forgotten(job_id: str, *args: object, **kwargs: object) -> object:
+        found = await read(job_id, *args, **kwargs)
+        job = found[0] if isinstance(found, tuple) else found
+        if not forgotten and isinstance(job, Job) and job.is_terminal:
+            forgotten.append(await store_a.forget_job(job_id, now=time.time()))
+        return found
+
+    try:
+        async with (
+            open_runner(store_a, fetch, OWNER) as a,
+            open_runner(store_b, ScriptedFetch(), WAITER) as b,
+        ):
+            job_id, _ = await a.submit("alice", "user", urls("gated", "later"))
+            await started.wait()
+            assert await b.cancel(job_id)
+            setattr(store_b, name, read_then_forgotten)
+            with trio.fail_after(DEADLINE):
+                ended = await (_watched(b, job_id) if watch else b.wait(job_id))
+    finally:
+        await store_a.aclose()
+        await store_b.aclose()
+    assert [job.id for job in forgotten if job is not None] == [job_id]
+    assert ended is None
 
 
 @pytest.mark.parametrize("watch", [False, True], ids=["wait", "watch"])

@@ -226,6 +226,8 @@ class JobStore(Protocol):
 
         That is: no other runner drains it (its drain stopped, or its runner is gone). A job
         whose last outcome is stored counts as over. Always True with one runner per database.
+        False for a job the store does not find (forgotten or purged since the caller read
+        it): the caller reads the job again, rather than answer with the job it read.
         """
         ...
 

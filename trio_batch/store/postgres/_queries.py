@@ -162,7 +162,8 @@ WATCH_JOB = (
     f"AND {_DRAINING} AND waited)"
 )
 #: No runner but the asking one may still write an outcome of the job: it has none, or the
-#: asking one, or its runner is gone, or every target is stored. No row: unknown job.
+#: asking one, or its runner is gone, or every target is stored. No row: unknown job (not
+#: over: the caller reads it again, and finds it gone).
 DRAIN_OVER = (
     "SELECT owner IS NULL OR owner = %s OR targets_done >= targets_total "
     "OR NOT EXISTS (SELECT 1 FROM runners WHERE runners.id = jobs.owner) "

@@ -194,12 +194,13 @@ class PostgresStore(PostgresOutcomes):
             self._run(lambda c: self._one(c, Op.WRITE, q.NOTIFY_JOBS, values))
 
     def drain_over(self, job_id: str) -> bool:
-        """True unless a runner other than this one may still store an outcome of the job."""
+        """True unless a runner other than this one may still store an outcome of the job;
+        False for a job not found (forgotten since the caller read it: read it again)."""
         values = (self.runner_id, job_id)
         row = self._run(
             lambda c: self._one(c, Op.READ, q.DRAIN_OVER, values).fetchone(), op=Op.READ
         )
-        return row is None or bool(row[0])
+        return row is not None and bool(row[0])
 
     # ----------------------------------------------------------------------------------------
     # Creating jobs
