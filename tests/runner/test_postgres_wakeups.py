@@ -191,6 +191,56 @@ async def test_a_job_forgotten_between_the_waits_reads_answers_none(
 
 
 @pytest.mark.parametrize("watch", [False, True], ids=["wait", "watch"])
+async def test_an_outcome_stored_between_the_waits_reads_is_in_its_answer(
+    pg_dsn: str, watch: bool
+) -> None:
+    # B reads the cancelled job, its last fetch in flight on A; A then stores that outcome and
+    # its drain stops before B asks whether it is over: B's answer has that outcome.
+    fetch = ScriptedFetch()
+    started, release = fetch.gate("https://example.test/gated")
+    store_a, store_b = PostgresJobStore.open(pg_dsn), PostgresJobStore.open(pg_dsn)
+    name = "get_outcomes" if watch else "get_job"
+    read = getattr(store_b, name)
+    held: list[str] = []
+
+    def released(job_id: str) -> bool:
+        return _sql(pg_dsn, "SELECT owner IS NULL FROM jobs WHERE id = %s", (job_id,))[0][0]
+
+    async def read_then_stored(job_id: str, *args: object, **kwargs: object) -> object:
+        found = await read(job_id, *args, **kwargs)
+        job = found[0] if isinstance(found, tuple) else found
+        if not held and isinstance(job, Job) and job.is_terminal:
+            held.append(job_id)
+            release.set()
+            while not await trio.to_thread.run_sync(released, job_id):  # noqa: ASYNC110
+                await trio.sleep(0.01)
+        return found
+
+    try:
+        async with (
+            open_runner(store_a, fetch, OWNER) as a,
+            open_runner(store_b, ScriptedFetch(), WAITER) as b,
+        ):
+            job_id, _ = await a.submit("alice", "user", urls("gated", "later"))
+            await started.wait()
+            assert await b.cancel(job_id)
+            setattr(store_b, name, read_then_stored)
+            with trio.fail_after(DEADLINE):
+                if watch:
+                    items = [item async for item in b.watch(job_id)]
+                else:
+                    items = [await b.wait(job_id)]
+    finally:
+        await store_a.aclose()
+        await store_b.aclose()
+    assert held == [job_id]
+    *targets, ended = items
+    assert isinstance(ended, Job) and ended.targets_done == 1
+    if watch:
+        assert [t.idx for t in targets] == [0]  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("watch", [False, True], ids=["wait", "watch"])
 async def test_a_wait_elsewhere_ends_when_the_jobs_lease_lapses(pg_dsn: str, watch: bool) -> None:
     # Nobody tells of a lapse: B reads the job again when the lease it read runs out.
     fetch = ScriptedFetch()

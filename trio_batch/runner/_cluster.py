@@ -185,11 +185,14 @@ async def wait_elsewhere(
     Cancellation: safe at any point (a wait registered with the store stays registered: the
     job's end notifies the listeners once more).
     """
-    watched = False
+    watched = checked = False
     while True:
         with changes.job(job_id) as changed:
             job = await store.get_job(job_id, now=now())
             if job is None or (job.is_terminal and await store.drain_over(job_id)):
+                if job is not None and job.targets_done < job.targets_total and not checked:
+                    checked = True  # its last outcome may have come since the read: once more
+                    continue
                 return job
             if not watched and not await watch(store, job):
                 continue  # it ended before the store heard of the wait: read it again

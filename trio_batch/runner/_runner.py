@@ -358,6 +358,7 @@ class Runner(BatchOps, JobReads, DrainLoop, SubmitRequests):
             return
         seen = 0  # targets are drained in idx order: the outcomes below this were yielded
         watched = False  # another runner drains it and was asked to notify its end
+        checked = False  # its drain was read over once: an outcome stored before, read again
         while True:
             drain = self._drains.get(job_id)
             # Taken before the read, so that nothing stored after it is missed.
@@ -383,6 +384,9 @@ class Runner(BatchOps, JobReads, DrainLoop, SubmitRequests):
                     if job.is_terminal and await self._store.drain_over(job_id):
                         if job_id in self._drains:
                             continue  # adopted meanwhile (see wait): its outcomes come still
+                        if job.targets_done < job.targets_total and not checked:
+                            checked = True  # stored since the read, before the drain stopped
+                            continue
                         yield job
                         return
                     if self._closed:
