@@ -13,7 +13,7 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import psycopg
@@ -152,68 +152,26 @@ async def test_a_wait_elsewhere_is_woken_when_the_job_is_forgotten(pg_dsn: str) 
     assert ended == [None]
 
 
-@pytest.mark.parametrize("watch", [False, True], ids=["wait", "watch"])
-async def test_a_job_forgotten_between_the_waits_reads_answers_none(
-    pg_dsn: str, watch: bool
-) -> None:
-    # B reads the cancelled job, then it is forgotten before B asks whether its drain is
-    # over: B answers that it is gone, not the job it read before.
+#: What a test does between B's read of the cancelled job and its question whether the drain
+#: is over: given the job's id, A's store and the gate of A's fetch in flight.
+Between = Callable[[str, PostgresJobStore, trio.Event], Awaitable[None]]
+
+
+async def _answer_around(pg_dsn: str, watch: bool, between: Between) -> list[object]:
+    """B's wait on (or watch of) A's job, cancelled with its first fetch in flight, with
+    ``between`` run after the first read of B's that finds the job terminal."""
     fetch = ScriptedFetch()
-    started, _ = fetch.gate("https://example.test/gated")
+    started, gate = fetch.gate("https://example.test/gated")
     store_a, store_b = PostgresJobStore.open(pg_dsn), PostgresJobStore.open(pg_dsn)
     name = "get_outcomes" if watch else "get_job"
-    read = getattr(store_b, name)
-    forgotten: list[Job | None] = []
+    read, held = getattr(store_b, name), []
 
-    async def read_then_forgotten(job_id: str, *args: object, **kwargs: object) -> object:
-        found = await read(job_id, *args, **kwargs)
-        job = found[0] if isinstance(found, tuple) else found
-        if not forgotten and isinstance(job, Job) and job.is_terminal:
-            forgotten.append(await store_a.forget_job(job_id, now=time.time()))
-        return found
-
-    try:
-        async with (
-            open_runner(store_a, fetch, OWNER) as a,
-            open_runner(store_b, ScriptedFetch(), WAITER) as b,
-        ):
-            job_id, _ = await a.submit("alice", "user", urls("gated", "later"))
-            await started.wait()
-            assert await b.cancel(job_id)
-            setattr(store_b, name, read_then_forgotten)
-            with trio.fail_after(DEADLINE):
-                ended = await (_watched(b, job_id) if watch else b.wait(job_id))
-    finally:
-        await store_a.aclose()
-        await store_b.aclose()
-    assert [job.id for job in forgotten if job is not None] == [job_id]
-    assert ended is None
-
-
-@pytest.mark.parametrize("watch", [False, True], ids=["wait", "watch"])
-async def test_an_outcome_stored_between_the_waits_reads_is_in_its_answer(
-    pg_dsn: str, watch: bool
-) -> None:
-    # B reads the cancelled job, its last fetch in flight on A; A then stores that outcome and
-    # its drain stops before B asks whether it is over: B's answer has that outcome.
-    fetch = ScriptedFetch()
-    started, release = fetch.gate("https://example.test/gated")
-    store_a, store_b = PostgresJobStore.open(pg_dsn), PostgresJobStore.open(pg_dsn)
-    name = "get_outcomes" if watch else "get_job"
-    read = getattr(store_b, name)
-    held: list[str] = []
-
-    def released(job_id: str) -> bool:
-        return _sql(pg_dsn, "SELECT owner IS NULL FROM jobs WHERE id = %s", (job_id,))[0][0]
-
-    async def read_then_stored(job_id: str, *args: object, **kwargs: object) -> object:
+    async def read_then(job_id: str, *args: object, **kwargs: object) -> object:
         found = await read(job_id, *args, **kwargs)
         job = found[0] if isinstance(found, tuple) else found
         if not held and isinstance(job, Job) and job.is_terminal:
             held.append(job_id)
-            release.set()
-            while not await trio.to_thread.run_sync(released, job_id):  # noqa: ASYNC110
-                await trio.sleep(0.01)
+            await between(job_id, store_a, gate)
         return found
 
     try:
@@ -224,20 +182,46 @@ async def test_an_outcome_stored_between_the_waits_reads_is_in_its_answer(
             job_id, _ = await a.submit("alice", "user", urls("gated", "later"))
             await started.wait()
             assert await b.cancel(job_id)
-            setattr(store_b, name, read_then_stored)
+            setattr(store_b, name, read_then)
             with trio.fail_after(DEADLINE):
                 if watch:
-                    items = [item async for item in b.watch(job_id)]
+                    items: list[object] = [item async for item in b.watch(job_id)]
                 else:
                     items = [await b.wait(job_id)]
     finally:
         await store_a.aclose()
         await store_b.aclose()
     assert held == [job_id]
-    *targets, ended = items
+    return items
+
+
+@pytest.mark.parametrize("watch", [False, True], ids=["wait", "watch"])
+async def test_a_job_forgotten_between_the_waits_reads_answers_none(
+    pg_dsn: str, watch: bool
+) -> None:
+    # The job is forgotten before B asks whether its drain is over: B answers that it is
+    # gone, not the job it read before.
+    async def forget(job_id: str, store_a: PostgresJobStore, gate: trio.Event) -> None:
+        assert await store_a.forget_job(job_id, now=time.time()) is not None
+
+    assert await _answer_around(pg_dsn, watch, forget) == ([] if watch else [None])
+
+
+@pytest.mark.parametrize("watch", [False, True], ids=["wait", "watch"])
+async def test_an_outcome_stored_between_the_waits_reads_is_in_its_answer(
+    pg_dsn: str, watch: bool
+) -> None:
+    # A stores the outcome in flight and its drain stops before B asks whether it is over:
+    # B's answer has that outcome.
+    async def store_it(job_id: str, store_a: PostgresJobStore, gate: trio.Event) -> None:
+        gate.set()
+        query = "SELECT owner IS NULL FROM jobs WHERE id = %s"
+        while not await trio.to_thread.run_sync(lambda: _sql(pg_dsn, query, (job_id,))[0][0]):  # noqa: ASYNC110
+            await trio.sleep(0.01)
+
+    *targets, ended = await _answer_around(pg_dsn, watch, store_it)
     assert isinstance(ended, Job) and ended.targets_done == 1
-    if watch:
-        assert [t.idx for t in targets] == [0]  # type: ignore[union-attr]
+    assert [t.idx for t in targets] == ([0] if watch else [])  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("watch", [False, True], ids=["wait", "watch"])
