@@ -8,9 +8,9 @@ Three paths to the synchronous :class:`~trio_batch.Store`:
   costs tens of microseconds. The moment it would wait, because another connection or process
   holds the write lock (SQLite answers "database is locked" at once, at ``BEGIN IMMEDIATE``,
   before anything is written) or the in-process connection is busy, it gives up and the call
-  goes to the store thread instead. Beside a checkpoint it writes nothing; while the checkpoint
-  copies the WAL, a read (a call that counts no write: an admission, a status) still runs on
-  the loop, on a third connection that no thread uses, rather than queue behind the thread.
+  goes to the store thread instead. Beside a checkpoint it writes nothing; a read (a call that
+  counts no write: an admission, a status) still runs on the loop, on a third connection that
+  no thread uses, rather than queue behind the checkpoint on the thread.
 - **The store thread** (:class:`~trio_batch.store._thread.StoreThread`) for everything else:
   calls that may wait on a lock or a disk flush (``synchronous=FULL``), big results, purges and
   checkpoints.
@@ -284,12 +284,12 @@ class FastPaths(StoreFace):
     ) -> T | Miss:
         """``fn(fast, ...)`` on the loop thread, or :data:`MISS` if it would wait; ``writes``
         is what it counts toward the next checkpoint (see :data:`CHECKPOINT_EVERY`). While a
-        checkpoint copies the WAL, a read (no write counted) runs on the reader connection."""
+        checkpoint runs, a read (no write counted) runs on the reader connection."""
         fast = self._fast
         if fast is not None and self._checkpoint_pending:
-            # No write on the loop beside a checkpoint's disk flushes, nor any call while it
-            # restarts the WAL; a read beside the copy runs here, where no thread waits for it.
-            fast = self._reader if not writes and self._checkpoint_copying else None
+            # No write on the loop beside a checkpoint's disk flushes; a read runs here, where
+            # no thread waits for it. Queued behind the restart, reads came back in a burst.
+            fast = self._reader if not writes else None
         if fast is None or not fast._lock.acquire(blocking=False):
             return MISS
         started = time.perf_counter()
@@ -326,9 +326,10 @@ class FastPaths(StoreFace):
         go on storing outcomes instead of waiting for the whole checkpoint. Racing constant
         writes, it never restarts the WAL, which would then grow without end, so ``RESTART``
         follows: it copies what was written meanwhile, waits for writers to finish, and
-        restarts the WAL. Calls go to this thread then, and queue behind it, so it gets the
-        write lock at once. (Not ``TRUNCATE``: growing the emptied file again made every
-        outcome write 20% slower.)
+        restarts the WAL. Writes go to this thread then, and queue behind it, so it gets the
+        write lock at once; reads stay on the loop's reader connection (the restart waits only
+        for readers of the WAL's old frames, and each read ends before the loop goes on).
+        (Not ``TRUNCATE``: growing the emptied file again made every outcome write 20% slower.)
         """
         try:
             self.store.checkpoint("PASSIVE")
