@@ -21,7 +21,7 @@ from .._tracing import current_ids
 __all__ = ["FIELDS", "JsonFormatter", "add_log_format_argument"]
 
 #: The extra fields of trio_batch's records a JSON line carries, when a record has them.
-FIELDS = ("job_id", "idx", "attempt", "status", "caller", "targets", "jobs", "delay")
+FIELDS = ("job_id", "idx", "attempt", "status", "caller", "targets", "jobs", "delay", "failures")
 
 #: Longest event or traceback text in one line, in characters.
 MAX_TEXT = MAX_ERROR_LENGTH

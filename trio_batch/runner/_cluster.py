@@ -21,6 +21,7 @@ import trio
 from .._config import Config
 from .._errors import StoreUnavailable
 from .._model import Job
+from .._outage_log import OutageLog
 from ..store import DrainChanges, JobStore
 from ._drain import _Drain
 
@@ -108,23 +109,22 @@ async def poll_drain_changes(
     A job cancelled elsewhere is cancelled here as :meth:`Runner.cancel` does (no new target,
     ``cancel_grace`` for the fetch in flight); a job reaped while this runner was paused or cut
     off has its drain stopped at once (the store refuses its writes anyway). A database that
-    refuses the poll is asked again at the next one. Cancellation: stops at once (shutdown).
+    refuses the poll is asked again at the next one; an outage is logged once as it begins and
+    once as it ends (:class:`OutageLog`). Cancellation: stops at once (shutdown).
     """
     woken = changes.next_poll()
+    outage = OutageLog(log, "poll the store for other runners' changes")
     while True:
         await wait_at_most(woken, config.poll_interval)
         woken = changes.next_poll()  # before the query: a change reported during it counts
-        if drains:
-            try:
-                found = await store.drain_changes(list(drains))
-            except StoreUnavailable:
-                log.warning("could not poll for jobs cancelled by other runners", exc_info=True)
-            else:
-                _apply(found, drains, config, log)
         try:
+            if drains:
+                _apply(await store.drain_changes(list(drains)), drains, config, log)
             await adopt()
-        except StoreUnavailable:
-            log.warning("could not poll for undrained jobs of this runner", exc_info=True)
+        except StoreUnavailable as exc:  # the adoption waits for the next poll too
+            outage.refused(exc)
+        else:
+            outage.answered()
 
 
 def _apply(

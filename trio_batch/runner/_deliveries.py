@@ -22,6 +22,7 @@ import trio
 
 from .._errors import StoreUnavailable
 from .._event import MAX_ANSWER_LENGTH, JobEvent
+from .._outage_log import OutageLog
 from .._text import safe_text
 from .._tracing import NO_TRACING, Tracing
 from ..store import JobStore
@@ -104,6 +105,7 @@ class Deliveries:
         self._poll_interval = poll_interval
         self._log = logger
         self._woken = trio.Event()
+        self._claims = OutageLog(logger, "claim a webhook delivery")
         #: Attempts finished (recorded or not) since the start, for tests and metrics.
         self.attempts = 0
         self.attempted = trio.Event()
@@ -137,10 +139,12 @@ class Deliveries:
 
     async def _claim(self) -> JobEvent | None:
         try:
-            return await self._store.claim_delivery(now=self._now(), lease=LEASE)
-        except StoreUnavailable:
-            self._log.warning("could not claim a webhook delivery", exc_info=True)
+            event = await self._store.claim_delivery(now=self._now(), lease=LEASE)
+        except StoreUnavailable as exc:
+            self._claims.refused(exc)
             return None
+        self._claims.answered()
+        return event
 
     async def _idle(self, woken: trio.Event) -> None:
         """Wait for a wake, the next due event, or the poll (other runners' events)."""

@@ -26,6 +26,7 @@ from .._model import (
     TargetStatus,
     is_job_id,
 )
+from .._outage_log import OutageLog
 from .._retry import RetryNotice
 from .._tracing import NO_TRACING, Tracing
 from ..store import JobStore
@@ -418,13 +419,16 @@ class Runner(BatchOps, JobReads, DrainLoop, SubmitRequests):
         return await purge_lapsed(self._store, self._now, draining=lambda: bool(self._drains))
 
     async def _purge_periodically(self) -> None:
+        outage = OutageLog(self._log, "purge lapsed jobs")
         while True:
             try:
                 purged = await self.purge_expired()
+            except StoreUnavailable as exc:
+                outage.refused(exc)
+            else:
+                outage.answered()
                 if purged:
                     self._log.info("lapsed jobs purged", extra={"jobs": purged})
-            except StoreUnavailable:
-                self._log.warning("could not purge lapsed jobs", exc_info=True)
             await trio.sleep(self._config.purge_interval)
 
     # ----------------------------------------------------------------------------------------

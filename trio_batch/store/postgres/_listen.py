@@ -37,6 +37,7 @@ import trio
 from psycopg import pq, sql
 
 from ..._errors import StoreError
+from ..._outage_log import OutageLog
 from .._protocol import ChangeObserver
 from . import _queries as q
 from ._connection import connect_options, safe_location
@@ -148,14 +149,16 @@ async def listen_for_changes(
     delay = RECONNECT_FIRST_DELAY
     deaf_delay = DEAF_FIRST_DELAY
     told_deaf = False
+    outage = OutageLog(_log, "listen for other runners' changes")
     while True:
         try:
             conn = await _open_listening(conninfo, connect_timeout, store_timeout)
         except psycopg.Error as exc:
-            _log.warning("could not listen for other runners' changes; retrying: %s", exc)
+            outage.refused(exc)
             await trio.sleep(delay)
             delay = min(delay * 2, RECONNECT_MAX_DELAY)
             continue
+        outage.answered()
         delay = RECONNECT_FIRST_DELAY
         try:
             heard = await _listen(conn, on_change, probe, probe_interval, store_timeout)
