@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import signal
 import subprocess
@@ -153,6 +154,40 @@ async def test_a_lock_file_that_cannot_be_created_is_a_store_error(
                 pass  # pragma: no cover
         monkeypatch.undo()
         async with open_runner(store, fetch, now=clock):
+            pass
+    finally:
+        store.close()
+
+
+async def test_a_lock_file_on_a_file_system_without_locks_is_a_store_error(
+    tmp_path: Path, fetch: ScriptedFetch, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``flock`` refused for another reason than "held" (ENOLCK, as NFS without a lock daemon
+    answers) is a StoreError that says what to do, not a raw OSError; no descriptor leaks."""
+    store = Store.open(tmp_path / "jobs.db")
+
+    class NoLocksFcntl:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(fcntl, name)
+
+        @staticmethod
+        def flock(fd: int, operation: int) -> None:
+            raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    def open_fds() -> set[str]:
+        return set(os.listdir("/proc/self/fd"))
+
+    try:
+        before = open_fds()
+        monkeypatch.setattr(trio_batch.store.sqlite._lock, "fcntl", NoLocksFcntl())
+        with pytest.raises(StoreError, match="cannot lock the runner lock file") as refused:
+            async with open_runner(store, fetch, now=clock):
+                pass  # pragma: no cover
+        assert "local file system" in str(refused.value)
+        assert not isinstance(refused.value, StoreLocked)
+        monkeypatch.undo()
+        assert open_fds() <= before
+        async with open_runner(store, fetch, now=clock):  # nothing was left held
             pass
     finally:
         store.close()

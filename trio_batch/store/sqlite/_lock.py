@@ -49,6 +49,12 @@ class RunnerLock:
                     f"another runner is already running on {self._store.path!r} (it holds "
                     f"{path!r}); stop it first, or use the store read-only beside it"
                 ) from None
+            except OSError as exc:  # ENOLCK: a file system without locks (NFS without lockd)
+                os.close(fd)
+                raise StoreError(
+                    f"cannot lock the runner lock file {path!r}: {exc}; put the database on "
+                    f"a local file system, where one runner's lock keeps another out"
+                ) from exc
             except BaseException:
                 os.close(fd)
                 raise
