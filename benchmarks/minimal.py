@@ -15,7 +15,8 @@ none of a library's layers (the store seam, retries, timeouts, cancellation, obs
   pending, the terminal status set only on a live job) and, refused, changes nothing;
 - outcomes of drains ready at the same moment share one commit, each write in its own savepoint
   when it shares it, as the store does (with ``savepoints=False``, none: a refused write then
-  fails the whole commit);
+  fails the whole commit); a leader that resumes ahead of the writers the last commit woke
+  yields once more for them to join, as the store's group commit does;
 - with one caller, a drain alone in the last commit commits at once without yielding to
   gather, as trio_batch's group commit lets it, until the pass has spent the store's loop
   budget on commits (``FAST_PASS_BUDGET``); then it yields first, as the store's fast path
@@ -205,8 +206,7 @@ def run_bare_loop(
             try:
                 await trio.lowlevel.wait_task_rescheduled(_aborted)
             finally:
-                if pass_budget is not None:
-                    waking -= 1
+                waking -= 1
             return
         if (
             pass_budget is not None
@@ -218,6 +218,8 @@ def run_bare_loop(
             return
         batch.append((write, None))
         await trio.lowlevel.cancel_shielded_checkpoint()  # let the others' outcomes join
+        if waking:  # ahead of the writers the last commit woke: let them join too
+            await trio.lowlevel.cancel_shielded_checkpoint()
         writes = batch[:]
         batch.clear()
         if pass_budget is None:  # every write gathers: nothing to note
@@ -225,7 +227,7 @@ def run_bare_loop(
         else:
             sole = write[0] if len(writes) == 1 else None
             answers = commit_timed(writes)
-            waking += len(writes) - 1
+        waking += len(writes) - 1
         for (_, task), answer in zip(writes, answers, strict=True):
             if task is not None:
                 trio.lowlevel.reschedule(task, answer)

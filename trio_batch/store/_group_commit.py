@@ -84,7 +84,10 @@ class GroupCommit(Generic[W, A]):
         outcome ready joins, then, once the commit in flight (if any) is known, commits them
         all; the others wait for it. So while a commit awaits its thread or socket, the writes
         that come meanwhile gather into the next one instead of each queuing a commit of its
-        own behind it.
+        own behind it. trio runs the tasks of a pass in either order, so a leader may resume
+        ahead of the writers the last commit woke, which are about to write again: it then
+        yields a second time, for them to join (its commit would otherwise hold its write
+        alone, and theirs follow without it).
 
         ``writer`` names who writes (a drain: its job's id). A writer that was alone in the last
         commit does not yield to gather, unless writers woken by a commit have yet to resume:
@@ -103,6 +106,8 @@ class GroupCommit(Generic[W, A]):
         if len(self._batch) == 1:
             if writer != self._sole_writer or self._waking:
                 await trio.lowlevel.cancel_shielded_checkpoint()
+                if self._waking:  # run ahead of the writers the last commit woke: once more
+                    await trio.lowlevel.cancel_shielded_checkpoint()
             while self._in_flight is not None:  # one commit in flight: wait for it, gathering
                 with trio.CancelScope(shield=True):  # bounded by that commit's own timeouts
                     await self._in_flight.wait()
