@@ -38,7 +38,7 @@ from trio_batch import (
     TargetState,
     open_runner,
 )
-from trio_batch.store import DECLINED, NewJob
+from trio_batch.store import DECLINED, NewJob, _group_commit
 from trio_batch.store._group_commit import GroupCommit
 from trio_batch.store.postgres import PostgresStore
 
@@ -477,6 +477,32 @@ def test_writers_woken_by_a_commit_join_the_next_even_when_the_leader_runs_first
 
     for _ in range(5):  # each run orders its passes at random
         assert trio.run(writers_in_step) == [8] * 16
+
+
+async def test_a_second_yield_that_gathers_nobody_is_skipped_for_a_while() -> None:
+    """Where the writers a commit woke do not write again at once (their fetches yield), the
+    leader's second yield gathers nobody and only delays its commit by a pass, a long one
+    under load: after two such yields in a row, the next ``REGATHER_SKIPS`` leaders commit
+    without it, then one tries again."""
+    group: GroupCommit[int, int] = GroupCommit(_echo_commit)
+    counter = PassCounter()
+    trio.lowlevel.add_instrument(counter)
+    group._waking = 1  # a writer the last commit woke, still to resume (it never writes)
+
+    async def passes_of_a_write(i: int) -> int:
+        before = counter.passes
+        assert await group.write(i, writer="a") == i
+        return counter.passes - before
+
+    try:
+        # To gather, then for the woken writer; one miss (as at a job's end) is not enough.
+        assert [await passes_of_a_write(0), await passes_of_a_write(1)] == [2, 2]
+        skips = _group_commit.REGATHER_SKIPS
+        assert [await passes_of_a_write(i) for i in range(skips)] == [1] * skips
+        assert await passes_of_a_write(99) == 2
+    finally:
+        group._waking = 0
+        trio.lowlevel.remove_instrument(counter)
 
 
 async def test_a_shared_commit_cannot_be_cut_by_ctrl_c() -> None:

@@ -16,7 +16,11 @@ import trio
 
 from .._errors import StoreUnavailable
 
-__all__ = ["GroupCommit"]
+__all__ = ["REGATHER_SKIPS", "GroupCommit"]
+
+#: After two second gathering yields in a row that nobody joined, the chances a leader skips
+#: it (see :meth:`GroupCommit.write`): each costs its commit a pass of the scheduler.
+REGATHER_SKIPS = 64
 
 W = TypeVar("W")
 A = TypeVar("A")
@@ -57,6 +61,28 @@ class GroupCommit(Generic[W, A]):
         # one at a time anyway, and many small ones queued behind each other cost a round trip
         # and a transaction each.
         self._in_flight: trio.Event | None = None
+        # Chances to skip the second gathering yield (see _regather) before trying it again,
+        # and the second yields in a row that gathered nobody.
+        self._regather_skips = 0
+        self._regather_misses = 0
+
+    @trio.lowlevel.enable_ki_protection  # part of write, as protected as it is
+    async def _regather(self) -> None:
+        """A leader that resumed ahead of the writers the last commit woke: yield once more,
+        for them to join, unless two such yields in a row found nobody within the last
+        ``REGATHER_SKIPS`` chances (their fetches yield: they are not in step)."""
+        if self._regather_skips:
+            self._regather_skips -= 1
+            return
+        before = len(self._batch)
+        await trio.lowlevel.cancel_shielded_checkpoint()
+        if len(self._batch) > before:
+            self._regather_misses = 0
+            return
+        self._regather_misses += 1  # once, as at a job's end, is not a pattern: twice is
+        if self._regather_misses >= 2:
+            self._regather_misses = 0
+            self._regather_skips = REGATHER_SKIPS
 
     def alone(self, writer: Hashable) -> bool:
         """True if ``writer`` may commit its write at once, by itself, without :meth:`write`:
@@ -85,9 +111,12 @@ class GroupCommit(Generic[W, A]):
         all; the others wait for it. So while a commit awaits its thread or socket, the writes
         that come meanwhile gather into the next one instead of each queuing a commit of its
         own behind it. trio runs the tasks of a pass in either order, so a leader may resume
-        ahead of the writers the last commit woke, which are about to write again: it then
-        yields a second time, for them to join (its commit would otherwise hold its write
-        alone, and theirs follow without it).
+        ahead of the writers the last commit woke, which may be about to write again (drains
+        in step, with fetches that do not yield): it then yields a second time, for them to
+        join (its commit would otherwise hold its write alone, and theirs follow without it).
+        Where that yield gathers nobody twice in a row (their fetches yield), the next
+        ``REGATHER_SKIPS`` leaders do not make it: under load a pass is long, and it delays
+        the commit by one.
 
         ``writer`` names who writes (a drain: its job's id). A writer that was alone in the last
         commit does not yield to gather, unless writers woken by a commit have yet to resume:
@@ -106,8 +135,8 @@ class GroupCommit(Generic[W, A]):
         if len(self._batch) == 1:
             if writer != self._sole_writer or self._waking:
                 await trio.lowlevel.cancel_shielded_checkpoint()
-                if self._waking:  # run ahead of the writers the last commit woke: once more
-                    await trio.lowlevel.cancel_shielded_checkpoint()
+                if self._waking:  # ahead of the writers the last commit woke
+                    await self._regather()
             while self._in_flight is not None:  # one commit in flight: wait for it, gathering
                 with trio.CancelScope(shield=True):  # bounded by that commit's own timeouts
                     await self._in_flight.wait()
