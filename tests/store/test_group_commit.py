@@ -412,32 +412,38 @@ async def test_a_lone_writer_yields_to_gather_only_once() -> None:
     assert counter.passes == 1
 
 
+def _batches_of_writers(names: str, writes: int) -> list[list[str]]:
+    """Writers ``names`` (a letter each) write ``writes`` times each through one group, with
+    nothing else yielding: the batches committed, each sorted (``"a0"``, ``"b0"``, ...)."""
+
+    async def main() -> list[list[str]]:
+        committed: list[list[str]] = []
+
+        async def commit(batch: list[str]) -> list[str | Exception]:
+            committed.append(sorted(batch))
+            return list(batch)
+
+        group: GroupCommit[str, str] = GroupCommit(commit)
+
+        async def writer(name: str) -> None:
+            for i in range(writes):
+                assert await group.write(f"{name}{i}", writer=name) == f"{name}{i}"
+
+        async with trio.open_nursery() as nursery:
+            for name in names:
+                nursery.start_soon(writer, name)
+        return committed
+
+    return trio.run(main)
+
+
 def test_a_writer_alone_in_a_commit_still_waits_for_writers_yet_to_resume() -> None:
     """trio runs the tasks woken in one pass in either order in the next, so a leader often
     resumes ahead of the writers the last commit woke, and commits alone. Its next write must
     still yield to them, although it was alone: skipping that yield, it would commit alone
     again and again while they wait (here: all its writes, since nothing else yields)."""
-
-    async def two_writers() -> list[list[str]]:
-        committed: list[list[str]] = []
-
-        async def commit(writes: list[str]) -> list[str | Exception]:
-            committed.append(sorted(writes))
-            return list(writes)
-
-        group: GroupCommit[str, str] = GroupCommit(commit)
-
-        async def writer(name: str) -> None:
-            for i in range(10):
-                await group.write(f"{name}{i}", writer=name)
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(writer, "a")
-            nursery.start_soon(writer, "b")
-        return committed
-
     for _ in range(20):  # each run orders the passes at random
-        committed = trio.run(two_writers)
+        committed = _batches_of_writers("ab", 10)
         assert sorted(w for writes in committed for w in writes) == sorted(
             f"{name}{i}" for name in "ab" for i in range(10)
         )
@@ -456,27 +462,8 @@ def test_writers_woken_by_a_commit_join_the_next_even_when_the_leader_runs_first
     then they committed without it, which split 8 drains' commits into 1 and 7 (in the SQLite
     cycle with 8 callers, about 340 of 1,200 commits held one write). A leader that resumes
     before those writers yields once more, so every commit of writers in step holds them all."""
-
-    async def writers_in_step() -> list[int]:
-        sizes: list[int] = []
-
-        async def commit(writes: list[int]) -> list[int | Exception]:
-            sizes.append(len(writes))
-            return list(writes)
-
-        group: GroupCommit[int, int] = GroupCommit(commit)
-
-        async def writer(name: int) -> None:
-            for i in range(16):
-                assert await group.write(i, writer=name) == i
-
-        async with trio.open_nursery() as nursery:
-            for name in range(8):
-                nursery.start_soon(writer, name)
-        return sizes
-
     for _ in range(5):  # each run orders its passes at random
-        assert trio.run(writers_in_step) == [8] * 16
+        assert [len(batch) for batch in _batches_of_writers("abcdefgh", 16)] == [8] * 16
 
 
 async def test_a_second_yield_that_gathers_nobody_is_skipped_for_a_while() -> None:
