@@ -102,7 +102,8 @@ class LoopProfile(trio.abc.Instrument):
             took = time.perf_counter() - self._pass_began
             self.passes.append(took)
             if took > LONG:
-                self.long_passes.update(self._pass)
+                for kind, seconds in self._pass.items():  # summed: update() would replace
+                    self.long_passes[kind] += seconds
         self._pass = defaultdict(float)
 
     def after_io_wait(self, timeout: float) -> None:

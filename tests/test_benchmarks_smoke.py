@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from pathlib import Path
 
 import outcome
@@ -241,3 +242,13 @@ async def test_the_soak_profile_times_passes_steps_and_beats() -> None:
         "beats, lag p99" in line for line in lines
     )
     assert profile.steps and profile.passes and len(profile.beats) >= 19
+
+
+def test_the_soak_profile_sums_what_every_long_pass_held() -> None:
+    profile = soak_profile.LoopProfile()
+    for held in (0.002, 0.003):  # two long passes, each one step of the same kind
+        profile.after_io_wait(0.0)
+        profile._pass["drain"] += held
+        profile._pass_began = time.perf_counter() - 2 * soak_profile.LONG
+        profile.before_io_wait(0.0)
+    assert profile.long_passes["drain"] == pytest.approx(0.005)
