@@ -25,7 +25,7 @@ from trio_batch import (
     open_runner,
 )
 from trio_batch.store import Admission, NewJob
-from trio_batch.store.sqlite import _job_store, _paths
+from trio_batch.store.sqlite import _fast_path, _job_store, _paths
 
 from ..support.fakes import T0 as NOW  # the time every call is made at: leases compare only with it
 
@@ -68,33 +68,33 @@ async def test_the_wal_is_checkpointed_and_stays_bounded_under_load(
     assert wal < 4 * 1024 * 1024, f"the WAL grew to {wal:,} bytes"
 
 
-async def test_the_loop_never_writes_while_the_wal_is_checkpointed(
+async def test_the_loop_writes_beside_a_checkpoints_copy_never_beside_its_restart(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A checkpoint syncs the WAL and the database file; a fast-path write beside it could wait
-    # in the kernel for those flushes, on the loop thread. So while one runs, the loop makes no
-    # call on the fast connection: its calls go off the loop.
+    # The copy takes no lock: the loop's writes go on beside it, on the fast connection (they
+    # append to the WAL, which the copy reads). The restart waits for writers, so from the
+    # moment it is due the loop makes no call on the fast connection: its calls go off the loop.
     monkeypatch.setattr(_paths, "CHECKPOINT_EVERY", 5)
     store = Store.open(tmp_path / "jobs.db")
     checkpoints: list[tuple[str, bool]] = []
     faces: list[_job_store.SQLiteJobStore] = []
-    in_checkpoint = threading.Event()
+    step: list[str] = []  # the step running on the store thread, if any
     loop_thread = threading.get_ident()
-    on_loop_in_checkpoint: list[str] = []
+    on_loop_in_restart: list[str] = []
     real_checkpoint = Store.checkpoint
 
     def checkpoint(self: Store, mode: str = "TRUNCATE") -> None:
-        # On the store thread: is the fast path shut for the whole checkpoint?
+        # On the store thread: is the fast path marked busy for the whole checkpoint?
         checkpoints.append((mode, all(face._checkpoint_pending for face in faces)))
-        in_checkpoint.set()
+        step.append(mode)
         try:
             real_checkpoint(self, mode)
         finally:
-            in_checkpoint.clear()
+            step.clear()
 
     def traced(sql: str) -> None:
-        if in_checkpoint.is_set() and threading.get_ident() == loop_thread:
-            on_loop_in_checkpoint.append(sql)
+        if step == ["RESTART"] and threading.get_ident() == loop_thread:
+            on_loop_in_restart.append(sql)
 
     monkeypatch.setattr(Store, "checkpoint", checkpoint)
     async with open_runner(store, _fetch, Config(targets_per_job=200)) as runner:
@@ -107,12 +107,12 @@ async def test_the_loop_never_writes_while_the_wal_is_checkpointed(
         job = await runner.wait(job_id)
     store.close()
     assert job is not None and job.targets_done == 200
-    # How many depends on timing: the calls made while one runs go off the loop, uncounted.
+    # How many depends on timing: the writes made while one runs count toward its own cap.
     assert len(checkpoints) >= 4
-    assert all(shut for _, shut in checkpoints), checkpoints
+    assert all(marked for _, marked in checkpoints), checkpoints
     # Two steps each: the copy, then the restart.
     assert [mode for mode, _ in checkpoints] == ["PASSIVE", "RESTART"] * (len(checkpoints) // 2)
-    assert on_loop_in_checkpoint == []
+    assert on_loop_in_restart == []
 
 
 @pytest.mark.parametrize(("outcomes", "checkpoints"), [(8, 1), (7, 0)])
@@ -211,9 +211,9 @@ async def _store_with_a_held_checkpoint(
 async def test_outcomes_and_reads_go_on_while_a_checkpoint_copies_the_wal(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The copy step takes no lock: while it runs, the calls the loop would have made go on
-    beside it, on the fast connection but off the loop, instead of waiting for the whole
-    checkpoint on the store thread (a serial drain would stand still meanwhile)."""
+    """The copy step takes no lock: while it runs, the loop's calls go on beside it, on the
+    fast connection and on the loop, instead of waiting for the whole checkpoint (a serial
+    drain stood still meanwhile), or for a side thread's answer (a third of the loop's pace)."""
     held = _HeldCheckpoint("PASSIVE")
     store, job_id, threads = await _store_with_a_held_checkpoint(tmp_path, monkeypatch, held)
     async with store:
@@ -228,7 +228,7 @@ async def test_outcomes_and_reads_go_on_while_a_checkpoint_copies_the_wal(
     assert job is not None and job.targets_done == 1
     assert status is not None and status[1][0].result == Result("a")
     assert threads, "the fast connection answered nothing"
-    assert threading.get_ident() not in threads  # never on the loop
+    assert set(threads) == {threading.get_ident()}  # on the loop
     assert held.steps == ["PASSIVE", "RESTART"]
 
 
@@ -292,11 +292,14 @@ async def test_the_wal_restarts_at_every_checkpoint_with_reads_on_the_loop_besid
     monkeypatch.setattr(_paths, "CHECKPOINT_EVERY", 50)
     restarts: list[tuple[int, int, int]] = []
     restarting = threading.Event()
+    read_beside = threading.Event()
 
     def checkpoint(self: Store, mode: str = "TRUNCATE") -> None:
         # The real pragma, its answer kept: (busy, frames in the WAL, frames copied).
         if mode == "RESTART":
             restarting.set()
+            # Until a read has run beside one, each waits for one: the test tests something.
+            read_beside.wait(5)
         try:
             with self._locked():
                 row = self.db.execute(f"PRAGMA wal_checkpoint({mode})").fetchone()
@@ -315,12 +318,15 @@ async def test_the_wal_restarts_at_every_checkpoint_with_reads_on_the_loop_besid
         face = faces[0]
         if restarting.is_set() and face._checkpoint_pending and not face._checkpoint_copying:
             reads_beside_a_restart.append(sql)
+            read_beside.set()
 
     async with open_runner(store, _fetch, Config(targets_per_job=400)) as runner:
         face = runner.store
         assert isinstance(face, _job_store.SQLiteJobStore)
         faces.append(face)
         job_id, _ = await runner.submit("a", "user", [Target(f"u/{i}") for i in range(400)])
+        assert face._reader is not None  # the submit opened the store and its reader
+        face._reader.db.conn.set_trace_callback(traced)
 
         async def read_until_done() -> None:
             while True:
@@ -331,9 +337,6 @@ async def test_the_wal_restarts_at_every_checkpoint_with_reads_on_the_loop_besid
         async with trio.open_nursery() as nursery:
             for _ in range(4):
                 nursery.start_soon(read_until_done)
-            await trio.testing.wait_all_tasks_blocked()  # the store and its reader are open
-            assert face._reader is not None
-            face._reader.db.conn.set_trace_callback(traced)
         job = await runner.wait(job_id)
         wal = (await trio.Path(f"{path}-wal").stat()).st_size
     store.close()
@@ -355,11 +358,11 @@ async def _store_outcome(
 async def test_writes_beside_one_copy_are_capped_so_the_wal_stays_bounded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """However long the copy takes (a slow disk), the side thread makes at most
-    CHECKPOINT_EVERY // 2 writes beside it; later ones wait for the checkpoint, so the WAL
-    holds at most 1.5 x CHECKPOINT_EVERY writes when it restarts. Reads write nothing: they go
-    on beside it. (Uncapped, the WAL of a test writing through slow checkpoints grew past its
-    bound.)"""
+    """However long the copy takes (a slow disk), the loop and the side thread together make
+    at most CHECKPOINT_EVERY // 2 writes beside it; later ones wait for the checkpoint, so the
+    WAL holds at most 1.5 x CHECKPOINT_EVERY writes when it restarts. Reads write nothing: they
+    go on beside it. (Uncapped, the WAL of a test writing through slow checkpoints grew past
+    its bound.)"""
     held = _HeldCheckpoint("PASSIVE")
     store, job_id, threads = await _store_with_a_held_checkpoint(
         tmp_path, monkeypatch, held, every=2
@@ -369,7 +372,7 @@ async def test_writes_beside_one_copy_are_capped_so_the_wal_stays_bounded(
         await _store_outcome(store, job_id, 0, answers)  # the one write allowed beside it
         for _ in range(3):  # and reads, past the cap
             assert await store.get_job(job_id, now=NOW) is not None
-        assert threads and threading.get_ident() not in threads  # on the side thread
+        assert threads and set(threads) == {threading.get_ident()}  # on the loop
         answered_while_held = held.released is None
         beside = len(threads)
         nursery.start_soon(_store_outcome, store, job_id, 1, answers)
@@ -456,15 +459,18 @@ async def test_calls_beside_a_checkpoint_when_the_store_closes_get_the_closed_st
             outcomes.append(exc)
 
     async with trio.open_nursery() as nursery:
+        # Results too big for the loop: the copy's writes the loop declines (a small write, or
+        # a read, would run on the loop beside the copy).
+        big = Result("a" * (_fast_path.FAST_MAX_CONTENT + 1))
         nursery.start_soon(
             call,
-            lambda: store.record_outcome(
-                OutcomeWrite(job_id, 0, result=Result("a")), ttl=TTL, now=NOW
-            ),
+            lambda: store.record_outcome(OutcomeWrite(job_id, 0, result=big), ttl=TTL, now=NOW),
         )
         await trio.to_thread.run_sync(side_busy.wait)
-        # A write (a read would run on the loop, beside the copy):
-        nursery.start_soon(call, lambda: store.finish_job(job_id, JobState.CANCELLED, now=NOW))
+        nursery.start_soon(
+            call,
+            lambda: store.record_outcome(OutcomeWrite(job_id, 1, result=big), ttl=TTL, now=NOW),
+        )
         await trio.testing.wait_all_tasks_blocked()
         nursery.start_soon(store.aclose)
         await trio.testing.wait_all_tasks_blocked()

@@ -173,11 +173,14 @@ class SQLiteJobStore(FastPaths):
         if (
             not self._group.alone(write.job_id)  # first: beside other writers, decided at once
             or fast is None
-            or self._checkpoint_pending  # no write on the loop beside a checkpoint (_try_fast)
             or not budget.guards_this_run
             or (result is not None and not cheap_result(result))
             or not fast._lock.acquire(blocking=False)
         ):
+            return DECLINED
+        beside = self._checkpoint_pending
+        if beside and not self._room_beside_copy(1):
+            fast._lock.release()
             return DECLINED
         observed = None if self.on_write is None else time.perf_counter()
         started = time.perf_counter()
@@ -190,7 +193,8 @@ class SQLiteJobStore(FastPaths):
             budget.used += time.perf_counter() - started
         if answer is MISS:
             return DECLINED
-        self._count_writes(1)
+        if not beside:
+            self._count_writes(1)
         if observed is not None:
             self._observe("record_outcomes", observed)
         return answer  # type: ignore[return-value]  # not MISS: `is`, no isinstance call

@@ -8,15 +8,15 @@ Three paths to the synchronous :class:`~trio_batch.Store`:
   costs tens of microseconds. The moment it would wait, because another connection or process
   holds the write lock (SQLite answers "database is locked" at once, at ``BEGIN IMMEDIATE``,
   before anything is written) or the in-process connection is busy, it gives up and the call
-  goes to the store thread instead. Beside a checkpoint it writes nothing; a read (a call that
-  counts no write: an admission, a status) still runs on the loop, on a third connection that
-  no thread uses, rather than queue behind the checkpoint on the thread.
+  goes to the store thread instead. Beside a checkpoint's copy it goes on writing (up to a
+  cap) and reads on a third connection that no thread uses; beside its restart it writes
+  nothing, and reads on that connection rather than queue behind the restart on the thread.
 - **The store thread** (:class:`~trio_batch.store._thread.StoreThread`) for everything else:
   calls that may wait on a lock or a disk flush (``synchronous=FULL``), big results, purges and
   checkpoints.
-- **The side thread**, only while a checkpoint copies the WAL into the database (the loop must
-  not write beside its disk flushes, and the store thread is busy with it): the calls the fast
-  path declined, on the fast-path connection.
+- **The side thread**, only while a checkpoint copies the WAL into the database (the store
+  thread is busy with it): the calls the fast path declined (a big result, say), on the
+  fast-path connection.
 
 :class:`FastPaths` holds the three and chooses between them; :class:`SQLiteJobStore
 <trio_batch.store.sqlite.SQLiteJobStore>` builds the :class:`~trio_batch.store.JobStore` on it.
@@ -47,10 +47,11 @@ T = TypeVar("T")
 #: counts one per outcome in its commit (a shared commit writes a page or two per outcome),
 #: another write (a job created or finished) one, a read none. The fast connection never
 #: checkpoints (that would wait on a disk flush on the loop thread), so this bounds the WAL:
-#: about 1000 outcomes' pages, some MB. While a checkpoint copies the WAL, the side thread
-#: makes at most half as many writes, and later ones wait for it: the WAL holds at most 1.5
-#: times this many writes when it restarts, however long a slow disk makes the copy. Counting
-#: outcomes, not commits, keeps shared commits from letting the WAL grow several times larger.
+#: about 1000 outcomes' pages, some MB. While a checkpoint copies the WAL, the loop and the
+#: side thread make at most half as many writes, and later ones wait for it: the WAL holds at
+#: most 1.5 times this many writes when it restarts, however long a slow disk makes the copy.
+#: Counting outcomes, not commits, keeps shared commits from letting the WAL grow several
+#: times larger.
 CHECKPOINT_EVERY = 1000
 #: Loop-thread time (seconds) the fast path may use in one pass of trio's scheduler; past it,
 #: the next call waits for a later pass (:class:`~trio_batch._loop_budget.LoopBudget`).
@@ -74,15 +75,15 @@ class FastPaths(StoreFace):
         self._closed = False
         self._fast: Store | None = None
         self._owns_fast = False
-        # Reads on the loop while a checkpoint keeps the fast connection off it (see _try_fast).
+        # Reads on the loop while a checkpoint runs (see _try_fast).
         self._reader: Store | None = None
         self._writes_since_checkpoint = 0
-        # A checkpoint is queued or running: the loop makes no call on the fast connection.
+        # A checkpoint is queued or running: the loop reads on the reader, writes only if...
         self._checkpoint_pending = False
-        # ...and it is at its first step, the copy: calls may use the fast connection off the
-        # loop, on the side thread (see _off_loop).
+        # ...it is at its first step, the copy: writes may use the fast connection, on the loop
+        # or on the side thread (see _room_beside_copy, _off_loop).
         self._checkpoint_copying = False
-        self._writes_beside_checkpoint = 0  # by the side thread, during this copy
+        self._writes_beside_checkpoint = 0  # by the loop and the side thread, during this copy
         self._side_thread = StoreThread(name="trio_batch store, beside a checkpoint")
         self._budget = LoopBudget(FAST_PASS_BUDGET)
 
@@ -228,8 +229,8 @@ class FastPaths(StoreFace):
         with the fast connection while a checkpoint copies the WAL, else on the store thread.
 
         The store thread is busy with the checkpoint then, and a call queued there would wait
-        for all of it. The copy step takes no lock, so other connections may go on writing
-        beside it, off the loop (see :meth:`_checkpoint`).
+        for all of it. The copy step takes no lock, so the fast connection may go on writing
+        beside it, on the loop or here (see :meth:`_checkpoint`).
 
         Cancellation: as :meth:`StoreThread.run`, on either thread.
         """
@@ -262,12 +263,20 @@ class FastPaths(StoreFace):
         if fast is None or not self._checkpoint_copying:
             return MISS
         with fast._lock:
-            if not self._checkpoint_copying or (
-                writes and self._writes_beside_checkpoint + writes > CHECKPOINT_EVERY // 2
-            ):
+            if not self._room_beside_copy(writes):
                 return MISS
-            self._writes_beside_checkpoint += writes
             return run_unless_declined(fn, fast, args, kwargs)
+
+    def _room_beside_copy(self, writes: int) -> bool:
+        """With the fast connection's lock held: True, counting them, if ``writes`` may be made
+        on it beside the checkpoint's copy (at most ``CHECKPOINT_EVERY // 2`` in one copy, on
+        either thread, which bounds the WAL); False once the checkpoint restarts the WAL."""
+        if not self._checkpoint_copying or (
+            writes and self._writes_beside_checkpoint + writes > CHECKPOINT_EVERY // 2
+        ):
+            return False
+        self._writes_beside_checkpoint += writes
+        return True
 
     # Protected from KeyboardInterrupt: trio raises it wherever unprotected code runs, and
     # between a BEGIN and the block that ends it, it would leave this connection inside a
@@ -286,20 +295,23 @@ class FastPaths(StoreFace):
         is what it counts toward the next checkpoint (see :data:`CHECKPOINT_EVERY`). While a
         checkpoint runs, a read (no write counted) runs on the reader connection."""
         fast = self._fast
-        if fast is not None and self._checkpoint_pending:
-            # No write on the loop beside a checkpoint's disk flushes; a read runs here, where
-            # no thread waits for it. Queued behind the restart, reads came back in a burst.
-            fast = self._reader if not writes else None
+        beside = fast is not None and self._checkpoint_pending
+        if beside and not writes:
+            # A read runs on the reader, where no thread waits for it. Queued behind the
+            # restart, reads came back in a burst.
+            fast = self._reader
         if fast is None or not fast._lock.acquire(blocking=False):
             return MISS
         started = time.perf_counter()
         try:
+            if beside and writes and not self._room_beside_copy(writes):
+                return MISS
             result = run_unless_declined(fn, fast, args, kwargs)
         finally:
             fast._lock.release()
             self._budget.used += time.perf_counter() - started
-        if isinstance(result, Miss):
-            return result
+        if isinstance(result, Miss) or beside:
+            return result  # a write beside the copy counts toward this checkpoint's bound
         self._count_writes(writes)
         return result
 
@@ -308,9 +320,8 @@ class FastPaths(StoreFace):
         self._writes_since_checkpoint += writes
         if self._writes_since_checkpoint >= CHECKPOINT_EVERY and self._owns_fast:
             self._writes_since_checkpoint = 0
-            # Until it is done, the loop makes no call on the fast connection: a checkpoint
-            # syncs the WAL and the database to disk, and a write beside those flushes could
-            # wait on them in the kernel, stalling the loop. Calls go off the loop instead.
+            # Until it is done, the loop's writes beside it are capped (see _room_beside_copy),
+            # and none is made once the restart is due: that step waits for writers.
             self._checkpoint_pending = True
             self._writes_beside_checkpoint = 0
             self._checkpoint_copying = True
@@ -321,9 +332,9 @@ class FastPaths(StoreFace):
         beginning (its file keeps its size, up to the journal size limit), then let the fast
         path go on.
 
-        In two steps. ``PASSIVE`` copies the bulk and takes no write lock: meanwhile the calls
-        the loop would have made run on the side thread, with the fast connection, so drains
-        go on storing outcomes instead of waiting for the whole checkpoint. Racing constant
+        In two steps. ``PASSIVE`` copies the bulk and takes no write lock: meanwhile the loop
+        goes on writing on the fast connection (the calls it declines run on the side thread),
+        so drains go on storing outcomes instead of waiting for the checkpoint. Racing constant
         writes, it never restarts the WAL, which would then grow without end, so ``RESTART``
         follows: it copies what was written meanwhile, waits for writers to finish, and
         restarts the WAL. Writes go to this thread then, and queue behind it, so it gets the
