@@ -10,10 +10,10 @@ one run (the machine is shared and noisy: read the ratios, not the absolute time
   ``SELECT`` instead, and with neither (no answer at all).
 - ``budget``: 8 concurrent jobs beside a 1 ms heartbeat, with the fast path's loop budget
   (``FAST_PASS_BUDGET``) and without it: throughput, and how late the heartbeat woke.
-- ``checkpoint``: serial throughput with the fast path's WAL checkpoint in two steps (the
-  store's: ``PASSIVE``, with the calls the loop declines made beside it on the side thread, then
-  ``RESTART``) and as one ``RESTART`` that every call waits for (the store's before), and how
-  long the loop waited for calls made off it.
+- ``checkpoint``: serial throughput with the fast path's WAL checkpoint in steps (the
+  store's: two ``PASSIVE`` copies, the loop writing beside them and the side thread making the
+  calls it declines, then ``RESTART``) and as one ``RESTART`` that every call waits for (the
+  store's before), and how long the loop waited for calls made off it.
 - ``watch``: one job of n targets with a fetch that yields, awaited with and without a
   :meth:`~trio_batch.Runner.watch` beside it.
 - ``cycle`` and ``layers``: the SQLite submit -> drain -> wait cycle beside the bare loop, and

@@ -336,7 +336,8 @@ class FastPaths(StoreFace):
         goes on writing on the fast connection (the calls it declines run on the side thread),
         so drains go on storing outcomes instead of waiting for the checkpoint. Racing constant
         writes, it never restarts the WAL, which would then grow without end, so ``RESTART``
-        follows: it copies what was written meanwhile, waits for writers to finish, and
+        follows (after a second ``PASSIVE``, which copies most of what the loop wrote beside
+        the first, so that less is left to wait for): it copies the rest, waits for writers, and
         restarts the WAL. Writes go to this thread then, and queue behind it, so it gets the
         write lock at once; reads stay on the loop's reader connection (the restart waits only
         for readers of the WAL's old frames, and each read ends before the loop goes on).
@@ -344,6 +345,7 @@ class FastPaths(StoreFace):
         """
         try:
             self.store.checkpoint("PASSIVE")
+            self.store.checkpoint("PASSIVE")  # what the loop wrote beside the first
             self._checkpoint_copying = False
             self.store.checkpoint("RESTART")
         finally:
