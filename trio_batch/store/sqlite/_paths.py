@@ -311,7 +311,7 @@ class FastPaths(StoreFace):
             fast._lock.release()
             self._budget.used += time.perf_counter() - started
         if isinstance(result, Miss) or beside:
-            return result  # a write beside the copy counts toward this checkpoint's bound
+            return result  # beside a checkpoint, a write counted toward its cap, not the next
         self._count_writes(writes)
         return result
 
@@ -332,15 +332,16 @@ class FastPaths(StoreFace):
         beginning (its file keeps its size, up to the journal size limit), then let the fast
         path go on.
 
-        In two steps. ``PASSIVE`` copies the bulk and takes no write lock: meanwhile the loop
+        In three steps. ``PASSIVE`` copies the bulk and takes no write lock: meanwhile the loop
         goes on writing on the fast connection (the calls it declines run on the side thread),
-        so drains go on storing outcomes instead of waiting for the checkpoint. Racing constant
-        writes, it never restarts the WAL, which would then grow without end, so ``RESTART``
-        follows (after a second ``PASSIVE``, which copies most of what the loop wrote beside
-        the first, so that less is left to wait for): it copies the rest, waits for writers, and
-        restarts the WAL. Writes go to this thread then, and queue behind it, so it gets the
-        write lock at once; reads stay on the loop's reader connection (the restart waits only
-        for readers of the WAL's old frames, and each read ends before the loop goes on).
+        so drains go on storing outcomes instead of waiting for the checkpoint. A second
+        ``PASSIVE`` copies most of what the loop wrote beside the first, so that less is left
+        for the step writers wait for. Racing constant writes, a copy never restarts the WAL,
+        which would then grow without end, so ``RESTART`` follows: it copies the rest, waits
+        for writers, and restarts the WAL. Writes go to this thread then, and queue behind it,
+        so it gets the write lock at once; reads stay on the loop's reader connection (the
+        restart waits only for readers of the WAL's old frames, and each read ends before the
+        loop goes on).
         (Not ``TRUNCATE``: growing the emptied file again made every outcome write 20% slower.)
         """
         try:
