@@ -24,13 +24,16 @@ from benchmarks import (
     history,
     memory,
     minimal,
+    open_load,
     peers,
     probes,
     report,
     run,
+    soak_floor,
     soak_profile,
     workloads,
 )
+from trio_batch import Busy, CallerBusy, Config, Result, Store, Target, TargetState
 
 
 def db(tmp_path: Path, name: str) -> str:
@@ -252,3 +255,58 @@ def test_the_soak_profile_sums_what_every_long_pass_held() -> None:
         profile._pass_began = time.perf_counter() - 2 * soak_profile.LONG
         profile.before_io_wait(0.0)
     assert profile.long_passes["drain"] == pytest.approx(0.005)
+
+
+@pytest.mark.parametrize("paced", [False, True])
+async def test_the_least_runner_refuses_reuses_cancels_and_drains(
+    tmp_path: Path, paced: bool
+) -> None:
+    release = trio.Event()
+
+    async def fetch(target: Target) -> Result:
+        if "slow" in target.url:
+            await release.wait()
+        if "bad" in target.url:
+            raise ValueError("bad target")
+        return Result(f"content of {target.url}")
+
+    targets = [Target("https://least.test/slow/a"), Target("https://least.test/slow/bad")]
+    slow = [Target("https://least.test/slow/1"), Target("https://least.test/slow/2")]
+    with Store.open(db(tmp_path, "least")) as store:
+        async with soak_floor.open_least_runner(store, fetch, Config(), paced=paced) as runner:
+            job_id, reused = await runner.submit("c1", "user", targets)
+            assert not reused
+            assert await runner.submit("c1", "user", targets) == (job_id, True)
+            with pytest.raises(CallerBusy) as busy:
+                await runner.submit("c1", "user", slow)
+            assert busy.value.job_id == job_id
+            # With seven more slow jobs every slot is taken: another caller is refused.
+            ids = [(await runner.submit(f"s{n}", "user", slow))[0] for n in range(7)]
+            with pytest.raises(Busy):
+                await runner.submit("late", "user", slow)
+            # A cancel stops a job after the target in flight; the rest stay pending.
+            assert await runner.cancel(ids[0]) and not await runner.cancel(ids[0])
+            release.set()
+            cancelled = await runner.wait(ids[0])
+            assert cancelled is not None and cancelled.status == "cancelled"
+            status = await runner.status(ids[0])
+            assert status is not None
+            assert [t.status for t in status[1]] == [TargetState.DONE, TargetState.PENDING]
+            job = await runner.wait(job_id)
+            assert job is not None and job.status == "partial" and job.targets_failed == 1
+            status = await runner.status(job_id)
+            assert status is not None
+            assert [t.status for t in status[1]] == [TargetState.DONE, TargetState.FAILED]
+            for other in ids[1:]:
+                ended = await runner.wait(other)
+                assert ended is not None and ended.status == "done"
+            assert await runner.status("no-such-job") is None
+        assert store.count_live_jobs() == 0
+
+
+@pytest.mark.parametrize("runner", open_load.RUNNERS)
+def test_the_open_load_runs_each_runner_and_reports_its_lag(runner: str) -> None:
+    figures = open_load.measure(runner, 200, seconds=0.3)
+    assert figures.accepted > 0 and figures.lags and 0 < figures.busy <= 1.5
+    line = figures.line(200, runner)
+    assert runner in line and "p99" in line and f"{figures.accepted} accepted" in line
