@@ -22,6 +22,7 @@ from benchmarks import (
     cycle_probes,
     floor,
     history,
+    loop_lag,
     memory,
     minimal,
     open_load,
@@ -308,5 +309,28 @@ async def test_the_least_runner_refuses_reuses_cancels_and_drains(
 def test_the_open_load_runs_each_runner_and_reports_its_lag(runner: str) -> None:
     figures = open_load.measure(runner, 200, seconds=0.3)
     assert figures.accepted > 0 and figures.lags and 0 < figures.busy <= 1.5
+    assert len(figures.held) == len(figures.lags)
+    assert all(held <= lag + 1e-9 for held, lag in zip(figures.held, figures.lags, strict=True))
     line = figures.line(200, runner)
     assert runner in line and "p99" in line and f"{figures.accepted} accepted" in line
+
+
+def test_the_sleep_past_a_beats_due_time_is_told_from_its_lag() -> None:
+    waits = [(0.0, 1.0), (1.5, 2.5), (3.0, 3.2)]
+    beats = [(0.5, 1.6), (2.6, 2.9), (0.2, 3.1)]  # due, woke
+    slept = loop_lag.slept_past_due(beats, waits)
+    assert slept == pytest.approx([0.5 + 0.1, 0.0, 0.8 + 1.0 + 0.1])
+
+
+async def test_the_idle_waits_are_the_loops_sleeps_not_its_polls() -> None:
+    idle = loop_lag.IdleWaits()
+    trio.lowlevel.add_instrument(idle)
+    try:
+        await trio.sleep(0.002)
+        for _ in range(5):
+            await trio.lowlevel.checkpoint()  # a pass with a task runnable: a poll
+    finally:
+        trio.lowlevel.remove_instrument(idle)
+    assert len(idle.waits) == 1
+    (began, ended), *_ = idle.waits
+    assert ended - began >= 0.0015

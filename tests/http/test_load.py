@@ -20,7 +20,6 @@ first, as ``trio-batch serve`` does). Nothing is asserted about speed.
 
 from __future__ import annotations
 
-import bisect
 import gc
 import os
 import random
@@ -34,6 +33,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from benchmarks.loop_lag import IdleWaits, slept_past_due
 from trio_batch import (
     Busy,
     CallerBusy,
@@ -211,43 +211,6 @@ def collector_pauses() -> Iterator[list[Pause]]:
         gc.callbacks.remove(observe)
 
 
-#: A wait of the loop for I/O with a timeout (nothing runnable): (began, ended), perf_counter().
-Idle = tuple[float, float]
-
-
-class IdleWaits(trio.abc.Instrument):
-    """Every wait of the loop for I/O that may sleep. Linux's ``epoll_wait`` takes whole
-    milliseconds and CPython rounds a timeout up, so a loop that goes idle 0.3 ms before a
-    timer is due sleeps 1 ms: the timer is late with no task running (see `sleeps_past_due`)."""
-
-    def __init__(self) -> None:
-        self.waits: list[Idle] = []
-        self._began: float | None = None
-
-    def before_io_wait(self, timeout: float) -> None:
-        """An idle wait begins (a zero timeout is a poll, not a wait)."""
-        self._began = time.perf_counter() if timeout > 0 else None
-
-    def after_io_wait(self, timeout: float) -> None:
-        """An idle wait ends."""
-        if self._began is not None:
-            self.waits.append((self._began, time.perf_counter()))
-
-
-def sleeps_past_due(load: Load, waits: list[Idle]) -> list[float]:
-    """For each beat, the ms the loop spent idle between the beat's due time and its waking."""
-    ends = [ended for _, ended in waits]  # the waits follow one another: both sorted
-    past = []
-    for lag, woke in zip(load.lags, load.woke, strict=True):
-        due, slept = woke - lag, 0.0
-        i = bisect.bisect_right(ends, due)  # the first wait that ended after the beat was due
-        while i < len(waits) and waits[i][0] < woke:
-            slept += min(waits[i][1], woke) - max(waits[i][0], due)
-            i += 1
-        past.append(1000 * slept)
-    return past
-
-
 def _beside_no_collection(load: Load, pauses: list[Pause]) -> list[float]:
     """The lags (ms) of the beats whose wait (from due to woken) held no collection."""
     lags = []
@@ -375,7 +338,9 @@ async def _run_the_load(tmp_path: Path, figures: Figures) -> None:
         f"p99 {_percentile(quiet, 0.99):.2f} ms, max {max(quiet, default=0):.2f} ms"
     )
     # Each beat's lag less the time the loop slept after the beat was due: what tasks held it.
-    held = [ms - past for ms, past in zip(lag_ms, sleeps_past_due(load, idle.waits), strict=True)]
+    beats = [(woke - lag, woke) for lag, woke in zip(load.lags, load.woke, strict=True)]
+    slept = slept_past_due(beats, idle.waits)
+    held = [ms - 1000 * past for ms, past in zip(lag_ms, slept, strict=True)]
     figures.add(
         f"load: each beat's lag less the loop's idle sleep past its due time (epoll's whole "
         f"ms): p99 {_percentile(held, 0.99):.2f} ms, max {max(held, default=0):.2f} ms"
