@@ -9,14 +9,12 @@ checks of what is built run on SQLite, those of the create's own checks on every
 
 from __future__ import annotations
 
-import threading
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-import trio
 
 from trio_batch import (
     Busy,
@@ -202,8 +200,8 @@ async def test_an_admitted_create_waits_for_no_second_pass(
     tmp_path: Path, fetch: ScriptedFetch, clock: FakeClock
 ) -> None:
     # SQLite's fast path paces its calls over the loop's passes: the admission read waited for
-    # its turn, so the create after it (in the next pass: the read yields) does not wait again
-    # (the read and the insert were one call before, which waited once).
+    # its turn, so the create right after it runs in that turn (the read and the insert were
+    # one call before, which waited once).
     store = SQLiteJobStore(Store.open(tmp_path / "jobs.db"), owns_store=True)
     try:
         async with open_runner(store, fetch, CONFIG, now=clock) as runner:
@@ -223,44 +221,3 @@ async def test_an_admitted_create_waits_for_no_second_pass(
             await runner.wait(job_id)
     finally:
         await store.aclose()
-
-
-class _Passes(trio.abc.Instrument):
-    """Counts the passes of trio's scheduler (one wait for I/O each)."""
-
-    def __init__(self) -> None:
-        self.count = 0
-
-    def after_io_wait(self, timeout: float) -> None:
-        self.count += 1
-
-
-async def test_an_admitted_create_runs_in_a_later_pass_than_its_admission_read(
-    tmp_path: Path, fetch: ScriptedFetch, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Both run on the loop's thread (the fast path), a few hundred µs each: in one step they
-    # held a pass of the scheduler, and every timer and socket beside it, for their sum.
-    passes, calls = _Passes(), []
-    for name in ("admission_row", "create_job"):
-        real = getattr(Store, name)
-
-        def noted(*args: Any, _real: Any = real, _name: str = name, **kwargs: Any) -> Any:
-            calls.append((_name, passes.count, threading.current_thread() is loop_thread))
-            return _real(*args, **kwargs)
-
-        monkeypatch.setattr(Store, name, noted)
-    loop_thread = threading.current_thread()
-    store = SQLiteJobStore(Store.open(tmp_path / "jobs.db"), owns_store=True)
-    try:
-        async with open_runner(store, fetch, CONFIG, now=clock) as runner:
-            trio.lowlevel.add_instrument(passes)
-            job_id, reused = await runner.submit("alice", "user", urls("a"))
-            trio.lowlevel.remove_instrument(passes)
-            assert not reused
-            await runner.wait(job_id)
-    finally:
-        await store.aclose()
-    (read, read_pass, read_on_loop), (create, create_pass, create_on_loop) = calls
-    assert (read, create) == ("admission_row", "create_job")
-    assert read_on_loop and create_on_loop
-    assert create_pass > read_pass

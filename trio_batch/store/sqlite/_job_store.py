@@ -89,10 +89,8 @@ class SQLiteJobStore(FastPaths):
     # JobStore
 
     async def admit(self, want: Admission, *, now: float) -> Job | None:
-        """:meth:`Store.admit`, on the fast path if this pass has room; answered there, it
-        yields before it returns or raises, so that the create which follows an admission
-        runs in a later pass than the read (each is a few hundred µs of the loop's thread:
-        together, one step that long would delay every timer and socket by their sum)."""
+        """:meth:`Store.admit`, on the fast path if this pass has room; answering None there,
+        it does not yield (the create that follows does)."""
         row, fast = await self._fast_else_off_loop(0, Store.admission_row, (want,), {"now": now})
         try:
             job = admitted(want, row)
@@ -100,7 +98,7 @@ class SQLiteJobStore(FastPaths):
             if fast:  # a refusal ends the submit: it yields, as an async call does
                 await trio.lowlevel.cancel_shielded_checkpoint()
             raise
-        if fast:
+        if fast and job is not None:
             await trio.lowlevel.cancel_shielded_checkpoint()
         return job
 
@@ -111,7 +109,7 @@ class SQLiteJobStore(FastPaths):
         start = self._observe_start()
         if len(new.targets) <= _fast_path.FAST_MAX_TARGETS:
             # One write toward the next checkpoint. An admitted request's admission read waited
-            # for room just before (then yielded): a submit waits once, as when create read first.
+            # for room in the pass just before: a submit waits once, as when create read first.
             answer, fast = await self._fast_else_off_loop(1, create, (), {}, wait=not new.admitted)
             if fast:
                 await trio.lowlevel.cancel_shielded_checkpoint()
