@@ -31,8 +31,8 @@ import os
 import sqlite3
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import pytest
@@ -75,6 +75,10 @@ def _end(failed: int, total: int, last: bool) -> str | None:
     if not last:
         return None
     return "done" if not failed else "failed" if failed == total else "partial"
+
+
+class _Refused(Exception):
+    """A write the store would refuse (a lapsed job, a target already stored): undone."""
 
 
 class _Drain:
@@ -145,26 +149,17 @@ class LeastRunner:
         text = _URLS.encode([t.url for t in targets])
         key = hashlib.sha256(text.encode()).hexdigest()
         now = time.time()
-        conn = self._conn
         reused = self._admit(caller, key, now)
         if reused is not None:
             return reused, True
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+        with self._transaction() as conn:
             reused = self._admit(caller, key, now)  # again, under the lock
             if reused is not None:
-                conn.execute("COMMIT")
                 return reused, True
             job_id = floor.new_job_id()
             job = (job_id, "running", None, len(targets), 0, 0, caller, caller_class, key)
             conn.execute(q.INSERT_JOB, (*job, now, now, now + _TTL, "{}", None, None))
             conn.execute(q.INSERT_PLAIN_TARGETS, (job_id, text))
-            conn.execute("COMMIT")
-            self._committed()
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
         drain = self._drains[job_id] = _Drain()
         self._nursery.start_soon(self._drain, job_id, list(targets), drain)
         return job_id, False
@@ -204,28 +199,37 @@ class LeastRunner:
         self, job_id: str, idx: int, text: str | None, error: str | None, end: str | None
     ) -> None:
         """One outcome in one transaction; a lapsed job or a stored target changes nothing."""
-        conn, now = self._conn, time.time()
-        size = 0 if text is None else len(text)
+        now, size = time.time(), 0 if text is None else len(text)
+        try:
+            with self._transaction() as conn:
+                bumped = conn.execute(
+                    _BUMP, (error is not None, size, now, now + _TTL, job_id, now)
+                ).rowcount
+                status = "done" if error is None else "failed"
+                stored = conn.execute(
+                    q.STORE_OUTCOME, (status, text, error, None, now, 1, job_id, idx)
+                ).rowcount
+                if bumped != 1 or stored != 1:
+                    raise _Refused
+                if end is not None:
+                    conn.execute(_FINISH, (end, job_id))
+        except _Refused:
+            pass  # rolled back: nothing changed
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """``BEGIN IMMEDIATE`` ... ``COMMIT`` (toward the next checkpoint); on an exception,
+        ``ROLLBACK``."""
+        conn = self._conn
         conn.execute("BEGIN IMMEDIATE")
         try:
-            bumped = conn.execute(
-                _BUMP, (error is not None, size, now, now + _TTL, job_id, now)
-            ).rowcount
-            status = "done" if error is None else "failed"
-            stored = conn.execute(
-                q.STORE_OUTCOME, (status, text, error, None, now, 1, job_id, idx)
-            ).rowcount
-            if bumped != 1 or stored != 1:
-                conn.execute("ROLLBACK")
-                return
-            if end is not None:
-                conn.execute(_FINISH, (end, job_id))
+            yield conn
             conn.execute("COMMIT")
-            self._committed()
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
+        self._committed()
 
     async def cancel(self, job_id: str) -> bool:
         """Mark a live job ``cancelled``; its drain stops after the outcome in flight."""
