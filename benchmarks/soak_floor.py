@@ -4,15 +4,17 @@
 benchmarks.soak_floor`` runs the soak of ``tests/http/test_load.py`` (the same submitters,
 heartbeat, cap sampler, figures and checks) with its ``open_runner`` replaced by
 :func:`open_least_runner`: the least trio code that answers the soak's calls with the same
-guarantees, none of trio_batch's layers (no store seam, pacing, retries, timeouts, observers,
-group commit or checkpoints off the loop). Its figures beside the soak's own, one run after the
-other in one checkout, tell how much of the event loop's lag is trio_batch's and how much the
-load's: 1,000 submitters retrying refusals on a loop that also stores every outcome.
+guarantees, none of trio_batch's layers (no store seam, retries, timeouts, observers or group
+commit). Its figures beside the soak's own, one run after the other in one checkout, tell how
+much of the event loop's lag is trio_batch's and how much the load's: 1,000 submitters
+retrying refusals on a loop that also stores every outcome.
 
 :class:`LeastRunner` runs everything on the loop thread on one raw connection with the store's
-PRAGMAs (as :mod:`benchmarks.minimal` does, SQLite's automatic WAL checkpoints included):
+PRAGMAs, as :mod:`benchmarks.minimal` does, but for its WAL checkpoints, which a thread makes
+(``TRIO_BATCH_SOAK_FLOOR_CHECKPOINTS_ON_LOOP=1``: SQLite's own, in the loop's commits):
 
-- ``submit`` yields once, then reads the reuse and the caps in one statement (the store's
+- ``submit`` yields once (``TRIO_BATCH_SOAK_FLOOR_PACING=1``: waits for room in a pass budget,
+  as trio_batch's submits do), then reads the reuse and the caps in one statement (the store's
   ``ADMISSION``) and raises ``CallerBusy`` or ``Busy`` from it; a submit it admits reads
   again under ``BEGIN IMMEDIATE`` and inserts the job and its targets in that transaction,
   then spawns the job's drain into a long-lived nursery;
