@@ -32,6 +32,13 @@ class Body:
     charset: str | None
     data: bytes
     redirects: int
+    #: Every URL requested before the final one, in order (empty without redirects).
+    chain: tuple[str, ...] = ()
+    #: The final response's headers as they arrived, in order (empty for ``file://``).
+    headers: tuple[tuple[str, str], ...] = ()
+    #: The final response's reason phrase and HTTP version (``HTTP/1.1``), when known.
+    reason: str = ""
+    http_version: str = ""
 
 
 def process_body(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import math
 import ssl
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -37,6 +38,7 @@ from ._files import fetch_file
 from ._hosts import HostFigures, Politeness
 from ._options import check_target, plan_for
 from ._pool import ClientSettings, Pools, Session
+from ._provenance import provenance
 from ._ssrf import DestinationPolicy
 from ._urls import check_http_url, response_too_large, split_url, unsupported_scheme
 
@@ -103,6 +105,12 @@ class HttpFetcher:
     - ``obey_robots``: fetch each origin's robots.txt first (once an hour per session, through
       the same policy and limits) and fail a disallowed URL with :class:`RobotsDisallowed`;
       see ``_robots``.
+    - ``now``: the wall clock results' ``meta["fetched_at"]`` is read from (default
+      ``time.time``).
+
+    Every result's ``meta`` carries the response's provenance (final URL, redirect chain,
+    status, content type, validators, ``Date``, the body's size and sha256, when it was
+    fetched, the fetcher's version; see ``_provenance``).
 
     Connections: inside ``async with fetcher:`` (``open_runner`` enters a fetch function that
     is an async context manager, so a runner's jobs share it) every call of that trio run
@@ -143,6 +151,7 @@ class HttpFetcher:
         trust_env: bool = True,
         obey_robots: bool = False,
         host_limits: HostLimits | None = None,
+        now: Callable[[], float] = time.time,
     ) -> None:
         if not timeout > 0 or not connect_timeout > 0 or not process_timeout > 0:
             raise ValueError("timeout, connect_timeout and process_timeout must be positive")
@@ -179,6 +188,7 @@ class HttpFetcher:
         self.trust_env = trust_env
         self.obey_robots = obey_robots
         self.host_limits = host_limits
+        self.now = now
         self._pools = Pools(self._client_settings, user_agent)
 
     async def __aenter__(self) -> HttpFetcher:
@@ -242,6 +252,7 @@ class HttpFetcher:
         """Fetch ``target`` and process its body as its options say."""
         plan = plan_for(target.options)
         body = await self._fetch_body(target.url)
+        fetched_at = self.now()
         content, extra = await process_bounded(
             plan,
             body,
@@ -251,14 +262,7 @@ class HttpFetcher:
             max_output=self.max_output,
             pool=self.workers,
         )
-        meta: dict[str, Any] = {
-            "url": body.url,
-            "status_code": body.status_code,
-            "content_type": body.content_type,
-            "bytes": len(body.data),
-        }
-        if body.redirects:
-            meta["redirects"] = body.redirects
+        meta: dict[str, Any] = provenance(body, fetched_at)
         meta.update(extra)
         return Result(content, meta)
 
@@ -305,6 +309,7 @@ class HttpFetcher:
 
         client = session.client
         current = url
+        chain: list[str] = []
         try:
             for hop in range(self.max_redirects + 1):
                 if self.check_url is not None:
@@ -337,6 +342,7 @@ class HttpFetcher:
                                     hint="the URL may redirect in a loop; fetch the final URL "
                                     "directly or raise the fetcher's max_redirects",
                                 )
+                            chain.append(current)
                             current = redirect_target(response, location)
                             continue
                         if response.status_code >= 400:
@@ -352,6 +358,10 @@ class HttpFetcher:
                             charset,
                             data,
                             hop,
+                            tuple(chain),
+                            _decoded_headers(response),
+                            response.reason_phrase,
+                            response.http_version,
                         )
                     finally:
                         # An unread or half-read body closes its connection rather than
@@ -397,6 +407,14 @@ class HttpFetcher:
 
     async def _fetch_file(self, url: str) -> Body:
         return await fetch_file(url, self.max_bytes)
+
+
+def _decoded_headers(response: httpx.Response) -> tuple[tuple[str, str], ...]:
+    """The response's headers as they arrived (names' case kept), decoded as httpx does."""
+    encoding = response.headers.encoding
+    return tuple(
+        (name.decode(encoding), value.decode(encoding)) for name, value in response.headers.raw
+    )
 
 
 #: The default fetcher: ``HttpFetcher()`` with its default limits (30 s, 10 MiB, 5 redirects).
