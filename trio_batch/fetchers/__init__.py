@@ -40,6 +40,10 @@ Options
 ``pages``
     For PDF bodies: which pages' text to keep, 1-based, e.g. ``1-3,5,8-``. A PDF body without
     ``pages`` gives the text of every page.
+``snapshot``, ``replay``, ``on_miss``, ``revalidate``
+    Keep the raw response in the job's snapshot; take it from another job's snapshot instead
+    of the network (see ``_recorded`` and ``_snapshots``). They need the fetcher's
+    ``snapshots``.
 ``question``, ``recover``
     Not supported by this fetcher; a target that sets them fails with a hint.
 
@@ -71,6 +75,13 @@ from ._errors import (
 from ._hosts import HostFigures
 from ._http import CheckURL, HttpFetcher, http_fetch, parse_retry_after
 from ._markup import html_to_markdown, html_to_text, main_content
+from ._snapshots import (
+    SnapshotError,
+    SnapshotFull,
+    SnapshotMiss,
+    SnapshotStore,
+    snapshot_root,
+)
 from ._ssrf import DestinationPolicy, Resolver, forbidden_reason
 from ._webhook import WebhookSender, load_webhook_secret
 
@@ -93,6 +104,10 @@ __all__ = [
     "Resolver",
     "ResponseTooLarge",
     "RobotsDisallowed",
+    "SnapshotError",
+    "SnapshotFull",
+    "SnapshotMiss",
+    "SnapshotStore",
     "URLError",
     "URLRefused",
     "UnsupportedOption",
@@ -108,4 +123,5 @@ __all__ = [
     "load_webhook_secret",
     "main_content",
     "parse_retry_after",
+    "snapshot_root",
 ]

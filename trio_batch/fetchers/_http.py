@@ -39,6 +39,8 @@ from ._hosts import HostFigures, Politeness
 from ._options import check_target, plan_for
 from ._pool import ClientSettings, Pools, Session
 from ._provenance import provenance
+from ._recorded import check_recording, obtain
+from ._snapshots import SnapshotStore
 from ._ssrf import DestinationPolicy
 from ._urls import check_http_url, response_too_large, split_url, unsupported_scheme
 
@@ -105,6 +107,9 @@ class HttpFetcher:
     - ``obey_robots``: fetch each origin's robots.txt first (once an hour per session, through
       the same policy and limits) and fail a disallowed URL with :class:`RobotsDisallowed`;
       see ``_robots``.
+    - ``snapshots``: the :class:`~trio_batch.fetchers.SnapshotStore` that targets with the
+      options ``snapshot`` and ``replay`` keep their responses in and replay them from (see
+      ``_recorded``); None: those options are refused at submit.
     - ``now``: the wall clock results' ``meta["fetched_at"]`` is read from (default
       ``time.time``).
 
@@ -152,6 +157,7 @@ class HttpFetcher:
         obey_robots: bool = False,
         host_limits: HostLimits | None = None,
         now: Callable[[], float] = time.time,
+        snapshots: SnapshotStore | None = None,
     ) -> None:
         if not timeout > 0 or not connect_timeout > 0 or not process_timeout > 0:
             raise ValueError("timeout, connect_timeout and process_timeout must be positive")
@@ -189,6 +195,7 @@ class HttpFetcher:
         self.obey_robots = obey_robots
         self.host_limits = host_limits
         self.now = now
+        self.snapshots = snapshots
         self._pools = Pools(self._client_settings, user_agent)
 
     async def __aenter__(self) -> HttpFetcher:
@@ -247,12 +254,13 @@ class HttpFetcher:
     def check_target(self, target: Target) -> None:
         """The runner's submit-time hook: raises :class:`OptionError` for a bad option."""
         check_target(target)
+        check_recording(target.options, self.snapshots)
 
     async def __call__(self, target: Target) -> Result:
         """Fetch ``target`` and process its body as its options say."""
         plan = plan_for(target.options)
-        body = await self._fetch_body(target.url)
-        fetched_at = self.now()
+        got = await obtain(target, self.snapshots, self._fetch_body, self.now, self.max_bytes)
+        body = got.body
         content, extra = await process_bounded(
             plan,
             body,
@@ -262,18 +270,24 @@ class HttpFetcher:
             max_output=self.max_output,
             pool=self.workers,
         )
-        meta: dict[str, Any] = provenance(body, fetched_at)
+        meta: dict[str, Any] = provenance(body, got.fetched_at)
+        meta.update(got.meta)
         meta.update(extra)
         return Result(content, meta)
 
-    async def _fetch_body(self, url: str) -> Body:
-        """Fetch ``url`` within the fetcher's timeout; returns the raw body and its metadata."""
+    async def _fetch_body(
+        self, url: str, validators: tuple[str | None, str | None] | None = None
+    ) -> Body | None:
+        """Fetch ``url`` within the fetcher's timeout; returns the raw body and its metadata.
+
+        ``validators``: ``(etag, last_modified)`` sent as ``If-None-Match`` and
+        ``If-Modified-Since``; a 304 answer then returns None."""
         parts = split_url(url)
         scheme = parts.scheme.lower()
         with trio.move_on_after(self.timeout) as scope:
             if scheme in _HTTP_SCHEMES:
                 check_http_url(url)
-                return await self._fetch_http(url, scope)
+                return await self._fetch_http(url, scope, _conditional(validators))
             if scheme == "file" and self.allow_file:
                 if self.check_url is not None:
                     await self.check_url(url)
@@ -292,19 +306,29 @@ class HttpFetcher:
 
         return ssl.create_default_context(cafile=certifi.where())
 
-    async def _fetch_http(self, url: str, deadline: trio.CancelScope) -> Body:
+    async def _fetch_http(
+        self, url: str, deadline: trio.CancelScope, conditional: dict[str, str]
+    ) -> Body | None:
         async with self._pools.session() as session:
-            return await self._fetch_hops(session, url, deadline)
+            return await self._fetch_hops(session, url, deadline, conditional=conditional)
 
     async def _fetch_hops(
-        self, session: Session, url: str, deadline: trio.CancelScope, *, robots: bool = True
-    ) -> Body:
+        self,
+        session: Session,
+        url: str,
+        deadline: trio.CancelScope,
+        *,
+        robots: bool = True,
+        conditional: dict[str, str] | None = None,
+    ) -> Body | None:
         """Follow ``url``'s redirects through ``session``; ``deadline`` is the fetch's scope,
         moved on by the time spent waiting for a host's turn. ``robots``: check each hop
-        against its origin's robots.txt (when the fetcher obeys it)."""
+        against its origin's robots.txt (when the fetcher obeys it). ``conditional``:
+        validator headers sent with each request; a 304 answer to them returns None."""
 
         async def robots_text(robots_url: str) -> str:
             body = await self._fetch_hops(session, robots_url, deadline, robots=False)
+            assert body is not None  # not a conditional request
             return body.data.decode("utf-8", "replace")
 
         client = session.client
@@ -316,7 +340,7 @@ class HttpFetcher:
                     await self.check_url(current)
                 if robots and self.obey_robots:
                     await session.robots.check(current, robots_text)
-                request = client.build_request("GET", current)
+                request = client.build_request("GET", current, headers=conditional)
                 # The fetch's clock stops while it waits for the host's turn (a pause may
                 # outlast the timeout) and starts again with what was left.
                 left = deadline.deadline - trio.current_time()
@@ -345,6 +369,8 @@ class HttpFetcher:
                             chain.append(current)
                             current = redirect_target(response, location)
                             continue
+                        if response.status_code == 304 and conditional:
+                            return None
                         if response.status_code >= 400:
                             raise status_error(response)
                         data = await self._read_capped(response)
@@ -407,6 +433,17 @@ class HttpFetcher:
 
     async def _fetch_file(self, url: str) -> Body:
         return await fetch_file(url, self.max_bytes)
+
+
+def _conditional(validators: tuple[str | None, str | None] | None) -> dict[str, str]:
+    """The request headers that ask for a body only if it changed since ``validators``."""
+    etag, last_modified = validators or (None, None)
+    headers = {}
+    if etag is not None:
+        headers["If-None-Match"] = etag
+    if last_modified is not None:
+        headers["If-Modified-Since"] = last_modified
+    return headers
 
 
 def _decoded_headers(response: httpx.Response) -> tuple[tuple[str, str], ...]:
