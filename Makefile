@@ -7,7 +7,7 @@ BENCH_STAMP := $(VENV)/.installed-bench
 
 .PHONY: test lint typecheck docs pytest system-packages soak demo demo-cluster bench bench-quick clean
 
-EXTRAS := cli,http,postgres,otel-sdk
+EXTRAS := cli,http,postgres,otel-sdk,warc
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)

@@ -67,6 +67,8 @@ def _labels() -> list[str]:
         "GET /v1/batches/{id}/results.jsonl",
         "POST /v1/batches/{id}/retry",
         "POST /v1/batches/{id}/webhook/redeliver",
+        "POST /v1/batches/{id}/pin",
+        "DELETE /v1/batches/{id}/pin",
         "GET /healthz",
         "GET /metrics",
     ]

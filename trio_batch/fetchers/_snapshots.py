@@ -44,6 +44,7 @@ import trio
 
 from .._files import read_bounded
 from .._model import is_job_id
+from ..store._open import _sqlite_url  # the one parser of sqlite: URLs
 from ._body import Body
 from ._errors import FetchError
 
@@ -85,7 +86,12 @@ def snapshot_root(location: str, snapshot_dir: str | None = None) -> Path | None
     ``DB.snapshots`` beside a SQLite database; None for a PostgreSQL store without one."""
     if snapshot_dir:
         return Path(snapshot_dir)
-    if location.startswith(("postgresql:", "postgres:")) or location == ":memory:":
+    scheme = location.split(":", 1)[0].lower()
+    if scheme in ("postgresql", "postgres"):
+        return None
+    if scheme == "sqlite":
+        location = _sqlite_url(location)[0]
+    if location == ":memory:":
         return None
     return Path(location + ".snapshots")
 
@@ -281,7 +287,7 @@ class SnapshotStore:
         """:meth:`record`'s work, in the calling thread."""
         job_dir = self._job_dir(job_id)
         try:
-            self._store_blob(entry.sha256, data)
+            self.keep_body(entry.sha256, data)
             owner_file = job_dir / "owner.json"
             if not owner_file.exists():
                 _write_atomic(owner_file, _dump({"caller": caller}))
@@ -419,12 +425,14 @@ class SnapshotStore:
             self._used = total
         return self._used
 
-    def _store_blob(self, sha: str, data: bytes) -> None:
+    def keep_body(self, sha: str, data: bytes) -> bool:
+        """Keep ``data``, whose sha256 is ``sha``, unless it is kept already; returns True if
+        this call wrote it. Raises :class:`SnapshotFull` past the bound, OSError."""
         path = self._blob(sha)
         with self._lock:
             if path.exists():
                 os.utime(path)  # fresh again: the sweep's grace covers the entry to come
-                return
+                return False
             used = self._count()
             if used + len(data) > self.max_bytes:
                 raise SnapshotFull(
@@ -435,6 +443,31 @@ class SnapshotStore:
                 )
             _write_atomic(path, data)
             self._used = used + len(data)
+            return True
+
+    def forget_body(self, sha: str) -> None:
+        """Delete the body ``sha`` (an import that failed wrote it; nothing names it)."""
+        path = self._blob(sha)
+        with self._lock, contextlib.suppress(FileNotFoundError):
+            size = path.stat().st_size
+            path.unlink()
+            if self._used is not None:
+                self._used -= size
+
+    def write_entry(self, path: Path, entry: Entry) -> None:
+        """Write ``entry`` to ``path`` (a staging directory's), whole or not at all."""
+        _write_atomic(path, _dump(entry.to_json()))
+
+    def commit_import(self, staging: Path, job_id: str, caller: str) -> None:
+        """Make the staged snapshot ``staging`` the pinned snapshot ``job_id`` of ``caller``,
+        in one rename: it appears whole or not at all."""
+        _write_atomic(staging / "owner.json", _dump({"caller": caller}))
+        _write_atomic(staging / "pin.json", _dump({"shared": False}))
+        os.rename(staging, self._job_dir(job_id))
+
+    def remove_staging(self, staging: Path) -> None:
+        """Delete a staged import that did not complete."""
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def _damaged(job_id: str, url: str, why: str) -> SnapshotError:

@@ -18,6 +18,7 @@ from ._openapi_batch_data import (
     CUSTOM_ID,
     METADATA,
 )
+from ._openapi_snapshots import FETCH_META, SUBMIT_PROPERTIES
 from ._problems import PROBLEM_JSON
 
 __all__ = ["SCHEMAS"]
@@ -132,6 +133,7 @@ SCHEMAS: dict[str, Any] = {
             },
             "metadata": METADATA,
             "webhook": _ref("WebhookRequest"),
+            **SUBMIT_PROPERTIES,
         },
     },
     "Counts": {
@@ -219,7 +221,7 @@ SCHEMAS: dict[str, Any] = {
                 {
                     "type": "object",
                     "required": ["content", "meta"],
-                    "properties": {"content": {"type": "string"}, "meta": {"type": "object"}},
+                    "properties": {"content": {"type": "string"}, "meta": FETCH_META},
                 }
             ),
             "error": _nullable({"type": "string"}),
