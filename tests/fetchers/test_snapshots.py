@@ -233,6 +233,7 @@ async def test_revalidation_reuses_the_kept_bytes_on_304(
     assert modified.content == f"{VERSIONED} 2"
     assert modified.meta["revalidated"] == "modified" and modified.meta["replayed"] is False
     assert modified.meta["sha256"] == hashlib.sha256(f"{VERSIONED} 2".encode()).hexdigest()
+    assert fetcher.snapshot_counts == {"recorded": 1, "not_modified": 1, "modified": 1}
 
 
 def test_damaged_files_are_typed_errors_not_wrong_bytes(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ import re
 import httpx
 from playwright.sync_api import Page, expect
 
+from ..support.http_fixtures import ALICE
 from ..support.local_server import TEXT, LocalServer, server
 from .test_dashboard import (
     SCREENSHOTS,
@@ -105,3 +106,38 @@ def test_a_results_sizes_agree_closed_and_open(
     summary.click()
     expect(details.locator("p.note")).to_have_text(f"{len(TEXT)} characters of content:")
     assert summary.text_content() == closed  # the same count, still saying what it counts
+
+
+def test_a_result_shows_its_provenance_and_whether_it_was_replayed(
+    serve: ServeFactory, server: LocalServer, new_page: Pages
+) -> None:
+    base = serve()
+    page = new_page()
+    sign_in(page, base)
+    auth = {"Authorization": f"Bearer {ALICE}"}
+    url = server.url("/versioned")
+    with httpx.Client(base_url=base, headers=auth) as client:
+        r = client.post("/v1/batches", json={"targets": [{"url": url}], "snapshot": True})
+        assert r.status_code == 201, r.text
+        recorded = r.json()["id"]
+        page.goto(f"{base}/ui/#/jobs/{recorded}")
+        status(page).to_have_text("done")
+        result(page, 0)
+        lines = row(page, 0).locator("ul.provenance > li")
+        expect(lines.first).to_have_text("fetched from the network")
+        expect(lines.filter(has_text="ETag")).to_have_text('ETag: "v1"')
+        expect(lines.filter(has_text="final URL")).to_have_text(f"final URL {url}")
+        r = client.post(
+            "/v1/batches",
+            json={
+                "targets": [{"url": url, "options": {"grep": "page"}}],
+                "replay": {"job": recorded},
+            },
+        )
+        assert r.status_code == 201, r.text
+        replayed = r.json()["id"]
+    page.goto(f"{base}/ui/#/jobs/{replayed}")
+    status(page).to_have_text("done")
+    result(page, 0)
+    lines = row(page, 0).locator("ul.provenance > li")
+    expect(lines.first).to_have_text(f"replayed from the snapshot of job {recorded}, no network")

@@ -69,6 +69,7 @@ def _labels() -> list[str]:
         "POST /v1/batches/{id}/webhook/redeliver",
         "POST /v1/batches/{id}/pin",
         "DELETE /v1/batches/{id}/pin",
+        "GET /v1/batches/{id}/snapshot.warc.gz",
         "GET /healthz",
         "GET /metrics",
     ]

@@ -62,6 +62,9 @@ async def test_record_pin_and_replay_by_another_caller_offline(
         result = r.json()["result"]
         assert result["content"] == "The second paragraph mentions pears."
         assert result["meta"]["replayed"] is True and result["meta"]["replay"] == recorded
+        r = await svc.client.get("/metrics")
+        assert 'trio_batch_fetch_snapshot_responses_total{outcome="recorded"} 1.0' in r.text
+        assert 'trio_batch_fetch_snapshot_responses_total{outcome="replayed"} 1.0' in r.text
         r = await svc.client.delete(f"/v1/batches/{recorded}/pin", headers=auth())
         assert r.status_code == 204, r.text
         r = await svc.client.post(
@@ -106,3 +109,27 @@ async def test_bad_replays_are_422_at_submit_saying_which(
         sneaked = [{"url": page, "options": {"replay": recorded}}]
         assert await refused({"targets": sneaked}, BOB) == others
         assert server.count("/page.html") == before
+
+
+async def test_snapshot_warc_download_is_streamed_and_its_digests_match_meta(
+    server: LocalServer, tmp_path: Path, clock: FakeClock
+) -> None:
+    import base64
+    import io
+
+    from warcio.archiveiterator import ArchiveIterator
+
+    page = server.url("/page.html")
+    async with running(tmp_path, fetcher(tmp_path), clock) as svc:
+        recorded = await submitted(svc, {"targets": [{"url": page}], "snapshot": True})
+        r = await svc.client.get(f"/v1/batches/{recorded}/targets/0", headers=auth())
+        meta = r.json()["result"]["meta"]
+        r = await svc.client.get(f"/v1/batches/{recorded}/snapshot.warc.gz", headers=auth(BOB))
+        problem(r, 404, "not-found")
+        r = await svc.client.get(f"/v1/batches/{recorded}/snapshot.warc.gz", headers=auth())
+        assert r.status_code == 200, r.text
+        assert r.headers["content-type"] == "application/gzip"
+    records = list(ArchiveIterator(io.BytesIO(r.content), check_digests=True))
+    assert [rec.rec_type for rec in records] == ["response", "request"]
+    digest = records[0].rec_headers.get_header("WARC-Payload-Digest")
+    assert digest == "sha256:" + base64.b32encode(bytes.fromhex(meta["sha256"])).decode()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import functools
 import math
 import ssl
@@ -196,6 +197,8 @@ class HttpFetcher:
         self.host_limits = host_limits
         self.now = now
         self.snapshots = snapshots
+        #: Responses kept in and taken from snapshots, by outcome (see ``_recorded``).
+        self.snapshot_counts: collections.Counter[str] = collections.Counter()
         self._pools = Pools(self._client_settings, user_agent)
 
     async def __aenter__(self) -> HttpFetcher:
@@ -259,7 +262,14 @@ class HttpFetcher:
     async def __call__(self, target: Target) -> Result:
         """Fetch ``target`` and process its body as its options say."""
         plan = plan_for(target.options)
-        got = await obtain(target, self.snapshots, self._fetch_body, self.now, self.max_bytes)
+        got = await obtain(
+            target,
+            self.snapshots,
+            self._fetch_body,
+            self.now,
+            self.max_bytes,
+            self.snapshot_counts,
+        )
         body = got.body
         content, extra = await process_bounded(
             plan,

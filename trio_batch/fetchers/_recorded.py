@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -83,9 +84,11 @@ async def obtain(
     fetch: Fetch,
     now: Callable[[], float],
     max_bytes: int,
+    counts: collections.Counter[str],
 ) -> Obtained:
     """The body of ``target``, from the network (``fetch``) or a snapshot as its options say,
-    kept in its job's snapshot when it asks for it.
+    kept in its job's snapshot when it asks for it. ``counts`` counts each outcome:
+    ``recorded``, ``replayed``, ``replay_missed``, ``not_modified``, ``modified``.
 
     Raises :class:`SnapshotMiss` for a replayed target missing from its snapshot,
     :class:`~trio_batch.fetchers._snapshots.SnapshotFull` past the snapshots' bound, or what
@@ -96,7 +99,7 @@ async def obtain(
     check_recording(options, snapshots)
     if options.replay:
         assert snapshots is not None  # check_recording
-        got = await _replayed(target, snapshots, fetch, now, max_bytes)
+        got = await _replayed(target, snapshots, fetch, now, max_bytes, counts)
     else:
         body = await fetch(target.url, None)
         assert body is not None  # no validators, no 304
@@ -111,6 +114,7 @@ async def obtain(
                 hint="submit the target to a runner, or drop 'snapshot'",
             )
         await snapshots.record(job_id, caller, target.url, got.body, got.fetched_at)
+        counts["recorded"] += 1
     return got
 
 
@@ -120,6 +124,7 @@ async def _replayed(
     fetch: Fetch,
     now: Callable[[], float],
     max_bytes: int,
+    counts: collections.Counter[str],
 ) -> Obtained:
     options = target.options
     job_id = options.replay
@@ -128,6 +133,7 @@ async def _replayed(
     if owner is not None and owner.readable_by(current_caller()):
         found = await snapshots.lookup(job_id, target.url, max_bytes)
     if found is None:
+        counts["replay_missed"] += 1
         if options.on_miss != "fetch":
             raise SnapshotMiss(
                 f"{target.url} is not in the snapshot of job {job_id}",
@@ -139,9 +145,11 @@ async def _replayed(
         return Obtained(body, now(), {"replayed": False, "replay_miss": job_id})
     entry, data = found
     if not options.revalidate:
+        counts["replayed"] += 1
         return Obtained(entry.body(data), entry.fetched_at, {"replayed": True, "replay": job_id})
     validators = (header(entry.headers, "etag"), header(entry.headers, "last-modified"))
     fresh = await fetch(target.url, validators)
+    counts["not_modified" if fresh is None else "modified"] += 1
     if fresh is None:  # 304: the kept bytes are still the page
         meta = {"replayed": True, "replay": job_id, "revalidated": "not_modified"}
         return Obtained(entry.body(data), now(), meta)

@@ -145,4 +145,28 @@ def snapshot_paths(
                 "responses": {"204": {"description": "Unpinned."}, **common},
             },
         },
+        "/v1/batches/{id}/snapshot.warc.gz": {
+            "get": {
+                "operationId": "snapshotWarc",
+                "summary": "The job's snapshot as WARC/1.1 (gzip per record), streamed: a "
+                "request and a response record per kept response; payload digests are the "
+                "sha256 in each result's meta.",
+                "security": secured,
+                "parameters": [responses["job_id"]],
+                "responses": {
+                    "200": {
+                        "description": "The WARC file.",
+                        "content": {
+                            "application/gzip": {
+                                "schema": {"type": "string", "contentEncoding": "binary"}
+                            }
+                        },
+                    },
+                    "401": responses["unauthorized"],
+                    "404": problem("No such job for this caller, or it has no snapshot."),
+                    "501": problem("The service has no warc extra installed."),
+                    "503": responses["unavailable"],
+                },
+            }
+        },
     }

@@ -191,6 +191,7 @@ async def metrics(request: Request) -> Response:
         service.metrics.set_store_counts(counts)
     if isinstance(service.fetch, HttpFetcher):
         service.metrics.set_host_figures(service.fetch.host_figures())
+        service.metrics.set_snapshot_counts(service.fetch.snapshot_counts)
     if "application/openmetrics-text" in request.headers.get("accept", ""):
         text = await trio.to_thread.run_sync(openmetrics_latest, service.metrics.registry)
         return Response(text, media_type=OPENMETRICS_CONTENT_TYPE)

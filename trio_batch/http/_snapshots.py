@@ -2,6 +2,8 @@
 
 - ``POST /v1/batches/{id}/pin`` (body ``{"shared": true}`` optional): keep the caller's job's
   snapshot past its lease; ``shared`` lets any caller replay it. ``DELETE`` unpins (204).
+- ``GET /v1/batches/{id}/snapshot.warc.gz``: the snapshot as a WARC/1.1 file (see
+  ``fetchers._warc``), for its caller, or anyone once pinned and shared.
 - The snapshots of lapsed, unpinned jobs are collected every ``Config.purge_interval``
   seconds, beside the runner's own purge (:func:`collect_periodically`).
 
@@ -12,11 +14,11 @@ a service whose fetch function has none answers 409 to a pin.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 
 import trio
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from .._text import json_type
@@ -89,6 +91,45 @@ async def pin(request: Request) -> Response:
     return JSONResponse({"job": job.id, "pinned": True, "shared": shared})
 
 
+async def snapshot_warc(request: Request) -> Response:
+    """GET /v1/batches/{id}/snapshot.warc.gz: the job's snapshot as WARC/1.1, streamed a
+    record at a time (each made on a worker thread from its body file)."""
+    service: Service = request.app.state.service
+    caller = service.caller(request)
+    job_id = request.path_params["id"]
+    snaps = snapshots_of(service.fetch)
+    owner = None if snaps is None else await trio.to_thread.run_sync(snaps.owner_sync, job_id)
+    if snaps is None or owner is None or not owner.readable_by(caller.name):
+        raise not_found("no such job, or it has no snapshot")
+    if not owner.pinned:  # its snapshot lives as long as its job
+        service.owned(await service.runner.store.get_job(job_id, now=service.now()), caller)
+    from ..fetchers._warc import warc_records  # warcio itself only when a record is made
+
+    try:
+        import warcio  # noqa: F401
+    except ImportError:
+        raise Problem(
+            501, "no-warc", "Not implemented", "the service needs the warc extra for WARC files"
+        ) from None
+    records = warc_records(snaps, job_id)
+
+    async def chunks() -> AsyncIterator[bytes]:
+        while True:
+            chunk = await trio.to_thread.run_sync(next, records, None)
+            if chunk is None:
+                return
+            yield chunk
+
+    return StreamingResponse(
+        chunks(),
+        media_type="application/gzip",
+        headers={"Content-Disposition": f'attachment; filename="{job_id}.warc.gz"'},
+    )
+
+
 def snapshot_routes() -> list[Route]:
     """The routes of this module, for the application's table."""
-    return [Route("/v1/batches/{id}/pin", pin, methods=["POST", "DELETE"])]
+    return [
+        Route("/v1/batches/{id}/pin", pin, methods=["POST", "DELETE"]),
+        Route("/v1/batches/{id}/snapshot.warc.gz", snapshot_warc, methods=["GET"]),
+    ]
