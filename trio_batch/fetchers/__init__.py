@@ -75,6 +75,7 @@ from ._errors import (
 from ._hosts import HostFigures
 from ._http import CheckURL, HttpFetcher, http_fetch, parse_retry_after
 from ._markup import html_to_markdown, html_to_text, main_content
+from ._recording import Recording, ReplayRefused, check_replays
 from ._snapshots import (
     SnapshotError,
     SnapshotFull,
@@ -83,6 +84,7 @@ from ._snapshots import (
     snapshot_root,
 )
 from ._ssrf import DestinationPolicy, Resolver, forbidden_reason
+from ._warc import WarcError, import_warc, warc_records
 from ._webhook import WebhookSender, load_webhook_secret
 
 __all__ = [
@@ -100,7 +102,9 @@ __all__ = [
     "NetworkError",
     "OptionError",
     "OutputTooLarge",
+    "Recording",
     "RedirectError",
+    "ReplayRefused",
     "Resolver",
     "ResponseTooLarge",
     "RobotsDisallowed",
@@ -111,17 +115,21 @@ __all__ = [
     "URLError",
     "URLRefused",
     "UnsupportedOption",
+    "WarcError",
     "WebhookSender",
     "WorkerPool",
     "builtin_fetch",
+    "check_replays",
     "forbidden_reason",
     "grep_lines",
     "html_to_markdown",
     "html_to_text",
     "http_fetch",
+    "import_warc",
     "load_fetch",
     "load_webhook_secret",
     "main_content",
     "parse_retry_after",
     "snapshot_root",
+    "warc_records",
 ]
