@@ -202,9 +202,12 @@ async def test_a_lapsed_jobs_snapshot_is_collected_unless_pinned(
         return await store.get_job(job_id, now=clock()) is not None
 
     assert await snapshots.collect(alive, grace=0) == (0, 0)  # both leases last
+    stale = snapshots.root / "jobs" / ".import-killed"  # what a killed import leaves
+    (stale / "targets").mkdir(parents=True)
     clock.advance(CONFIG.ttl + 1)
     assert await snapshots.collect(alive, grace=0) == (1, 1)
     assert snapshots.job_ids() == [kept] and dropped not in snapshots.job_ids()
+    assert not stale.exists()
     blobs = [p.read_bytes() for p in (snapshots.root / "blobs").glob("*/*")]
     assert blobs == [HTML.encode()]
 
@@ -240,7 +243,7 @@ def test_damaged_files_are_typed_errors_not_wrong_bytes(tmp_path: Path) -> None:
     snaps = SnapshotStore(tmp_path)
     from trio_batch.fetchers import SnapshotError
     from trio_batch.fetchers._body import Body
-    from trio_batch.fetchers._snapshots import Entry
+    from trio_batch.fetchers._snapshot_entry import Entry
 
     job_id = "B" * 22
     body = Body("http://x/", 200, "text/plain", None, b"hello", 0)

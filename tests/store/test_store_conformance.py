@@ -787,7 +787,7 @@ async def test_snapshot_targets_keep_their_options_and_replay_checks_read_the_st
     from trio_batch.fetchers import SnapshotStore
     from trio_batch.fetchers._body import Body
     from trio_batch.fetchers._recording import Recording, ReplayRefused, check_replays
-    from trio_batch.fetchers._snapshots import Entry
+    from trio_batch.fetchers._snapshot_entry import Entry
 
     snaps = SnapshotStore(tmp_path / "snaps")
     recorded = Recording(snapshot=True).apply(_targets(1))

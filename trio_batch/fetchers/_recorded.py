@@ -25,7 +25,8 @@ from ._body import Body
 from ._errors import OptionError
 from ._options import shown
 from ._provenance import header
-from ._snapshots import Entry, SnapshotMiss, SnapshotStore
+from ._snapshot_entry import Entry
+from ._snapshots import SnapshotMiss, SnapshotStore
 
 __all__ = ["ON_MISS", "Obtained", "check_recording", "obtain"]
 

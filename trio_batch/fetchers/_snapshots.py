@@ -47,11 +47,11 @@ from .._model import is_job_id
 from ..store._open import _sqlite_url  # the one parser of sqlite: URLs
 from ._body import Body
 from ._errors import FetchError
+from ._snapshot_entry import Entry, url_key
 
 __all__ = [
     "BLOB_GRACE",
     "DEFAULT_MAX_BYTES",
-    "Entry",
     "Owner",
     "SnapshotError",
     "SnapshotFull",
@@ -107,101 +107,6 @@ class Owner:
     def readable_by(self, caller: str | None) -> bool:
         """True if ``caller`` may replay this snapshot: its own, or pinned and shared."""
         return caller == self.caller or (self.pinned and self.shared)
-
-
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """One target's response as kept: what :class:`Body` needs, and when it was fetched."""
-
-    url: str  # the target's URL, as requested
-    final_url: str
-    status: int | None
-    reason: str
-    http_version: str
-    headers: tuple[tuple[str, str], ...]
-    content_type: str | None
-    charset: str | None
-    chain: tuple[str, ...]
-    sha256: str
-    size: int
-    fetched_at: float
-
-    def to_json(self) -> dict[str, Any]:
-        """The entry as stored."""
-        return {
-            "url": self.url,
-            "final_url": self.final_url,
-            "status": self.status,
-            "reason": self.reason,
-            "http_version": self.http_version,
-            "headers": [list(pair) for pair in self.headers],
-            "content_type": self.content_type,
-            "charset": self.charset,
-            "chain": list(self.chain),
-            "sha256": self.sha256,
-            "bytes": self.size,
-            "fetched_at": self.fetched_at,
-        }
-
-    @classmethod
-    def from_json(cls, obj: Any) -> Entry:
-        """Read what :meth:`to_json` wrote; raises ValueError (or a KeyError, TypeError) for
-        anything else."""
-        sha = str(obj["sha256"])
-        if len(sha) != 64 or not all(c in "0123456789abcdef" for c in sha):
-            raise ValueError("not a sha256")
-        return cls(
-            url=str(obj["url"]),
-            final_url=str(obj["final_url"]),
-            status=None if obj["status"] is None else int(obj["status"]),
-            reason=str(obj["reason"]),
-            http_version=str(obj["http_version"]),
-            headers=tuple((str(k), str(v)) for k, v in obj["headers"]),
-            content_type=None if obj["content_type"] is None else str(obj["content_type"]),
-            charset=None if obj["charset"] is None else str(obj["charset"]),
-            chain=tuple(str(u) for u in obj["chain"]),
-            sha256=sha,
-            size=int(obj["bytes"]),
-            fetched_at=float(obj["fetched_at"]),
-        )
-
-    @classmethod
-    def of(cls, url: str, body: Body, fetched_at: float) -> Entry:
-        """The entry of ``body``, the response to the target ``url``."""
-        return cls(
-            url=url,
-            final_url=body.url,
-            status=body.status_code,
-            reason=body.reason,
-            http_version=body.http_version,
-            headers=body.headers,
-            content_type=body.content_type,
-            charset=body.charset,
-            chain=body.chain,
-            sha256=hashlib.sha256(body.data).hexdigest(),
-            size=len(body.data),
-            fetched_at=fetched_at,
-        )
-
-    def body(self, data: bytes) -> Body:
-        """The :class:`Body` this entry and its bytes ``data`` make."""
-        return Body(
-            self.final_url,
-            self.status,
-            self.content_type,
-            self.charset,
-            data,
-            len(self.chain),
-            self.chain,
-            self.headers,
-            self.reason,
-            self.http_version,
-        )
-
-
-def url_key(url: str) -> str:
-    """The name of a target's entry: the sha256 of its URL."""
-    return hashlib.sha256(url.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 class SnapshotStore:
@@ -277,7 +182,9 @@ class SnapshotStore:
             if not await alive(job_id):
                 await trio.to_thread.run_sync(self.remove_sync, job_id)
                 removed += 1
-        bodies = await trio.to_thread.run_sync(self.sweep_sync, time.time() - grace)
+        before = time.time() - grace
+        await trio.to_thread.run_sync(self.remove_stale_imports, before)
+        bodies = await trio.to_thread.run_sync(self.sweep_sync, before)
         return removed, bodies
 
     # ---------------------------------------------------------------------------------------
@@ -468,6 +375,13 @@ class SnapshotStore:
     def remove_staging(self, staging: Path) -> None:
         """Delete a staged import that did not complete."""
         shutil.rmtree(staging, ignore_errors=True)
+
+    def remove_stale_imports(self, before: float) -> None:
+        """Delete staged imports last changed before ``before``: a killed import's leftovers."""
+        for staging in (self.root / "jobs").glob(".import-*"):
+            with contextlib.suppress(FileNotFoundError):
+                if staging.stat().st_mtime < before:
+                    shutil.rmtree(staging, ignore_errors=True)
 
 
 def _damaged(job_id: str, url: str, why: str) -> SnapshotError:

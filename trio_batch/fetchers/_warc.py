@@ -35,7 +35,8 @@ from urllib.parse import urlsplit
 from .._model import new_job_id
 from ._answers import split_content_type
 from ._provenance import FETCHER
-from ._snapshots import Entry, SnapshotError, SnapshotStore, url_key
+from ._snapshot_entry import Entry, url_key
+from ._snapshots import SnapshotError, SnapshotStore
 
 __all__ = ["WarcError", "import_warc", "warc_records"]
 
