@@ -257,3 +257,22 @@ def test_damaged_files_are_typed_errors_not_wrong_bytes(tmp_path: Path) -> None:
     entry_file.write_text(json.dumps({"url": "http://x/"}))
     with pytest.raises(SnapshotError, match="its entry is not one"):
         snaps.lookup_sync(job_id, "http://x/", 100)
+
+
+async def test_an_error_answer_is_kept_and_replays_as_the_same_error(
+    server: LocalServer, store: JobStore, snapshots: SnapshotStore, clock: FakeClock
+) -> None:
+    missing = server.url("/missing")
+    async with open_runner(store, HttpFetcher(snapshots=snapshots), CONFIG, now=clock) as runner:
+        recorded_id = await run(runner, recorded([missing]))
+        server.shutdown()
+        server.server_close()
+        replay_id = await run(runner, replayed(recorded_id, [Target(missing)]))
+        original, replay = await runner.status(recorded_id), await runner.status(replay_id)
+    assert original is not None and replay is not None
+    was, now = original[1][0], replay[1][0]
+    assert was.error == f"HTTPStatusError: HTTP 404 Not Found from {missing}"
+    assert (now.error, now.hint) == (was.error, was.hint)
+    (entry,) = snapshots.entries(recorded_id)
+    assert entry.status == 404
+    assert snapshots.blob_path(entry.sha256).read_bytes() == b"not here"

@@ -17,6 +17,7 @@ __all__ = [
     "redirect_target",
     "split_content_type",
     "status_error",
+    "status_error_of",
 ]
 
 _HTTP_SCHEMES = ("http", "https")
@@ -41,8 +42,18 @@ def redirect_target(response: httpx.Response, location: str) -> str:
 
 
 def status_error(response: httpx.Response) -> HTTPStatusError:
-    code = response.status_code
-    message = f"HTTP {code} {response.reason_phrase} from {response.url}".replace("  ", " ")
+    """The error of an answer with a 4xx or 5xx status."""
+    return status_error_of(
+        response.status_code,
+        response.reason_phrase,
+        str(response.url),
+        response.headers.get("retry-after"),
+    )
+
+
+def status_error_of(code: int, reason: str, url: str, retry_after: str | None) -> HTTPStatusError:
+    """The error of a ``code`` answer from ``url`` (a kept one, too: see ``_recorded``)."""
+    message = f"HTTP {code} {reason} from {url}".replace("  ", " ")
     if code in (401, 403):
         hint = "the server refused access; the page may need a login or block automated clients"
     elif code in (404, 410):
@@ -57,7 +68,7 @@ def status_error(response: httpx.Response) -> HTTPStatusError:
         message,
         status_code=code,
         hint=hint,
-        retry_after=parse_retry_after(response.headers.get("retry-after"), now=time.time()),
+        retry_after=parse_retry_after(retry_after, now=time.time()),
     )
 
 

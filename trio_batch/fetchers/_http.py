@@ -286,18 +286,25 @@ class HttpFetcher:
         return Result(content, meta)
 
     async def _fetch_body(
-        self, url: str, validators: tuple[str | None, str | None] | None = None
+        self,
+        url: str,
+        validators: tuple[str | None, str | None] | None = None,
+        keep_errors: bool = False,
     ) -> Body | None:
         """Fetch ``url`` within the fetcher's timeout; returns the raw body and its metadata.
 
         ``validators``: ``(etag, last_modified)`` sent as ``If-None-Match`` and
-        ``If-Modified-Since``; a 304 answer then returns None."""
+        ``If-Modified-Since``; a 304 answer then returns None. ``keep_errors``: a 4xx or 5xx
+        answer is returned as a body (read within ``max_bytes``) rather than raised, for a
+        snapshot to keep it."""
         parts = split_url(url)
         scheme = parts.scheme.lower()
         with trio.move_on_after(self.timeout) as scope:
             if scheme in _HTTP_SCHEMES:
                 check_http_url(url)
-                return await self._fetch_http(url, scope, _conditional(validators))
+                return await self._fetch_http(
+                    url, scope, _conditional(validators), keep_errors=keep_errors
+                )
             if scheme == "file" and self.allow_file:
                 if self.check_url is not None:
                     await self.check_url(url)
@@ -317,10 +324,17 @@ class HttpFetcher:
         return ssl.create_default_context(cafile=certifi.where())
 
     async def _fetch_http(
-        self, url: str, deadline: trio.CancelScope, conditional: dict[str, str]
+        self,
+        url: str,
+        deadline: trio.CancelScope,
+        conditional: dict[str, str],
+        *,
+        keep_errors: bool,
     ) -> Body | None:
         async with self._pools.session() as session:
-            return await self._fetch_hops(session, url, deadline, conditional=conditional)
+            return await self._fetch_hops(
+                session, url, deadline, conditional=conditional, keep_errors=keep_errors
+            )
 
     async def _fetch_hops(
         self,
@@ -330,11 +344,13 @@ class HttpFetcher:
         *,
         robots: bool = True,
         conditional: dict[str, str] | None = None,
+        keep_errors: bool = False,
     ) -> Body | None:
         """Follow ``url``'s redirects through ``session``; ``deadline`` is the fetch's scope,
         moved on by the time spent waiting for a host's turn. ``robots``: check each hop
         against its origin's robots.txt (when the fetcher obeys it). ``conditional``:
-        validator headers sent with each request; a 304 answer to them returns None."""
+        validator headers sent with each request; a 304 answer to them returns None.
+        ``keep_errors``: a 4xx or 5xx answer is returned, not raised."""
 
         async def robots_text(robots_url: str) -> str:
             body = await self._fetch_hops(session, robots_url, deadline, robots=False)
@@ -381,7 +397,7 @@ class HttpFetcher:
                             continue
                         if response.status_code == 304 and conditional:
                             return None
-                        if response.status_code >= 400:
+                        if response.status_code >= 400 and not keep_errors:
                             raise status_error(response)
                         data = await self._read_capped(response)
                         content_type, charset = split_content_type(

@@ -21,6 +21,7 @@ from typing import Any
 
 from .._model import Options, Target, is_job_id
 from ..runner import current_caller, current_job
+from ._answers import status_error_of
 from ._body import Body
 from ._errors import OptionError
 from ._options import shown
@@ -34,8 +35,8 @@ __all__ = ["ON_MISS", "Obtained", "check_recording", "obtain"]
 ON_MISS = ("", "fail", "fetch")
 
 #: Fetch a URL's body; with validators ``(etag, last_modified)``, a conditional request
-#: that answers None for a 304.
-Fetch = Callable[[str, tuple[str | None, str | None] | None], Awaitable[Body | None]]
+#: that answers None for a 304; with ``keep_errors``, a 4xx or 5xx answer is a body too.
+Fetch = Callable[[str, tuple[str | None, str | None] | None, bool], Awaitable[Body | None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +103,7 @@ async def obtain(
         assert snapshots is not None  # check_recording
         got = await _replayed(target, snapshots, fetch, now, max_bytes, counts)
     else:
-        body = await fetch(target.url, None)
+        body = await fetch(target.url, None, options.snapshot)
         assert body is not None  # no validators, no 304
         got = Obtained(body, now(), {})
     if options.snapshot:
@@ -116,7 +117,16 @@ async def obtain(
             )
         await snapshots.record(job_id, caller, target.url, got.body, got.fetched_at)
         counts["recorded"] += 1
+    _raise_for_status(got.body)
     return got
+
+
+def _raise_for_status(body: Body) -> None:
+    """Raise the error a 4xx or 5xx answer is, kept or replayed as the network gave it."""
+    status = body.status_code
+    if status is not None and status >= 400:
+        retry_after = header(body.headers, "retry-after")
+        raise status_error_of(status, body.reason, body.url, retry_after)
 
 
 async def _replayed(
@@ -141,7 +151,7 @@ async def _replayed(
                 hint="replay only targets the recorded job fetched, or set on_miss: 'fetch' "
                 "to fetch the missing ones from the network",
             )
-        body = await fetch(target.url, None)
+        body = await fetch(target.url, None, options.snapshot)
         assert body is not None
         return Obtained(body, now(), {"replayed": False, "replay_miss": job_id})
     entry, data = found
@@ -149,7 +159,7 @@ async def _replayed(
         counts["replayed"] += 1
         return Obtained(entry.body(data), entry.fetched_at, {"replayed": True, "replay": job_id})
     validators = (header(entry.headers, "etag"), header(entry.headers, "last-modified"))
-    fresh = await fetch(target.url, validators)
+    fresh = await fetch(target.url, validators, options.snapshot)
     counts["not_modified" if fresh is None else "modified"] += 1
     if fresh is None:  # 304: the kept bytes are still the page
         meta = {"replayed": True, "replay": job_id, "revalidated": "not_modified"}
