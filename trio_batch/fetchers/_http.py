@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import hashlib
 import math
 import ssl
 import time
@@ -399,7 +400,7 @@ class HttpFetcher:
                             return None
                         if response.status_code >= 400 and not keep_errors:
                             raise status_error(response)
-                        data = await self._read_capped(response)
+                        data, digest = await self._read_capped(response)
                         content_type, charset = split_content_type(
                             response.headers.get("content-type")
                         )
@@ -414,6 +415,7 @@ class HttpFetcher:
                             _decoded_headers(response),
                             response.reason_phrase,
                             response.http_version,
+                            digest,
                         )
                     finally:
                         # An unread or half-read body closes its connection rather than
@@ -443,16 +445,20 @@ class HttpFetcher:
             raise FetchError(f"{type(exc).__name__} while fetching {current}: {exc}") from None
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
-    async def _read_capped(self, response: httpx.Response) -> bytes:
+    async def _read_capped(self, response: httpx.Response) -> tuple[bytes, str]:
+        """The body, at most ``max_bytes``, and its hex sha256, hashed chunk by chunk as it
+        arrives (a big body hashed at the end would hold the event loop)."""
         length = parse_count(response.headers.get("content-length", ""), max_digits=30)
         if length is not None and length > self.max_bytes:
             raise self._too_large(str(response.url), f"{length} bytes")
         data = bytearray()
+        hasher = hashlib.sha256()
         async for chunk in response.aiter_bytes():
             data += chunk
+            hasher.update(chunk)
             if len(data) > self.max_bytes:
                 raise self._too_large(str(response.url), f"more than {self.max_bytes} bytes")
-        return bytes(data)
+        return bytes(data), hasher.hexdigest()
 
     def _too_large(self, url: str, size: str) -> ResponseTooLarge:
         return response_too_large(url, size, self.max_bytes)

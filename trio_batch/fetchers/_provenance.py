@@ -8,7 +8,6 @@ and by which version of the fetcher.
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 from .._version import __version__
@@ -44,7 +43,7 @@ def provenance(body: Body, fetched_at: float) -> dict[str, Any]:
         "status_code": body.status_code,
         "content_type": body.content_type,
         "bytes": len(body.data),
-        "sha256": hashlib.sha256(body.data).hexdigest(),
+        "sha256": body.sha256(),
         "fetched_at": fetched_at,
         "fetcher": FETCHER,
     }

@@ -81,7 +81,7 @@ class Entry:
             content_type=body.content_type,
             charset=body.charset,
             chain=body.chain,
-            sha256=hashlib.sha256(body.data).hexdigest(),
+            sha256=body.sha256(),
             size=len(body.data),
             fetched_at=fetched_at,
         )
@@ -99,6 +99,7 @@ class Entry:
             self.headers,
             self.reason,
             self.http_version,
+            self.sha256,  # checked against the bytes when they were read back
         )
 
 
