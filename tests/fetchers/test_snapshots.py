@@ -276,3 +276,37 @@ async def test_an_error_answer_is_kept_and_replays_as_the_same_error(
     (entry,) = snapshots.entries(recorded_id)
     assert entry.status == 404
     assert snapshots.blob_path(entry.sha256).read_bytes() == b"not here"
+
+
+def test_where_snapshots_live_beside_sqlite_or_in_a_shared_directory() -> None:
+    from trio_batch.fetchers import snapshot_root
+
+    assert snapshot_root("/data/jobs.db") == Path("/data/jobs.db.snapshots")
+    assert snapshot_root("sqlite:////data/jobs.db") == Path("/data/jobs.db.snapshots")
+    assert snapshot_root("sqlite:///jobs.db?busy_timeout=2") == Path("jobs.db.snapshots")
+    assert snapshot_root(":memory:") is None
+    assert snapshot_root("postgresql://u@db.example/jobs") is None
+    assert snapshot_root("postgresql://u@db.example/jobs", "/shared") == Path("/shared")
+
+
+@pytest.mark.parametrize(
+    ("options", "option", "words"),
+    [
+        (Options(snapshot=True), "snapshot", "needs a snapshot directory"),
+        (Options(replay="R" * 22), "replay", "needs a snapshot directory"),
+        (Options(on_miss="fetch"), "on_miss", "needs 'replay'"),
+        (Options(revalidate=True), "revalidate", "needs 'replay'"),
+        (Options(replay="not an id"), "replay", "is not a job id"),
+        (Options(replay="R" * 22, on_miss="maybe"), "on_miss", "unknown on_miss"),
+    ],
+)
+def test_bad_snapshot_options_are_refused_at_submit(
+    options: Options, option: str, words: str, tmp_path: Path
+) -> None:
+    from trio_batch.fetchers import OptionError
+
+    with_dir = HttpFetcher(snapshots=SnapshotStore(tmp_path))
+    fetcher = HttpFetcher() if "directory" in words else with_dir
+    with pytest.raises(OptionError, match=words) as info:
+        fetcher.check_target(Target("https://example.test/", options))
+    assert info.value.option == option and info.value.hint
