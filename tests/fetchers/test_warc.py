@@ -196,3 +196,34 @@ async def test_export_makes_one_record_pair_at_a_time(
     assert [r.rec_type for r in ArchiveIterator(io.BytesIO(first))] == ["response", "request"]
     with pytest.raises(FileNotFoundError):
         next(records)
+
+
+def test_an_export_holds_one_record_in_memory_not_the_snapshot(tmp_path: Path) -> None:
+    """Eight bodies of 1 MiB that do not compress: the export's peak of traced allocations
+    stays near one record's size, far below the eight it writes."""
+    import os
+    import tracemalloc
+
+    from trio_batch.fetchers._body import Body
+    from trio_batch.fetchers._snapshot_entry import Entry
+
+    snaps = SnapshotStore(tmp_path / "snaps")
+    job_id = "M" * 22
+    size = 1024 * 1024
+    for i in range(8):
+        url = f"http://example.test/{i}"
+        body = Body(url, 200, "application/octet-stream", None, os.urandom(size), 0)
+        snaps.record_sync(job_id, "alice", Entry.of(url, body, float(i)), body.data)
+        del body
+    out = tmp_path / "job.warc.gz"
+    tracemalloc.start()
+    try:
+        with out.open("wb") as f:
+            for record in warc_records(snaps, job_id):
+                f.write(record)
+                del record
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert out.stat().st_size > 8 * size
+    assert peak < 3 * size, f"peak {peak} bytes"
