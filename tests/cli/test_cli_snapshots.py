@@ -133,3 +133,32 @@ def test_export_warc_then_import_on_another_machine_and_replay(
     assert done.returncode == 2
     assert "is cut short: gzip member 1 (the record at byte 0) does not end" in done.stderr
     assert len(list((tmp_path / "there" / "batch.db.snapshots" / "jobs").iterdir())) == 1
+
+
+def test_on_postgresql_snapshots_live_in_the_shared_snapshot_dir(
+    server: LocalServer, tmp_path: Path, pg_dsn: str
+) -> None:
+    batch = write_batch(tmp_path / "batch.txt", [server.url("/page.html")])
+    done = cli("run", str(batch), "--db", pg_dsn, "--snapshot", "--quiet")
+    assert done.returncode == 2
+    assert "needs a snapshot directory" in done.stderr and "--snapshot-dir" in done.stderr
+    shared = tmp_path / "shared"
+    code, out, err = _run_json(
+        str(batch), "--db", pg_dsn, "--snapshot", "--snapshot-dir", str(shared)
+    )
+    assert code == 0, err
+    recorded = out["job"]["id"]  # type: ignore[index]
+    assert (shared / "jobs" / recorded / "owner.json").exists()
+    server.shutdown()
+    server.server_close()
+    grep = write_batch(
+        tmp_path / "grep.txt",
+        [{"url": server.url("/page.html"), "options": {"mode": "text", "grep": "pears"}}],
+    )
+    code, out, err = _run_json(
+        str(grep), "--db", pg_dsn, "--snapshot-dir", str(shared), "--replay", recorded
+    )
+    assert code == 0, err
+    result = out["targets"][0]["result"]  # type: ignore[index]
+    assert result["content"] == "The second paragraph mentions pears."
+    assert result["meta"]["replayed"] is True

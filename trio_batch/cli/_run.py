@@ -168,7 +168,8 @@ def fetch_job(
             )
             return EXIT_BUSY
         except InvalidRequest as exc:
-            raise UsageError(str(exc)) from None
+            hint = getattr(exc, "hint", None)  # what to do about a refused target or replay
+            raise UsageError(f"{exc} (hint: {hint})" if hint else str(exc)) from None
         except BatchError as exc:
             report_error(str(exc))
             return EXIT_FAILED
@@ -263,7 +264,7 @@ async def _run_job(
         if not args.quiet:
             _note(view, err, _console.retry_line(notice))
 
-    snapshots = snapshot_store(args, store.location)
+    snapshots = snapshot_store(args)
     if retry is None:  # a replay the caller may not make: refused before anything runs
         await check_replays(snapshots, store, caller, targets, now=time.time())
     with trio.open_signal_receiver(signal.SIGINT) as signals, trio.CancelScope() as hard_stop:

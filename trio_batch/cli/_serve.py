@@ -182,7 +182,7 @@ def run_serve(args: argparse.Namespace) -> int:
                 allow_private=args.allow_private,
                 allow_file=args.allow_file,
                 process_timeout=args.process_timeout,
-                snapshots=snapshot_store(args, args.db),
+                snapshots=snapshot_store(args),
                 **politeness(args),
             )
         )

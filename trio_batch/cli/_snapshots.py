@@ -16,7 +16,7 @@ from .._text import parse_count
 from ..fetchers._recording import Recording
 from ..fetchers._snapshots import DEFAULT_MAX_BYTES, SnapshotStore, snapshot_root
 from ..store import JobStore
-from ._common import EXIT_DONE, EXIT_FAILED, UsageError, ask, report_error
+from ._common import EXIT_DONE, EXIT_FAILED, UsageError, ask, default_db, report_error
 
 __all__ = [
     "add_recording_options",
@@ -91,12 +91,14 @@ def recording(args: argparse.Namespace) -> Recording:
     return Recording(args.snapshot, replay, args.on_miss or "", args.revalidate)
 
 
-def snapshot_store(
-    args: argparse.Namespace, location: str, *, required: bool = False
-) -> SnapshotStore | None:
-    """The snapshot directory of the store at ``location`` as ``args`` say; None if there is
-    none (a PostgreSQL store without ``--snapshot-dir``), or :class:`UsageError` if
-    ``required``."""
+def snapshot_store(args: argparse.Namespace, *, required: bool = False) -> SnapshotStore | None:
+    """The snapshot directory of the store ``args.db`` names (the default database without
+    it) as ``args`` say; None if there is none (a PostgreSQL store without
+    ``--snapshot-dir``), or :class:`UsageError` if ``required``.
+
+    From the ``--db`` the user gave, never the store's ``location``: that is a display text
+    (a PostgreSQL store's names its host and database, not its URL)."""
+    location = str(args.db if args.db is not None else default_db())
     root = snapshot_root(location, getattr(args, "snapshot_dir", None))
     if root is None:
         if required:
@@ -113,7 +115,7 @@ def needs_snapshots(targets: list[Target]) -> bool:
 def cmd_pin(store: JobStore, args: argparse.Namespace, *, pinned: bool) -> int:
     """``trio-batch pin JOB [--shared]`` / ``unpin JOB``: keep a job's snapshot past its
     lease (``--shared``: any caller may replay it), or let it go with its job."""
-    snaps = snapshot_store(args, store.location, required=True)
+    snaps = snapshot_store(args, required=True)
     assert snaps is not None
     job = ask(store, lambda s: s.get_job(args.job, now=time.time()))
     owner = snaps.owner_sync(args.job)
@@ -132,7 +134,7 @@ def cmd_pin(store: JobStore, args: argparse.Namespace, *, pinned: bool) -> int:
 def collect_snapshots(store: JobStore, args: argparse.Namespace) -> tuple[int, int] | None:
     """Delete the snapshots of lapsed, unpinned jobs and the bodies nothing names (``gc``);
     None if the store has no snapshot directory."""
-    snaps = snapshot_store(args, store.location)
+    snaps = snapshot_store(args)
     if snaps is None or not snaps.root.exists():
         return None
 

@@ -10,9 +10,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+from .._text import printable
 from ..fetchers import HttpFetcher
 from ..store import JobStore
-from ._common import EXIT_DONE, EXIT_FAILED, UsageError, default_db, report_error
+from ._common import EXIT_DONE, EXIT_FAILED, UsageError, report_error
 from ._run import default_caller
 from ._snapshots import add_snapshot_dir, snapshot_store
 
@@ -52,8 +53,7 @@ def cmd_import_warc(args: argparse.Namespace) -> int:
     from ..fetchers._warc import WarcError, import_warc
 
     _needs_warcio()
-    location = str(args.db if args.db is not None else default_db())
-    snaps = snapshot_store(args, location, required=True)
+    snaps = snapshot_store(args, required=True)
     assert snaps is not None
     caller = args.caller if args.caller is not None else default_caller()
     try:
@@ -64,7 +64,7 @@ def cmd_import_warc(args: argparse.Namespace) -> int:
         raise UsageError(f"cannot import {args.file}: {exc.strerror or exc}") from None
     if args.shared:
         snaps.set_pin(job_id, pinned=True, shared=True)
-    print(f"imported {count} response(s) from {args.file} as snapshot {job_id}")
+    print(f"imported {count} response(s) from {printable(args.file)} as snapshot {job_id}")
     print(f"replay it: trio-batch run BATCH --replay {job_id}")
     return EXIT_DONE
 
@@ -77,7 +77,7 @@ def cmd_export_warc(store: JobStore, args: argparse.Namespace) -> int:
     _needs_warcio()
     if args.output is None and sys.stdout.isatty():
         raise UsageError("a WARC file is binary: write it with -o FILE (or pipe it)")
-    snaps = snapshot_store(args, store.location, required=True)
+    snaps = snapshot_store(args, required=True)
     assert snaps is not None
     if snaps.owner_sync(args.job) is None:
         report_error(f"no snapshot of job {args.job} in {snaps.root}")
