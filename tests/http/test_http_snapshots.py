@@ -7,7 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 
+from trio_batch import Target
 from trio_batch.fetchers import HttpFetcher, SnapshotStore
 
 from ..support.fakes import FakeClock
@@ -133,3 +135,45 @@ async def test_snapshot_warc_download_is_streamed_and_its_digests_match_meta(
     assert [rec.rec_type for rec in records] == ["response", "request"]
     digest = records[0].rec_headers.get_header("WARC-Payload-Digest")
     assert digest == "sha256:" + base64.b32encode(bytes.fromhex(meta["sha256"])).decode()
+
+
+async def test_the_service_collects_lapsed_snapshots_every_purge_interval(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    from trio_batch import JobState, open_store
+    from trio_batch.fetchers._body import Body
+    from trio_batch.fetchers._snapshot_entry import Entry
+    from trio_batch.http._snapshots import collect_periodically
+    from trio_batch.store import NewJob
+
+    snaps = SnapshotStore(tmp_path / "snaps")
+    rounds: list[tuple[int, int]] = []
+    send, receive = trio.open_memory_channel[None](100)
+
+    def on_round(removed: int, bodies: int) -> None:
+        rounds.append((removed, bodies))
+        send.send_nowait(None)
+
+    async with open_store(str(tmp_path / "jobs.db")) as store:
+        new = NewJob(
+            "alice",
+            "user",
+            [Target("https://example.test/")],
+            ttl=100,
+            targets_per_job=1,
+            jobs_per_caller=1,
+            jobs_total=1,
+            status=JobState.RUNNING,
+        )
+        job, _ = await store.create_job(new, now=clock())
+        body = Body("https://example.test/", 200, "text/plain", None, b"kept", 0)
+        snaps.record_sync(job.id, "alice", Entry.of(body.url, body, clock()), body.data)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(collect_periodically, snaps, store, clock, 0.001, on_round)
+            await receive.receive()  # a round while the job is live: its snapshot stays
+            assert rounds[0] == (0, 0) and snaps.job_ids() == [job.id]
+            clock.advance(101)  # the lease lapses
+            while sum(removed for removed, _ in rounds) == 0:
+                await receive.receive()
+            assert snaps.job_ids() == []
+            nursery.cancel_scope.cancel()

@@ -40,11 +40,16 @@ def snapshots_of(fetch: object) -> SnapshotStore | None:
 
 
 async def collect_periodically(
-    snaps: SnapshotStore, store: JobStore, now: Callable[[], float], interval: float
+    snaps: SnapshotStore,
+    store: JobStore,
+    now: Callable[[], float],
+    interval: float,
+    on_round: Callable[[int, int], None] | None = None,
 ) -> None:
     """Every ``interval`` seconds, delete the snapshots of lapsed, unpinned jobs and the
-    bodies nothing names. A failure is logged and tried again next time. Cancellation: stops
-    between jobs (see :meth:`SnapshotStore.collect`)."""
+    bodies nothing names; ``on_round`` is told what each round deleted. A failure is logged
+    and tried again next time. Cancellation: stops between jobs (see
+    :meth:`SnapshotStore.collect`)."""
 
     async def alive(job_id: str) -> bool:
         return await store.get_job(job_id, now=now()) is not None
@@ -58,6 +63,8 @@ async def collect_periodically(
             continue
         if removed or bodies:
             _log.info("collected %d snapshot(s) and %d unused body file(s)", removed, bodies)
+        if on_round is not None:
+            on_round(removed, bodies)
 
 
 async def pin(request: Request) -> Response:
