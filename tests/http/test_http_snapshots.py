@@ -97,6 +97,10 @@ async def test_bad_replays_are_422_at_submit_saying_which(
         unknown = "U" * 22
         as_unknown = await refused({"targets": targets, "replay": {"job": unknown}})
         assert as_unknown.startswith(f"no job {unknown} to replay")
+        r = await svc.client.post(
+            "/v1/batches", json={"targets": targets, "replay": {"job": unknown}}, headers=auth()
+        )
+        assert "snapshot: true" in r.json()["hint"]
         others = await refused({"targets": targets, "replay": {"job": recorded}}, BOB)
         assert others == as_unknown.replace(unknown, recorded)
         none = await refused({"targets": targets, "replay": {"job": plain}})

@@ -83,7 +83,8 @@ SCHEMAS: dict[str, Any] = {
             },
             "hint": {
                 "type": "string",
-                "description": "For invalid targets: what to do about the refused option.",
+                "description": "What to do about it: the refused option of invalid targets, "
+                "or a refused replay.",
             },
             "job": {
                 "type": "string",
