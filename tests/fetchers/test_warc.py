@@ -227,3 +227,47 @@ def test_an_export_holds_one_record_in_memory_not_the_snapshot(tmp_path: Path) -
         tracemalloc.stop()
     assert out.stat().st_size > 8 * size
     assert peak < 3 * size, f"peak {peak} bytes"
+
+
+def test_an_imported_response_is_kept_decoded_as_the_fetcher_would_have_it(
+    tmp_path: Path,
+) -> None:
+    """A WARC from another crawler keeps the body as sent: chunked and gzip-encoded. The
+    snapshot keeps what the fetcher would have read: the decoded bytes, without those headers."""
+    from warcio.statusandheaders import StatusAndHeaders
+    from warcio.warcwriter import WARCWriter
+
+    page = b"<p>crawled elsewhere</p>" * 50
+    packed = gzip.compress(page)
+    chunked = f"{len(packed):x}\r\n".encode() + packed + b"\r\n0\r\n\r\n"
+    buf = io.BytesIO()
+    writer = WARCWriter(buf, gzip=True, warc_version="1.1")
+    headers = [
+        ("Content-Type", "text/html; charset=utf-8"),
+        ("Content-Encoding", "gzip"),
+        ("Transfer-Encoding", "chunked"),
+        ("ETag", '"e1"'),
+    ]
+    record = writer.create_warc_record(
+        "https://example.test/page",
+        "response",
+        payload=io.BytesIO(chunked),
+        length=len(chunked),
+        http_headers=StatusAndHeaders("200 OK", headers, protocol="HTTP/1.1"),
+        warc_headers_dict={"WARC-Date": "2024-05-01T12:00:00Z"},
+    )
+    writer.write_record(record)
+    path = tmp_path / "crawl.warc.gz"
+    path.write_bytes(buf.getvalue())
+    snaps = SnapshotStore(tmp_path / "snaps")
+    job_id, count = import_warc(snaps, path, "carol", max_bytes=MAX)
+    assert count == 1
+    found = snaps.lookup_sync(job_id, "https://example.test/page", MAX)
+    assert found is not None
+    entry, data = found
+    assert data == page
+    assert entry.content_type == "text/html" and entry.charset == "utf-8"
+    assert dict(entry.headers) == {"Content-Type": "text/html; charset=utf-8", "ETag": '"e1"'}
+    assert entry.fetched_at == 1714564800.0
+    owner = snaps.owner_sync(job_id)
+    assert owner is not None and owner.caller == "carol" and owner.pinned and not owner.shared
