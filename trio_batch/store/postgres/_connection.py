@@ -44,7 +44,15 @@ from ._errors import connection_lost, translate_errors, unavailable
 from ._schema import migrate
 from ._watchdog import Watchdog, shut_socket
 
-__all__ = ["Conn", "Op", "PostgresConnection", "rollback", "safe_location", "usable"]
+__all__ = [
+    "Conn",
+    "Op",
+    "PostgresConnection",
+    "pooled",
+    "rollback",
+    "safe_location",
+    "usable",
+]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -291,7 +299,7 @@ class PostgresConnection:
         without its ``SET LOCAL`` prefix; a pooled one keeps neither.
         """
         row = conn.execute(q.BACKEND_PID, prepare=False).fetchone()
-        self.pooled = row is None or row[0] != conn.info.backend_pid
+        self.pooled = pooled(conn, None if row is None else row[0])
         if not self.pooled:
             conn.execute(self._session_settings, prepare=False)
             conn.prepare_threshold = _DIRECT_PREPARE_THRESHOLD
@@ -427,6 +435,13 @@ class PostgresConnection:
             rollback(conn)
             raise
         conn.execute("COMMIT", prepare=False)
+
+
+def pooled(conn: Conn, server_pid: int | None) -> bool:
+    """Whether ``conn`` goes through a pooler, given the ``pg_backend_pid()`` it answered
+    (None: no answer). A pooler answers a connection's start with a backend key of its own
+    (it must, to route a cancel), so the process id libpq was given is not the server's."""
+    return server_pid is None or server_pid != conn.info.backend_pid
 
 
 def usable(conn: Conn) -> bool:
