@@ -55,6 +55,7 @@ $(BENCH_STAMP): pyproject.toml $(STAMP)
 bench: $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks.run
 	$(BIN)/python -m benchmarks.postgres
+	$(BIN)/python -m benchmarks.pg_pressure
 	$(BIN)/python -m benchmarks.fetch
 
 # First the peers' smoke tests (left out of `make test`, which does not install the peers).
@@ -62,6 +63,7 @@ bench-quick: $(BENCH_STAMP)
 	$(BIN)/pytest -m peers tests/test_benchmarks_smoke.py
 	$(BIN)/python -m benchmarks.run --quick
 	$(BIN)/python -m benchmarks.postgres --quick
+	$(BIN)/python -m benchmarks.pg_pressure --quick
 	$(BIN)/python -m benchmarks.fetch --quick
 
 # A real batch through `trio-batch run` against a local fixture server (demo/), offline.
