@@ -30,6 +30,7 @@ again, the listener reports that anything may have changed. The runner's poll ev
 from __future__ import annotations
 
 import logging
+import random
 import secrets
 import urllib.parse
 from collections.abc import Awaitable, Callable
@@ -41,6 +42,7 @@ from psycopg import pq, sql
 
 from ..._errors import StoreError
 from ..._outage_log import OutageLog
+from ..._retry import RetryPolicy
 from .._protocol import ChangeObserver
 from . import _queries as q
 from ._connection import connect_options, pooled, safe_location
@@ -56,9 +58,13 @@ __all__ = [
 
 _log = logging.getLogger("trio_batch")
 
-#: Backoff between attempts to (re)open the listening connection, in seconds.
+#: Backoff between attempts to (re)open the listening connection, in seconds, each spread by
+#: +-50% (runners cut off together do not come back in step).
 RECONNECT_FIRST_DELAY = 0.1
 RECONNECT_MAX_DELAY = 5.0
+_RECONNECT = RetryPolicy(
+    first_delay=RECONNECT_FIRST_DELAY, max_delay=RECONNECT_MAX_DELAY, multiplier=2.0, jitter=0.5
+)
 #: Backoff after a listening connection that heard nothing at all (LISTEN through a pooler).
 DEAF_FIRST_DELAY = 30.0
 DEAF_MAX_DELAY = 600.0
@@ -172,7 +178,8 @@ async def listen_for_changes(
     once, closing the connection; a connection attempt under way completes first (bounded by
     ``connect_timeout``).
     """
-    delay = RECONNECT_FIRST_DELAY
+    failures = 0
+    rng = random.Random()
     deaf_delay = DEAF_FIRST_DELAY
     told_deaf = False
     outage = OutageLog(_log, "listen for other runners' changes")
@@ -189,11 +196,11 @@ async def listen_for_changes(
             await trio.sleep_forever()
         except psycopg.Error as exc:
             outage.refused(exc)
-            await trio.sleep(delay)
-            delay = min(delay * 2, RECONNECT_MAX_DELAY)
+            failures += 1
+            await trio.sleep(_RECONNECT.delay(failures, rng=rng))
             continue
         outage.answered()
-        delay = RECONNECT_FIRST_DELAY
+        failures = 0
         try:
             heard = await _listen(conn, on_change, probe, probe_interval, store_timeout)
         except psycopg.Error as exc:
