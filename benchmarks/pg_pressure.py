@@ -2,8 +2,10 @@
 
 One embedding runner on a throw-away local server (demo/local_postgres.py) drives a steady
 load: 16 callers, each submitting a job of 4 targets whose fetch sleeps 2 ms, waiting for it
-(``runner.wait``) and submitting the next. Three scenarios, each right after a baseline of its
-own measured in the same run on the same runner, so each figure is a ratio within one run:
+(``runner.wait``) and submitting the next. Three scenarios, each between two baselines of its
+own (the rate just before it and again once it has recovered, averaged: a shared machine's
+load drifts) measured in the same run on the same runner, so each figure is a ratio within
+one run (``--only NAME`` runs some of them):
 
 - **kills**: every backend of the runner (``application_name`` trio_batch) terminated with
   ``pg_terminate_backend`` twice a second; the rate during the kills, and the longest stretch
@@ -11,12 +13,12 @@ own measured in the same run on the same runner, so each figure is a ratio withi
 - **held xmin**: an idle transaction that took a transaction id (``BEGIN; SELECT
   txid_current()``) held open; the rate in the hold's second half, and how much ``jobs`` and
   ``targets`` (with their indexes and TOAST) grew over the hold;
-- **connections exhausted**: ``max_connections`` filled by a hog and the runner's own
-  connections cut; the longest stretch without a completion while it lasts, and the rate
-  once it is released.
+- **connections exhausted**: ``max_connections`` filled by a hog, which cuts whatever
+  connection the runner gets every 0.5 s; the longest stretch without a completion while it
+  lasts, and the rate once it is released.
 
 The load, the pressures and the checks of what the store holds afterwards are shared with the
-suite's scenarios (tests/store/test_postgres_pressure.py), which run them at small sizes.
+suite's scenarios (tests/runner/test_postgres_pressure.py), which run them at small sizes.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -366,74 +368,83 @@ def _rate(load: Load, span: tuple[float, float]) -> float:
     return load.between(*span) / (span[1] - span[0])
 
 
-async def _scenarios(dsn: str, runner: Runner, load: Load, quick: bool) -> list[Figure]:
-    base_s, kill_s, hold_s, hog_s = (3.0, 6.0, 12.0, 4.0) if quick else (5.0, 15.0, 40.0, 12.0)
-    figures = []
-    await trio.sleep(1.0)  # warm up
+#: The scenarios, in the order they run.
+SCENARIOS = ("kills", "held xmin", "connections exhausted")
 
-    base = await _phase(base_s)
+
+async def _around(load: Load, seconds: float, pressure: Awaitable[Figure]) -> Figure:
+    """``pressure``'s figure, its baseline the rate over ``seconds`` before it and again
+    after it (once recovered): the machine's load drifts, a ratio to one side alone drifts
+    with it."""
+    before = await _phase(seconds)
     errors = len(load.errors)
-    async with applied(Killer(dsn)) as killer:
-        during = await _phase(kill_s)
-    figures.append(
-        Figure(
-            "kills",
-            _rate(load, base),
-            _rate(load, during),
-            load.longest_gap(*during),
-            f"{killer.kills} backends killed",
-            len(load.errors) - errors,
-            max(load.failed_after[errors:], default=0.0),
-            _kinds(load.errors[errors:]),
-        )
-    )
+    figure = await pressure
+    figure.failures = len(load.errors) - errors
+    figure.slowest_failure = max(load.failed_after[errors:], default=0.0)
+    figure.errors = _kinds(load.errors[errors:])
     await trio.sleep(2.0)  # recover
+    after = await _phase(seconds)
+    figure.baseline = (_rate(load, before) + _rate(load, after)) / 2
+    return figure
 
-    base = await _phase(base_s)
-    before = relation_bytes(dsn)
-    errors = len(load.errors)
+
+async def _kills(dsn: str, load: Load, seconds: float) -> Figure:
+    async with applied(Killer(dsn)) as killer:
+        during = await _phase(seconds)
+    return Figure(
+        "kills",
+        0.0,
+        _rate(load, during),
+        load.longest_gap(*during),
+        f"{killer.kills} backends killed",
+    )
+
+
+async def _held_xmin(dsn: str, load: Load, seconds: float) -> Figure:
+    before = await trio.to_thread.run_sync(relation_bytes, dsn)
     with held_xmin(dsn):
-        first = await _phase(hold_s / 2)
-        second = await _phase(hold_s / 2)
-        grown = relation_bytes(dsn) - before
+        first = await _phase(seconds / 2)
+        second = await _phase(seconds / 2)
+        grown = await trio.to_thread.run_sync(relation_bytes, dsn) - before
     jobs = load.between(first[0], second[1])
-    figures.append(
-        Figure(
-            "held xmin",
-            _rate(load, base),
-            _rate(load, second),
-            load.longest_gap(*second),
-            f"tables +{grown / 2**20:.1f} MB over {jobs} jobs "
-            f"({grown / max(jobs, 1) / 1024:.2f} KB a job)",
-            len(load.errors) - errors,
-            max(load.failed_after[errors:], default=0.0),
-            _kinds(load.errors[errors:]),
-        )
+    return Figure(
+        "held xmin",
+        0.0,
+        _rate(load, second),
+        load.longest_gap(*second),
+        f"second half; tables +{grown / 2**20:.1f} MB over {jobs} jobs "
+        f"({grown / max(jobs, 1) / 1024:.2f} KB a job)",
     )
-    await trio.sleep(2.0)
 
-    base = await _phase(base_s)
-    errors = len(load.errors)
+
+async def _exhausted(dsn: str, load: Load, seconds: float, after_s: float) -> Figure:
     async with applied(Hog(dsn)) as hog:
-        full = await _phase(hog_s)
-    after = await _phase(base_s)
-    figures.append(
-        Figure(
-            "connections exhausted",
-            _rate(load, base),
-            _rate(load, after),
-            load.longest_gap(*full),
-            f"{hog.rounds} rounds cut the runner off; {load.between(*full)} jobs ended meanwhile; "
-            "rate after release",
-            len(load.errors) - errors,
-            max(load.failed_after[errors:], default=0.0),
-            _kinds(load.errors[errors:]),
-        )
+        full = await _phase(seconds)
+    after = await _phase(after_s)
+    return Figure(
+        "connections exhausted",
+        0.0,
+        _rate(load, after),
+        load.longest_gap(*full),
+        f"the rate once released; gap while full; {hog.rounds} rounds cut the runner off, "
+        f"{load.between(*full)} jobs ended meanwhile",
     )
-    return figures
 
 
-def measure(dsn: str, *, quick: bool) -> tuple[list[Figure], list[str]]:
+async def _scenarios(dsn: str, load: Load, quick: bool, only: Collection[str]) -> list[Figure]:
+    base_s, kill_s, hold_s, hog_s = (3.0, 6.0, 12.0, 4.0) if quick else (5.0, 15.0, 40.0, 12.0)
+    await trio.sleep(1.0)  # warm up
+    pressures = {
+        "kills": lambda: _kills(dsn, load, kill_s),
+        "held xmin": lambda: _held_xmin(dsn, load, hold_s),
+        "connections exhausted": lambda: _exhausted(dsn, load, hog_s, base_s),
+    }
+    return [await _around(load, base_s, pressures[name]()) for name in SCENARIOS if name in only]
+
+
+def measure(
+    dsn: str, *, quick: bool, only: Collection[str] = SCENARIOS
+) -> tuple[list[Figure], list[str]]:
     """Run the three scenarios on one runner; their figures and the store's problems after."""
     logging.getLogger("trio_batch").setLevel(logging.CRITICAL)  # the outages' logs
 
@@ -444,7 +455,7 @@ def measure(dsn: str, *, quick: bool) -> tuple[list[Figure], list[str]]:
                 load = Load(runner)
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(load.run)
-                    figures = await _scenarios(dsn, runner, load, quick)
+                    figures = await _scenarios(dsn, load, quick, only)
                     load.stop()
         finally:
             await store.aclose()
@@ -472,12 +483,15 @@ def render(figures: list[Figure]) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.pg_pressure", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="shorter phases")
+    parser.add_argument(
+        "--only", action="append", choices=SCENARIOS, help="run this scenario (repeatable)"
+    )
     args = parser.parse_args(argv)
     server = start_postgres()
     try:
         dsn = server.create_database("pressure")
         started = time.monotonic()
-        figures, problems = measure(dsn, quick=args.quick)
+        figures, problems = measure(dsn, quick=args.quick, only=args.only or SCENARIOS)
         print(render(figures))
         for f in figures:
             if f.errors:
