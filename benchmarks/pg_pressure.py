@@ -179,9 +179,12 @@ def _connect(dsn: str, name: str) -> psycopg.Connection[Any]:
 class Pressure:
     """A pressure on ``dsn``'s server, applied in rounds every ``interval`` seconds on a
     thread of its own while :meth:`running`'s block lasts. :attr:`rounds` counts the rounds
-    that found the runner connected (and cut it off); :meth:`wait_rounds` waits for them."""
+    that found the runner connected and cut it off (see :attr:`every_round_counts`);
+    :meth:`wait_rounds` waits for them."""
 
     name = "pressure"
+    #: Whether a round counts in :attr:`rounds` even if the runner was not connected.
+    every_round_counts = False
 
     def __init__(self, dsn: str, *, interval: float = 0.5) -> None:
         self.dsn = dsn
@@ -201,7 +204,7 @@ class Pressure:
         killed = sum(1 for (ok,) in conn.execute(_KILL, (APPLICATION,)).fetchall() if ok)
         with self._round_done:
             self.kills += killed
-            self.rounds += killed > 0
+            self.rounds += killed > 0 or self.every_round_counts
             self._round_done.notify_all()
 
     def _end(self) -> None:
@@ -241,9 +244,11 @@ class Killer(Pressure):
 
 class Hog(Pressure):
     """Fills the server's ``max_connections`` with idle connections of its own, and every
-    ``interval`` cuts whatever connections the runner got meanwhile and takes their place."""
+    ``interval`` cuts whatever connections the runner got meanwhile and takes their place.
+    Every round counts: the runner may not get one at all."""
 
     name = "hog"
+    every_round_counts = True
 
     def __init__(self, dsn: str, *, interval: float = 0.5) -> None:
         super().__init__(dsn, interval=interval)
@@ -426,7 +431,7 @@ async def _exhausted(dsn: str, load: Load, seconds: float, after_s: float) -> Fi
         0.0,
         _rate(load, after),
         load.longest_gap(*full),
-        f"the rate once released; gap while full; {hog.rounds} rounds cut the runner off, "
+        f"the rate once released; gap while full; {hog.kills} runner connections cut, "
         f"{load.between(*full)} jobs ended meanwhile",
     )
 
