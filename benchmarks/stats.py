@@ -1,4 +1,4 @@
-"""Small helpers the benchmarks share: medians, percentiles, and the machine's description."""
+"""What the benchmarks share: a ratio that tolerates a zero, and the machine's description."""
 
 from __future__ import annotations
 
@@ -6,24 +6,8 @@ import math
 import os
 import platform
 import sqlite3
-import statistics
-from collections.abc import Sequence
 
 import trio_batch
-
-
-def median(values: Sequence[float]) -> float:
-    """The median of ``values`` (NaN for an empty sequence)."""
-    return statistics.median(values) if values else math.nan
-
-
-def percentile(values: Sequence[float], p: float) -> float:
-    """The ``p``-th percentile (0-100) of ``values`` by the nearest-rank method."""
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    rank = max(1, math.ceil(p / 100 * len(ordered)))
-    return ordered[min(rank, len(ordered)) - 1]
 
 
 def ratio(numerator: float, denominator: float) -> float:
