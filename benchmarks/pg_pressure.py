@@ -49,6 +49,8 @@ from trio_batch import (
     open_store,
 )
 
+from .stats import machine, ratio
+
 __all__ = [
     "Hog",
     "Killer",
@@ -479,7 +481,7 @@ def render(figures: list[Figure]) -> str:
     ]
     for f in figures:
         lines.append(
-            f"| {f.name} | {f.baseline:.0f} | {f.during:.0f} | {f.during / f.baseline:.2f}x "
+            f"| {f.name} | {f.baseline:.0f} | {f.during:.0f} | {ratio(f.during, f.baseline):.2f}x "
             f"| {f.longest_gap:.2f} s | {f.failures} ({f.slowest_failure:.1f} s) | {f.note} |"
         )
     return "\n".join(lines)
@@ -497,7 +499,10 @@ def main(argv: list[str] | None = None) -> None:
         dsn = server.create_database("pressure")
         started = time.monotonic()
         figures, problems = measure(dsn, quick=args.quick, only=args.only or SCENARIOS)
+        with psycopg.connect(dsn) as conn:
+            version = conn.info.parameter_status("server_version")
         print(render(figures))
+        print(machine(version))
         for f in figures:
             if f.errors:
                 print(f"{f.name}: {f.errors}")
