@@ -453,7 +453,9 @@ def measure(
     dsn: str, *, quick: bool, only: Collection[str] = SCENARIOS
 ) -> tuple[list[Figure], list[str]]:
     """Run the three scenarios on one runner; their figures and the store's problems after."""
-    logging.getLogger("trio_batch").setLevel(logging.CRITICAL)  # the outages' logs
+    # The outages' logs: the store's, and psycopg's about pipelines ended on a lost connection.
+    logging.getLogger("trio_batch").setLevel(logging.CRITICAL)
+    logging.getLogger("psycopg").setLevel(logging.ERROR)
 
     async def main() -> tuple[list[Figure], dict[str, JobState]]:
         store: JobStore = open_store(dsn, store_timeout=STORE_TIMEOUT)
