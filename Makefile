@@ -56,13 +56,15 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks.run
 	$(BIN)/python -m benchmarks.postgres
 	$(BIN)/python -m benchmarks.fetch
+	$(BIN)/python -m benchmarks.markdown
 
 # First the peers' smoke tests (left out of `make test`, which does not install the peers).
 bench-quick: $(BENCH_STAMP)
-	$(BIN)/pytest -m peers tests/test_benchmarks_smoke.py
+	$(BIN)/pytest -m peers tests/test_benchmarks_smoke.py tests/test_benchmarks_markdown_smoke.py
 	$(BIN)/python -m benchmarks.run --quick
 	$(BIN)/python -m benchmarks.postgres --quick
 	$(BIN)/python -m benchmarks.fetch --quick
+	$(BIN)/python -m benchmarks.markdown --quick
 
 # A real batch through `trio-batch run` against a local fixture server (demo/), offline.
 demo: $(STAMP)

@@ -19,6 +19,7 @@ __all__ = ["Mark", "escape_line_start", "escape_text", "render_inline", "safe_ur
 
 #: ASCII punctuation CommonMark reads as markup anywhere in a line; a backslash makes it text.
 _ALWAYS = re.compile(r"[\\*`\[\]]|(?<![^\W_])_|_(?![^\W_])|<(?=[A-Za-z/!?])|&(?=#|\w+;)")
+_SPECIAL = re.compile(r"[\\*`\[\]_<&]")
 #: What starts a block when it opens a line: headings, quotes, lists, breaks, setext lines.
 _LINE_START = re.compile(r"[#>+\-=~]|\d{1,9}(?=[.)])")
 _BAD_SCHEMES = ("javascript:", "vbscript:", "data:", "file:")
@@ -55,6 +56,8 @@ Piece = str | _Delim | _Code
 
 def escape_text(text: str) -> str:
     """``text`` with the characters CommonMark would read as inline markup escaped."""
+    if _SPECIAL.search(text) is None:  # most text: one quick scan
+        return text
     return _ALWAYS.sub(lambda m: "\\" + m.group(), text)
 
 
@@ -78,8 +81,8 @@ def safe_url(href: str) -> str | None:
 
 def render_inline(parts: list[str | Mark]) -> str:
     """A block's text and marks as Markdown. Marks without their other half are dropped."""
-    if not any(isinstance(p, Mark) for p in parts):
-        return "".join(p for p in parts if isinstance(p, str))
+    if Mark not in map(type, parts):
+        return "".join(parts)  # type: ignore[arg-type]  # all str: no mark among them
     pieces = _flatten(_tree(parts))
     _merge_touching(pieces)
     _drop_unflanked(pieces)

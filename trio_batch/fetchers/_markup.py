@@ -353,7 +353,7 @@ def _text(text: str, walk: _Walk) -> None:
         if not words:
             walk.write(" ")  # the space between two inline elements
             return
-        if walk.md and not walk.in_code():
+        if walk.md and not (walk.active and walk.in_code()):
             words = escape_text(words)
         text = (" " if text[0].isspace() else "") + words + (" " if text[-1].isspace() else "")
     walk.write(text)
