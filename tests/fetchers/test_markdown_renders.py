@@ -13,7 +13,7 @@ from pathlib import Path
 from urllib.parse import unquote
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 from selectolax.lexbor import LexborHTMLParser, LexborNode
@@ -225,7 +225,7 @@ def inline_html(draw: st.DrawFn, depth: int = 3) -> str:
         elif kind == "space":
             parts.append(" ")
         elif kind == "br":
-            parts.append("<br>")
+            parts.append(draw(st.sampled_from(["<br>", '<img src="/i.png" alt="i">', "<img>"])))
         else:
             tag = draw(INLINE)
             attrs = ' href="/p q"' if tag == "a" else ""
@@ -235,6 +235,51 @@ def inline_html(draw: st.DrawFn, depth: int = 3) -> str:
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(inline_html(), min_size=1, max_size=3))
+# Cases found before: code spans side by side, links in code, a break in code, an image in
+# code, emphasis that CommonMark could read as closing an outer one.
+@example(["<code>a<br>a</code>"])
+@example(['<b><code><a href="/p q">a</a></code></b>'])
+@example(['<a href="/p q"><code>a</code></a>'])
+@example(["<b><b>a<code>a</code><code>a</code></b></b>"])
+@example(["<b><i><code>a</code></i><i><code>a</code></i></b>"])
+@example(["<b><b><i>a</i>(x)</b><i>(x)</i></b>"])
+@example(['a<code><img src="/i.png" alt="i"></code>'])
 def test_any_mix_of_inline_elements_renders_as_it_reads(paragraphs: list[str]) -> None:
     html = "".join(f"<p>{p}</p>" for p in paragraphs)
     assert misreadings(html) == []
+
+
+@st.composite
+def block_html(draw: st.DrawFn, depth: int = 4) -> str:
+    kinds = ["p", "h3", "br-p", "list", "quote", "pre", "table", "div", "card"] if depth else ["p"]
+    parts = []
+    for _ in range(draw(st.integers(1, 3))):
+        kind = draw(st.sampled_from(kinds))
+        words = draw(inline_html(1))
+        if kind in ("p", "h3", "div"):
+            parts.append(f"<{kind}>{words}</{kind}>")
+        elif kind == "card":  # a link around blocks
+            parts.append(f'<a href="/card"><img src="/c.png" alt="pic"><h4>{words}</h4></a>')
+        elif kind == "br-p":
+            parts.append(f"<p>{words}<br>{draw(WORDS)}</p>")
+        elif kind == "pre":
+            parts.append("<pre>x = 1\n\n  y</pre>")
+        elif kind == "table":
+            parts.append(f"<table><tr><th>{words}</th></tr><tr><td>a</td></tr></table>")
+        elif kind == "quote":
+            parts.append(f"<blockquote>{draw(block_html(depth - 1))}</blockquote>")
+        else:
+            tag = draw(st.sampled_from(["ul", "ol"]))
+            items = draw(st.lists(block_html(depth - 1), min_size=1, max_size=3))
+            parts.append(f"<{tag}>" + "".join(f"<li>{i}</li>" for i in items) + f"</{tag}>")
+    return "".join(parts)
+
+
+@settings(max_examples=200, deadline=None)
+@given(block_html())
+@example("<h3>#</h3>")  # a heading that is only a "#"
+def test_any_nesting_of_blocks_renders_as_it_reads(html: str) -> None:
+    assert misreadings(html) == []
+    # No block indented into a code block: the only code is the page's own.
+    shown = rendered(html_to_markdown(html))
+    assert [c.text() for c in shown.css("pre")] == ["x = 1\n\n  y\n"] * html.count("<pre>")

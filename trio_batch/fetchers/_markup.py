@@ -399,10 +399,9 @@ def _enter(tag: str, node: LexborNode, walk: _Walk) -> None:
 def _enter_inline(tag: str, node: LexborNode, walk: _Walk) -> None:
     if tag == "img":
         alt = " ".join((node.attributes.get("alt") or "").split())
-        if alt and not walk.pre:
+        if alt and not walk.pre and not walk.in_code():  # code holds text only
             url = safe_url(node.attributes.get("src") or "")
-            shown = alt if walk.in_code() else escape_text(alt)
-            walk.write(f"![{shown}]({url})" if url and not walk.in_code() else shown)
+            walk.write(f"![{escape_text(alt)}]({url})" if url else escape_text(alt))
     elif tag == "a":
         url = safe_url(node.attributes.get("href") or "")
         if url is None:
@@ -489,5 +488,6 @@ def _lines(block: _Block, md: bool) -> list[str]:
     lines = [escape_line_start(line) for line in lines]
     if block.kind == "h":  # a heading is one line; a "#" at its end would be read as markup
         heading = " ".join(lines)
-        return [heading[:-1] + "\\#" if heading.endswith("#") else heading]
+        closing = heading.endswith("#") and not heading.endswith("\\#")
+        return [heading[:-1] + "\\#" if closing else heading]
     return [line + "\\" for line in lines[:-1]] + lines[-1:]
