@@ -278,6 +278,7 @@ def block_html(draw: st.DrawFn, depth: int = 4) -> str:
 @settings(max_examples=200, deadline=None)
 @given(block_html())
 @example("<h3>#</h3>")  # a heading that is only a "#"
+@example("<ul><li><ul><li><h3> </h3><p>a</p></li></ul></li></ul>")  # an item's empty heading
 def test_any_nesting_of_blocks_renders_as_it_reads(html: str) -> None:
     assert misreadings(html) == []
     # No block indented into a code block: the only code is the page's own.

@@ -84,9 +84,18 @@ def render_inline(parts: list[str | Mark]) -> str:
     if Mark not in map(type, parts):
         return "".join(parts)  # type: ignore[arg-type]  # all str: no mark among them
     pieces = _flatten(_tree(parts))
-    _merge_touching(pieces)
-    _drop_unflanked(pieces)
-    return "".join(_join_code([p for p in pieces if not isinstance(p, _Delim) or p.kept]))
+    kinds = set(map(type, pieces))
+    if _Delim in kinds:
+        _merge_touching(pieces)
+        _drop_unflanked(pieces)
+        pieces = [p.text if isinstance(p, _Delim) else p for p in pieces if _kept(p)]
+    if _Code in kinds:
+        return "".join(_join_code(pieces))
+    return "".join(pieces)  # type: ignore[arg-type]  # text only: links are text by now
+
+
+def _kept(piece: Piece) -> bool:
+    return not isinstance(piece, _Delim) or piece.kept
 
 
 def _join_code(pieces: list[Piece]) -> Iterator[str]:
@@ -136,6 +145,8 @@ def _flatten(node: _Node) -> list[Piece]:
     mark = node.mark
     if mark is None:
         return inner
+    if mark.kind != "`" and str in map(type, inner) and len(set(map(type, inner))) == 1:
+        return _around_text(mark, "".join(inner))  # type: ignore[arg-type]  # the usual case
     if not any(isinstance(p, _Code) or (isinstance(p, str) and p.strip()) for p in inner):
         return inner  # around nothing but spaces: nothing to mark
     lead, inner, trail = _trim(inner)
@@ -146,6 +157,23 @@ def _flatten(node: _Node) -> list[Piece]:
         return [lead, "[", *inner, f"]({mark.url})", trail]
     opening, closing = _Delim(mark.kind, True, mark.key), _Delim(mark.kind, False, mark.key)
     return [lead, opening, *inner, closing, trail]
+
+
+def _around_text(mark: Mark, text: str) -> list[Piece]:
+    """:func:`_flatten` for an element around text only: the same, with string operations."""
+    core = text.strip()
+    if not core:
+        return [text]
+    lead, trail = text[: len(text) - len(text.lstrip())], text[len(text.rstrip()) :]
+    if mark.kind == "a":
+        return [f"{lead}[{core}]({mark.url}){trail}"]
+    return [
+        lead,
+        _Delim(mark.kind, True, mark.key),
+        core,
+        _Delim(mark.kind, False, mark.key),
+        trail,
+    ]
 
 
 def _texts(node: _Node) -> Iterator[str]:

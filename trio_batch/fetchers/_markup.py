@@ -166,6 +166,7 @@ class _Block:
     indent: str  # the prefix of its other lines
     kind: str  # "p", "h", "pre", "table"
     item: bool = False  # a list item's first block
+    heading: int = 0  # Markdown: the heading's level
     parts: list[str | Mark] = field(default_factory=list)
 
 
@@ -219,9 +220,7 @@ class _Walk:
             prefix += frame.bullet or frame.indent
             item = item or bool(frame.bullet)
             frame.bullet = ""
-        if heading:
-            prefix += "#" * heading + " "
-        return _Block(prefix, indent, kind, item)
+        return _Block(prefix, indent, kind, item, heading)
 
     def end(self) -> None:
         block = self.block
@@ -443,13 +442,21 @@ def _assemble(walk: _Walk) -> str:
     between the items of one list."""
     out: list[str] = []
     previous: _Block | None = None
+    bullet: _Block | None = None  # an empty block that took its item's marker
     for block in walk.blocks:
         lines = _lines(block, walk.md)
         if not lines:
+            bullet = block if block.item and walk.md else bullet
             continue
-        bare = block.indent.rstrip()  # an empty line of a code block inside a quote
+        if bullet is not None and block.prefix.startswith(bullet.indent):
+            # The item's first block with text, inside it, takes the marker on.
+            block.prefix = bullet.prefix + block.prefix[len(bullet.indent) :]
+            block.item = True
+        bullet = None
         text = block.prefix + lines[0]
-        text += "".join("\n" + (block.indent + line if line else bare) for line in lines[1:])
+        if len(lines) > 1:
+            bare = block.indent.rstrip()  # an empty line of a code block inside a quote
+            text += "".join("\n" + (block.indent + line if line else bare) for line in lines[1:])
         if not walk.md or previous is None:
             out.append(text)
         elif block.item and previous.item and block.kind == previous.kind == "p":
@@ -462,6 +469,8 @@ def _assemble(walk: _Walk) -> str:
 
 def _shared(one: str, other: str) -> str:
     """The blank line between two blocks: the quotes they share stay open across it."""
+    if not one or not other:
+        return ""
     n = 0
     while n < min(len(one), len(other)) and one[n] == other[n]:
         n += 1
@@ -482,6 +491,11 @@ def _lines(block: _Block, md: bool) -> list[str]:
             return [line for line in (" ".join(line.split()) for line in body.split("\n")) if line]
         fence = "`" * max(3, 1 + max(len(run) for run in ("", *re.findall("`+", body))))
         return [fence, *body.split("\n"), fence]
+    if "\n" not in raw:  # most blocks: one line
+        line = " ".join(raw.split())
+        lines = [escape_line_start(line) if md else line] if line else []
+        if block.kind != "h" or not lines:
+            return lines
     lines = [line for line in (" ".join(line.split()) for line in raw.split("\n")) if line]
     if not md or not lines:
         return lines
@@ -489,5 +503,5 @@ def _lines(block: _Block, md: bool) -> list[str]:
     if block.kind == "h":  # a heading is one line; a "#" at its end would be read as markup
         heading = " ".join(lines)
         closing = heading.endswith("#") and not heading.endswith("\\#")
-        return [heading[:-1] + "\\#" if closing else heading]
+        return ["#" * block.heading + " " + (heading[:-1] + "\\#" if closing else heading)]
     return [line + "\\" for line in lines[:-1]] + lines[-1:]
