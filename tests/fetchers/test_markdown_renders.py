@@ -183,6 +183,12 @@ def test_text_that_looks_like_markup_reads_as_text() -> None:
     assert misreadings(html) == []
 
 
+def test_an_ordered_list_keeps_its_start_number() -> None:
+    shown = rendered(html_to_markdown('<ol start="7"><li>seventh</li><li>eighth</li></ol>'))
+    assert first(shown, "ol").attributes.get("start") == "7"
+    assert [li.text() for li in shown.css("ol > li")] == ["seventh", "eighth"]
+
+
 #: Deep pages: (what repeats, what closes it, how many times).
 DEEP = {
     "list": ("<ul><li>word", "</li></ul>", 20_000),
