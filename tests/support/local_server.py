@@ -148,6 +148,12 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, CONTROLS.encode(), "text/plain; charset=utf-8")
         elif path == "/latin1.txt":
             self._send(200, "café crème".encode("latin-1"), "text/plain; charset=iso-8859-1")
+        elif path == "/latin1-quoted.txt":  # the charset as a quoted string (RFC 9110)
+            self._send(200, "café crème".encode("latin-1"), 'text/plain; charset="ISO-8859-1"')
+        elif path == "/latin1-spaced.txt":
+            self._send(200, "café crème".encode("latin-1"), "text/plain;Charset = 'latin1' ")
+        elif path == "/doc.bin":  # a PDF told only by its first bytes
+            self._send(200, PDF, "application/octet-stream")
         elif path == "/doc.pdf":
             self._send(200, PDF, "application/pdf")
         elif path == "/broken.pdf":
