@@ -40,7 +40,8 @@ def test_a_byte_order_mark_is_dropped_from_a_batch_file(
     server: LocalServer, tmp_path: Path, shape: str
 ) -> None:
     url = server.url("/text.txt")
-    text = url + "\n" if shape == "lines" else json.dumps([{"url": url}])
+    # An indented comment is a comment too.
+    text = f"  # the feed\n{url}\n" if shape == "lines" else json.dumps([{"url": url}])
     batch = tmp_path / "urls.txt"
     batch.write_bytes(b"\xef\xbb\xbf" + text.encode())
     run = cli("run", str(batch), "--db", str(tmp_path / "b.db"), "--json")

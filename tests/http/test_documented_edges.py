@@ -112,3 +112,54 @@ async def test_created_after_reads_an_offset_and_takes_a_time_without_one_as_utc
                 "/v1/batches/cancel", json={"created_after": when, "dry_run": True}, headers=auth()
             )
             assert r.json()["ids"] == [second["id"]], when
+
+
+async def test_created_after_below_zero_is_422_as_the_schema_says(
+    tmp_path: Path, fetch: ScriptedFetch, clock: FakeClock
+) -> None:
+    async with running(tmp_path, fetch, clock) as s:
+        for bad in (-1, -0.5):
+            r = await s.client.post(
+                "/v1/batches/cancel", json={"created_after": bad, "dry_run": True}, headers=auth()
+            )
+            assert "created_after" in problem(r, 422, "invalid-request")["detail"]
+        r = await s.client.post(
+            "/v1/batches/cancel", json={"created_after": 0, "dry_run": True}, headers=auth()
+        )
+        assert r.status_code == 200, r.text
+
+
+async def test_metadata_and_custom_ids_at_their_longest_are_taken_one_more_is_422(
+    tmp_path: Path, fetch: ScriptedFetch, clock: FakeClock
+) -> None:
+    longest = {f"{i:02d}" + "k" * 62: "v" * 512 for i in range(16)}
+    target = {"url": "https://example.test/a", "custom_id": "c" * 64}
+    async with running(tmp_path, fetch, clock) as s:
+        r = await s.client.post(
+            "/v1/batches", json={"targets": [target], "metadata": longest}, headers=auth()
+        )
+        assert r.status_code == 201, r.text
+        assert r.json()["metadata"] == longest
+        await s.wait_done(r.json()["id"])
+        key = next(iter(longest))
+        for metadata, custom_id in [
+            (longest | {"x": "v"}, "c" * 64),  # 17 keys
+            ({key + "k": "v"}, "c" * 64),  # a key of 65
+            ({key: "v" * 513}, "c" * 64),  # a value of 513
+            (longest, "c" * 65),  # a custom id of 65
+        ]:
+            r = await s.client.post(
+                "/v1/batches",
+                json={"targets": [target | {"custom_id": custom_id}], "metadata": metadata},
+                headers=auth(),
+            )
+            assert r.status_code == 422, (r.text, len(metadata))
+
+
+async def test_a_page_of_100_jobs_is_the_most_a_list_gives(
+    tmp_path: Path, fetch: ScriptedFetch, clock: FakeClock
+) -> None:
+    async with running(tmp_path, fetch, clock) as s:
+        for limit, status in [(1, 200), (100, 200), (0, 422), (101, 422)]:
+            r = await s.client.get(f"/v1/batches?limit={limit}", headers=auth())
+            assert r.status_code == status, (limit, r.text)

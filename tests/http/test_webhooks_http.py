@@ -119,6 +119,21 @@ async def test_a_bad_webhook_is_422_and_creates_nothing(
         assert r.json()["jobs"] == []
 
 
+async def test_a_webhook_url_of_2048_characters_is_taken_and_one_more_is_422(
+    tmp_path: Path, clock: FakeClock, receiver: Receiver
+) -> None:
+    async with running(tmp_path, ScriptedFetch(), clock, webhooks=sender(receiver)) as service:
+        base = receiver.url + "?pad="
+        for size, status in [(2049, 422), (2048, 201)]:
+            url = base + "p" * (size - len(base))
+            r = await service.client.post(
+                "/v1/batches", json=body("x", webhook={"url": url}), headers=auth()
+            )
+            assert r.status_code == status, r.text
+        r = await service.get(r.json()["id"])
+        assert r.json()["webhook"]["url"] == url
+
+
 async def test_a_service_without_a_webhook_secret_refuses_a_webhook(
     tmp_path: Path, clock: FakeClock
 ) -> None:

@@ -43,9 +43,9 @@ PAYLOAD = (
     "<svg onload=\"window.__pwned = 'svg'\"></svg>"
 )
 
-#: Text that steers a terminal if printed raw: a window title, clear screen, NUL, an 8-bit CSI
+#: Text that steers a terminal if printed raw: a window title, clear screen, NUL, DEL, an 8-bit CSI
 #: and a right-to-left override that makes ``gnp.exe`` read ``exe.png``.
-CONTROLS = "title \x1b]0;PWNED\x07\x1b[2J nul\x00 csi\x9b31m \u202egnp.exe\nsecond line\n"
+CONTROLS = "title \x1b]0;PWNED\x07\x1b[2J nul\x00 del\x7f csi\x9b31m \u202egnp.exe\nsecond line\n"
 
 TEXT = "\n".join(f"line {i}: {'match' if i in (3, 4, 9) else 'plain'}" for i in range(1, 13))
 
