@@ -72,7 +72,7 @@ _COMPACT = json.JSONEncoder(allow_nan=False, ensure_ascii=False, separators=(","
 
 class _Encoder(threading.local):
     """This thread's C encoder of :data:`_COMPACT`'s settings, and its cycle check: state no
-    other thread may share (the loop's, the store thread's and the side thread's encode)."""
+    other thread may share (the loop's and the store threads' encode)."""
 
     def __init__(self) -> None:
         self.markers: dict[int, object] = {}

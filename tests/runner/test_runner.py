@@ -36,11 +36,9 @@ from trio_batch import (
     open_runner,
 )
 from trio_batch.store import NewJob
-from trio_batch.store.sqlite._fast_path import FAST_MAX_RESULTS
 from trio_batch.store.sqlite._job_store import SQLiteJobStore
-from trio_batch.store.sqlite._store import WouldBeSlow
 
-from ..support.fakes import T0, FakeClock, ScriptedFetch, logged, on_loop_thread, urls
+from ..support.fakes import T0, FakeClock, ScriptedFetch, logged, urls
 
 CONFIG = Config(ttl=100, targets_per_job=8, jobs_per_caller=1, jobs_total=3)
 
@@ -775,12 +773,8 @@ async def test_cancel_through_a_reused_id_before_the_drain_starts(
     real_create = Store.create_job
 
     def create_job(self: Store, *args: Any, **kwargs: Any) -> tuple[Job, bool]:
-        if on_loop_thread() and not created.is_set():
-            # The first job is created on the thread (the fast path may also have declined on
-            # its own, if the store thread was busy at that moment).
-            raise WouldBeSlow("the store thread holds the connection")
         answer = real_create(self, *args, **kwargs)
-        if not on_loop_thread():
+        if not created.is_set():
             # Committed, but the submitting task has not been told yet.
             token.run_sync_soon(created.set)
             release.wait()
@@ -827,19 +821,16 @@ async def test_status_never_reports_two_running_targets(
 
     def get_status(self: Store, *args: Any, **kwargs: Any) -> Any:
         answer = real_get_status(self, *args, **kwargs)
-        if not on_loop_thread():
-            token.run_sync_soon(snapshot_taken.set)
-            release.wait()
+        token.run_sync_soon(snapshot_taken.set)
+        release.wait()
         return answer
 
     monkeypatch.setattr(Store, "get_status", get_status)
-    big = "https://example.test/big"
-    fetch.custom[big] = lambda: Result("z" * (FAST_MAX_RESULTS + 1))  # status goes to the thread
     started_b, go_b = fetch.gate("https://example.test/b")
     started_c, go_c = fetch.gate("https://example.test/c")
     statuses: list[tuple[Job, list[TargetStatus]] | None] = []
     async with open_runner(store, fetch, CONFIG, now=clock) as runner:
-        job_id, _ = await runner.submit("alice", "user", urls("big", "b", "c"))
+        job_id, _ = await runner.submit("alice", "user", urls("a", "b", "c"))
         await started_b.wait()
         async with trio.open_nursery() as nursery:
 
@@ -847,7 +838,7 @@ async def test_status_never_reports_two_running_targets(
                 statuses.append(await runner.status(job_id))
 
             nursery.start_soon(read)
-            await snapshot_taken.wait()  # the snapshot: big done, b running, c pending
+            await snapshot_taken.wait()  # the snapshot: a done, b running, c pending
             go_b.set()
             await started_c.wait()  # b stored, c in flight
             release.set()

@@ -7,7 +7,6 @@ cancelled, so no cancellation can leave it half-written.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Callable
 
@@ -15,10 +14,10 @@ import trio
 
 from .._config import Config
 from .._errors import StoreUnavailable
-from .._model import Job, JobState, OutcomeWrite, Result, outcome_write
+from .._model import Job, JobState, OutcomeWrite, Result
 from .._text import safe_text
 from .._tracing import Tracing
-from ..store import DECLINED, Declined, JobStore, Stored
+from ..store import ClusterStore, JobStore
 from ._attempts import Attempts, Failure
 from ._cluster import release, wait_for_heartbeat
 from ._deliveries import Deliveries
@@ -31,13 +30,6 @@ __all__ = ["ADOPT_MAX", "IN_DOUBT_MAX", "DrainLoop"]
 ADOPT_MAX = 16
 #: Most creates in doubt remembered for :meth:`DrainLoop._release_in_doubt` (the oldest go).
 IN_DOUBT_MAX = 1024
-#: ``OutcomeWrite.stored_since`` of a write right after a job answer: nothing counted since.
-_NONE_SINCE = (0, 0)
-
-
-def _declined(write: OutcomeWrite, *, ttl: float, now: float) -> Declined:
-    """:meth:`JobStore.record_outcome_now` for a store whose calls are traced: declines."""
-    return DECLINED
 
 
 def _log_refused(log: logging.Logger, drain: _Drain, idx: int) -> None:
@@ -55,6 +47,8 @@ class DrainLoop:
     """The runner's drain tasks (mixed into :class:`~trio_batch.Runner`)."""
 
     _store: JobStore
+    # The store as several runners share it; None with one runner per database.
+    _cluster: ClusterStore | None
     _tracing: Tracing
     _config: Config
     _now: Callable[[], float]
@@ -87,15 +81,17 @@ class DrainLoop:
     async def _adopt_undrained(self) -> None:
         """Start a drain for each live job of this runner's that has none (at most
         ``ADOPT_MAX``): its create committed but the submit raised, the answer lost
-        (:meth:`JobStore.undrained_jobs`). Raises :class:`StoreUnavailable`.
+        (:meth:`ClusterStore.undrained_jobs`). Raises :class:`StoreUnavailable`.
 
         A job whose drain was registered at any moment of the read is left: its create was
         under way (or ended, then its drain ran). Cancellation: nothing started.
         """
+        cluster = self._cluster
+        assert cluster is not None  # the poll that calls this runs only for a cluster
         dropped: set[str] = set()
         self._dropped_during_read = dropped
         try:
-            found = await self._store.undrained_jobs(
+            found = await cluster.undrained_jobs(
                 list(self._drains), now=self._now(), limit=ADOPT_MAX
             )
         finally:
@@ -112,7 +108,7 @@ class DrainLoop:
             self._drains[job.id] = drain
             self._start_drain(drain, job)
         if len(found) < ADOPT_MAX:  # every live one was found: the others are not live
-            await self._release_in_doubt([i for i in self._in_doubt if i not in dropped])
+            await self._release_in_doubt(cluster, [i for i in self._in_doubt if i not in dropped])
 
     def _in_doubt_add(self, job_id: str) -> None:
         """Remember ``job_id``, whose create raised StoreUnavailable: perhaps committed."""
@@ -120,7 +116,7 @@ class DrainLoop:
             del self._in_doubt[next(iter(self._in_doubt))]
         self._in_doubt[job_id] = None
 
-    async def _release_in_doubt(self, job_ids: list[str]) -> None:
+    async def _release_in_doubt(self, cluster: ClusterStore, job_ids: list[str]) -> None:
         """Release the jobs of ``job_ids`` (creates in doubt, none of them live and undrained)
         that were cancelled before the poll could adopt them: no drain ever releases them, and
         waits on other runners would last until this one stops. Forgets them (the adopted
@@ -132,70 +128,40 @@ class DrainLoop:
                 self._in_doubt.pop(job_id, None)
         if not asked:
             return
-        changes = await self._store.drain_changes(asked)
+        changes = await cluster.drain_changes(asked)
         for job_id in asked:
             if job_id in changes.cancelled - changes.lost and job_id not in self._drains:
-                await self._store.release_job(job_id)
+                await cluster.release_job(job_id)
             self._in_doubt.pop(job_id, None)
 
     async def _drain(self, drain: _Drain) -> None:
-        """Fetch the job's targets in order, storing each outcome before the next starts."""
+        """Fetch the job's targets in order, storing each outcome before the next starts.
+
+        Cancellation: the drain's scope cancels a fetch in flight (its outcome is then the
+        cancellation's failure, stored like any other); a store call cannot be cancelled, so
+        no outcome is left half-written.
+        """
         self._tracing.enter_job(drain.span)  # this task's context: its store calls are children
-        # Outcomes (and failures) the store answered STORED for since drain.job, the last job
-        # it answered: the drain counts them itself; and the time of the last.
-        since, since_at = _NONE_SINCE, 0.0
         try:
             with drain.scope:
-                job: Job | None = None
-                # Checked once per job: a fetch with no timeout, grace, retry or tracing
-                # around it is called as it is; a traced store call is never bypassed.
-                plain = self._attempts.plain
-                write_now = _declined if self._tracing.enabled else self._store.record_outcome_now
+                job: Job | None = drain.job
                 ttl = self._config.ttl
                 self._attempts.enter_job(drain)
                 for idx, target in enumerate(drain.targets):
-                    if not self._store.can_start_target():
-                        # Other runners may be about to take this one for dead: wait for a
-                        # heartbeat to get through (a reap stops the drain meanwhile).
-                        await wait_for_heartbeat(self._store, drain, self._config.poll_interval)
+                    await self._wait_until_target_may_start(drain)
                     if drain.cancel_requested:
                         break
                     drain.in_flight = idx
-                    if plain:
-                        result, attempts = await self._attempts.fetch_once(drain, idx, target), 1
-                    else:
-                        result, attempts = await self._attempts.run(drain, idx, target)
-                    write = self._outcome_write(drain, idx, result, attempts, since)
-                    # On the spot if the store can (no yield, no cancel point); else the async
-                    # call at once (the same moment), which also retries a refusal (nothing
-                    # was written).
-                    now = self._now()
+                    result, attempts = await self._attempts.run(drain, idx, target)
+                    write = self._outcome_write(drain, idx, result, attempts)
                     try:
-                        answer = write_now(write, ttl=ttl, now=now)
-                    except StoreUnavailable:
-                        answer = DECLINED
-                    if isinstance(answer, Declined):
-                        try:
-                            answer = await self._store.record_outcome(write, ttl=ttl, now=now)
-                        except StoreUnavailable as exc:
-                            answer = await self._store_retried(drain, write, exc)
-                    if isinstance(answer, Stored):  # the job as the drain counts it, live
-                        since = (since[0] + 1, since[1] + (write.error is not None))
-                        since_at = now
-                        self._counted(drain, idx, write.error is None)
-                        drain.in_flight = None
-                        continue
-                    job, since = answer, _NONE_SINCE
-                    terminal = self._outcome_stored(drain, idx, job, write.error is None)
+                        job = await self._store.record_outcome(write, ttl=ttl, now=self._now())
+                    except StoreUnavailable as exc:
+                        job = await self._store_retried(drain, write, exc)
+                    self._outcome_stored(drain, write, job)
                     drain.in_flight = None
-                    if job is None:
-                        _log_refused(self._log, drain, idx)
-                        break
-                    if terminal:
-                        break  # finished, or cancelled while the target ran
-                if since is not _NONE_SINCE:  # stopped early: the job as counted
-                    job = self._counted_job(drain, since, since_at)
-                    since = _NONE_SINCE
+                    if job is None or job.is_terminal:
+                        break  # refused, finished, or cancelled while the target ran
                 if drain.cancel_requested and (job is None or not job.is_terminal):
                     # Normally cancel() has marked the job; if its write failed, do it here.
                     await drain.cancel_settled.wait()
@@ -203,7 +169,7 @@ class DrainLoop:
                         await self._finish_when_possible(drain, JobState.CANCELLED, None)
                 if job is None or job.targets_done < job.targets_total:
                     # Stopped early (cancelled here or elsewhere): tell waiters on other runners.
-                    await release(self._store, drain, self._log)
+                    await release(self._cluster, drain, self._log)
         except Exception as exc:
             self._tracing.job_failed(drain.span, exc)
             # The database stayed unavailable past Config.store_retry_for (or a bug): fail the
@@ -217,15 +183,39 @@ class DrainLoop:
             if drain.in_flight is not None:
                 reason = f"could not store the outcome of target {drain.in_flight}: {reason}"
             await self._finish_when_possible(drain, JobState.FAILED, safe_text(reason))
-            await release(self._store, drain, self._log)
+            await release(self._cluster, drain, self._log)
         finally:
-            if since is not _NONE_SINCE:  # the drain failed: the job as counted, for its span
-                self._counted_job(drain, since, since_at)
             if self._closed:
                 self._stopped_by_shutdown.add(drain.job_id)
             drain.in_flight = None
             self._tracing.job_ended(drain.span, drain.job, cancelled=drain.cancel_requested)
             self._unregister(drain)
+
+    async def _wait_until_target_may_start(self, drain: _Drain) -> None:
+        """Where other runners may be about to take this one for dead, wait for a heartbeat
+        to get through (a reap stops the drain meanwhile)."""
+        cluster = self._cluster
+        if cluster is not None and not cluster.can_start_target():
+            await wait_for_heartbeat(cluster, drain, self._config.poll_interval)
+
+    def _outcome_stored(self, drain: _Drain, write: OutcomeWrite, job: Job | None) -> None:
+        """The store answered ``write`` with ``job`` (None: refused for good, the job lapsed
+        or is no longer this runner's): the drain holds it, watchers wake, and a job this
+        write ended is logged and its deliveries woken."""
+        drain.job = job
+        drain.notify_stored()
+        log = self._log
+        if log.isEnabledFor(logging.DEBUG):
+            status = "done" if write.error is None else "failed"
+            extra = {"job_id": drain.job_id, "idx": write.idx, "status": status}
+            log.debug("target stored", extra=extra)
+        if job is None:
+            _log_refused(log, drain, write.idx)
+        elif job.is_terminal:
+            self._deliveries.wake()
+            if log.isEnabledFor(logging.INFO):
+                extra = {"job_id": drain.job_id, "caller": drain.caller, "status": str(job.status)}
+                log.info("job finished", extra=extra)
 
     async def _finish_when_possible(
         self, drain: _Drain, status: JobState, error: str | None
@@ -245,42 +235,19 @@ class DrainLoop:
         self._deliveries.wake()
 
     def _outcome_write(
-        self,
-        drain: _Drain,
-        idx: int,
-        result: Result | Failure,
-        attempts: int,
-        since: tuple[int, int],
+        self, drain: _Drain, idx: int, result: Result | Failure, attempts: int
     ) -> OutcomeWrite:
-        """The write that stores ``result`` as the outcome of target ``idx`` (``since``: the
-        outcomes counted into ``drain.job`` by the drain)."""
+        """The write that stores ``result`` as the outcome of target ``idx``."""
+        limit = self._config.max_result_size
         if isinstance(result, Result):
-            return outcome_write(
-                drain.job_id,
-                idx,
-                result,
-                None,
-                None,
-                attempts,
-                drain.job,
-                self._config.max_result_size,
-                since,
-            )
-        return outcome_write(
-            drain.job_id,
-            idx,
-            None,
-            result.error,
-            result.hint,
-            attempts,
-            drain.job,
-            self._config.max_result_size,
-            since,
+            return OutcomeWrite(drain.job_id, idx, result, attempts=attempts, max_result_size=limit)
+        return OutcomeWrite(
+            drain.job_id, idx, None, result.error, result.hint, attempts, max_result_size=limit
         )
 
     async def _store_retried(
         self, drain: _Drain, write: OutcomeWrite, refused: StoreUnavailable
-    ) -> Job | Stored | None:
+    ) -> Job | None:
         """Store an outcome the database refused (``refused``), retrying with backoff for up to
         ``Config.store_retry_for`` seconds; raises StoreUnavailable once time is up.
 
@@ -295,43 +262,3 @@ class DrainLoop:
             extra={"job_id": drain.job_id, "idx": write.idx},
             refused=refused,
         )
-
-    def _counted(self, drain: _Drain, idx: int, done: bool) -> None:
-        """Note the store's :data:`~trio_batch.store.STORED` for target ``idx``'s write
-        (``done``: a success): watchers wake; the drain has counted it."""
-        drain.notify_stored()
-        if self._log.isEnabledFor(logging.DEBUG):
-            self._log.debug(
-                "target stored",
-                extra={"job_id": drain.job_id, "idx": idx, "status": "done" if done else "failed"},
-            )
-
-    def _counted_job(self, drain: _Drain, since: tuple[int, int], at: float) -> Job | None:
-        """The job as the drain has counted it (``since`` outcomes stored after ``drain.job``,
-        the last at ``at``), held from now on as ``drain.job``: built only when a drain stops
-        before its job's end."""
-        seen = drain.job
-        if seen is not None:
-            drain.job = seen = dataclasses.replace(
-                seen,
-                targets_done=seen.targets_done + since[0],
-                targets_failed=seen.targets_failed + since[1],
-                updated_at=at,
-                expires_at=at + self._config.ttl,
-            )
-        return seen
-
-    def _outcome_stored(self, drain: _Drain, idx: int, job: Job | None, done: bool) -> bool:
-        """Note the store's answer to target ``idx``'s write (``done``: a success): the drain
-        holds it, watchers wake, and a terminal job's deliveries. True if the job is terminal."""
-        drain.job = job
-        self._counted(drain, idx, done)
-        if job is None or job.status.is_live:
-            return False
-        self._deliveries.wake()
-        if self._log.isEnabledFor(logging.INFO):
-            self._log.info(
-                "job finished",
-                extra={"job_id": drain.job_id, "caller": drain.caller, "status": str(job.status)},
-            )
-        return True

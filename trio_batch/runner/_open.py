@@ -187,18 +187,20 @@ async def _running(
             nursery.start_soon(runner._purge_periodically, name="trio_batch purge")
             if runner._deliveries.enabled:
                 nursery.start_soon(runner._deliveries.run, name="trio_batch deliveries")
-            changes = runner._elsewhere
-            nursery.start_soon(
-                poll_drain_changes,
-                store,
-                runner._drains,
-                changes,
-                config,
-                log,
-                runner._adopt_undrained,
-                name="trio_batch poll",
-            )
-            nursery.start_soon(store.listen_changes, changes.changed, name="trio_batch listen")
+            cluster, changes = runner._cluster, runner._elsewhere
+            if cluster is not None:  # other runners may change this one's jobs
+                nursery.start_soon(
+                    poll_drain_changes,
+                    cluster,
+                    runner._drains,
+                    changes,
+                    config,
+                    log,
+                    runner._adopt_undrained,
+                    name="trio_batch poll",
+                )
+                listen = cluster.listen_changes
+                nursery.start_soon(listen, changes.changed, name="trio_batch listen")
             try:
                 yield runner
             except BaseException as exc:
@@ -224,7 +226,6 @@ async def _running(
                 if runner is not None:
                     runner._shutdown_marked_ok = marked_ok
                     runner._stopped = True
-                    runner._admission.uninstall()
                     runner._shutdown_marked.set()
 
 

@@ -11,14 +11,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 
 import trio
 
 from .._config import Config
 from .._errors import Busy, CallerBusy, JobLive, RunnerClosed, StoreUnavailable
-from .._loop_budget import LoopBudget
 from .._model import (
     Job,
     JobState,
@@ -29,7 +27,7 @@ from .._model import (
 from .._outage_log import OutageLog
 from .._retry import RetryNotice
 from .._tracing import NO_TRACING, Tracing
-from ..store import JobStore
+from ..store import JobStore, cluster_of
 from ._attempts import Attempts, FetchFunc
 from ._batch_ops import BatchOps
 from ._check import target_checker
@@ -45,9 +43,6 @@ __all__ = ["FetchFunc", "Runner"]
 
 #: Most outcomes a watcher reads at once (a page of results held in memory).
 WATCH_PAGE = 256
-#: Loop-thread time (seconds) the submits' checks may use in one pass of trio's scheduler;
-#: past it, the next submit waits for a later pass (see :class:`LoopBudget`).
-SUBMIT_PASS_BUDGET = 0.0002
 
 
 class Runner(BatchOps, JobReads, DrainLoop, SubmitRequests):
@@ -70,6 +65,7 @@ class Runner(BatchOps, JobReads, DrainLoop, SubmitRequests):
         webhooks: WebhookDeliverer | None = None,
     ) -> None:
         self._store = store
+        self._cluster = cluster_of(store)
         self._tracing = tracing
         self._webhooks = webhooks
         self._deliveries = Deliveries(
@@ -91,9 +87,6 @@ class Runner(BatchOps, JobReads, DrainLoop, SubmitRequests):
         # While the poll reads the undrained jobs: the drains unregistered meanwhile.
         self._dropped_during_read: set[str] | None = None
         self._in_doubt: dict[str, None] = {}
-        # Paces submits over the loop's passes; dropped when the runner stops (see _open).
-        self._admission = LoopBudget(SUBMIT_PASS_BUDGET)
-        self._admission.install()
         # Fed by the store's listener: wakes the poll, and waits on other runners' jobs.
         self._elsewhere = ChangedElsewhere(self._drains)
         self._closed = False  # shutting down: no new jobs
@@ -150,41 +143,18 @@ class Runner(BatchOps, JobReads, DrainLoop, SubmitRequests):
         :class:`InvalidRequest` (a bad caller name, metadata or parent id),
         :class:`TooManyTargets`, :class:`CallerBusy`, :class:`Busy`, :class:`StoreUnavailable`
         if the database refuses the write (or its answer was lost: the job may exist, and the
-        runner's poll then drains it, see :meth:`JobStore.undrained_jobs`), or
+        runner's poll then drains it, see :meth:`ClusterStore.undrained_jobs`), or
         :class:`RunnerClosed` after shutdown.
 
         Cancellation: once the job is being created, the creation and the start of its drain
         task complete even if this call is cancelled (``Cancelled`` is then raised at the
         caller's next checkpoint), so a created job is never left without its drain task.
         A cancel that came before the call raises ``Cancelled`` at once, nothing created.
-
-        Pacing: the checks of at most about ``SUBMIT_PASS_BUDGET`` seconds of submits run in
-        one pass of trio's scheduler; a submit past it waits its turn (in arrival order, a
-        few passes at most each), and a cancel while it waits raises ``Cancelled``, nothing
-        created.
         """
         await trio.lowlevel.checkpoint_if_cancelled()
-        # A pass of the loop runs the checks of a few submits only: a thousand arriving at once
-        # (or a thousand refused callers retrying) would stall every task beside them.
-        await self._admission.wait_for_room(cancellable=True)
-        checks_began = time.perf_counter()
-        try:
-            want, caller_class, checked, labels, webhook = self._checked_submit(
-                caller, caller_class, targets, metadata, parent_id, webhook
-            )
-        finally:
-            self._admission.used += time.perf_counter() - checks_began
-        # Reused or refused before anything of the job is built: under load most submits are
-        # refused, and each one's drain, id and request were built for nothing.
-        try:
-            reusable = await self._store.admit(want, now=self._now())
-        except (Busy, CallerBusy) as refused:
-            # An answer, not a fault: raised afresh, it keeps none of the store's frames (nor
-            # their locals) alive while the caller backs off, for the collector to walk.
-            raise refused.with_traceback(None) from None
-        if reusable is not None:
-            self._on_reuse(reusable)
-            return reusable.id, True
+        want, caller_class, checked, labels, webhook = self._checked_submit(
+            caller, caller_class, targets, metadata, parent_id, webhook
+        )
         drain, request = self._new_job_request(
             want, caller_class, checked, labels, parent_id, webhook
         )
@@ -197,7 +167,7 @@ class Runner(BatchOps, JobReads, DrainLoop, SubmitRequests):
             # No shield needed: a store call that has begun completes, and its Cancelled comes
             # at the caller's next checkpoint (JobStore), after the drain below has started.
             job, reused = await self._store.create_job(request, now=self._now())
-            if reused:  # created meanwhile by another submit of the same targets
+            if reused:
                 self._on_reuse(job)
                 return job.id, True
             if self._closed:
@@ -206,13 +176,15 @@ class Runner(BatchOps, JobReads, DrainLoop, SubmitRequests):
             self._start_drain(drain, job)
             started = True
         except (Busy, CallerBusy) as refused:
-            # A cap taken since the admission read (checked again under the store's lock).
+            # An answer, not a fault: raised afresh, it keeps none of the store's frames (nor
+            # their locals) alive while the caller backs off, for the collector to walk.
             raise refused.with_traceback(None) from None
         except StoreUnavailable:
-            # Committed perhaps (the answer lost with the connection): the poll, woken now,
-            # adopts the job if it exists (after the drain below is unregistered).
-            self._in_doubt_add(drain.job_id)
-            self._elsewhere.wake_poll()
+            if self._cluster is not None:
+                # Committed perhaps (the answer lost with the connection): the poll, woken
+                # now, adopts the job if it exists (after the drain below is unregistered).
+                self._in_doubt_add(drain.job_id)
+                self._elsewhere.wake_poll()
             raise
         finally:
             if not started:
@@ -320,9 +292,10 @@ class Runner(BatchOps, JobReads, DrainLoop, SubmitRequests):
                 # Its create raised, perhaps committed (the answer lost): the job, if it
                 # exists, is adopted by the poll under a drain of its own. Wait for that.
                 return await self.wait(job_id)
-        elif job_id not in self._stopped_by_shutdown:
+        elif job_id not in self._stopped_by_shutdown and self._cluster is not None:
             found = await wait_elsewhere(
                 self._store,
+                self._cluster,
                 job_id,
                 self._elsewhere,
                 now=self._now,
@@ -381,8 +354,9 @@ class Runner(BatchOps, JobReads, DrainLoop, SubmitRequests):
                     seen = target.idx + 1
                 if len(targets) == WATCH_PAGE:
                     continue  # more were stored than one page holds: read on at once
+                cluster = self._cluster
                 if drain is None:
-                    if job.is_terminal and await self._store.drain_over(job_id):
+                    if job.is_terminal and (cluster is None or await cluster.drain_over(job_id)):
                         if job_id in self._drains:
                             continue  # adopted meanwhile (see wait): its outcomes come still
                         if job.targets_done < job.targets_total and not checked:
@@ -390,13 +364,13 @@ class Runner(BatchOps, JobReads, DrainLoop, SubmitRequests):
                             continue
                         yield job
                         return
-                    if self._closed:
-                        # Shutting down: nothing more is stored here, nor read from others.
+                    if self._closed or cluster is None:
+                        # Shutting down, or no runner drains it: nothing more is stored.
                         if job.is_terminal:
                             yield job
                         return
                     # Drained by another runner: woken by its notification, or polled.
-                    if not watched and not await watch(self._store, job):
+                    if not watched and not await watch(cluster, job):
                         continue  # it ended before the store heard of the wait: read again
                     watched = True
                     # Its lapse is told by no one: read it again then.

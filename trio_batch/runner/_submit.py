@@ -1,8 +1,7 @@
 """A submit's checks and the request it makes: mixed into :class:`~trio_batch.Runner`.
 
 Both run before anything of the job is stored. The checks raise what
-:meth:`~trio_batch.Runner.submit` says, and build nothing for the job; the request is built
-only for a submit the store admitted.
+:meth:`~trio_batch.Runner.submit` says, and build nothing for the job.
 """
 
 from __future__ import annotations
@@ -90,12 +89,11 @@ class SubmitRequests:
         parent_id: str | None,
         webhook: str | None,
     ) -> tuple[_Drain, NewJob]:
-        """The drain and store request of a checked, admitted submit; nothing is registered
-        or stored yet."""
+        """The drain and store request of a checked submit; nothing is registered or stored
+        yet."""
         drain = _Drain(new_job_id(), want.caller, checked)
         # Started before the job exists, so the job is stored with its span's context; a span
-        # whose job is not created (a reuse found under the store's lock, a cap taken since the
-        # admission read) is dropped unended: never exported.
+        # whose job is not created (a reuse, a cap) is dropped unended: never exported.
         if self._tracing.enabled:
             drain.span = self._tracing.job_started(drain.job_id, caller_class, len(checked))
         request = NewJob(
@@ -113,6 +111,5 @@ class SubmitRequests:
             webhook_url=webhook,
             callback=self._config.on_terminal is not None,
             trace_context=self._tracing.trace_context(drain.span),
-            admitted=True,
         )
         return drain, request

@@ -31,13 +31,11 @@ __all__ = [
     "delivery_from_row",
     "dumps",
     "event_from_row",
-    "job_after_outcome",
     "job_from_row",
     "metadata_from_text",
     "options_from_text",
     "options_text",
     "outcome_values",
-    "seen_counts",
     "target_from_row",
     "write_values",
 ]
@@ -80,40 +78,6 @@ def metadata_from_text(text: str) -> dict[str, str]:
 def _metadata_cached(text: str) -> tuple[tuple[str, str], ...]:
     # A drain reads its job's row back with each outcome: the same text each time.
     return tuple(json.loads(text).items())
-
-
-def job_after_outcome(
-    seen: Job, *, done: int, failed: int, now: float, ttl: float, status: JobState | None = None
-) -> Job:
-    """``seen`` with ``done`` outcomes counted, ``failed`` of them failures, its lease bumped
-    at ``now`` to ``now + ttl``: the job a store wrote, when the write matched the job as
-    seen. Its status is ``status``, or still ``seen``'s if None (the terminal status is the
-    caller's to set)."""
-    # Each slot set directly, no loop (half the cost of _job_of).
-    job = _new(Job)
-    _set_job_id(job, seen.id)
-    _set_job_status(job, seen.status if status is None else status)
-    _set_job_error(job, seen.error)
-    _set_job_total(job, seen.targets_total)
-    _set_job_done(job, done)
-    _set_job_failed(job, failed)
-    _set_job_caller(job, seen.caller)
-    _set_job_class(job, seen.caller_class)
-    _set_job_idem(job, seen.idem_key)
-    _set_job_created(job, seen.created_at)
-    _set_job_updated(job, now)
-    _set_job_expires(job, now + ttl)
-    _set_job_metadata(job, seen.metadata)
-    _set_job_parent(job, seen.parent_id)
-    return job
-
-
-def seen_counts(seen: Job, stored_since: tuple[int, int] | None) -> tuple[int, int]:
-    """``(targets_done, targets_failed)`` of the job as a writer sees it: ``seen``'s, with the
-    outcomes answered :data:`~trio_batch.store.STORED` since (``stored_since``) counted in."""
-    if stored_since is None:
-        return seen.targets_done, seen.targets_failed
-    return seen.targets_done + stored_since[0], seen.targets_failed + stored_since[1]
 
 
 def target_from_row(row: Sequence[Any], *, decode: bool = True) -> TargetStatus:
