@@ -4,15 +4,30 @@ and the counting HTTPS server: which answers pause, for how long, and what one h
 from __future__ import annotations
 
 import ssl
+from urllib.parse import quote
 
 import pytest
 import trio
 import trio.testing
 
 from trio_batch import Target
-from trio_batch.fetchers import DestinationPolicy, HttpFetcher, HTTPStatusError, NetworkError
+from trio_batch.fetchers import (
+    DestinationPolicy,
+    FetchTimeout,
+    HttpFetcher,
+    HTTPStatusError,
+    NetworkError,
+)
 
-from ..support.tls_server import TLSServer, client_tls, tls_ca, tls_server, to_loopback, until
+from ..support.tls_server import (
+    TLSServer,
+    client_tls,
+    loopback_names,
+    tls_ca,
+    tls_server,
+    to_loopback,
+    until,
+)
 from .test_politeness import figures
 
 __all__ = ["client_tls", "tls_ca", "tls_server"]  # fixtures
@@ -131,3 +146,32 @@ async def test_spellings_of_one_host_share_its_limits(
         tls_server.release.set()
     assert len(done) == 3
     assert set(tls_server.most_in_flight.values()) == {1}
+
+
+async def test_the_fetch_clock_stops_for_a_pause_and_goes_on_with_what_was_left(
+    tls_server: TLSServer, client_tls: ssl.SSLContext, mock_clock: trio.testing.MockClock
+) -> None:
+    fetcher = HttpFetcher(
+        verify=client_tls, trust_env=False, timeout=1, max_host_pause=60, check_url=loopback_names()
+    )
+    trickle = quote(tls_server.url("/trickle", "a.test"), safe="")
+    timed_out: list[FetchTimeout] = []
+
+    async def redirected_into_a_pause() -> None:
+        with pytest.raises(FetchTimeout) as info:
+            await fetcher(Target(tls_server.url(f"/hold?status=302&to={trickle}")))
+        timed_out.append(info.value)
+
+    async with fetcher, trio.open_nursery() as nursery:
+        with pytest.raises(HTTPStatusError, match="429"):  # a.test is paused for 5 s
+            await fetcher(Target(tls_server.url("/throttle?after=5&times=1", "a.test")))
+        nursery.start_soon(redirected_into_a_pause)
+        await until(lambda: tls_server.now_in_flight("localhost") == 1)
+        mock_clock.jump(0.6)  # 0.6 s of the fetch's 1 s go on its first hop
+        tls_server.release.set()
+        await until(lambda: figures(fetcher, "a.test").get("waiting") == 1)
+        mock_clock.jump(4.4)  # the pause: not counted
+        await until(lambda: tls_server.now_in_flight("a.test") == 1)
+        assert not timed_out
+        mock_clock.jump(0.5)  # 0.4 s were left
+        await until(lambda: bool(timed_out))

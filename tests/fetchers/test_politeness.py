@@ -162,9 +162,17 @@ async def test_a_cancelled_wait_for_a_host_leaves_no_trace(
 
 
 def test_bad_politeness_settings_are_refused() -> None:
-    for kwargs in ({"per_host_concurrency": 0}, {"per_host_rate": 0}, {"max_host_pause": 0}):
+    for kwargs in (
+        {"per_host_concurrency": 0},
+        {"per_host_concurrency": 1001},
+        {"per_host_rate": 0},
+        {"max_host_pause": 0},
+    ):
         with pytest.raises(ValueError):
             HttpFetcher(**kwargs)  # type: ignore[arg-type]
+    # The edges of the documented range, 1 to 1000, are taken.
+    assert HttpFetcher(per_host_concurrency=1).politeness.concurrency == 1
+    assert HttpFetcher(per_host_concurrency=1000).politeness.concurrency == 1000
 
 
 async def test_waiting_out_a_pause_longer_than_the_timeout_does_not_time_the_fetch_out(

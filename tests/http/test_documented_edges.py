@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from trio_batch import Config
+from trio_batch._targets import MAX_URL_LENGTH
 from trio_batch.http import MIN_TOKEN_LENGTH, TokenAuth
 
 from ..support.fakes import FakeClock, ScriptedFetch
@@ -163,3 +164,14 @@ async def test_a_page_of_100_jobs_is_the_most_a_list_gives(
         for limit, status in [(1, 200), (100, 200), (0, 422), (101, 422)]:
             r = await s.client.get(f"/v1/batches?limit={limit}", headers=auth())
             assert r.status_code == status, (limit, r.text)
+
+
+async def test_a_url_of_8192_characters_is_taken_and_one_more_is_422(
+    tmp_path: Path, fetch: ScriptedFetch, clock: FakeClock
+) -> None:
+    base = "https://example.test/?q="
+    async with running(tmp_path, fetch, clock) as s:
+        for size, status in [(MAX_URL_LENGTH + 1, 422), (MAX_URL_LENGTH, 201)]:
+            url = base + "u" * (size - len(base))
+            r = await s.client.post("/v1/batches", json={"targets": [{"url": url}]}, headers=auth())
+            assert r.status_code == status, r.text[:200]

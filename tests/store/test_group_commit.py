@@ -212,9 +212,7 @@ def test_a_last_outcome_refused_in_a_shared_commit_leaves_no_status_nor_event(
     assert isinstance(ok, Job) and ok.status == JobState.DONE
     event = store.db.execute("SELECT event, event_at FROM outbox WHERE job_id = ?", (job.id,))
     before = event.fetchall()
-    [again] = store.record_outcomes(
-        [OutcomeWrite(job.id, 0, error="late")], ttl=TTL, now=T0 + 5
-    )
+    [again] = store.record_outcomes([OutcomeWrite(job.id, 0, error="late")], ttl=TTL, now=T0 + 5)
     assert isinstance(again, OutcomeExists)
     assert stored_row(store, job.id)[:3] == ("done", 1, 0)
     after = store.db.execute("SELECT event, event_at FROM outbox WHERE job_id = ?", (job.id,))

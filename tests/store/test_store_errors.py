@@ -237,5 +237,3 @@ async def test_a_write_waits_on_the_store_thread_for_another_process_lock(
         assert created == [True]  # once the lock was gone
     finally:
         await store.aclose()
-
-

@@ -5,11 +5,12 @@ per path, and requests in flight per ``Host`` name (the most it ever saw at once
 check connection reuse and per-host limits from the server's side. Routes:
 
 - ``/page?n=I``: a small HTML page (``PAGE`` with ``I`` in it).
-- ``/hold?status=C&after=S``: waits until ``release`` is set, then answers ``C`` (200), with
-  ``Retry-After: S`` if given.
+- ``/hold?status=C&after=S&to=URL``: waits until ``release`` is set, then answers ``C`` (200),
+  with ``Retry-After: S`` and ``Location: URL`` if given.
 - ``/throttle?after=S&times=K``: the first ``K`` requests for this exact URL answer 429 (with
   ``Retry-After: S`` if given), later ones 200.
 - ``/stall``: headers and half the body, then nothing until ``release`` is set.
+- ``/trickle``: the same, until ``trickle`` is set.
 - ``/robots.txt``: ``robots`` (404 while it is None; a three-digit string answers that
   status), its bytes served as they are.
 - ``/redirect?to=PATH``: a 302 to ``PATH``.
@@ -70,6 +71,7 @@ class TLSServer(ThreadingHTTPServer):
         self.in_flight: Counter[str] = Counter()
         self.most_in_flight: Counter[str] = Counter()
         self.release = threading.Event()
+        self.trickle = threading.Event()
         #: /robots.txt: None answers 404, a status code ("403") that status, else the text.
         self.robots: str | bytes | None = None
 
@@ -159,6 +161,8 @@ class _Handler(BaseHTTPRequestHandler):
         elif parts.path == "/hold":
             self.server.release.wait(HOLD_TIMEOUT)
             headers = {"Retry_After": query["after"]} if "after" in query else {}
+            if "to" in query:
+                headers["Location"] = query["to"]
             self._send(int(query.get("status", "200")), b"held, then released", **headers)
         elif parts.path == "/throttle":
             if seen <= int(query.get("times", "1")):
@@ -178,13 +182,14 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(302, b"", Location=query["to"])
         elif parts.path == "/unavailable":
             self._send(503, b"down for a moment", Retry_After=query["after"])
-        elif parts.path == "/stall":
+        elif parts.path in ("/stall", "/trickle"):
             self.send_response(200)
             self.send_header("Content-Length", "10")
             self.end_headers()
             self.wfile.write(b"12345")
             self.wfile.flush()
-            self.server.release.wait(HOLD_TIMEOUT)
+            gate = self.server.release if parts.path == "/stall" else self.server.trickle
+            gate.wait(HOLD_TIMEOUT)
             self.wfile.write(b"67890")
         else:
             self._send(404, b"unknown")
@@ -219,6 +224,7 @@ def tls_server(tls_ca: trustme.CA) -> Iterator[TLSServer]:
         yield srv
     finally:
         srv.release.set()
+        srv.trickle.set()
         srv.shutdown()
         srv.server_close()
 
