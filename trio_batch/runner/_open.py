@@ -196,7 +196,7 @@ async def _running(
                     changes,
                     config,
                     log,
-                    runner._adopt_undrained,
+                    runner._drains.adopt_undrained,
                     name="trio_batch poll",
                 )
                 listen = cluster.listen_changes
@@ -224,9 +224,9 @@ async def _running(
                 log.error("could not mark live jobs failed at shutdown", exc_info=True)
             finally:
                 if runner is not None:
-                    runner._shutdown_marked_ok = marked_ok
+                    runner._waits.shutdown_marked_ok = marked_ok
                     runner._stopped = True
-                    runner._shutdown_marked.set()
+                    runner._waits.shutdown_marked.set()
 
 
 def _traced_reap(tracing: Tracing, reaped: Sequence[ReapedJob]) -> None:

@@ -1,4 +1,4 @@
-"""A submit's checks and the request it makes: mixed into :class:`~trio_batch.Runner`.
+"""A submit's checks and the request it makes, for :class:`~trio_batch.Runner`.
 
 Both run before anything of the job is stored. The checks raise what
 :meth:`~trio_batch.Runner.submit` says, and build nothing for the job.
@@ -7,7 +7,6 @@ Both run before anything of the job is stored. The checks raise what
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
 
 from .._config import Config
 from .._errors import InvalidRequest
@@ -28,22 +27,26 @@ from ._check import CheckTarget, check_each
 from ._deliveries import WebhookDeliverer
 from ._drain import _Drain
 
-__all__ = ["SubmitRequests"]
+__all__ = ["SubmitChecks"]
 
 
-class SubmitRequests:
-    """A submit's checks and its job's request (the runner's state these read is its own)."""
+class SubmitChecks:
+    """A submit's checks and its job's request, made from the runner's config, its tracing,
+    its webhook sender and the fetch function's target check."""
 
-    _config: Config
-    _tracing: Tracing
-    _webhooks: WebhookDeliverer | None
-    _check_target: CheckTarget | None
+    def __init__(
+        self,
+        config: Config,
+        tracing: Tracing,
+        webhooks: WebhookDeliverer | None,
+        check_target: CheckTarget | None,
+    ) -> None:
+        self._config = config
+        self._tracing = tracing
+        self._webhooks = webhooks
+        self._check_target = check_target
 
-    if TYPE_CHECKING:  # the Runner's own
-
-        def _check_open(self) -> None: ...
-
-    def _checked_submit(
+    def check(
         self,
         caller: str,
         caller_class: str,
@@ -55,7 +58,6 @@ class SubmitRequests:
         """Check a submit's arguments (raising what :meth:`submit` says): what its job is
         admitted on, and the checked class, targets, metadata and webhook. Nothing is built
         for the job yet."""
-        self._check_open()
         caller = check_caller(caller)
         caller_class = check_caller(caller_class, "caller_class")
         checked = check_targets(targets)
@@ -80,7 +82,7 @@ class SubmitRequests:
         )
         return want, caller_class, checked, labels, webhook
 
-    def _new_job_request(
+    def request(
         self,
         want: Admission,
         caller_class: str,

@@ -1,5 +1,5 @@
-"""The drain loop: one task per job, fetching its targets in order and storing each outcome
-before the next starts (mixed into :class:`~trio_batch.Runner`, whose state it reads).
+"""The runner's drains: one task per job, fetching its targets in order and storing each
+outcome before the next starts, and the registry of the drains that run.
 
 Every outcome is written through the :class:`~trio_batch.JobStore` with a call that cannot be
 cancelled, so no cancellation can leave it half-written.
@@ -8,7 +8,7 @@ cancelled, so no cancellation can leave it half-written.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 
 import trio
 
@@ -17,18 +17,18 @@ from .._errors import StoreUnavailable
 from .._model import Job, JobState, OutcomeWrite, Result
 from .._text import safe_text
 from .._tracing import Tracing
-from ..store import ClusterStore, JobStore
+from ..store import ClusterStore, JobStore, cluster_of
 from ._attempts import Attempts, Failure
 from ._cluster import release, wait_for_heartbeat
 from ._deliveries import Deliveries
 from ._drain import _Drain
 from ._store_retry import retry_refused
 
-__all__ = ["ADOPT_MAX", "IN_DOUBT_MAX", "DrainLoop"]
+__all__ = ["ADOPT_MAX", "IN_DOUBT_MAX", "Drains"]
 
-#: Most undrained jobs one poll adopts (see :meth:`DrainLoop._adopt_undrained`): a bounded read.
+#: Most undrained jobs one poll adopts (see :meth:`Drains.adopt_undrained`): a bounded read.
 ADOPT_MAX = 16
-#: Most creates in doubt remembered for :meth:`DrainLoop._release_in_doubt` (the oldest go).
+#: Most creates in doubt remembered for :meth:`Drains.adopt_undrained` (the oldest go).
 IN_DOUBT_MAX = 1024
 
 
@@ -43,42 +43,71 @@ def _log_refused(log: logging.Logger, drain: _Drain, idx: int) -> None:
         )
 
 
-class DrainLoop:
-    """The runner's drain tasks (mixed into :class:`~trio_batch.Runner`)."""
+class Drains(Mapping[str, _Drain]):
+    """The runner's drain tasks, by job id: the drains registered (a job being created has
+    one before its task starts) until each stops."""
 
-    _store: JobStore
-    # The store as several runners share it; None with one runner per database.
-    _cluster: ClusterStore | None
-    _tracing: Tracing
-    _config: Config
-    _now: Callable[[], float]
-    _log: logging.Logger
-    _attempts: Attempts
-    _deliveries: Deliveries
-    _drains: dict[str, _Drain]
-    # While the poll reads the undrained jobs: the drains unregistered meanwhile.
-    _dropped_during_read: set[str] | None
-    # Creates whose answer was lost (oldest first), until a poll has looked for their jobs.
-    _in_doubt: dict[str, None]
-    _nursery: trio.Nursery
-    _closed: bool
-    _stopped_by_shutdown: set[str]
+    def __init__(
+        self,
+        *,
+        store: JobStore,
+        config: Config,
+        now: Callable[[], float],
+        log: logging.Logger,
+        attempts: Attempts,
+        deliveries: Deliveries,
+        tracing: Tracing,
+        nursery: trio.Nursery,
+    ) -> None:
+        self._store = store
+        # The store as several runners share it; None with one runner per database.
+        self._cluster = cluster_of(store)
+        self._config = config
+        self._now = now
+        self._log = log
+        self._attempts = attempts
+        self._deliveries = deliveries
+        self._tracing = tracing
+        self._nursery = nursery
+        self._by_id: dict[str, _Drain] = {}
+        # While the poll reads the undrained jobs: the drains unregistered meanwhile.
+        self._dropped_during_read: set[str] | None = None
+        # Creates whose answer was lost (oldest first), until a poll has looked for their jobs.
+        self._in_doubt: dict[str, None] = {}
+        #: Shutting down: drains stopped from now on were stopped by the shutdown.
+        self.closed = False
+        #: Jobs whose drains the shutdown stopped (the shutdown marks them failed).
+        self.stopped_by_shutdown: set[str] = set()
 
-    def _start_drain(self, drain: _Drain, job: Job) -> None:
+    def __getitem__(self, job_id: str) -> _Drain:
+        return self._by_id[job_id]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._by_id)
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def register(self, drain: _Drain) -> None:
+        """Register ``drain`` before its job exists, under the id the job will get: the moment
+        another task can see the job (a reuse, a listing), a cancel or a wait finds it."""
+        self._by_id[drain.job_id] = drain
+
+    def start(self, drain: _Drain, job: Job) -> None:
         """Start the task of ``drain`` (registered already) on ``job``, as the store answered."""
         drain.job = job
         drain.started = True
         self._nursery.start_soon(self._drain, drain, name=f"trio_batch drain {job.id}")
 
-    def _unregister(self, drain: _Drain) -> None:
+    def unregister(self, drain: _Drain) -> None:
         """``drain`` is over (its task ended, or it never started): waiters and watchers wake."""
-        del self._drains[drain.job_id]
+        del self._by_id[drain.job_id]
         if self._dropped_during_read is not None:
             self._dropped_during_read.add(drain.job_id)
         drain.stopped.set()
         drain.notify_stored()  # watchers re-read and see the job without a drain task
 
-    async def _adopt_undrained(self) -> None:
+    async def adopt_undrained(self) -> None:
         """Start a drain for each live job of this runner's that has none (at most
         ``ADOPT_MAX``): its create committed but the submit raised, the answer lost
         (:meth:`ClusterStore.undrained_jobs`). Raises :class:`StoreUnavailable`.
@@ -92,12 +121,12 @@ class DrainLoop:
         self._dropped_during_read = dropped
         try:
             found = await cluster.undrained_jobs(
-                list(self._drains), now=self._now(), limit=ADOPT_MAX
+                list(self._by_id), now=self._now(), limit=ADOPT_MAX
             )
         finally:
             self._dropped_during_read = None
         for job, targets in found:
-            if job.id in self._drains or job.id in dropped or self._closed or job.is_terminal:
+            if job.id in self._by_id or job.id in dropped or self.closed or job.is_terminal:
                 continue
             self._log.warning(
                 "job created but its answer lost; drain started", extra={"job_id": job.id}
@@ -105,12 +134,12 @@ class DrainLoop:
             drain = _Drain(job.id, job.caller, targets)
             if self._tracing.enabled:  # the span a submit's drain has (the submit's was dropped)
                 drain.span = self._tracing.job_started(job.id, job.caller_class, job.targets_total)
-            self._drains[job.id] = drain
-            self._start_drain(drain, job)
+            self.register(drain)
+            self.start(drain, job)
         if len(found) < ADOPT_MAX:  # every live one was found: the others are not live
             await self._release_in_doubt(cluster, [i for i in self._in_doubt if i not in dropped])
 
-    def _in_doubt_add(self, job_id: str) -> None:
+    def in_doubt_add(self, job_id: str) -> None:
         """Remember ``job_id``, whose create raised StoreUnavailable: perhaps committed."""
         if len(self._in_doubt) >= IN_DOUBT_MAX:
             del self._in_doubt[next(iter(self._in_doubt))]
@@ -122,15 +151,15 @@ class DrainLoop:
         waits on other runners would last until this one stops. Forgets them (the adopted
         too). Raises StoreUnavailable, those not released yet still remembered; cancellation
         leaves the same."""
-        asked = [job_id for job_id in job_ids if job_id not in self._drains]
+        asked = [job_id for job_id in job_ids if job_id not in self._by_id]
         for job_id in job_ids:
-            if job_id in self._drains:  # adopted
+            if job_id in self._by_id:  # adopted
                 self._in_doubt.pop(job_id, None)
         if not asked:
             return
         changes = await cluster.drain_changes(asked)
         for job_id in asked:
-            if job_id in changes.cancelled - changes.lost and job_id not in self._drains:
+            if job_id in changes.cancelled - changes.lost and job_id not in self._by_id:
                 await cluster.release_job(job_id)
             self._in_doubt.pop(job_id, None)
 
@@ -185,11 +214,11 @@ class DrainLoop:
             await self._finish_when_possible(drain, JobState.FAILED, safe_text(reason))
             await release(self._cluster, drain, self._log)
         finally:
-            if self._closed:
-                self._stopped_by_shutdown.add(drain.job_id)
+            if self.closed:
+                self.stopped_by_shutdown.add(drain.job_id)
             drain.in_flight = None
             self._tracing.job_ended(drain.span, drain.job, cancelled=drain.cancel_requested)
-            self._unregister(drain)
+            self.unregister(drain)
 
     async def _wait_until_target_may_start(self, drain: _Drain) -> None:
         """Where other runners may be about to take this one for dead, wait for a heartbeat
