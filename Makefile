@@ -52,6 +52,7 @@ bench: $(STAMP) system-packages
 	$(BIN)/python -m benchmarks.latency
 	$(BIN)/python -m benchmarks.fetch
 	$(BIN)/python -m benchmarks.open_load
+	$(BIN)/python -m benchmarks.markdown
 	$(BIN)/python -m benchmarks.pg_pressure
 
 # The same at reduced sizes: a few minutes.
@@ -59,6 +60,7 @@ bench-quick: $(STAMP) system-packages
 	$(BIN)/python -m benchmarks.latency --quick
 	$(BIN)/python -m benchmarks.fetch --quick
 	$(BIN)/python -m benchmarks.open_load --seconds 2 --rounds 1
+	$(BIN)/python -m benchmarks.markdown --quick
 	$(BIN)/python -m benchmarks.pg_pressure --quick
 
 # A real batch through `trio-batch run` against a local fixture server (demo/), offline.
