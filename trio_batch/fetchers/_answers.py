@@ -13,6 +13,8 @@ from ._errors import HTTPStatusError, RedirectError
 __all__ = [
     "REDIRECT_CODES",
     "TRANSIENT",
+    "conditional_headers",
+    "decoded_headers",
     "parse_retry_after",
     "redirect_target",
     "split_content_type",
@@ -106,3 +108,22 @@ def split_content_type(header: str | None) -> tuple[str | None, str | None]:
         if key.strip().lower() == "charset":
             charset = value.strip().strip("\"'") or None
     return media.strip().lower() or None, charset
+
+
+def conditional_headers(validators: tuple[str | None, str | None] | None) -> dict[str, str]:
+    """The request headers that ask for a body only if it changed since ``validators``."""
+    etag, last_modified = validators or (None, None)
+    headers = {}
+    if etag is not None:
+        headers["If-None-Match"] = etag
+    if last_modified is not None:
+        headers["If-Modified-Since"] = last_modified
+    return headers
+
+
+def decoded_headers(response: httpx.Response) -> tuple[tuple[str, str], ...]:
+    """The response's headers as they arrived (names' case kept), decoded as httpx does."""
+    encoding = response.headers.encoding
+    return tuple(
+        (name.decode(encoding), value.decode(encoding)) for name, value in response.headers.raw
+    )

@@ -21,6 +21,8 @@ from ..store import HostLimits
 from ._answers import (
     REDIRECT_CODES,
     TRANSIENT,
+    conditional_headers,
+    decoded_headers,
     parse_retry_after,
     redirect_target,
     split_content_type,
@@ -42,9 +44,10 @@ from ._options import check_target, plan_for
 from ._pool import ClientSettings, Pools, Session
 from ._provenance import provenance
 from ._recorded import check_recording, obtain
+from ._robots import ROBOTS_MAX_BYTES
 from ._snapshots import SnapshotStore
 from ._ssrf import DestinationPolicy
-from ._urls import check_http_url, response_too_large, split_url, unsupported_scheme
+from ._urls import check_http_url, host_key, response_too_large, split_url, unsupported_scheme
 
 __all__ = ["CheckURL", "HttpFetcher", "http_fetch", "parse_retry_after"]
 
@@ -304,7 +307,7 @@ class HttpFetcher:
             if scheme in _HTTP_SCHEMES:
                 check_http_url(url)
                 return await self._fetch_http(
-                    url, scope, _conditional(validators), keep_errors=keep_errors
+                    url, scope, conditional_headers(validators), keep_errors=keep_errors
                 )
             if scheme == "file" and self.allow_file:
                 if self.check_url is not None:
@@ -344,19 +347,27 @@ class HttpFetcher:
         deadline: trio.CancelScope,
         *,
         robots: bool = True,
+        keep: int | None = None,
         conditional: dict[str, str] | None = None,
         keep_errors: bool = False,
     ) -> Body | None:
         """Follow ``url``'s redirects through ``session``; ``deadline`` is the fetch's scope,
         moved on by the time spent waiting for a host's turn. ``robots``: check each hop
-        against its origin's robots.txt (when the fetcher obeys it). ``conditional``:
-        validator headers sent with each request; a 304 answer to them returns None.
-        ``keep_errors``: a 4xx or 5xx answer is returned, not raised."""
+        against its origin's robots.txt (when the fetcher obeys it). ``keep``: read at most
+        that many bytes of the body and drop the rest (instead of failing past ``max_bytes``).
+        ``conditional``: validator headers sent with each request; a 304 answer to them
+        returns None. ``keep_errors``: a 4xx or 5xx answer is returned, not raised.
+        """
 
         async def robots_text(robots_url: str) -> str:
-            body = await self._fetch_hops(session, robots_url, deadline, robots=False)
+            body = await self._fetch_hops(
+                session, robots_url, deadline, robots=False, keep=ROBOTS_MAX_BYTES
+            )
             assert body is not None  # not a conditional request
-            return body.data.decode("utf-8", "replace")
+            data = body.data
+            if len(data) >= ROBOTS_MAX_BYTES:  # cut: the last line may be half a rule
+                data = data[: data.rfind(b"\n") + 1]
+            return data.decode("utf-8", "replace")
 
         client = session.client
         current = url
@@ -365,14 +376,14 @@ class HttpFetcher:
             for hop in range(self.max_redirects + 1):
                 if self.check_url is not None:
                     await self.check_url(current)
-                if robots and self.obey_robots:
-                    await session.robots.check(current, robots_text)
                 request = client.build_request("GET", current, headers=conditional)
+                if robots and self.obey_robots:  # the URL as sent: dot segments resolved
+                    await session.robots.check(str(request.url), robots_text)
                 # The fetch's clock stops while it waits for the host's turn (a pause may
                 # outlast the timeout) and starts again with what was left.
                 left = deadline.deadline - trio.current_time()
                 deadline.deadline = math.inf
-                async with session.hosts.slot(request.url.host) as ticket:
+                async with session.hosts.slot(host_key(request.url.host)) as ticket:
                     deadline.deadline = trio.current_time() + left
                     try:
                         response = await client.send(request, stream=True)
@@ -400,7 +411,7 @@ class HttpFetcher:
                             return None
                         if response.status_code >= 400 and not keep_errors:
                             raise status_error(response)
-                        data, digest = await self._read_capped(response)
+                        data, digest = await self._read_capped(response, keep)
                         content_type, charset = split_content_type(
                             response.headers.get("content-type")
                         )
@@ -412,7 +423,7 @@ class HttpFetcher:
                             data,
                             hop,
                             tuple(chain),
-                            _decoded_headers(response),
+                            decoded_headers(response),
                             response.reason_phrase,
                             response.http_version,
                             digest,
@@ -445,18 +456,24 @@ class HttpFetcher:
             raise FetchError(f"{type(exc).__name__} while fetching {current}: {exc}") from None
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
-    async def _read_capped(self, response: httpx.Response) -> tuple[bytes, str]:
-        """The body, at most ``max_bytes``, and its hex sha256, hashed chunk by chunk as it
-        arrives (a big body hashed at the end would hold the event loop)."""
+    async def _read_capped(
+        self, response: httpx.Response, keep: int | None = None
+    ) -> tuple[bytes, str]:
+        """The body, failing past ``max_bytes``; with ``keep``, its first ``keep`` bytes. And
+        its hex sha256, hashed chunk by chunk as it arrives (a big body hashed at the end
+        would hold the event loop)."""
         length = parse_count(response.headers.get("content-length", ""), max_digits=30)
-        if length is not None and length > self.max_bytes:
+        if keep is None and length is not None and length > self.max_bytes:
             raise self._too_large(str(response.url), f"{length} bytes")
         data = bytearray()
         hasher = hashlib.sha256()
         async for chunk in response.aiter_bytes():
             data += chunk
+            if keep is not None and len(data) >= keep:
+                kept = bytes(data[:keep])
+                return kept, hashlib.sha256(kept).hexdigest()
             hasher.update(chunk)
-            if len(data) > self.max_bytes:
+            if keep is None and len(data) > self.max_bytes:
                 raise self._too_large(str(response.url), f"more than {self.max_bytes} bytes")
         return bytes(data), hasher.hexdigest()
 
@@ -465,25 +482,6 @@ class HttpFetcher:
 
     async def _fetch_file(self, url: str) -> Body:
         return await fetch_file(url, self.max_bytes)
-
-
-def _conditional(validators: tuple[str | None, str | None] | None) -> dict[str, str]:
-    """The request headers that ask for a body only if it changed since ``validators``."""
-    etag, last_modified = validators or (None, None)
-    headers = {}
-    if etag is not None:
-        headers["If-None-Match"] = etag
-    if last_modified is not None:
-        headers["If-Modified-Since"] = last_modified
-    return headers
-
-
-def _decoded_headers(response: httpx.Response) -> tuple[tuple[str, str], ...]:
-    """The response's headers as they arrived (names' case kept), decoded as httpx does."""
-    encoding = response.headers.encoding
-    return tuple(
-        (name.decode(encoding), value.decode(encoding)) for name, value in response.headers.raw
-    )
 
 
 #: The default fetcher: ``HttpFetcher()`` with its default limits (30 s, 10 MiB, 5 redirects).
