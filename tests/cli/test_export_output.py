@@ -12,12 +12,15 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from trio_batch import JobState, Store, Target
 from trio_batch._files import replacing
+from trio_batch.cli import main
 from trio_batch.store import NewJob
+from trio_batch.store.sqlite._job_store import SQLiteJobStore
 
 from .test_cli import TIMEOUT, cli, db
 
@@ -196,3 +199,40 @@ def test_a_huge_number_is_a_usage_error(
     proc = cli(command, *args, "--db", str(db), flag, number)
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr and flag in proc.stderr
+
+
+@pytest.mark.parametrize("command", ["export -o", "export", "retry"])
+def test_an_export_or_retry_whose_job_is_deleted_midway_fails_and_leaves_the_file(
+    db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str
+) -> None:
+    with Store.open(db) as store:
+        new = NewJob(
+            "me",
+            "cli",
+            [Target(f"https://example.test/{i}") for i in range(300)],
+            ttl=3600,
+            targets_per_job=300,
+            jobs_per_caller=1,
+            jobs_total=4,
+        )
+        made = store.create_job(new)[0].id
+        store.finish_job(made, JobState.CANCELLED)
+    real = SQLiteJobStore.get_targets_after
+
+    async def forgotten_after_a_page(
+        self: SQLiteJobStore, job_id: str, after: int, **kw: Any
+    ) -> Any:
+        if after >= 0:  # the second page: the job is forgotten just before it is read
+            await self.forget_job(job_id, now=kw["now"])
+        return await real(self, job_id, after, **kw)
+
+    monkeypatch.setattr(SQLiteJobStore, "get_targets_after", forgotten_after_a_page)
+    out = tmp_path / "out.jsonl"
+    out.write_text("old\n")
+    name, *rest = command.split()
+    args = [name, made, "--db", str(db)] + (["--only", "pending"] if name == "retry" else [])
+    assert main(args + ([*rest, str(out)] if rest else [])) != 0
+    assert out.read_text() == "old\n"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+    with Store.open(db) as store:
+        assert store.list_jobs() == []  # no retry made of the part read

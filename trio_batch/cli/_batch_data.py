@@ -12,7 +12,7 @@ from typing import IO
 
 import trio
 
-from .._errors import InvalidRequest
+from .._errors import InvalidRequest, JobGone
 from .._files import replacing
 from .._model import JobState
 from ..runner import export_line, export_targets
@@ -107,7 +107,8 @@ def _output(name: str | None) -> Iterator[tuple[IO[str], bool]]:
 
 
 def cmd_export(store: JobStore, args: argparse.Namespace) -> int:
-    """``trio-batch export JOB``: 0 once every line is written, 1 for an unknown job."""
+    """``trio-batch export JOB``: 0 once every line is written, 1 for an unknown job or one
+    deleted while it was read (a file is then left as it was)."""
     job = ask(store, lambda s: s.get_job(args.job, now=time.time()))
     if job is None:
         report_error(f"no job {args.job} in {store.location} (unknown id, or its lease has lapsed)")
@@ -126,5 +127,8 @@ def cmd_export(store: JobStore, args: argparse.Namespace) -> int:
         with _output(args.output) as (out, to_file):
             trio.run(export, out, to_file)
             return EXIT_DONE
+    except JobGone as exc:  # a file is left as it was; a pipe has what was read, and exit 1
+        report_error(f"{exc}: the export is incomplete")
+        return EXIT_FAILED
     except OSError as exc:
         raise UsageError(f"cannot write {args.output}: {exc.strerror or exc}") from None

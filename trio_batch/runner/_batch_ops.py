@@ -16,7 +16,15 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from .._config import Config
-from .._errors import Busy, CallerBusy, InvalidRequest, InvalidTargets, JobLive, TooManyTargets
+from .._errors import (
+    Busy,
+    CallerBusy,
+    InvalidRequest,
+    InvalidTargets,
+    JobGone,
+    JobLive,
+    TooManyTargets,
+)
 from .._model import Job, JobState, Target, TargetState, TargetStatus, check_caller, is_job_id
 from ..store import JobFilter, JobStore
 
@@ -72,7 +80,7 @@ async def retry_targets(
     while True:
         page = await store.get_targets_after(job.id, after, now=now, limit=EXPORT_PAGE)
         if page is None:
-            break  # lapsed meanwhile: what was read is all there is
+            raise _gone(job.id)
         for t in page[1]:
             if (t.status is TargetState.FAILED and "failed" in kinds) or (
                 not t.is_finished and "pending" in kinds
@@ -90,13 +98,17 @@ async def retry_targets(
     return picked
 
 
+def _gone(job_id: str) -> JobGone:
+    return JobGone(f"job {job_id} was deleted while it was being read; what was read is not all")
+
+
 async def _pages(
     store: JobStore, job_id: str, after: int, now: float
 ) -> AsyncIterator[TargetStatus]:
     while True:
         page = await store.get_targets_after(job_id, after, now=now, limit=EXPORT_PAGE)
         if page is None:
-            return
+            raise _gone(job_id)
         for t in page[1]:
             yield t
         if len(page[1]) < EXPORT_PAGE:
