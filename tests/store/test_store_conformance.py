@@ -742,6 +742,52 @@ async def test_export_pages_cover_every_target_in_order(job_store: JobStore) -> 
     assert await job_store.get_targets_after(job.id, -1, now=T0 + 10 * TTL, limit=3) is None
 
 
+async def test_an_export_page_is_bounded_by_its_results_size(job_store: JobStore) -> None:
+    job, _ = await job_store.create_job(
+        NewJob("alice", "default", _targets(4, "s:"), **CAPS, status=JobState.RUNNING), now=T0
+    )
+    for i, size in enumerate((3000, 1000, 1000, 1000)):
+        await job_store.record_outcome(_ok(job.id, i, "y" * size), ttl=TTL, now=T0)
+
+    async def idxs(after: int, max_bytes: int) -> list[int]:
+        page = await job_store.get_targets_after(
+            job.id, after, now=T0, limit=8, max_bytes=max_bytes
+        )
+        assert page is not None
+        return [t.idx for t in page[1]]
+
+    # The first row comes even past the bound; then each row until one takes it past.
+    assert await idxs(-1, 5) == [0]
+    assert await idxs(0, 2500) == [1, 2, 3]
+    assert await idxs(0, 1500) == [1, 2]
+    assert await idxs(3, 1500) == []
+    page = await job_store.get_targets_after(job.id, 0, now=T0, limit=2, max_bytes=10**9)
+    assert page is not None and [t.result for t in page[1]] == [
+        Result("y" * 1000, {"n": 1}),
+        Result("y" * 1000, {"n": 2}),
+    ]
+
+
+async def test_an_export_page_without_results_reads_statuses_only(job_store: JobStore) -> None:
+    job, _ = await job_store.create_job(
+        NewJob("alice", "default", _targets(3, "r:"), **CAPS, status=JobState.RUNNING), now=T0
+    )
+    await job_store.record_outcome(_ok(job.id, 0), ttl=TTL, now=T0)
+    await job_store.record_outcome(_err(job.id, 1), ttl=TTL, now=T0)
+    page = await job_store.get_targets_after(job.id, -1, now=T0, limit=8, results=False)
+    assert page is not None
+    assert [(t.idx, str(t.status), t.result, t.error) for t in page[1]] == [
+        (0, "done", None, None),
+        (1, "failed", None, _err(job.id, 1).error),
+        (2, "running", None, None),
+    ]
+    bounded = await job_store.get_targets_after(
+        job.id, -1, now=T0, limit=8, results=False, max_bytes=1
+    )
+    assert bounded is not None and [t.idx for t in bounded[1]] == [0, 1, 2]  # nothing loaded
+    assert await job_store.get_targets_after("A" * 22, -1, now=T0, limit=3, results=False) is None
+
+
 async def test_the_latest_retry_is_the_callers_newest_child(job_store: JobStore) -> None:
     parent = await _labelled(job_store, "alice", 0, {})
     assert await job_store.latest_retry(parent.id, caller="alice", now=T0) is None

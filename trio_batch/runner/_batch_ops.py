@@ -30,6 +30,7 @@ from ..store import JobFilter, JobStore
 
 __all__ = [
     "EXPORT_PAGE",
+    "EXPORT_PAGE_BYTES",
     "RETRY_KINDS",
     "BatchOps",
     "check_only",
@@ -39,8 +40,11 @@ __all__ = [
     "retry_targets",
 ]
 
-#: Targets read at once by an export or a retry (a page of results held in memory).
+#: Most targets read at once by an export or a retry.
 EXPORT_PAGE = 64
+#: Most characters of results one export page holds (past it the page ends early): with
+#: 10 MB results a page of 64 held 640 MB.
+EXPORT_PAGE_BYTES = 4 * 1024 * 1024
 #: What ``Runner.retry(only=...)`` may name: failed targets, and targets without an outcome.
 RETRY_KINDS = ("failed", "pending")
 #: How many retries deep a merged export follows (a retry of a retry of ...).
@@ -78,7 +82,10 @@ async def retry_targets(
     picked: list[Target] = []
     after = -1
     while True:
-        page = await store.get_targets_after(job.id, after, now=now, limit=EXPORT_PAGE)
+        # The selection needs statuses only: no result is loaded.
+        page = await store.get_targets_after(
+            job.id, after, now=now, limit=EXPORT_PAGE, results=False
+        )
         if page is None:
             raise _gone(job.id)
         for t in page[1]:
@@ -106,13 +113,15 @@ async def _pages(
     store: JobStore, job_id: str, after: int, now: float
 ) -> AsyncIterator[TargetStatus]:
     while True:
-        page = await store.get_targets_after(job_id, after, now=now, limit=EXPORT_PAGE)
+        page = await store.get_targets_after(
+            job_id, after, now=now, limit=EXPORT_PAGE, max_bytes=EXPORT_PAGE_BYTES
+        )
         if page is None:
             raise _gone(job_id)
+        if not page[1]:
+            return  # a page cut short by size is not the last: only an empty one is
         for t in page[1]:
             yield t
-        if len(page[1]) < EXPORT_PAGE:
-            return
         after = page[1][-1].idx
 
 

@@ -315,12 +315,25 @@ class JobStore(Protocol):
         ...
 
     async def get_targets_after(
-        self, job_id: str, after: int, *, now: float, limit: int
+        self,
+        job_id: str,
+        after: int,
+        *,
+        now: float,
+        limit: int,
+        max_bytes: int | None = None,
+        results: bool = True,
     ) -> tuple[Job, list[TargetStatus]] | None:
         """The job and, in ``idx`` order, up to ``limit`` of its targets with an index above
         ``after`` (``-1`` for the first page), outcome or not, with their results, from one
         snapshot (the one due next reads ``running``); None as ``get_job``. What an export
-        reads: page after page, so its memory is one page's whatever the job's size."""
+        reads: page after page, so its memory is one page's whatever the job's size.
+
+        ``max_bytes``: the page also ends with the target whose result takes the page's
+        results past this many characters (the first target always comes), so a page's
+        memory is bounded by size, not only by count; its sizes are summed in the database.
+        ``results=False``: every ``result`` reads as None and none is loaded (a read that
+        needs the statuses only)."""
         ...
 
     async def latest_retry(self, job_id: str, *, caller: str, now: float) -> Job | None:

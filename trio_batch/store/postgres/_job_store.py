@@ -393,11 +393,24 @@ class PostgresJobStore(StoreFace):
         )
 
     async def get_targets_after(
-        self, job_id: str, after: int, *, now: float, limit: int
+        self,
+        job_id: str,
+        after: int,
+        *,
+        now: float,
+        limit: int,
+        max_bytes: int | None = None,
+        results: bool = True,
     ) -> tuple[Job, list[TargetStatus]] | None:
         """:meth:`PostgresStore.get_targets_after`, from one snapshot."""
         return await self._call(
-            PostgresStore.get_targets_after, job_id, after, now=now, limit=limit
+            PostgresStore.get_targets_after,
+            job_id,
+            after,
+            now=now,
+            limit=limit,
+            max_bytes=max_bytes,
+            results=results,
         )
 
     async def claim_delivery(self, *, now: float, lease: float) -> JobEvent | None:

@@ -221,14 +221,20 @@ class PostgresReads(PostgresConnection):
         return merge_pages(self._run(read, op=Op.READ), limit)
 
     def get_targets_after(
-        self, job_id: str, after: int, *, now: float, limit: int
+        self,
+        job_id: str,
+        after: int,
+        *,
+        now: float,
+        limit: int,
+        max_bytes: int | None = None,
+        results: bool = True,
     ) -> tuple[Job, list[TargetStatus]] | None:
         """The job and a page of its targets after ``after``, in order; see ``JobStore``."""
-        found = self._with_job(
-            job_id,
-            now,
-            lambda c: c.execute(q.GET_TARGETS_AFTER, (job_id, after, limit)).fetchall(),
-        )
+        bounded = max_bytes is not None and results  # without results nothing is loaded
+        sql = q.targets_after_query(results=results, bounded=bounded)
+        values = (job_id, after, limit, max_bytes) if bounded else (job_id, after, limit)
+        found = self._with_job(job_id, now, lambda c: c.execute(sql, values).fetchall())
         if found is None:
             return None
         job, rows = found

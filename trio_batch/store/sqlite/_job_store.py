@@ -331,10 +331,25 @@ class SQLiteJobStore(FastPaths):
         )
 
     async def get_targets_after(
-        self, job_id: str, after: int, *, now: float, limit: int
+        self,
+        job_id: str,
+        after: int,
+        *,
+        now: float,
+        limit: int,
+        max_bytes: int | None = None,
+        results: bool = True,
     ) -> tuple[Job, list[TargetStatus]] | None:
         """:func:`targets_after`, on the store thread (results may be large to decode)."""
-        return await self._on_thread(targets_after, job_id, after, now=now, limit=limit)
+        return await self._on_thread(
+            targets_after,
+            job_id,
+            after,
+            now=now,
+            limit=limit,
+            max_bytes=max_bytes,
+            results=results,
+        )
 
     async def latest_retry(self, job_id: str, *, caller: str, now: float) -> Job | None:
         """:func:`latest_retry`, on the store thread."""
