@@ -31,6 +31,7 @@ from .._event import MAX_WEBHOOK_URL_LENGTH, JobEvent
 from .._version import __version__
 from ..runner import DeliveryAnswer
 from ._errors import DestinationRefused
+from ._pool import pinned_transport
 from ._ssrf import DestinationPolicy
 
 __all__ = ["MAX_ANSWER_BODY", "WebhookSender", "load_webhook_secret"]
@@ -163,6 +164,8 @@ class WebhookSender:
                 status = await self._post(event.url, body.encode("utf-8"), headers)
             except httpx.HTTPError as exc:
                 raise DeliveryAnswer(f"{type(exc).__name__}: {exc}") from None
+            except DestinationRefused as exc:  # the connection's own check: the name changed
+                raise DeliveryAnswer(f"refused: {exc}") from None
         if scope.cancelled_caught:
             raise DeliveryAnswer(f"no answer within {self.timeout:g} s")
         if 200 <= status < 300:
@@ -173,12 +176,14 @@ class WebhookSender:
 
     async def _post(self, url: str, body: bytes, headers: dict[str, str]) -> int:
         """Send one request; its status, having read at most :data:`MAX_ANSWER_BODY` bytes."""
+        # Connected only to an address the policy checked: a DNS answer that changes after the
+        # check (rebinding) cannot turn a signed POST onto loopback or the private network.
+        transport = self._transport or pinned_transport(self.policy, self._ssl_context)
         async with (
             httpx.AsyncClient(
                 timeout=httpx.Timeout(self.timeout),
                 follow_redirects=False,
-                verify=self._ssl_context if self._transport is None else True,
-                transport=self._transport,
+                transport=transport,
                 trust_env=False,
             ) as client,
             client.stream("POST", url, content=body, headers=headers) as response,
