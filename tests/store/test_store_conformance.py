@@ -428,6 +428,40 @@ async def test_a_claimed_delivery_carries_the_trace_context_stored_with_its_job(
     }
 
 
+async def test_a_claim_passes_over_busy_destinations(job_store: JobStore) -> None:
+    busy, free = "https://busy.example/x", "https://free.example/x"
+    a, _ = await _create(job_store, caller="a", n=1, prefix="a:", webhook_url=busy)
+    b, _ = await _create(job_store, caller="b", n=1, prefix="b:", webhook_url=free)
+    async with job_store.claim():
+        await job_store.finish_job(a.id, JobState.CANCELLED, now=T0 + 1)  # due first
+        await job_store.finish_job(b.id, JobState.CANCELLED, now=T0 + 2)
+        got = await job_store.claim_delivery(now=T0 + 3, lease=60, skip_urls={busy})
+        assert got is not None and got.job_id == b.id
+        assert await job_store.claim_delivery(now=T0 + 3, lease=60, skip_urls={busy}) is None
+        left = await job_store.claim_delivery(now=T0 + 3, lease=60)
+    assert left is not None and left.job_id == a.id
+
+
+async def test_a_redelivery_joins_the_attempt_in_flight(job_store: JobStore) -> None:
+    a, _ = await _create(job_store, caller="a", n=1, webhook_url="https://hooks.example/x")
+    async with job_store.claim():
+        await job_store.finish_job(a.id, JobState.CANCELLED, now=T0 + 1)
+        event = await job_store.claim_delivery(now=T0 + 2, lease=60)
+        assert event is not None
+        assert await job_store.redeliver(a.id, now=T0 + 3) is not None
+        # The attempt's lease holds: no second claim of the same event beside it.
+        assert await job_store.claim_delivery(now=T0 + 4, lease=60) is None
+        assert await job_store.record_delivery(
+            event, answer="HTTP 204", delivered=True, now=T0 + 5, next_at=None
+        )
+        delivery = await job_store.get_delivery(a.id, now=T0 + 5)
+        assert delivery is not None and delivery.state == "delivered"
+        # Without an attempt in flight, a redelivery makes the event due again.
+        assert await job_store.redeliver(a.id, now=T0 + 6) is not None
+        again = await job_store.claim_delivery(now=T0 + 7, lease=60)
+    assert again is not None and again.id == event.id
+
+
 async def test_claim_reap_and_shutdown_fail_live_jobs_and_keep_outcomes(
     job_store: JobStore,
 ) -> None:

@@ -344,10 +344,14 @@ class JobStore(Protocol):
         """Unexpired jobs by status, and their targets' counts."""
         ...
 
-    async def claim_delivery(self, *, now: float, lease: float) -> JobEvent | None:
+    async def claim_delivery(
+        self, *, now: float, lease: float, skip_urls: Collection[str] = ()
+    ) -> JobEvent | None:
         """Lease the terminal event due first for this runner until ``now + lease``; None if
         no event is due. No other runner takes an event while its lease lasts, unless the
-        lease holder is gone (then at once where that is known)."""
+        lease holder is gone (then at once where that is known). An event whose webhook URL
+        is in ``skip_urls`` (destinations the runner has enough attempts in flight to) is
+        passed over, so one slow receiver cannot hold every delivery slot."""
         ...
 
     async def record_delivery(
@@ -370,7 +374,8 @@ class JobStore(Protocol):
 
     async def redeliver(self, job_id: str, *, now: float) -> Delivery | None:
         """Make the job's written event due again now, a new round of attempts with the same
-        event id; None if the job has no written event."""
+        event id; None if the job has no written event. An attempt in flight (its lease
+        holds) keeps its lease: the new round joins it, and nothing is sent beside it."""
         ...
 
     async def next_delivery_due(self) -> float | None:

@@ -413,9 +413,11 @@ class PostgresJobStore(StoreFace):
             results=results,
         )
 
-    async def claim_delivery(self, *, now: float, lease: float) -> JobEvent | None:
+    async def claim_delivery(
+        self, *, now: float, lease: float, skip_urls: Collection[str] = ()
+    ) -> JobEvent | None:
         """:func:`_outbox.claim_delivery`: one runner delivers an event at a time."""
-        return await self._call(_outbox.claim_delivery, now=now, lease=lease)
+        return await self._call(_outbox.claim_delivery, now=now, lease=lease, skip_urls=skip_urls)
 
     async def record_delivery(
         self,

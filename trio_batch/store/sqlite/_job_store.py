@@ -359,9 +359,13 @@ class SQLiteJobStore(FastPaths):
         """:meth:`Store.counts`, on the store thread."""
         return await self._on_thread(Store.counts, now=now)
 
-    async def claim_delivery(self, *, now: float, lease: float) -> JobEvent | None:
+    async def claim_delivery(
+        self, *, now: float, lease: float, skip_urls: Collection[str] = ()
+    ) -> JobEvent | None:
         """:func:`_outbox.claim_delivery`, on the store thread."""
-        return await self._on_thread(_outbox.claim_delivery, self._owner, now=now, lease=lease)
+        return await self._on_thread(
+            _outbox.claim_delivery, self._owner, now=now, lease=lease, skip_urls=skip_urls
+        )
 
     async def record_delivery(
         self,

@@ -258,6 +258,7 @@ CLAIM_DELIVERY = (
     "UPDATE outbox SET lease_owner = ?, lease_until = ? WHERE job_id = ("
     "SELECT job_id FROM outbox WHERE due_at <= ? "
     "AND (lease_until IS NULL OR lease_until <= ? OR lease_owner != ?) "
+    "AND (url IS NULL OR url NOT IN (SELECT value FROM json_each(?))) "
     f"ORDER BY due_at LIMIT 1) RETURNING {EVENT_COLUMNS}, "
     "(SELECT trace_context FROM jobs WHERE jobs.id = outbox.job_id)"
 )
@@ -277,11 +278,13 @@ GET_DELIVERY = (
     f"SELECT {DELIVERY_COLUMNS} FROM outbox AS o JOIN jobs AS j ON j.id = o.job_id "
     "WHERE o.job_id = ? AND j.expires_at > ?"
 )
-#: A new round of attempts for an unexpired job's written event (any lease dropped: its
-#: answer is ignored).
+#: A new round of attempts for an unexpired job's written event. An attempt in flight (a
+#: lease that holds) keeps its lease: the new round joins it instead of a second POST.
 REDELIVER = (
     "UPDATE outbox SET due_at = ?, round_from = ?, attempts = 0, gave_up_at = NULL, "
-    "lease_owner = NULL, lease_until = NULL WHERE job_id = ? AND event IS NOT NULL "
+    "lease_owner = CASE WHEN lease_until > ? THEN lease_owner END, "
+    "lease_until = CASE WHEN lease_until > ? THEN lease_until END "
+    "WHERE job_id = ? AND event IS NOT NULL "
     "AND EXISTS (SELECT 1 FROM jobs WHERE jobs.id = outbox.job_id AND jobs.expires_at > ?)"
 )
 #: The earliest due delivery, to know how long to sleep.
