@@ -160,3 +160,27 @@ def test_serve_refuses_a_bad_webhook_secret_file(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert "whsec_" in done.stderr and "not-a-secret" not in done.stderr
+
+
+async def test_a_resubmit_with_a_new_or_changed_webhook_is_a_409_not_a_silent_reuse(
+    tmp_path: Path, clock: FakeClock, receiver: Receiver
+) -> None:
+    fetch = ScriptedFetch()
+    other = receiver.url.replace("/hook", "/other")
+    async with running(tmp_path, fetch, clock, webhooks=sender(receiver)) as service:
+
+        async def submit(**extra: Any) -> httpx.Response:
+            return await service.client.post("/v1/batches", json=body("x", **extra), headers=auth())
+
+        first = await submit()
+        assert first.status_code == 201, first.text
+        added = problem(await submit(webhook={"url": receiver.url}), 409, "webhook-conflict")
+        assert first.json()["id"] in added["detail"] and "no webhook" in added["detail"]
+        hooked = await submit(metadata={"k": "v"}, webhook={"url": receiver.url})
+        assert hooked.status_code == 201, hooked.text
+        same = await submit(metadata={"k": "v"}, webhook={"url": receiver.url})
+        assert (same.status_code, same.json()["id"]) == (200, hooked.json()["id"])
+        changed = await submit(metadata={"k": "v"}, webhook={"url": other})
+        assert "another webhook" in problem(changed, 409, "webhook-conflict")["detail"]
+        # Without a webhook asked for, the reuse stands as it always has.
+        assert (await submit(metadata={"k": "v"})).status_code == 200
