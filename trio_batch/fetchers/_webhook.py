@@ -16,6 +16,7 @@ import base64
 import datetime
 import functools
 import json
+import re
 import ssl
 import time
 from collections.abc import Callable
@@ -28,6 +29,7 @@ from standardwebhooks import Webhook
 
 from .._errors import InvalidRequest
 from .._event import MAX_WEBHOOK_URL_LENGTH, JobEvent
+from .._text import CONTROL_CHARACTER
 from .._version import __version__
 from ..runner import DeliveryAnswer
 from ._errors import DestinationRefused
@@ -39,6 +41,8 @@ __all__ = ["MAX_ANSWER_BODY", "WebhookSender", "load_webhook_secret"]
 #: Most bytes of a receiver's answer read (then the connection is closed).
 MAX_ANSWER_BODY = 4096
 _SECRET_PREFIX = "whsec_"
+#: What no webhook URL may hold: control and bidi characters (NUL is one), lone surrogates.
+_UNFIT = re.compile(CONTROL_CHARACTER.pattern.removesuffix("]") + "\ud800-\udfff]")
 
 
 def load_webhook_secret(path: str | Path) -> str:
@@ -115,6 +119,12 @@ class WebhookSender:
         if len(url) > MAX_WEBHOOK_URL_LENGTH:
             raise InvalidRequest(
                 f"the webhook URL is {len(url)} characters; at most {MAX_WEBHOOK_URL_LENGTH}"
+            )
+        unfit = _UNFIT.search(url)
+        if unfit is not None:  # CR/LF would split a header, ESC steer a terminal, NUL the store
+            raise InvalidRequest(
+                f"the webhook URL contains the character U+{ord(unfit.group()):04X} at "
+                f"position {unfit.start()}; percent-encode it if it is meant"
             )
         try:
             parts = urlsplit(url)
