@@ -101,7 +101,10 @@ async def get_batch(request: Request) -> Response:
     """GET /v1/batches/{id}: the job, its counts and its targets' summaries."""
     service = _service(request)
     caller = service.caller(request)
-    found = await service.runner.overview(request.path_params["id"])
+    # Whose job it is is known before its targets are read: another caller's job answers as
+    # fast as an unknown id, and never costs a read of its targets.
+    owned = await service.owned_job(request, caller)
+    found = await service.runner.overview(owned.id)
     if found is None:
         raise not_found()
     job, targets, sizes = found
@@ -116,8 +119,14 @@ async def get_target(request: Request) -> Response:
     service = _service(request)
     caller = service.caller(request)
     idx = parse_count(request.path_params["idx"], max_digits=9)
-    found = None if idx is None else await service.runner.target(request.path_params["id"], idx)
     missing = "no such job or target"
+    # The owner first: another caller's job never has its (maybe big) result read.
+    service.owned(
+        await service.runner.store.get_job(request.path_params["id"], now=service.now()),
+        caller,
+        missing,
+    )
+    found = None if idx is None else await service.runner.target(request.path_params["id"], idx)
     job, target = (None, None) if found is None else found
     service.owned(job, caller, missing)
     assert target is not None  # found, since owned() accepted its job
