@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
+from types import EllipsisType
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -27,6 +28,9 @@ from .._errors import (
 )
 from .._model import Job, JobState, Target, TargetState, TargetStatus, check_caller, is_job_id
 from ..store import JobFilter, JobStore
+
+if TYPE_CHECKING:
+    from ._deliveries import WebhookDeliverer
 
 __all__ = [
     "EXPORT_PAGE",
@@ -205,6 +209,7 @@ class BatchOps:
     _store: JobStore
     _config: Config
     _now: Callable[[], float]
+    _webhooks: WebhookDeliverer | None
 
     if TYPE_CHECKING:  # the Runner's own, which these calls use
 
@@ -220,12 +225,18 @@ class BatchOps:
             *,
             metadata: Mapping[str, str] | None = None,
             parent_id: str | None = None,
+            webhook: str | None = None,
         ) -> tuple[str, bool]: ...
 
         async def cancel(self, job_id: str) -> bool: ...
 
     async def retry(
-        self, job_id: str, *, only: Collection[str] = ("failed",), caller: str | None = None
+        self,
+        job_id: str,
+        *,
+        only: Collection[str] = ("failed",),
+        caller: str | None = None,
+        webhook: str | EllipsisType | None = ...,
     ) -> tuple[str, bool] | None:
         """Submit a new job of the ended job ``job_id``'s targets that ``only`` names:
         ``"failed"`` ones, and ``"pending"`` ones (never fetched: the job was cancelled, or
@@ -233,8 +244,10 @@ class BatchOps:
         None if the job is unknown, lapsed or (with ``caller``) another caller's.
 
         The new job has the same caller, caller class, metadata, options and custom ids, and
-        ``parent_id`` set to ``job_id``; the usual caps and idempotency apply (retrying the
-        same job the same way again, while the retry's lease holds, is that same retry). Raises
+        ``parent_id`` set to ``job_id``; ``webhook`` is its webhook URL (None: none), by
+        default the ended job's own (when this runner sends webhooks); the usual caps and
+        idempotency apply (retrying the same job the same way again, while the retry's lease
+        holds, is that same retry). Raises
         :class:`InvalidRequest` for a bad ``only``, :class:`JobLive` for a live job,
         :class:`InvalidTargets` if no target is picked, and what :meth:`submit` raises.
         Cancellation: as :meth:`submit`; reading the targets can be cancelled at any point.
@@ -249,15 +262,30 @@ class BatchOps:
             return None
         limit, _ = self._config.limits_for(job.caller_class)
         targets = await retry_targets(self._store, job, kinds, now=self._now(), limit=limit)
+        if webhook is ...:
+            webhook = await self._parent_webhook(job.id)
         try:
             return await self.submit(
-                job.caller, job.caller_class, targets, metadata=job.metadata, parent_id=job.id
+                job.caller,
+                job.caller_class,
+                targets,
+                metadata=job.metadata,
+                parent_id=job.id,
+                webhook=webhook,
             )
         except (Busy, CallerBusy) as refused:
             # As submit's own refusals: nothing of the job or its targets held while the caller
             # backs off.
             del job, targets
             raise refused.with_traceback(None) from None
+
+    async def _parent_webhook(self, job_id: str) -> str | None:
+        """The ended job's webhook URL, for its retry; None without one, or when this runner
+        sends no webhooks (a command-line retry: the job's events are the service's)."""
+        if self._webhooks is None:
+            return None
+        delivery = await self._store.get_delivery(job_id, now=self._now())
+        return None if delivery is None else delivery.url
 
     async def export(
         self, job: Job, *, after: int = -1, merged: bool = False
