@@ -195,7 +195,8 @@ async def metrics(request: Request) -> Response:
     if runner is not None:
         counts = await runner.store.counts(now=service.now())
         service.metrics.set_store_counts(counts)
-    if isinstance(service.fetch, HttpFetcher):
+    if service.host_metrics and isinstance(service.fetch, HttpFetcher):
+        # Opt-in: /metrics takes no credentials, and these name every host callers fetch.
         service.metrics.set_host_figures(service.fetch.host_figures())
     if "application/openmetrics-text" in request.headers.get("accept", ""):
         text = await trio.to_thread.run_sync(openmetrics_latest, service.metrics.registry)
