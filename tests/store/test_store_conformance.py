@@ -822,6 +822,18 @@ async def test_an_export_page_without_results_reads_statuses_only(job_store: Job
     assert await job_store.get_targets_after("A" * 22, -1, now=T0, limit=3, results=False) is None
 
 
+async def test_a_jobs_retries_are_the_callers_children_newest_first(job_store: JobStore) -> None:
+    parent = await _labelled(job_store, "alice", 0, {})
+    made = [(await _labelled(job_store, "alice", i, {}, parent_id=parent.id)).id for i in (1, 2, 3)]
+    await _labelled(job_store, "bob", 4, {}, parent_id=parent.id)  # not alice's
+    found = await job_store.retries(parent.id, caller="alice", now=T0 + 5, limit=10)
+    assert [j.id for j in found] == made[::-1]
+    two = await job_store.retries(parent.id, caller="alice", now=T0 + 5, limit=2)
+    assert [j.id for j in two] == made[:0:-1]
+    assert await job_store.retries("A" * 22, caller="alice", now=T0, limit=5) == []
+    assert await job_store.retries(parent.id, caller="alice", now=T0 + 10 * TTL, limit=5) == []
+
+
 async def test_the_latest_retry_is_the_callers_newest_child(job_store: JobStore) -> None:
     parent = await _labelled(job_store, "alice", 0, {})
     assert await job_store.latest_retry(parent.id, caller="alice", now=T0) is None

@@ -49,7 +49,8 @@ def add_export_parser(
     export.add_argument(
         "--merged",
         action="store_true",
-        help="show the outcomes of the job's retries (trio-batch retry) in its place",
+        help="show the outcomes of the job's retries (trio-batch retry; up to 16, however "
+        "deep, the newest first) in its place",
     )
     return export
 

@@ -340,6 +340,11 @@ class JobStore(Protocol):
         """The newest unexpired job of ``caller`` whose ``parent_id`` is ``job_id``, or None."""
         ...
 
+    async def retries(self, job_id: str, *, caller: str, now: float, limit: int) -> list[Job]:
+        """At most ``limit`` unexpired jobs of ``caller`` whose ``parent_id`` is ``job_id``,
+        newest first (by ``created_at``, then id)."""
+        ...
+
     async def counts(self, *, now: float) -> StoreCounts:
         """Unexpired jobs by status, and their targets' counts."""
         ...

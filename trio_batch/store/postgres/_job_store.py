@@ -470,6 +470,10 @@ class PostgresJobStore(StoreFace):
         """:meth:`PostgresStore.latest_retry`."""
         return await self._call(PostgresStore.latest_retry, job_id, caller=caller, now=now)
 
+    async def retries(self, job_id: str, *, caller: str, now: float, limit: int) -> list[Job]:
+        """:meth:`PostgresStore.retries`."""
+        return await self._call(PostgresStore.retries, job_id, caller=caller, now=now, limit=limit)
+
 
 def _count(value: str, name: str) -> int:
     """A count of at least 1, given as ``name`` (a URL parameter or a keyword)."""

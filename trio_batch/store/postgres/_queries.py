@@ -509,3 +509,10 @@ def targets_after_query(*, results: bool, bounded: bool) -> str:
         f"FROM targets WHERE job_id = %s AND idx > %s ORDER BY idx LIMIT %s) AS page "
         f"WHERE upto - size < %s ORDER BY idx"
     )
+
+
+#: A job's unexpired retries by the same caller, newest first (a merged export's overlays).
+RETRIES = (
+    f"SELECT {JOB_COLUMNS} FROM jobs WHERE parent_id = %s AND caller = %s "
+    "AND expires_at > %s ORDER BY created_at DESC, id DESC LIMIT %s"
+)

@@ -250,6 +250,14 @@ class PostgresReads(PostgresConnection):
         )
         return None if row is None else job_from_row(row)
 
+    def retries(self, job_id: str, *, caller: str, now: float, limit: int) -> list[Job]:
+        """The unexpired retries of ``job_id`` by ``caller``, newest first; see ``JobStore``."""
+        if not is_job_id(job_id):
+            return []
+        values = (job_id, caller, now, limit)
+        rows = self._run(lambda c: self._one(c, Op.READ, q.RETRIES, values).fetchall(), op=Op.READ)
+        return [job_from_row(row) for row in rows]
+
     def _with_job(self, job_id: str, now: float, read: Callable[[Conn], T]) -> tuple[Job, T] | None:
         """The unexpired job and what ``read`` reads, from one snapshot; None without the job."""
         if not is_job_id(job_id):

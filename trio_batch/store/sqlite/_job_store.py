@@ -43,7 +43,7 @@ from ._fast_path import MISS, cheap_result
 from ._lock import RunnerLock
 from ._paths import FastPaths
 from ._store import Store, admitted
-from ._views import job_overview, latest_retry, one_target, outcomes_from, targets_after
+from ._views import job_overview, latest_retry, one_target, outcomes_from, retries, targets_after
 
 __all__ = ["SQLiteJobStore"]
 
@@ -354,6 +354,10 @@ class SQLiteJobStore(FastPaths):
     async def latest_retry(self, job_id: str, *, caller: str, now: float) -> Job | None:
         """:func:`latest_retry`, on the store thread."""
         return await self._on_thread(latest_retry, job_id, caller, now=now)
+
+    async def retries(self, job_id: str, *, caller: str, now: float, limit: int) -> list[Job]:
+        """:func:`retries`, on the store thread."""
+        return await self._on_thread(retries, job_id, caller, now=now, limit=limit)
 
     async def counts(self, *, now: float) -> StoreCounts:
         """:meth:`Store.counts`, on the store thread."""

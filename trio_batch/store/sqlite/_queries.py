@@ -310,3 +310,10 @@ def targets_after_query(*, results: bool, bounded: bool) -> str:
         f"FROM targets WHERE job_id = ? AND idx > ? ORDER BY idx LIMIT ?) AS page "
         f"WHERE upto - size < ? ORDER BY idx"
     )
+
+
+#: A job's unexpired retries by the same caller, newest first (a merged export's overlays).
+RETRIES = (
+    f"SELECT {JOB_COLUMNS} FROM jobs WHERE parent_id = ? AND caller = ? "
+    "AND expires_at > ? ORDER BY created_at DESC, id DESC LIMIT ?"
+)

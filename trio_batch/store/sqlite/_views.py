@@ -103,6 +103,15 @@ def latest_retry(store: Store, job_id: str, caller: str, *, now: float) -> Job |
     return None if row is None else job_from_row(row)
 
 
+def retries(store: Store, job_id: str, caller: str, *, now: float, limit: int) -> list[Job]:
+    """At most ``limit`` unexpired jobs of ``caller`` that retry ``job_id``, newest first."""
+    if not is_job_id(job_id):
+        return []
+    with store._locked():
+        rows = store.db.execute(q.RETRIES, (job_id, caller, now, limit)).fetchall()
+    return [job_from_row(row) for row in rows]
+
+
 def _with_job(store: Store, job_id: str, now: float, read: Callable[[], T]) -> tuple[Job, T] | None:
     """The unexpired job and what ``read`` reads, from one snapshot; None without the job."""
     if not is_job_id(job_id):
