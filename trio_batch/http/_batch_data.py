@@ -17,12 +17,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from .._errors import BatchError, InvalidRequest
+from .._errors import BatchError, InvalidRequest, JobGone
 from .._model import JobState
 from .._text import json_type, parse_count, safe_text, unknown_keys
 from ..runner import export_line
 from ..store import JobFilter
 from ._bodies import job_json, parse_json, read_body, require_json
+from ._metrics import StreamCut
 from ._problems import not_found, problem_for
 from ._service import Service
 
@@ -149,18 +150,21 @@ async def results_jsonl(request: Request) -> Response:
     async def lines() -> AsyncIterator[bytes]:
         chunk: list[str] = []
         size = 0
-        async for job_id, target in runner.export(job, after=after, merged=overlay):
-            line = export_line(job_id, target, merged=overlay)
-            result = line.get("result")
-            if result is not None and len(result["content"]) > BIG_LINE:
-                text = await trio.to_thread.run_sync(encode_line, line)  # not on the loop
-            else:
-                text = encode_line(line)
-            chunk.append(text + "\n")
-            size += len(text) + 1
-            if size >= _CHUNK:
-                yield "".join(chunk).encode()
-                chunk, size = [], 0
+        try:
+            async for job_id, target in runner.export(job, after=after, merged=overlay):
+                line = export_line(job_id, target, merged=overlay)
+                result = line.get("result")
+                if result is not None and len(result["content"]) > BIG_LINE:
+                    text = await trio.to_thread.run_sync(encode_line, line)  # not on the loop
+                else:
+                    text = encode_line(line)
+                chunk.append(text + "\n")
+                size += len(text) + 1
+                if size >= _CHUNK:
+                    yield "".join(chunk).encode()
+                    chunk, size = [], 0
+        except JobGone as gone:  # deleted midway: the body must not end as if whole
+            raise StreamCut(str(gone)) from None
         if chunk:
             yield "".join(chunk).encode()
 
