@@ -54,3 +54,17 @@ def test_each_example_runs_or_compiles(where: str, code: str, tmp_path: Path) ->
     if where == "README.md#1":  # the front door's example: a job drained to its end
         assert proc.stdout.startswith("done (Job(")
         assert (tmp_path / "jobs.db").exists()
+
+
+def test_the_series_the_production_page_names_are_the_services_own() -> None:
+    from trio_batch.http._metrics import Metrics  # the registry /metrics answers from
+
+    page = (REPO / "docs" / "how-to" / "production.md").read_text()
+    section = page[page.index("## Watch `/metrics`") :]
+    named = set(re.findall(r"`(trio_batch_\w+)", section))
+    exposed = {
+        f"{family.name}_total" if family.type == "counter" else family.name
+        for family in Metrics().registry.collect()
+    }
+    assert len(named) >= 10
+    assert named <= exposed, f"not on /metrics: {sorted(named - exposed)}"
