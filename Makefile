@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: test lint typecheck docs pytest system-packages soak demo demo-cluster bench bench-quick clean
+.PHONY: test test-fast lint typecheck docs pytest system-packages soak demo demo-cluster bench bench-quick clean
 
 EXTRAS := cli,http,postgres,otel-sdk
 
@@ -32,6 +32,14 @@ system-packages:
 
 pytest: $(STAMP) system-packages
 	$(BIN)/pytest
+
+# The inner loop: the suite without what needs PostgreSQL, PgBouncer or a browser, and
+# without the slow suites (tests/support/markers.py sets the markers). Neither lint nor the
+# docs build: `make test` before you push.
+FAST := not postgres and not pgbouncer and not browser and not slow
+
+test-fast: $(STAMP)
+	$(BIN)/pytest -m "$(FAST)"
 
 # The hardening suites at full size (200 SIGKILLs, thousands of Hypothesis examples, a bigger
 # load); each prints its figures at the end. About 10 minutes on a 2-core machine.

@@ -17,6 +17,9 @@ from benchmarks import minimal_postgres, placement, postgres, workloads
 from .support.pg_server import PgServer
 from .support.pgbouncer import PgBouncer
 
+# every benchmark here drives PostgreSQL, some on a server of its own: left out of make test-fast.
+pytestmark = pytest.mark.postgres
+
 
 def test_each_postgres_row_runs(pg_server: PgServer) -> None:
     def url() -> str:

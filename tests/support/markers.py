@@ -1,0 +1,51 @@
+"""The markers that say what a test needs, set from the fixtures it uses.
+
+``make test-fast`` deselects what needs a part the machine may lack or takes long
+(``-m "not postgres and not pgbouncer and not browser and not slow"``). Nobody marks a test by
+hand: :func:`pytest_collection_modifyitems` (``tests/conftest.py`` imports it) marks every
+test whose fixtures, directly or through other fixtures, include one of :data:`NEEDS`. A
+fixture that reaches one of them at run time (``request.getfixturevalue``) cannot be seen at
+collection; it marks its parameter instead (``pytest.param("postgres", marks=POSTGRES)``).
+Slow suites (the crash campaigns, the load, the store model, the big export) carry
+``pytestmark = pytest.mark.slow``, and the two modules that start a PostgreSQL of their own
+``pytestmark = pytest.mark.postgres``.
+
+The ``peers`` tests (the benchmarks' peers, which need the bench extra) run only when ``-m``
+names them (``make bench-quick``), whatever else ``-m`` says.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pytest
+
+__all__ = ["NEEDS", "PGBOUNCER", "POSTGRES", "pytest_collection_modifyitems"]
+
+POSTGRES = pytest.mark.postgres
+PGBOUNCER = pytest.mark.pgbouncer
+
+#: The fixtures that need a part, and the markers a test using one gets.
+NEEDS: Mapping[str, tuple[str, ...]] = {
+    "pg_server": ("postgres",),  # pg_dsn and pg_proxy use it
+    "pgbouncer": ("pgbouncer", "postgres"),  # pooled_dsn uses it
+    "browser": ("browser",),  # Debian's chromium through Playwright
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test with what its fixtures (their whole closure) need, and leave out the
+    ``peers`` tests unless ``-m`` names them: they need the bench extra, which ``make test``
+    does not install, and any ``-m`` given (``make test-fast``'s) would otherwise let them in."""
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        names = {name for fixture, markers in NEEDS.items() if fixture in used for name in markers}
+        for name in sorted(names):
+            if item.get_closest_marker(name) is None:
+                item.add_marker(name)
+    if "peers" in (config.option.markexpr or ""):
+        return
+    peers = [item for item in items if item.get_closest_marker("peers") is not None]
+    if peers:
+        config.hook.pytest_deselected(items=peers)
+        items[:] = [item for item in items if item.get_closest_marker("peers") is None]
