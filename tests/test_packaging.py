@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import pkgutil
 import subprocess
 import sys
 import tarfile
+import tomllib
 import zipfile
 from pathlib import Path
+
+import trio_batch
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -61,3 +65,15 @@ def test_the_wheel_and_the_sdist_hold_the_package_its_types_and_its_licence(
         members = {m.name.split("/", 1)[1] for m in tar.getmembers() if "/" in m.name}
     for needed in ["LICENSE", "README.md", "CHANGELOG.md", "pyproject.toml", "trio_batch/py.typed"]:
         assert needed in members, needed
+
+
+def test_every_top_level_module_is_in_the_import_layers() -> None:
+    """A module left out of the layers contract is checked by no one: its imports could flow
+    either way."""
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())
+    [layers] = [
+        c["layers"] for c in config["tool"]["importlinter"]["contracts"] if c["type"] == "layers"
+    ]
+    named = {name.strip() for layer in layers for name in layer.split(":")}
+    modules = {f"trio_batch.{m.name}" for m in pkgutil.iter_modules(trio_batch.__path__)}
+    assert modules - named == set()

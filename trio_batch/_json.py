@@ -15,8 +15,6 @@ per thread: ``JSONEncoder.encode`` builds one per call.
 from __future__ import annotations
 
 import json
-import threading
-from collections.abc import Callable
 
 __all__ = ["MAX_INT_DIGITS", "STRICT_JSON", "compact_json"]
 
@@ -70,33 +68,6 @@ STRICT_JSON = _StrictDecoder(
 _COMPACT = json.JSONEncoder(allow_nan=False, ensure_ascii=False, separators=(",", ":"))
 
 
-class _Encoder(threading.local):
-    """This thread's C encoder of :data:`_COMPACT`'s settings, and its cycle check: state no
-    other thread may share (the loop's, the store thread's and the side thread's encode)."""
-
-    def __init__(self) -> None:
-        self.markers: dict[int, object] = {}
-        make = getattr(json.encoder, "c_make_encoder", None)  # the C accelerator's (untyped)
-        basic = json.encoder.encode_basestring
-        self.encode: Callable[[object, int], list[str]] | None = (
-            None
-            if make is None
-            else make(self.markers, _COMPACT.default, basic, None, ":", ",", False, False, False)
-        )
-
-
-_ENCODER = _Encoder()
-
-
 def compact_json(value: object) -> str:
-    """``value`` as :data:`_COMPACT` encodes it: the same text and errors (a cycle is
-    "Circular reference detected"), without building an encoder per call."""
-    local = _ENCODER
-    encode = local.encode
-    if encode is None:  # no C accelerator
-        return _COMPACT.encode(value)
-    try:
-        return encode(value, 0)[0]
-    except BaseException:
-        local.markers.clear()  # left half-filled, it would see a cycle in the next value
-        raise
+    """``value`` as :data:`_COMPACT` encodes it (a cycle is "Circular reference detected")."""
+    return _COMPACT.encode(value)

@@ -309,18 +309,8 @@ class OutcomeWrite:
 
     Exactly one of ``result`` and ``error`` is set; ``hint`` goes with an error. ``attempts``
     is how many attempts at the target this outcome took (see :class:`~trio_batch.RetryPolicy`).
-    ``seen`` is the job as the writer last saw it (what the store last answered for it), or
-    None. ``max_result_size`` caps the result's stored JSON (characters); past it the store
-    keeps the outcome as a :class:`~trio_batch.ResultTooLarge` failure instead. A store may
-    use ``seen`` to answer without reading the job back: it then bumps the job only
-    if the job is still exactly as seen, checked in the same statement, and otherwise answers
-    as it would without ``seen``. The answer is the same either way.
-
-    ``stored_since`` (None: every answer is a job, as before) is ``(outcomes, failures)``
-    the store has answered :data:`~trio_batch.store.STORED` for since it answered
-    ``seen``: the job as seen is then ``seen`` with those counted in. With it set, the store
-    may answer ``STORED`` instead of the job when the write matched that view and the job
-    stays live (see :meth:`JobStore.record_outcome <trio_batch.store.JobStore.record_outcome>`).
+    ``max_result_size`` caps the result's stored JSON (characters); past it the store keeps
+    the outcome as a :class:`~trio_batch.ResultTooLarge` failure instead.
     """
 
     job_id: str
@@ -329,48 +319,7 @@ class OutcomeWrite:
     error: str | None = None
     hint: str | None = None
     attempts: int = 1
-    seen: Job | None = None
     max_result_size: int | None = None
-    stored_since: tuple[int, int] | None = None
-
-
-(
-    _set_write_job_id,
-    _set_write_idx,
-    _set_write_result,
-    _set_write_error,
-    _set_write_hint,
-    _set_write_attempts,
-    _set_write_seen,
-    _set_write_max_result_size,
-    _set_write_stored_since,
-) = (OutcomeWrite.__dict__[f.name].__set__ for f in dataclasses.fields(OutcomeWrite))
-
-
-def outcome_write(
-    job_id: str,
-    idx: int,
-    result: Result | None,
-    error: str | None,
-    hint: str | None,
-    attempts: int,
-    seen: Job | None,
-    max_result_size: int | None,
-    stored_since: tuple[int, int] | None = None,
-) -> OutcomeWrite:
-    """``OutcomeWrite(job_id, idx, ...)``, its slots set directly: the runner makes one per
-    outcome, and the frozen dataclass __init__ costs an object.__setattr__ per field."""
-    write = object.__new__(OutcomeWrite)
-    _set_write_job_id(write, job_id)
-    _set_write_idx(write, idx)
-    _set_write_result(write, result)
-    _set_write_error(write, error)
-    _set_write_hint(write, hint)
-    _set_write_attempts(write, attempts)
-    _set_write_seen(write, seen)
-    _set_write_max_result_size(write, max_result_size)
-    _set_write_stored_since(write, stored_since)
-    return write
 
 
 # --------------------------------------------------------------------------------------------

@@ -138,7 +138,6 @@ def current_ids() -> tuple[str, str] | None:
 #: store interface. The rest pass through: ``listen_changes`` lasts the runner's life, and
 #: ``aclose`` and ``claim`` are its start and end, not calls on its data.
 STORE_OPERATIONS = (
-    "admit",
     "create_job",
     "record_outcome",
     "finish_job",

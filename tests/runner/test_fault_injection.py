@@ -404,7 +404,7 @@ async def test_transient_io_errors_are_retried(
             raise sqlite3.OperationalError("disk I/O error")
         return real(self, *args)
 
-    # Every path of an outcome write (a lone one on the spot, a shared commit) runs this.
+    # Every outcome write, alone or in a shared commit, runs this.
     monkeypatch.setattr(Store, "_write_outcome", flaky)
 
     async def fetch(target: Target) -> Result:

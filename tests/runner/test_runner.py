@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import traceback
 from types import SimpleNamespace
 from typing import Any
@@ -14,7 +13,7 @@ import trio
 import trio.testing
 
 import trio_batch.runner._purge
-import trio_batch.runner._runner
+import trio_batch.runner._waits
 from trio_batch import (
     Busy,
     CallerBusy,
@@ -35,12 +34,11 @@ from trio_batch import (
     TooManyTargets,
     open_runner,
 )
+from trio_batch.runner._drains import Drains
 from trio_batch.store import NewJob
-from trio_batch.store.sqlite._fast_path import FAST_MAX_RESULTS
 from trio_batch.store.sqlite._job_store import SQLiteJobStore
-from trio_batch.store.sqlite._store import WouldBeSlow
 
-from ..support.fakes import T0, FakeClock, ScriptedFetch, logged, on_loop_thread, urls
+from ..support.fakes import T0, FakeClock, ScriptedFetch, logged, urls
 
 CONFIG = Config(ttl=100, targets_per_job=8, jobs_per_caller=1, jobs_total=3)
 
@@ -299,7 +297,7 @@ async def test_a_refused_retry_keeps_nothing_of_the_job_alive(
             await runner.retry(failed)
         frames = [frame for frame, _ in traceback.walk_tb(refused.value.__traceback__)]
         ours = [f.f_code.co_qualname for f in frames if "trio_batch" in f.f_code.co_filename]
-        assert ours == ["BatchOps.retry"]
+        assert ours == ["Runner.retry"]
         assert {"job", "targets"}.isdisjoint(frames[-1].f_locals)
 
 
@@ -592,7 +590,7 @@ async def test_watching_a_job_reads_each_outcome_once(
 
     monkeypatch.setattr(SQLiteJobStore, "get_outcomes", counted)
     # So that it reads on, page by page.
-    monkeypatch.setattr(trio_batch.runner._runner, "WATCH_PAGE", 4)
+    monkeypatch.setattr(trio_batch.runner._waits, "WATCH_PAGE", 4)
     targets = [Target(f"https://example.test/{i}") for i in range(40)]
     config = Config(ttl=CONFIG.ttl, targets_per_job=40)
     async with open_runner(store, fetch, config, now=clock) as runner:
@@ -768,46 +766,31 @@ async def test_lapsed_jobs_are_purged_now_and_periodically(
 async def test_cancel_through_a_reused_id_before_the_drain_starts(
     store: Store, fetch: ScriptedFetch, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The first submit's job is committed and visible, its drain task not started yet: held
+    # here (Drains.start deferred) while the same caller submits again and cancels.
     targets = urls("t0", "t1")
-    token = trio.lowlevel.current_trio_token()
-    created = trio.Event()
-    release = threading.Event()
-    real_create = Store.create_job
+    held: list[tuple[Drains, Any, Job]] = []
+    real_start = Drains.start
 
-    def create_job(self: Store, *args: Any, **kwargs: Any) -> tuple[Job, bool]:
-        if on_loop_thread() and not created.is_set():
-            # The first job is created on the thread (the fast path may also have declined on
-            # its own, if the store thread was busy at that moment).
-            raise WouldBeSlow("the store thread holds the connection")
-        answer = real_create(self, *args, **kwargs)
-        if not on_loop_thread():
-            # Committed, but the submitting task has not been told yet.
-            token.run_sync_soon(created.set)
-            release.wait()
-        return answer
+    def start(self: Drains, drain: Any, job: Job) -> None:
+        if not held:
+            held.append((self, drain, job))
+        else:
+            real_start(self, drain, job)
 
-    monkeypatch.setattr(Store, "create_job", create_job)
-    first: list[tuple[str, bool]] = []
+    monkeypatch.setattr(Drains, "start", start)
     async with open_runner(store, fetch, CONFIG, now=clock) as runner:
-        async with trio.open_nursery() as nursery:
-
-            async def submit() -> None:
-                first.append(await runner.submit("alice", "user", targets))
-
-            nursery.start_soon(submit)
-            await created.wait()
-            try:
-                # The same caller submits again (a retried request): the job is reused...
-                job_id, reused = await runner.submit("alice", "user", targets)
-                assert reused
-                # ...and cancelled; cancel() says it worked, wait() says the drain stopped.
-                assert await runner.cancel(job_id)
-            finally:
-                release.set()  # never leave the store thread parked, even on a failure
-            waited = await runner.wait(job_id)
-            assert waited is not None and waited.status == JobState.CANCELLED
+        first = await runner.submit("alice", "user", targets)
+        assert held and first == (held[0][2].id, False)
+        # The same caller submits again (a retried request): the job is reused...
+        job_id, reused = await runner.submit("alice", "user", targets)
+        assert reused and job_id == first[0]
+        # ...and cancelled; cancel() says it worked, wait() says the drain stopped.
+        assert await runner.cancel(job_id)
+        real_start(*held[0])  # the first submit's drain starts only now
+        waited = await runner.wait(job_id)
+        assert waited is not None and waited.status == JobState.CANCELLED
         await trio.testing.wait_all_tasks_blocked()
-        assert first == [(job_id, False)]
         # Nothing may be fetched after cancel() returned True (and wait() returned).
         assert fetch.calls == []
 
@@ -820,26 +803,21 @@ async def test_cancel_through_a_reused_id_before_the_drain_starts(
 async def test_status_never_reports_two_running_targets(
     store: Store, fetch: ScriptedFetch, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    token = trio.lowlevel.current_trio_token()
-    snapshot_taken = trio.Event()
-    release = threading.Event()
-    real_get_status = Store.get_status
+    snapshot_taken, release = trio.Event(), trio.Event()
+    real_get_status = SQLiteJobStore.get_status
 
-    def get_status(self: Store, *args: Any, **kwargs: Any) -> Any:
-        answer = real_get_status(self, *args, **kwargs)
-        if not on_loop_thread():
-            token.run_sync_soon(snapshot_taken.set)
-            release.wait()
+    async def get_status(self: SQLiteJobStore, *args: Any, **kwargs: Any) -> Any:
+        answer = await real_get_status(self, *args, **kwargs)
+        snapshot_taken.set()
+        await release.wait()  # the snapshot grows old while the drain goes on
         return answer
 
-    monkeypatch.setattr(Store, "get_status", get_status)
-    big = "https://example.test/big"
-    fetch.custom[big] = lambda: Result("z" * (FAST_MAX_RESULTS + 1))  # status goes to the thread
+    monkeypatch.setattr(SQLiteJobStore, "get_status", get_status)
     started_b, go_b = fetch.gate("https://example.test/b")
     started_c, go_c = fetch.gate("https://example.test/c")
     statuses: list[tuple[Job, list[TargetStatus]] | None] = []
     async with open_runner(store, fetch, CONFIG, now=clock) as runner:
-        job_id, _ = await runner.submit("alice", "user", urls("big", "b", "c"))
+        job_id, _ = await runner.submit("alice", "user", urls("a", "b", "c"))
         await started_b.wait()
         async with trio.open_nursery() as nursery:
 
@@ -847,7 +825,7 @@ async def test_status_never_reports_two_running_targets(
                 statuses.append(await runner.status(job_id))
 
             nursery.start_soon(read)
-            await snapshot_taken.wait()  # the snapshot: big done, b running, c pending
+            await snapshot_taken.wait()  # the snapshot: a done, b running, c pending
             go_b.set()
             await started_c.wait()  # b stored, c in flight
             release.set()

@@ -10,7 +10,6 @@ import pytest
 import trio
 
 from trio_batch import Config, JobState, Store, Target, open_runner
-from trio_batch.store.sqlite import _fast_path
 
 from ..support.fakes import FakeClock, ScriptedFetch
 
@@ -20,7 +19,6 @@ CONFIG = Config(ttl=100, targets_per_job=8, jobs_per_caller=1, jobs_total=8)
 async def test_a_submit_cancelled_while_its_job_is_created_still_starts_its_drain(
     store: Store, clock: FakeClock, fetch: ScriptedFetch, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_fast_path, "FAST_MAX_TARGETS", 0)  # every create on the store thread
     creating, go_on = trio.Event(), threading.Event()
     token = trio.lowlevel.current_trio_token()
     real_create = Store.create_job

@@ -28,6 +28,7 @@ from trio_batch import (
     otel_tracing,
 )
 from trio_batch._tracing import STORE_OPERATIONS
+from trio_batch.store import ClusterStore
 from trio_batch.store._protocol import JobStore
 
 from ..support.fakes import FakeClock, ScriptedFetch, urls
@@ -328,8 +329,9 @@ async def test_a_url_that_does_not_parse_is_traced_without_a_host(
 def test_every_bounded_call_of_the_store_interface_is_wrapped() -> None:
     calls = {
         name
-        for name in dir(JobStore)
-        if not name.startswith("_") and inspect.iscoroutinefunction(getattr(JobStore, name))
+        for protocol in (JobStore, ClusterStore)
+        for name in dir(protocol)
+        if not name.startswith("_") and inspect.iscoroutinefunction(getattr(protocol, name))
     }
     assert calls - {"listen_changes", "aclose"} == set(STORE_OPERATIONS)
 

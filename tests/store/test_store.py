@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import sqlite3
 import threading
 from pathlib import Path
@@ -32,8 +31,7 @@ from trio_batch import (
     TooManyTargets,
     idem_key,
 )
-from trio_batch._model import new_job_id
-from trio_batch.store import Admission, JobFilter, NewJob
+from trio_batch.store import JobFilter, NewJob
 from trio_batch.store.sqlite import _outbox
 from trio_batch.store.sqlite import _queries as q
 from trio_batch.store.sqlite._views import job_overview, latest_retry, one_target, targets_after
@@ -164,7 +162,7 @@ def test_a_job_another_connection_creates_after_the_first_read_is_seen(
     # created the very job): checked again under the lock, it refuses (or reuses) instead.
     path = tmp_path / "jobs.db"
     store, other = Store.open(path), Store.open(path)
-    real_read = Store.admission_row
+    real_read = Store._admission_row
     theirs: list[Any] = []
 
     def admit_then_race(self: Store, *args: Any, **kw: Any) -> Any:
@@ -173,7 +171,7 @@ def test_a_job_another_connection_creates_after_the_first_read_is_seen(
             theirs.append(create(other, "alice", n=3 if same_targets else 2)[0])
         return answer
 
-    monkeypatch.setattr(Store, "admission_row", admit_then_race)
+    monkeypatch.setattr(Store, "_admission_row", admit_then_race)
     if same_targets:
         job, reused = create(store, "alice", n=3)
         assert reused and job.id == theirs[0].id
@@ -183,77 +181,21 @@ def test_a_job_another_connection_creates_after_the_first_read_is_seen(
     assert store.count_live_jobs("alice") == 1
 
 
-def _want(caller: str = "alice", n: int = 3) -> Admission:
-    return Admission(caller, idem_key(caller, targets(n)), n, 4, 1, 3)
-
-
-def test_an_admitted_create_reads_once_when_nothing_was_written(tmp_path: Path) -> None:
-    # The admission read's answer still holds under the lock if nothing was written since.
+def test_a_create_with_nothing_written_since_its_read_reads_once(tmp_path: Path) -> None:
     store = Store.open(tmp_path / "jobs.db")
-    assert store.admit(_want(), now=T0) is None
     statements: list[str] = []
     store.db.conn.set_trace_callback(statements.append)
-    _, reused = create(store, admitted=True, now=T0 + 1)
+    _, reused = create(store, now=T0 + 1)
     store.db.conn.set_trace_callback(None)
     assert not reused and store.count_live_jobs("alice") == 1
-    assert not [sql for sql in statements if "max(expires_at)" in sql], statements
+    assert len([sql for sql in statements if "max(expires_at)" in sql]) == 1, statements
 
 
-def _another_connection_took_the_slot(store: Store, other: Store) -> None:
-    create(other, "alice", n=2)
-
-
-def _this_connection_took_the_slot(store: Store, other: Store) -> None:
-    # Its own commits do not move its data version: a write outside any read counts too.
-    cancelled = store.find_reusable_job("alice", idem_key("alice", targets(1)), now=T0)
-    assert cancelled is not None
-    store.db.conn.execute("UPDATE jobs SET status = 'running' WHERE id = ?", (cancelled.id,))
-
-
-@pytest.mark.parametrize(
-    "write", [_another_connection_took_the_slot, _this_connection_took_the_slot]
-)
-def test_an_admitted_create_reads_again_after_any_write(tmp_path: Path, write: Any) -> None:
-    path = tmp_path / "jobs.db"
-    store, other = Store.open(path), Store.open(path)
-    old, _ = create(store, "alice", n=1)
-    store.finish_job(old.id, JobState.CANCELLED, now=T0)
-    assert store.admit(_want(), now=T0) is None
-    write(store, other)
-    with pytest.raises(CallerBusy):
-        create(store, admitted=True)
-    assert store.count_live_jobs("alice") == 1
-
-
-def test_an_admitted_create_at_an_earlier_time_reads_again(tmp_path: Path) -> None:
-    # Read at a later time, a lapsed job was not there to reuse; at the create's, it is.
+def test_a_cap_of_no_live_jobs_refuses_naming_no_job(tmp_path: Path) -> None:
     store = Store.open(tmp_path / "jobs.db")
-    job, _ = create(store, status=JobState.RUNNING)
-    store.finish_job(job.id, JobState.DONE, now=T0)
-    assert store.admit(_want(), now=T0 + TTL + 1) is None
-    again, reused = create(store, admitted=True, now=T0 + 1)
-    assert reused and again.id == job.id
-
-
-def test_only_an_admission_read_that_admits_reads_the_data_version(tmp_path: Path) -> None:
-    # A refusal's read stops at the cap that refuses it: no data version (which only the
-    # create after an admitting read needs), and so nothing for a create to trust.
-    store = Store.open(tmp_path / "jobs.db")
-    alices, _ = create(store, "alice", n=1)
-    create(store, "bob", n=1)
-    create(store, "carol", n=1)
-    version = store.db.execute(q.DATA_VERSION).fetchone()[0]
-    assert store.admission_row(_want("alice"), now=T0)[-1] == alices.id  # CallerBusy's job
-    assert store.admission_row(_want("dave"), now=T0)[-1] is None  # Busy
-    wide = Admission("dave", idem_key("dave", targets(3)), 3, 4, 1, 4)
-    assert store.admission_row(wide, now=T0)[-1] == version  # admits: the version
-    with pytest.raises(CallerBusy) as refused:  # a cap of 0 live jobs names none
-        store.admit(Admission("erin", "k", 1, 4, 0, 9), now=T0)
+    with pytest.raises(CallerBusy) as refused:
+        create(store, "erin", n=1, jobs_per_caller=0)
     assert refused.value.job_id is None
-    with pytest.raises(Busy):
-        store.admit(_want("dave"), now=T0)
-    with pytest.raises(Busy):  # the refused read left nothing for the create to trust
-        create(store, "dave", admitted=True)
 
 
 @pytest.mark.parametrize("cap", [2**63 - 1, 2**63, 10**30])
@@ -263,9 +205,7 @@ def test_a_cap_beyond_sqlites_integers_admits_as_any_cap_not_reached(
     # Config takes any non-negative int as a cap; the caps compared in the admission's SQL
     # must not refuse one SQLite cannot bind (OverflowError) where Python's compare admitted.
     store = Store.open(tmp_path / "jobs.db")
-    want = Admission("alice", idem_key("alice", targets(3)), 3, 4, cap, cap)
-    assert store.admit(want, now=T0) is None
-    job, reused = create(store, jobs_per_caller=cap, jobs_total=cap, admitted=True)
+    job, reused = create(store, jobs_per_caller=cap, jobs_total=cap)
     assert not reused and store.count_live_jobs("alice") == 1
     again, reused = create(store, "alice", n=2, jobs_per_caller=cap, jobs_total=cap)
     assert not reused and again.id != job.id
@@ -542,41 +482,6 @@ def test_the_last_outcome_after_a_cancel_keeps_the_job_cancelled(store: Store) -
     assert store.get_job(job.id, now=T0) == updated
 
 
-def _outcome_statements(store: Store, write: Any) -> tuple[Any, list[str]]:
-    """``write()``'s answer, and the statements it ran on the store's connection."""
-    statements: list[str] = []
-    store.db.conn.set_trace_callback(statements.append)
-    try:
-        return write(), statements
-    finally:
-        store.db.conn.set_trace_callback(None)
-
-
-@pytest.mark.parametrize("failures", [set(), {1}, {0, 1, 2}])
-def test_outcomes_written_with_the_job_as_seen_are_not_read_back(
-    store: Store, failures: set[int]
-) -> None:
-    # A drain passes the job as the store last answered; while it is still so, the write bumps
-    # it without a RETURNING and the answer is exactly the stored job, the last one included.
-    seen, _ = create(store, status=JobState.RUNNING)
-    for i in range(3):
-        outcome: dict[str, Any] = {"error": "e"} if i in failures else {"result": Result("ok")}
-        write = functools.partial(
-            store.record_outcome, seen.id, i, ttl=TTL, now=T0 + i, seen=seen, **outcome
-        )
-        seen, statements = _outcome_statements(store, write)
-        assert not [sql for sql in statements if "RETURNING" in sql], statements
-        assert seen is not None and seen == store.get_job(seen.id, now=T0 + i)
-    assert (seen.targets_done, seen.targets_failed, seen.expires_at) == (3, len(failures), T0 + 102)
-    assert seen.status == (
-        JobState.DONE
-        if not failures
-        else JobState.FAILED
-        if len(failures) == 3
-        else JobState.PARTIAL
-    )
-
-
 def _cancelled(store: Store, job: Job) -> None:
     store.finish_job(job.id, JobState.CANCELLED, now=T0)
 
@@ -598,14 +503,15 @@ def _purged(store: Store, job: Job) -> None:
     [_cancelled, _failed, _counted, _purged],
     ids=["cancelled", "failed with an error", "counted", "purged"],
 )
-def test_a_job_changed_since_it_was_seen_is_read_back(store: Store, change: Any) -> None:
-    # The seen job is stale: the write must answer what the store holds, never the stale job.
+def test_a_write_answers_the_job_as_stored_after_a_change_elsewhere(
+    store: Store, change: Any
+) -> None:
     seen, _ = create(store, status=JobState.RUNNING)
     change(store, seen)
     now = T0 + 2 * TTL if change is _purged else T0 + 1
     fresh = store.get_job(seen.id, now=now)
     try:
-        answer = store.record_outcome(seen.id, 0, result=Result("r"), ttl=TTL, now=now, seen=seen)
+        answer = store.record_outcome(seen.id, 0, result=Result("r"), ttl=TTL, now=now)
     except OutcomeExists:
         pytest.fail("target 0 had no outcome")
     if fresh is None:
@@ -614,51 +520,6 @@ def test_a_job_changed_since_it_was_seen_is_read_back(store: Store, change: Any)
     assert answer == store.get_job(seen.id, now=now)
     assert answer is not None and answer.targets_done == fresh.targets_done + 1
     assert answer.status == fresh.status and answer.error == fresh.error
-
-
-def test_the_seen_job_of_another_id_is_ignored(store: Store) -> None:
-    job, _ = create(store, status=JobState.RUNNING)
-    other, _ = create(store, "bob", status=JobState.RUNNING)
-    answer = store.record_outcome(job.id, 0, result=Result("r"), ttl=TTL, now=T0, seen=other)
-    assert answer == store.get_job(job.id, now=T0)
-    assert store.get_job(other.id, now=T0) == other  # untouched
-
-
-def test_the_seen_job_of_a_forgotten_job_with_the_same_id_is_ignored(store: Store) -> None:
-    # The as-seen bump compares only what can change, and created_at: a job forgotten, then
-    # created again under the same id (a store caller may choose ids), is not the one seen.
-    old, _ = create(store, status=JobState.RUNNING, job_id=new_job_id())
-    store.finish_job(old.id, JobState.CANCELLED, now=T0)
-    assert store.forget_job(old.id, now=T0)
-    again, _ = create(store, "bob", n=2, status=JobState.RUNNING, job_id=old.id, now=T0 + 1)
-    answer = store.record_outcome(old.id, 0, error="e", ttl=TTL, now=T0 + 1, seen=old)
-    assert answer == store.get_job(again.id, now=T0 + 1)
-    assert answer is not None and (answer.caller, answer.targets_total) == ("bob", 2)
-
-
-@pytest.mark.parametrize(
-    ("caller", "n", "prefix"),
-    [("bob", 3, "https://example.com/"), ("alice", 2, "https://example.com/"),
-     ("alice", 3, "https://other.test/")],
-    ids=["another caller", "another target count", "other targets"],
-)  # fmt: skip
-def test_a_job_given_again_at_the_same_instant_is_not_the_one_seen(
-    store: Store, caller: str, n: int, prefix: str
-) -> None:
-    # The clock did not move between the forget and the new create (an injected clock, a
-    # coarse one): created_at alone cannot tell the new job from the one seen. Taken for it,
-    # a stale write was counted against the old target count and ended the new job early.
-    old, _ = create(store, status=JobState.RUNNING, job_id=new_job_id(), now=T0)
-    store.finish_job(old.id, JobState.CANCELLED, now=T0)
-    assert store.forget_job(old.id, now=T0)
-    again, _ = store.create_job(
-        NewJob(caller, "user", targets(n, prefix), status=JobState.RUNNING, job_id=old.id,
-               **CAPS),
-        now=T0,
-    )  # fmt: skip
-    answer = store.record_outcome(old.id, 0, result=Result("r"), ttl=TTL, now=T0, seen=old)
-    assert answer == store.get_job(again.id, now=T0)
-    assert answer is not None and (answer.status, answer.targets_done) == (JobState.RUNNING, 1)
 
 
 def test_targets_read_differently_each_time_are_stored_as_checked(store: Store) -> None:
@@ -670,12 +531,12 @@ def test_targets_read_differently_each_time_are_stored_as_checked(store: Store) 
     assert job.idem_key == idem_key("alice", WITH_OPTIONS)
 
 
-def test_a_refused_write_with_the_job_as_seen_changes_nothing(store: Store) -> None:
+def test_a_refused_write_changes_nothing(store: Store) -> None:
     job, _ = create(store, status=JobState.RUNNING)
     seen = store.record_outcome(job.id, 0, result=Result("a"), ttl=TTL, now=T0)
     assert seen is not None
     with pytest.raises(OutcomeExists):
-        store.record_outcome(job.id, 0, error="again", ttl=TTL, now=T0 + 1, seen=seen)
+        store.record_outcome(job.id, 0, error="again", ttl=TTL, now=T0 + 1)
     assert store.get_job(job.id, now=T0 + 1) == seen  # the bump was rolled back with it
 
 
@@ -799,9 +660,8 @@ def _exercise_every_method(store: Store) -> None:
         create(store, "a", n=2)  # a's one live job is in the way
     assert busy.value.job_id == job.id
     other, _ = create(store, "b", metadata={"team": "x", "k": "v"})  # with labels
-    seen = store.record_outcome(job.id, 0, result=Result("x"), ttl=TTL, now=T0)
-    # Written with the job as seen: counted in without reading the job back.
-    store.record_outcomes([OutcomeWrite(job.id, 1, error="e", seen=seen)], ttl=TTL, now=T0)
+    store.record_outcome(job.id, 0, result=Result("x"), ttl=TTL, now=T0)
+    store.record_outcomes([OutcomeWrite(job.id, 1, error="e")], ttl=TTL, now=T0)
     # Two writes share a commit (savepoints); the last outcome sets the terminal status.
     store.record_outcomes(
         [OutcomeWrite(job.id, 2, result=Result("y")), OutcomeWrite(job.id, 2, error="again")],

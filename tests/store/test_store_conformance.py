@@ -30,10 +30,9 @@ from trio_batch import (
     TargetState,
     TargetStatus,
     TooManyTargets,
-    idem_key,
     open_store,
 )
-from trio_batch.store import Admission, NewJob, ReapedJob
+from trio_batch.store import NewJob, ReapedJob
 
 T0 = 1_000_000.0
 TTL = 100.0
@@ -108,53 +107,21 @@ async def test_caps_refuse_with_typed_errors_and_write_nothing(job_store: JobSto
         await job_store.create_job(NewJob("alice", "default", [], **CAPS), now=T0)
 
 
-def _want(caller: str = "alice", n: int = 2, prefix: str = "u:") -> Admission:
-    targets = _targets(n, prefix)
-    caps = (CAPS["targets_per_job"], CAPS["jobs_per_caller"], CAPS["jobs_total"])
-    return Admission(caller, idem_key(caller, targets), n, *caps)
-
-
-async def _admitted(store: JobStore, now: float = T0, **request: Any) -> Any:
-    """What ``admit`` answers; where it makes no promise (None), what the create it admits
-    answers: the job reused, or the cap raised (or, if created, the new job)."""
-    want = _want(**request)
-    found = await store.admit(want, now=now)
-    if found is not None:
-        return found
-    job, _ = await _create(store, want.caller, want.targets_total, now=now, admitted=True,
-                           prefix=request.get("prefix", "u:"))  # fmt: skip
-    return job
-
-
-async def test_admit_answers_as_create_would_and_writes_nothing(job_store: JobStore) -> None:
-    assert await job_store.admit(_want(), now=T0) is None
+async def test_a_create_answers_reuse_and_caps_and_writes_nothing_when_refused(
+    job_store: JobStore,
+) -> None:
     first, _ = await _create(job_store)
-    assert await _admitted(job_store, now=T0 + TTL - 1) == first  # reused, cap or not
+    again, reused = await _create(job_store, now=T0 + TTL - 1)
+    assert reused and again == first  # reused, cap or not
     with pytest.raises(TooManyTargets):
-        await _admitted(job_store, n=5)
+        await _create(job_store, n=5, prefix="x:")
     second, _ = await _create(job_store, prefix="b:", now=T0 + 1)
     with pytest.raises(CallerBusy) as busy:
-        await _admitted(job_store, prefix="c:", now=T0 + 1)
+        await _create(job_store, prefix="c:", now=T0 + 1)
     assert busy.value.job_id == second.id  # the caller's newest live job
     await _create(job_store, caller="bob", prefix="d:")
     with pytest.raises(Busy):
-        await _admitted(job_store, caller="carol")
-    assert len(await job_store.list_jobs(now=T0)) == 3
-    for job in (first, second):
-        await job_store.finish_job(job.id, JobState.CANCELLED, now=T0)
-    assert await job_store.admit(_want(), now=T0 + TTL) is None  # its lease has lapsed
-
-
-async def test_an_admitted_create_still_checks_under_the_lock(job_store: JobStore) -> None:
-    # admit said "free"; another submit took the slot (or made the very job) before the create.
-    assert await job_store.admit(_want("carol"), now=T0) is None
-    await _create(job_store, caller="alice", prefix="a:")
-    await _create(job_store, caller="bob", prefix="b:")
-    carols, _ = await _create(job_store, caller="carol")
-    with pytest.raises(Busy):
-        await _create(job_store, caller="dave", admitted=True)
-    again, reused = await _create(job_store, caller="carol", admitted=True)
-    assert reused and again == carols
+        await _create(job_store, caller="carol")
     assert len(await job_store.list_jobs(now=T0)) == 3
 
 
@@ -321,27 +288,17 @@ async def test_outcomes_ready_together_each_get_their_own_answer(job_store: JobS
     assert stored_a is not None and (stored_a.targets_done, stored_a.targets_failed) == (2, 1)
 
 
-async def test_the_job_as_seen_changes_no_answer_current_or_stale(job_store: JobStore) -> None:
-    """A writer passes the job as it last saw it (``OutcomeWrite.seen``); whether the store
-    uses it or not, current or stale, every answer is the job as stored."""
+async def test_every_outcome_answer_is_the_job_as_stored(job_store: JobStore) -> None:
+    """Live, cancelled meanwhile, or at its last outcome: the answer is the stored job."""
     job, _ = await _create(job_store, n=3)
-    first = await job_store.record_outcome(
-        dataclasses.replace(_ok(job.id, 0), seen=job), ttl=TTL, now=T0 + 1
-    )
+    first = await job_store.record_outcome(_ok(job.id, 0), ttl=TTL, now=T0 + 1)
     assert first is not None and first == await job_store.get_job(job.id, now=T0 + 1)
     assert (first.targets_done, first.expires_at) == (1, T0 + 1 + TTL)
     assert await job_store.finish_job(job.id, JobState.CANCELLED, now=T0 + 2) is not None
-    # Seen before the cancel: stale.
-    late = await job_store.record_outcome(
-        dataclasses.replace(_err(job.id, 1), seen=first), ttl=TTL, now=T0 + 3
-    )
+    late = await job_store.record_outcome(_err(job.id, 1), ttl=TTL, now=T0 + 3)
     assert late is not None and late == await job_store.get_job(job.id, now=T0 + 3)
     assert (late.status, late.targets_done, late.targets_failed) == (JobState.CANCELLED, 2, 1)
-    # Another job's: ignored.
-    other, _ = await _create(job_store, caller="bob", n=1)
-    last = await job_store.record_outcome(
-        dataclasses.replace(_ok(job.id, 2), seen=other), ttl=TTL, now=T0 + 4
-    )
+    last = await job_store.record_outcome(_ok(job.id, 2), ttl=TTL, now=T0 + 4)
     assert last is not None and last == await job_store.get_job(job.id, now=T0 + 4)
     assert last.targets_done == 3 and last.status is JobState.CANCELLED
 
@@ -613,10 +570,8 @@ async def test_custom_ids_metadata_and_parent_are_stored_and_read_back(
     assert await job_store.get_job(job.id, now=T0) == job
     bumped = await job_store.record_outcome(_ok(job.id, 0), ttl=TTL, now=T0 + 1)
     assert bumped is not None and (bumped.metadata, bumped.parent_id) == (labels, parent.id)
-    seen = await job_store.record_outcome(
-        dataclasses.replace(_err(job.id, 1), seen=bumped), ttl=TTL, now=T0 + 2
-    )
-    assert seen is not None and seen.metadata == labels
+    last = await job_store.record_outcome(_err(job.id, 1), ttl=TTL, now=T0 + 2)
+    assert last is not None and last.metadata == labels
     found = await job_store.get_status(job.id, now=T0 + 3)
     assert found is not None
     assert found[0].metadata == labels

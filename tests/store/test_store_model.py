@@ -25,7 +25,6 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from trio_batch import (
     Busy,
     CallerBusy,
-    Job,
     JobState,
     OutcomeExists,
     Result,
@@ -88,8 +87,6 @@ class StoreMachine(RuleBasedStateMachine):
         self.jobs: dict[str, ModelJob] = {}  # rows the store holds (lapsed ones included)
         self.ids: list[str] = []  # every id ever created, purged ones included
         self.terminal: dict[str, tuple[str, str | None]] = {}  # first terminal (status, error)
-        # Every job the store answered, per id, oldest first: what a writer may pass as seen.
-        self.answers: dict[str, list[Job]] = {}
         SEQUENCES.append(type(self).__name__)
 
     def teardown(self) -> None:
@@ -214,37 +211,20 @@ class StoreMachine(RuleBasedStateMachine):
     def complete_due(self, data: st.DataObject, fail: bool) -> None:
         """Store the outcome of a live job's next target, as its drain would."""
         job_id = data.draw(st.sampled_from(self.pending()), label="job id")
-        self.complete(
-            job_id, self.jobs[job_id].outcomes.index(None), fail, self.pick_seen(data, job_id)
-        )
+        self.complete(job_id, self.jobs[job_id].outcomes.index(None), fail)
 
     @precondition(lambda self: bool(self.ids))
     @rule(data=st.data(), idx=st.integers(0, 4), fail=st.booleans())
     def complete_any(self, data: st.DataObject, idx: int, fail: bool) -> None:
         """Store an outcome for any target of any job (stored, lapsed, unknown index...)."""
         job_id = data.draw(st.sampled_from(self.ids), label="job id")
-        self.complete(job_id, idx, fail, self.pick_seen(data, job_id))
+        self.complete(job_id, idx, fail)
 
-    def pick_seen(self, data: st.DataObject, job_id: str) -> Job | None:
-        """What the writer passes as ``seen``: nothing, the store's last answer for the job (as
-        a drain does), an older one, or another job's."""
-        answers = self.answers.get(job_id, [])
-        others = [a[-1] for other, a in self.answers.items() if other != job_id]
-        kind = data.draw(st.sampled_from(["none", "latest", "older", "another job's"]))
-        pool = {"latest": answers[-1:], "older": answers[:-1], "another job's": others}.get(kind)
-        if not pool:
-            return None
-        self.count(f"complete with seen ({kind})")
-        seen: Job = data.draw(st.sampled_from(pool), label="seen")
-        return seen
-
-    def complete(self, job_id: str, idx: int, fail: bool, seen: Job | None) -> None:
+    def complete(self, job_id: str, idx: int, fail: bool) -> None:
         model = self.jobs.get(job_id)
         outcome: dict[str, Any] = {"error": "boom"} if fail else {"result": Result(f"r{idx}")}
         try:
-            job = self.store.record_outcome(
-                job_id, idx, ttl=TTL, now=self.now, seen=seen, **outcome
-            )
+            job = self.store.record_outcome(job_id, idx, ttl=TTL, now=self.now, **outcome)
         except OutcomeExists:
             assert model is not None and self.visible(job_id) is model
             assert idx >= len(model.outcomes) or model.outcomes[idx] is not None
@@ -313,7 +293,6 @@ class StoreMachine(RuleBasedStateMachine):
     # Checks
 
     def check_job(self, job_id: str, job: Any) -> None:
-        self.answers.setdefault(job_id, []).append(job)
         model = self.jobs[job_id]
         assert (
             job.id,

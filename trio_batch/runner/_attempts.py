@@ -102,14 +102,6 @@ class Attempts:
         self.log = log
         self.on_retry = on_retry
         self._rng = random.Random()  # retry jitter
-        #: One attempt, nothing that may cut it short, no tracing: :meth:`fetch_once` is all
-        #: :meth:`run` would do.
-        self.plain = (
-            config.retry is None
-            and config.target_timeout is None
-            and config.cancel_grace is None
-            and not self._traced
-        )
 
     def enter_job(self, drain: _Drain) -> None:
         """Ready the calling drain task for ``drain``'s attempts (:func:`current_caller`)."""
@@ -171,7 +163,7 @@ class Attempts:
         """Run the fetch function on one target; every way it can fail becomes a Failure."""
         timeout = self.config.target_timeout
         if timeout is None and self.config.cancel_grace is None:
-            return await self.fetch_once(drain, idx, target)
+            return await self._fetch_unbounded(drain, idx, target)
         with trio.CancelScope() as scope:
             if timeout is not None:
                 scope.deadline = trio.current_time() + timeout
@@ -197,7 +189,7 @@ class Attempts:
             )
         return _checked(result)
 
-    async def fetch_once(self, drain: _Drain, idx: int, target: Target) -> Result | Failure:
+    async def _fetch_unbounded(self, drain: _Drain, idx: int, target: Target) -> Result | Failure:
         """One attempt at the target with nothing that may cut it short: no scope of its own
         (one costs on every target). Every way it can fail becomes a Failure."""
         try:

@@ -10,20 +10,16 @@ caller's size.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Collection
+from typing import Any
 
-import trio
-
-from .._config import Config
-from .._errors import Busy, CallerBusy, InvalidRequest, InvalidTargets, JobLive, TooManyTargets
-from .._model import Job, JobState, Target, TargetState, TargetStatus, check_caller, is_job_id
+from .._errors import InvalidRequest, InvalidTargets, JobLive, TooManyTargets
+from .._model import Job, JobState, Target, TargetState, TargetStatus
 from ..store import JobFilter, JobStore
 
 __all__ = [
     "EXPORT_PAGE",
     "RETRY_KINDS",
-    "BatchOps",
     "check_only",
     "export_line",
     "export_targets",
@@ -175,91 +171,3 @@ def export_line(job_id: str, target: TargetStatus, *, merged: bool) -> dict[str,
     elif target.error is not None:
         line["error"], line["hint"] = target.error, target.hint
     return line
-
-
-class BatchOps:
-    """The runner's calls on many targets or jobs at once (mixed into
-    :class:`~trio_batch.Runner`, whose other calls these use)."""
-
-    _store: JobStore
-    _config: Config
-    _now: Callable[[], float]
-
-    if TYPE_CHECKING:  # the Runner's own, which these calls use
-
-        def _check_open(self) -> None: ...
-
-        def _check_running(self) -> None: ...
-
-        async def submit(
-            self,
-            caller: str,
-            caller_class: str,
-            targets: Sequence[Target],
-            *,
-            metadata: Mapping[str, str] | None = None,
-            parent_id: str | None = None,
-        ) -> tuple[str, bool]: ...
-
-        async def cancel(self, job_id: str) -> bool: ...
-
-    async def retry(
-        self, job_id: str, *, only: Collection[str] = ("failed",), caller: str | None = None
-    ) -> tuple[str, bool] | None:
-        """Submit a new job of the ended job ``job_id``'s targets that ``only`` names:
-        ``"failed"`` ones, and ``"pending"`` ones (never fetched: the job was cancelled, or
-        failed by a restart). Returns ``(new job id, reused)`` as :meth:`submit` does, or
-        None if the job is unknown, lapsed or (with ``caller``) another caller's.
-
-        The new job has the same caller, caller class, metadata, options and custom ids, and
-        ``parent_id`` set to ``job_id``; the usual caps and idempotency apply (retrying the
-        same job the same way again, while the retry's lease holds, is that same retry). Raises
-        :class:`InvalidRequest` for a bad ``only``, :class:`JobLive` for a live job,
-        :class:`InvalidTargets` if no target is picked, and what :meth:`submit` raises.
-        Cancellation: as :meth:`submit`; reading the targets can be cancelled at any point.
-        """
-        await trio.lowlevel.checkpoint_if_cancelled()
-        self._check_open()
-        kinds = check_only(only)
-        if not is_job_id(job_id):
-            return None
-        job = await self._store.get_job(job_id, now=self._now())
-        if job is None or (caller is not None and job.caller != caller):
-            return None
-        limit, _ = self._config.limits_for(job.caller_class)
-        targets = await retry_targets(self._store, job, kinds, now=self._now(), limit=limit)
-        try:
-            return await self.submit(
-                job.caller, job.caller_class, targets, metadata=job.metadata, parent_id=job.id
-            )
-        except (Busy, CallerBusy) as refused:
-            # As submit's own refusals: nothing of the job or its targets held while the caller
-            # backs off.
-            del job, targets
-            raise refused.with_traceback(None) from None
-
-    async def export(
-        self, job: Job, *, after: int = -1, merged: bool = False
-    ) -> AsyncIterator[tuple[str, TargetStatus]]:
-        """``(job id, target)`` for each target of ``job`` after index ``after``, in order,
-        read a page at a time. ``merged``: each target that ``job``'s newest retry (and its
-        retries in turn) has an outcome for shows that outcome and that retry's id instead.
-        Cancellation: stops at once, nothing held."""
-        async for pair in export_targets(
-            self._store, job, now=self._now(), after=after, merged=merged
-        ):
-            yield pair
-
-    async def cancel_matching(
-        self, caller: str, where: JobFilter, *, dry_run: bool = False
-    ) -> list[str]:
-        """Cancel ``caller``'s live jobs that ``where`` lists (see :meth:`cancel`); returns
-        their ids, newest first. ``dry_run``: only return them. Another caller's jobs are never
-        read. Cancellation: the jobs cancelled so far stay cancelled."""
-        await trio.lowlevel.checkpoint_if_cancelled()
-        self._check_running()
-        caller = check_caller(caller)
-        jobs = await matching_live_jobs(self._store, caller, where, now=self._now())
-        if dry_run:
-            return [job.id for job in jobs]
-        return [job.id for job in jobs if await self.cancel(job.id)]

@@ -5,9 +5,9 @@ paused, by asking the store (:func:`poll_drain_changes`), and applies such chang
 local cancel would; the same poll adopts the live jobs of its own that it does not drain (a
 create whose answer was lost). Waiting on a job another runner drains is re-reading it
 (:func:`wait_elsewhere`). Both read again as soon as the store's listener reports the job changed
-(:class:`ChangedElsewhere`, fed by :meth:`JobStore.listen_changes`: PostgreSQL's LISTEN/NOTIFY),
-and otherwise every ``Config.poll_interval`` seconds, since a notification can be lost. With one
-runner per database (SQLite) the store answers these without a query and nothing changes.
+(:class:`ChangedElsewhere`, fed by :meth:`ClusterStore.listen_changes`: PostgreSQL's
+LISTEN/NOTIFY), and otherwise every ``Config.poll_interval`` seconds, since a notification can
+be lost. With one runner per database (SQLite: no :class:`ClusterStore`) none of this runs.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from .._config import Config
 from .._errors import StoreUnavailable
 from .._model import Job
 from .._outage_log import OutageLog
-from ..store import DrainChanges, JobStore
+from ..store import ClusterStore, DrainChanges, JobStore
 from ._drain import _Drain
 
 __all__ = [
@@ -39,7 +39,7 @@ class ChangedElsewhere:
     """Wakes the poll and the waits on jobs as soon as the store reports them changed.
 
     :meth:`changed` is the :data:`~trio_batch.store.ChangeObserver` given to
-    :meth:`JobStore.listen_changes`. Without reports (SQLite, PostgreSQL with LISTEN off, or
+    :meth:`ClusterStore.listen_changes`. Without reports (SQLite, PostgreSQL with LISTEN off, or
     while its listener reconnects) nothing is woken early and every wait lasts its interval.
     """
 
@@ -95,7 +95,7 @@ async def wait_at_most(event: trio.Event, seconds: float) -> None:
 
 
 async def poll_drain_changes(
-    store: JobStore,
+    store: ClusterStore,
     drains: Mapping[str, _Drain],
     changes: ChangedElsewhere,
     config: Config,
@@ -143,7 +143,7 @@ def _apply(
             drain.request_cancel(config.cancel_grace, stored=True)
 
 
-async def wait_for_heartbeat(store: JobStore, drain: _Drain, interval: float) -> None:
+async def wait_for_heartbeat(store: ClusterStore, drain: _Drain, interval: float) -> None:
     """Sleep until the store allows a new target (its runner's heartbeat got through again).
 
     Returns early if the job is cancelled meanwhile; a reap of the job stops the drain (and
@@ -155,10 +155,10 @@ async def wait_for_heartbeat(store: JobStore, drain: _Drain, interval: float) ->
         await trio.sleep(interval)
 
 
-async def release(store: JobStore, drain: _Drain, log: logging.Logger) -> None:
+async def release(store: ClusterStore | None, drain: _Drain, log: logging.Logger) -> None:
     """Tell waiters on other runners that the drain of this (terminal) job has stopped."""
-    if drain.lost:
-        return  # the reap already took the job away from this runner
+    if store is None or drain.lost:
+        return  # no other runner; or the reap already took the job away from this runner
     try:
         await store.release_job(drain.job_id)
     except StoreUnavailable:
@@ -169,6 +169,7 @@ async def release(store: JobStore, drain: _Drain, log: logging.Logger) -> None:
 
 async def wait_elsewhere(
     store: JobStore,
+    cluster: ClusterStore,
     job_id: str,
     changes: ChangedElsewhere,
     *,
@@ -189,12 +190,12 @@ async def wait_elsewhere(
     while True:
         with changes.job(job_id) as changed:
             job = await store.get_job(job_id, now=now())
-            if job is None or (job.is_terminal and await store.drain_over(job_id)):
+            if job is None or (job.is_terminal and await cluster.drain_over(job_id)):
                 if job is not None and job.targets_done < job.targets_total and not checked:
                     checked = True  # its last outcome may have come since the read: once more
                     continue
                 return job
-            if not watched and not await watch(store, job):
+            if not watched and not await watch(cluster, job):
                 continue  # it ended before the store heard of the wait: read it again
             watched = True
             # Its lapse is told by no one: read it again then, to answer None.
@@ -203,9 +204,9 @@ async def wait_elsewhere(
             return job
 
 
-async def watch(store: JobStore, job: Job) -> bool:
+async def watch(store: ClusterStore, job: Job) -> bool:
     """Ask the runner draining ``job`` to notify its end; False if it ended before the store
-    took the request (:meth:`JobStore.watch_job`). Called after taking
+    took the request (:meth:`ClusterStore.watch_job`). Called after taking
     :meth:`ChangedElsewhere.job`'s event and reading the job. Asked of a terminal job too: a
     cancelled one whose last outcome is in flight ends its drain with that outcome, no
     release to tell of it."""

@@ -187,18 +187,20 @@ async def _running(
             nursery.start_soon(runner._purge_periodically, name="trio_batch purge")
             if runner._deliveries.enabled:
                 nursery.start_soon(runner._deliveries.run, name="trio_batch deliveries")
-            changes = runner._elsewhere
-            nursery.start_soon(
-                poll_drain_changes,
-                store,
-                runner._drains,
-                changes,
-                config,
-                log,
-                runner._adopt_undrained,
-                name="trio_batch poll",
-            )
-            nursery.start_soon(store.listen_changes, changes.changed, name="trio_batch listen")
+            cluster, changes = runner._cluster, runner._elsewhere
+            if cluster is not None:  # other runners may change this one's jobs
+                nursery.start_soon(
+                    poll_drain_changes,
+                    cluster,
+                    runner._drains,
+                    changes,
+                    config,
+                    log,
+                    runner._drains.adopt_undrained,
+                    name="trio_batch poll",
+                )
+                listen = cluster.listen_changes
+                nursery.start_soon(listen, changes.changed, name="trio_batch listen")
             try:
                 yield runner
             except BaseException as exc:
@@ -222,10 +224,9 @@ async def _running(
                 log.error("could not mark live jobs failed at shutdown", exc_info=True)
             finally:
                 if runner is not None:
-                    runner._shutdown_marked_ok = marked_ok
+                    runner._waits.shutdown_marked_ok = marked_ok
                     runner._stopped = True
-                    runner._admission.uninstall()
-                    runner._shutdown_marked.set()
+                    runner._waits.shutdown_marked.set()
 
 
 def _traced_reap(tracing: Tracing, reaped: Sequence[ReapedJob]) -> None:

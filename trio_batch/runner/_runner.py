@@ -8,52 +8,53 @@ or how a target is fetched: those are the store backend and the injected fetch f
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import logging
-import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 
 import trio
 
 from .._config import Config
 from .._errors import Busy, CallerBusy, JobLive, RunnerClosed, StoreUnavailable
-from .._loop_budget import LoopBudget
+from .._event import Delivery
 from .._model import (
     Job,
     JobState,
     Target,
     TargetStatus,
+    check_caller,
     is_job_id,
+    with_running,
 )
 from .._outage_log import OutageLog
 from .._retry import RetryNotice
 from .._tracing import NO_TRACING, Tracing
-from ..store import JobStore
+from ..store import JobFilter, JobStore, cluster_of
 from ._attempts import Attempts, FetchFunc
-from ._batch_ops import BatchOps
+from ._batch_ops import (
+    check_only,
+    export_targets,
+    matching_live_jobs,
+    retry_targets,
+)
 from ._check import target_checker
-from ._cluster import ChangedElsewhere, wait_at_most, wait_elsewhere, watch
+from ._cluster import ChangedElsewhere
 from ._deliveries import Deliveries, WebhookDeliverer
-from ._drain import _Drain
-from ._drain_loop import DrainLoop
+from ._drains import Drains
 from ._purge import purge_lapsed
-from ._reads import JobReads
-from ._submit import SubmitRequests
+from ._submit import SubmitChecks
+from ._waits import Waits
 
 __all__ = ["FetchFunc", "Runner"]
 
-#: Most outcomes a watcher reads at once (a page of results held in memory).
-WATCH_PAGE = 256
-#: Loop-thread time (seconds) the submits' checks may use in one pass of trio's scheduler;
-#: past it, the next submit waits for a later pass (see :class:`LoopBudget`).
-SUBMIT_PASS_BUDGET = 0.0002
 
-
-class Runner(BatchOps, JobReads, DrainLoop, SubmitRequests):
+class Runner:
     """Runs jobs: submit, cancel, status, wait. Get one from :func:`open_runner`.
 
-    Every method may be called from any task of the trio run that opened the runner.
+    Every method may be called from any task of the trio run that opened the runner. It is
+    made of parts, each with its own state: its drains (:class:`~._drains.Drains`), its
+    submits' checks (:class:`~._submit.SubmitChecks`), the webhook deliveries
+    (:class:`~._deliveries.Deliveries`), and, where runners share the database, its watch
+    on the others (:class:`~._cluster.ChangedElsewhere`).
     """
 
     def __init__(
@@ -70,8 +71,10 @@ class Runner(BatchOps, JobReads, DrainLoop, SubmitRequests):
         webhooks: WebhookDeliverer | None = None,
     ) -> None:
         self._store = store
-        self._tracing = tracing
-        self._webhooks = webhooks
+        self._cluster = cluster_of(store)
+        self._config = config
+        self._now = now
+        self._log = logger
         self._deliveries = Deliveries(
             store,
             now=now,
@@ -81,28 +84,32 @@ class Runner(BatchOps, JobReads, DrainLoop, SubmitRequests):
             logger=logger,
             tracing=tracing,
         )
-        self._config = config
-        self._now = now
-        self._log = logger
-        self._nursery = nursery
-        self._attempts = Attempts(fetch, config, logger, on_retry, tracing)
-        self._check_target = target_checker(fetch)
-        self._drains: dict[str, _Drain] = {}
-        # While the poll reads the undrained jobs: the drains unregistered meanwhile.
-        self._dropped_during_read: set[str] | None = None
-        self._in_doubt: dict[str, None] = {}
-        # Paces submits over the loop's passes; dropped when the runner stops (see _open).
-        self._admission = LoopBudget(SUBMIT_PASS_BUDGET)
-        self._admission.install()
+        self._submits = SubmitChecks(config, tracing, webhooks, target_checker(fetch))
+        self._drains = Drains(
+            store=store,
+            config=config,
+            now=now,
+            log=logger,
+            attempts=Attempts(fetch, config, logger, on_retry, tracing),
+            deliveries=self._deliveries,
+            tracing=tracing,
+            nursery=nursery,
+        )
         # Fed by the store's listener: wakes the poll, and waits on other runners' jobs.
         self._elsewhere = ChangedElsewhere(self._drains)
-        self._closed = False  # shutting down: no new jobs
-        # Jobs whose drains the shutdown stopped: wait() reports them as the shutdown marks them.
-        self._stopped_by_shutdown: set[str] = set()
+        self._waits = Waits(
+            store, self._drains, self._elsewhere, now=now, poll_interval=config.poll_interval
+        )
         self._stopped = False  # shut down: no more calls
-        # Set once shutdown has tried to mark the live jobs failed ("shutdown"); ok if it did.
-        self._shutdown_marked = trio.Event()
-        self._shutdown_marked_ok = False
+
+    @property
+    def _closed(self) -> bool:
+        """Shutting down: no new jobs."""
+        return self._drains.closed
+
+    @_closed.setter
+    def _closed(self, closed: bool) -> None:
+        self._drains.closed = closed
 
     @property
     def config(self) -> Config:
@@ -150,73 +157,50 @@ class Runner(BatchOps, JobReads, DrainLoop, SubmitRequests):
         :class:`InvalidRequest` (a bad caller name, metadata or parent id),
         :class:`TooManyTargets`, :class:`CallerBusy`, :class:`Busy`, :class:`StoreUnavailable`
         if the database refuses the write (or its answer was lost: the job may exist, and the
-        runner's poll then drains it, see :meth:`JobStore.undrained_jobs`), or
+        runner's poll then drains it, see :meth:`ClusterStore.undrained_jobs`), or
         :class:`RunnerClosed` after shutdown.
 
         Cancellation: once the job is being created, the creation and the start of its drain
         task complete even if this call is cancelled (``Cancelled`` is then raised at the
         caller's next checkpoint), so a created job is never left without its drain task.
         A cancel that came before the call raises ``Cancelled`` at once, nothing created.
-
-        Pacing: the checks of at most about ``SUBMIT_PASS_BUDGET`` seconds of submits run in
-        one pass of trio's scheduler; a submit past it waits its turn (in arrival order, a
-        few passes at most each), and a cancel while it waits raises ``Cancelled``, nothing
-        created.
         """
         await trio.lowlevel.checkpoint_if_cancelled()
-        # A pass of the loop runs the checks of a few submits only: a thousand arriving at once
-        # (or a thousand refused callers retrying) would stall every task beside them.
-        await self._admission.wait_for_room(cancellable=True)
-        checks_began = time.perf_counter()
-        try:
-            want, caller_class, checked, labels, webhook = self._checked_submit(
-                caller, caller_class, targets, metadata, parent_id, webhook
-            )
-        finally:
-            self._admission.used += time.perf_counter() - checks_began
-        # Reused or refused before anything of the job is built: under load most submits are
-        # refused, and each one's drain, id and request were built for nothing.
-        try:
-            reusable = await self._store.admit(want, now=self._now())
-        except (Busy, CallerBusy) as refused:
-            # An answer, not a fault: raised afresh, it keeps none of the store's frames (nor
-            # their locals) alive while the caller backs off, for the collector to walk.
-            raise refused.with_traceback(None) from None
-        if reusable is not None:
-            self._on_reuse(reusable)
-            return reusable.id, True
-        drain, request = self._new_job_request(
+        self._check_open()
+        want, caller_class, checked, labels, webhook = self._submits.check(
+            caller, caller_class, targets, metadata, parent_id, webhook
+        )
+        drain, request = self._submits.request(
             want, caller_class, checked, labels, parent_id, webhook
         )
-        # The drain is registered before the job exists, under the id the job will get: the
-        # moment another task can see the job (a reuse, a listing), cancel() and wait() find
-        # its drain.
-        self._drains[drain.job_id] = drain
+        self._drains.register(drain)
         started = False
         try:
             # No shield needed: a store call that has begun completes, and its Cancelled comes
             # at the caller's next checkpoint (JobStore), after the drain below has started.
             job, reused = await self._store.create_job(request, now=self._now())
-            if reused:  # created meanwhile by another submit of the same targets
+            if reused:
                 self._on_reuse(job)
                 return job.id, True
             if self._closed:
                 # Shutdown began while the job was being created; shutdown marks it failed.
                 raise RunnerClosed("the runner is shutting down; the job was not started")
-            self._start_drain(drain, job)
+            self._drains.start(drain, job)
             started = True
         except (Busy, CallerBusy) as refused:
-            # A cap taken since the admission read (checked again under the store's lock).
+            # An answer, not a fault: raised afresh, it keeps none of the store's frames (nor
+            # their locals) alive while the caller backs off, for the collector to walk.
             raise refused.with_traceback(None) from None
         except StoreUnavailable:
-            # Committed perhaps (the answer lost with the connection): the poll, woken now,
-            # adopts the job if it exists (after the drain below is unregistered).
-            self._in_doubt_add(drain.job_id)
-            self._elsewhere.wake_poll()
+            if self._cluster is not None:
+                # Committed perhaps (the answer lost with the connection): the poll, woken
+                # now, adopts the job if it exists (after the drain below is unregistered).
+                self._drains.in_doubt_add(drain.job_id)
+                self._elsewhere.wake_poll()
             raise
         finally:
             if not started:
-                self._unregister(drain)
+                self._drains.unregister(drain)
                 del drain, request  # nor this frame's job that was not created
         if self._log.isEnabledFor(logging.INFO):
             self._log.info("job submitted", extra=_submit_extra(job))
@@ -307,38 +291,7 @@ class Runner(BatchOps, JobReads, DrainLoop, SubmitRequests):
         self._check_running()
         if not is_job_id(job_id):
             return None
-        drain = self._drains.get(job_id)
-        if drain is not None:
-            await drain.stopped.wait()
-            held = drain.job
-            # The job as the drain's last write answered: nothing writes a terminal job but
-            # a forget or a purge. Not terminal (a cancel's or a failure's mark came after
-            # the last outcome), it is stale: read it back.
-            if held is not None and held.is_terminal:
-                return held if held.expires_at > self._now() else None
-            if not drain.started and not self._closed:
-                # Its create raised, perhaps committed (the answer lost): the job, if it
-                # exists, is adopted by the poll under a drain of its own. Wait for that.
-                return await self.wait(job_id)
-        elif job_id not in self._stopped_by_shutdown:
-            found = await wait_elsewhere(
-                self._store,
-                job_id,
-                self._elsewhere,
-                now=self._now,
-                interval=self._config.poll_interval,
-                closing=lambda: self._closed,
-            )
-            # Adopted meanwhile (its create's answer lost): the store answers a job of this
-            # runner's drain over, yet the adopted drain may still store an outcome.
-            return await self.wait(job_id) if job_id in self._drains else found
-        job = await self._store.get_job(job_id, now=self._now())
-        if job is not None and not job.is_terminal and self._closed:
-            # Its drain was stopped by the shutdown, which marks it failed next: report that.
-            await self._shutdown_marked.wait()
-            if self._shutdown_marked_ok:
-                job = dataclasses.replace(job, status=JobState.FAILED, error="shutdown")
-        return job
+        return await self._waits.wait(job_id)
 
     async def watch(self, job_id: str) -> AsyncIterator[TargetStatus | Job]:
         """Yield each stored outcome of the job in ``idx`` order, then the terminal job.
@@ -357,53 +310,155 @@ class Runner(BatchOps, JobReads, DrainLoop, SubmitRequests):
         self._check_running()
         if not is_job_id(job_id):
             return
-        seen = 0  # targets are drained in idx order: the outcomes below this were yielded
-        watched = False  # another runner drains it and was asked to notify its end
-        checked = False  # its drain was read over once: an outcome stored before, read again
-        while True:
-            drain = self._drains.get(job_id)
-            # Taken before the read, so that nothing stored after it is missed.
-            with (
-                self._elsewhere.job(job_id)
-                if drain is None
-                else contextlib.nullcontext(drain.next_stored())
-            ) as changed:
-                # Only the outcomes not seen yet: re-reading the whole job at every outcome
-                # made following a job of n targets cost n^2 rows.
-                found = await self._store.get_outcomes(
-                    job_id, seen, now=self._now(), limit=WATCH_PAGE
-                )
-                if found is None:
-                    return
-                job, targets = found
-                for target in targets:
-                    yield target
-                    seen = target.idx + 1
-                if len(targets) == WATCH_PAGE:
-                    continue  # more were stored than one page holds: read on at once
-                if drain is None:
-                    if job.is_terminal and await self._store.drain_over(job_id):
-                        if job_id in self._drains:
-                            continue  # adopted meanwhile (see wait): its outcomes come still
-                        if job.targets_done < job.targets_total and not checked:
-                            checked = True  # stored since the read, before the drain stopped
-                            continue
-                        yield job
-                        return
-                    if self._closed:
-                        # Shutting down: nothing more is stored here, nor read from others.
-                        if job.is_terminal:
-                            yield job
-                        return
-                    # Drained by another runner: woken by its notification, or polled.
-                    if not watched and not await watch(self._store, job):
-                        continue  # it ended before the store heard of the wait: read again
-                    watched = True
-                    # Its lapse is told by no one: read it again then.
-                    lapse = job.expires_at - self._now()
-                    await wait_at_most(changed, min(self._config.poll_interval, lapse))
-                    continue
-                await changed.wait()
+        async for item in self._waits.watch(job_id):
+            yield item
+
+    # ----------------------------------------------------------------------------------------
+    # Reads of one job
+
+    async def status(self, job_id: str) -> tuple[Job, list[TargetStatus]] | None:
+        """The job and its targets as stored, or None for an unknown or lapsed id.
+
+        The target being fetched reads as ``running``.
+
+        Cancellation: a cancel raises ``Cancelled`` before the read, not after it (a read
+        started completes), so a loop of reads can be cancelled.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        self._check_running()
+        if not is_job_id(job_id):
+            return None
+        in_flight = self._in_flight(job_id)  # before the snapshot: pending or done in it
+        status = await self._store.get_status(job_id, now=self._now())
+        if status is None or in_flight is None:
+            return status
+        # The store derives "running" for running jobs; a cancelled job's last fetch is known
+        # only here.
+        job, targets = status
+        return job, with_running(job, targets, in_flight)
+
+    async def overview(self, job_id: str) -> tuple[Job, list[TargetStatus], list[int]] | None:
+        """Like :meth:`status` without the results: each target's ``result`` is None, and the
+        third item gives each result's size in characters. Costs the same however big the
+        results are; read one with :meth:`target`. Cancellation: as :meth:`status`."""
+        await trio.lowlevel.checkpoint_if_cancelled()
+        self._check_running()
+        if not is_job_id(job_id):
+            return None
+        in_flight = self._in_flight(job_id)
+        found = await self._store.get_overview(job_id, now=self._now())
+        if found is None or in_flight is None:
+            return found
+        job, targets, sizes = found
+        return job, with_running(job, targets, in_flight), sizes
+
+    async def target(self, job_id: str, idx: int) -> tuple[Job, TargetStatus] | None:
+        """The job and one of its targets with its result; None for an unknown job or index.
+
+        Cancellation: as :meth:`status`.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        self._check_running()
+        if not is_job_id(job_id):  # the stores answer None for an index that cannot exist
+            return None
+        in_flight = self._in_flight(job_id)
+        found = await self._store.get_target(job_id, idx, now=self._now())
+        if found is None or in_flight is None:
+            return found
+        job, target = found
+        return job, with_running(job, [target], in_flight)[0]
+
+    async def delivery(self, job_id: str) -> Delivery | None:
+        """Where the job's terminal event stands (attempts, last answer, delivered at); None
+        for a job without a webhook or ``Config.on_terminal``, or an unknown or lapsed one."""
+        await trio.lowlevel.checkpoint_if_cancelled()
+        self._check_running()
+        if not is_job_id(job_id):
+            return None
+        return await self._store.get_delivery(job_id, now=self._now())
+
+    async def redeliver(self, job_id: str) -> Delivery | None:
+        """Send the terminal job's event again now, with the same event id: a new round of
+        attempts, with backoff, for up to a day. None if the job has no written event (it
+        is live, has no webhook, or is unknown). The caller checks whose job it is."""
+        await trio.lowlevel.checkpoint_if_cancelled()
+        self._check_running()
+        if not is_job_id(job_id):
+            return None
+        found = await self._store.redeliver(job_id, now=self._now())
+        if found is not None:
+            self._deliveries.wake()
+        return found
+
+    def _in_flight(self, job_id: str) -> int | None:
+        """The target this runner is fetching for ``job_id`` (a cancelled job's last fetch
+        is known only here), or None."""
+        drain = self._drains.get(job_id)
+        return None if drain is None else drain.in_flight
+
+    # ----------------------------------------------------------------------------------------
+    # Many targets or jobs at once
+
+    async def retry(
+        self, job_id: str, *, only: Collection[str] = ("failed",), caller: str | None = None
+    ) -> tuple[str, bool] | None:
+        """Submit a new job of the ended job ``job_id``'s targets that ``only`` names:
+        ``"failed"`` ones, and ``"pending"`` ones (never fetched: the job was cancelled, or
+        failed by a restart). Returns ``(new job id, reused)`` as :meth:`submit` does, or
+        None if the job is unknown, lapsed or (with ``caller``) another caller's.
+
+        The new job has the same caller, caller class, metadata, options and custom ids, and
+        ``parent_id`` set to ``job_id``; the usual caps and idempotency apply (retrying the
+        same job the same way again, while the retry's lease holds, is that same retry). Raises
+        :class:`InvalidRequest` for a bad ``only``, :class:`JobLive` for a live job,
+        :class:`InvalidTargets` if no target is picked, and what :meth:`submit` raises.
+        Cancellation: as :meth:`submit`; reading the targets can be cancelled at any point.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        self._check_open()
+        kinds = check_only(only)
+        if not is_job_id(job_id):
+            return None
+        job = await self._store.get_job(job_id, now=self._now())
+        if job is None or (caller is not None and job.caller != caller):
+            return None
+        limit, _ = self._config.limits_for(job.caller_class)
+        targets = await retry_targets(self._store, job, kinds, now=self._now(), limit=limit)
+        try:
+            return await self.submit(
+                job.caller, job.caller_class, targets, metadata=job.metadata, parent_id=job.id
+            )
+        except (Busy, CallerBusy) as refused:
+            # As submit's own refusals: nothing of the job or its targets held while the caller
+            # backs off.
+            del job, targets
+            raise refused.with_traceback(None) from None
+
+    async def export(
+        self, job: Job, *, after: int = -1, merged: bool = False
+    ) -> AsyncIterator[tuple[str, TargetStatus]]:
+        """``(job id, target)`` for each target of ``job`` after index ``after``, in order,
+        read a page at a time. ``merged``: each target that ``job``'s newest retry (and its
+        retries in turn) has an outcome for shows that outcome and that retry's id instead.
+        Cancellation: stops at once, nothing held."""
+        async for pair in export_targets(
+            self._store, job, now=self._now(), after=after, merged=merged
+        ):
+            yield pair
+
+    async def cancel_matching(
+        self, caller: str, where: JobFilter, *, dry_run: bool = False
+    ) -> list[str]:
+        """Cancel ``caller``'s live jobs that ``where`` lists (see :meth:`cancel`); returns
+        their ids, newest first. ``dry_run``: only return them. Another caller's jobs are never
+        read. Cancellation: the jobs cancelled so far stay cancelled."""
+        await trio.lowlevel.checkpoint_if_cancelled()
+        self._check_running()
+        caller = check_caller(caller)
+        jobs = await matching_live_jobs(self._store, caller, where, now=self._now())
+        if dry_run:
+            return [job.id for job in jobs]
+        return [job.id for job in jobs if await self.cancel(job.id)]
 
     async def purge_expired(self) -> int:
         """Delete every job whose lease has lapsed, with its targets; returns how many.

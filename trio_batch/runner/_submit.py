@@ -1,14 +1,12 @@
-"""A submit's checks and the request it makes: mixed into :class:`~trio_batch.Runner`.
+"""A submit's checks and the request it makes, for :class:`~trio_batch.Runner`.
 
 Both run before anything of the job is stored. The checks raise what
-:meth:`~trio_batch.Runner.submit` says, and build nothing for the job; the request is built
-only for a submit the store admitted.
+:meth:`~trio_batch.Runner.submit` says, and build nothing for the job.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
 
 from .._config import Config
 from .._errors import InvalidRequest
@@ -29,22 +27,26 @@ from ._check import CheckTarget, check_each
 from ._deliveries import WebhookDeliverer
 from ._drain import _Drain
 
-__all__ = ["SubmitRequests"]
+__all__ = ["SubmitChecks"]
 
 
-class SubmitRequests:
-    """A submit's checks and its job's request (the runner's state these read is its own)."""
+class SubmitChecks:
+    """A submit's checks and its job's request, made from the runner's config, its tracing,
+    its webhook sender and the fetch function's target check."""
 
-    _config: Config
-    _tracing: Tracing
-    _webhooks: WebhookDeliverer | None
-    _check_target: CheckTarget | None
+    def __init__(
+        self,
+        config: Config,
+        tracing: Tracing,
+        webhooks: WebhookDeliverer | None,
+        check_target: CheckTarget | None,
+    ) -> None:
+        self._config = config
+        self._tracing = tracing
+        self._webhooks = webhooks
+        self._check_target = check_target
 
-    if TYPE_CHECKING:  # the Runner's own
-
-        def _check_open(self) -> None: ...
-
-    def _checked_submit(
+    def check(
         self,
         caller: str,
         caller_class: str,
@@ -56,7 +58,6 @@ class SubmitRequests:
         """Check a submit's arguments (raising what :meth:`submit` says): what its job is
         admitted on, and the checked class, targets, metadata and webhook. Nothing is built
         for the job yet."""
-        self._check_open()
         caller = check_caller(caller)
         caller_class = check_caller(caller_class, "caller_class")
         checked = check_targets(targets)
@@ -81,7 +82,7 @@ class SubmitRequests:
         )
         return want, caller_class, checked, labels, webhook
 
-    def _new_job_request(
+    def request(
         self,
         want: Admission,
         caller_class: str,
@@ -90,12 +91,11 @@ class SubmitRequests:
         parent_id: str | None,
         webhook: str | None,
     ) -> tuple[_Drain, NewJob]:
-        """The drain and store request of a checked, admitted submit; nothing is registered
-        or stored yet."""
+        """The drain and store request of a checked submit; nothing is registered or stored
+        yet."""
         drain = _Drain(new_job_id(), want.caller, checked)
         # Started before the job exists, so the job is stored with its span's context; a span
-        # whose job is not created (a reuse found under the store's lock, a cap taken since the
-        # admission read) is dropped unended: never exported.
+        # whose job is not created (a reuse, a cap) is dropped unended: never exported.
         if self._tracing.enabled:
             drain.span = self._tracing.job_started(drain.job_id, caller_class, len(checked))
         request = NewJob(
@@ -113,6 +113,5 @@ class SubmitRequests:
             webhook_url=webhook,
             callback=self._config.on_terminal is not None,
             trace_context=self._tracing.trace_context(drain.span),
-            admitted=True,
         )
         return drain, request

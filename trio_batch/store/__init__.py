@@ -1,10 +1,11 @@
 """Where jobs live: the backend-neutral store interface and its backends.
 
-- :class:`JobStore` (``_protocol``): every operation the runner and the front ends use.
+- :class:`JobStore` (``_protocol``): every operation the runner and the front ends use;
+  :class:`ClusterStore`: what a store that several runners share adds.
 - :func:`open_store` (``_open``): a store from a path or URL.
-- ``_thread``, ``_group_commit``, ``_face`` and ``_rows``: the store thread, group commit, the
-  shared part of the backends' async faces, and the new-job checks, caps and row mapping that
-  every backend shares.
+- ``_thread``, ``_group_commit``, ``_face`` and ``_rows``: the store thread (every call of a
+  backend runs there), group commit, the shared part of the backends' async faces, and the
+  row mapping that every backend shares.
 - :mod:`.sqlite`: the SQLite backend, the embedded default (one runner per database file).
 - :mod:`.postgres`: the PostgreSQL backend, for several runners on several hosts (the
   ``postgres`` extra; imported only when a ``postgresql://`` URL is opened, so the core never
@@ -18,11 +19,9 @@ in one module of named statements), a URL scheme in :func:`open_store`, and a pa
 from ._filters import JobFilter
 from ._open import open_store
 from ._protocol import (
-    DECLINED,
-    STORED,
     Admission,
     ChangeObserver,
-    Declined,
+    ClusterStore,
     DrainChanges,
     HostLimits,
     JobStore,
@@ -30,18 +29,16 @@ from ._protocol import (
     ReapedJob,
     ReapObserver,
     StoreCounts,
-    Stored,
     WriteObserver,
+    cluster_of,
 )
 from .sqlite import SCHEMA_VERSION, SQLiteJobStore, Store
 
 __all__ = [
-    "DECLINED",
     "SCHEMA_VERSION",
-    "STORED",
     "Admission",
     "ChangeObserver",
-    "Declined",
+    "ClusterStore",
     "DrainChanges",
     "HostLimits",
     "JobFilter",
@@ -52,7 +49,7 @@ __all__ = [
     "SQLiteJobStore",
     "Store",
     "StoreCounts",
-    "Stored",
     "WriteObserver",
+    "cluster_of",
     "open_store",
 ]

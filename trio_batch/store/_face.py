@@ -1,9 +1,13 @@
-"""What every backend's async face shares: group-committed outcome writes, the write observer,
-and ``async with``.
+"""What every backend's async face shares: the store thread, group-committed outcome writes,
+the write observer, and ``async with``.
 
 A backend's :class:`~trio_batch.store.JobStore` subclasses :class:`StoreFace` and supplies
 :meth:`StoreFace._store_outcomes` (one transaction for a batch of writes, one answer each) and
-:meth:`StoreFace.aclose`; the rest of the protocol is its own.
+:meth:`StoreFace.aclose`; the rest of the protocol is its own. An outcome write goes
+:meth:`StoreFace.record_outcome` → :meth:`GroupCommit.write
+<trio_batch.store._group_commit.GroupCommit.write>` → the backend's ``_store_outcomes`` →
+its store's ``record_outcomes`` on the store thread. Every call of a backend runs
+on its one store thread, in the order made: the event loop never runs SQL.
 """
 
 from __future__ import annotations
@@ -11,38 +15,38 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections.abc import Awaitable, Sequence
-from typing import Protocol, Self
+from collections.abc import Callable
+from typing import Self
 
+import trio
+
+from .._errors import StoreError
 from .._model import Job, OutcomeWrite
 from ._group_commit import GroupCommit
-from ._protocol import DECLINED, Declined, ReapObserver, Stored, WriteObserver
+from ._protocol import ReapObserver, WriteObserver
+from ._thread import StoreThread
 
-__all__ = ["StoreFace", "StoreOutcomes", "TimedWrite"]
+__all__ = ["StoreFace", "TimedWrite"]
 
 #: An outcome write with the lease length, the time it was made at, and the deadline of its
-#: call (trio time: the write's commit, however long it waits for the one before, is known by
-#: then; ``math.inf`` where the backend bounds each of its calls itself, as SQLite does).
+#: call (trio time; ``math.inf`` where the backend bounds each call itself, as SQLite does).
 TimedWrite = tuple[OutcomeWrite, float, float, float]
-
-
-class StoreOutcomes(Protocol):
-    """Stores a batch of writes in one transaction (see :meth:`StoreFace._store_outcomes`)."""
-
-    def __call__(
-        self, writes: Sequence[OutcomeWrite], *, ttl: float, now: float, deadline: float
-    ) -> Awaitable[list[Job | Stored | Exception | None]]: ...
 
 
 class StoreFace:
     """The shared part of a backend's async store; see the module docstring."""
 
-    def __init__(self) -> None:
+    #: Where the store is, for messages (a path, or a URL without its password).
+    location: str
+
+    def __init__(self, *, thread_name: str) -> None:
         #: See :data:`~trio_batch.store.WriteObserver`; None for no observer.
         self.on_write: WriteObserver | None = None
         #: See :data:`~trio_batch.store.ReapObserver`; None for no observer.
         self.on_reaped: ReapObserver | None = None
-        self._group: GroupCommit[TimedWrite, Job | Stored | None] = GroupCommit(self._commit)
+        self._thread = StoreThread(name=thread_name)
+        self._closed = False
+        self._group: GroupCommit[TimedWrite, Job | None] = GroupCommit(self._store_outcomes)
 
     async def __aenter__(self) -> Self:
         return self
@@ -55,60 +59,49 @@ class StoreFace:
         raise NotImplementedError
 
     def _start(self) -> None:
-        """Ready the store for calls from this trio run (a backend may start threads here)."""
+        """Start the store thread at the first call, from inside a trio run."""
+        if self._closed:
+            raise StoreError(f"the store {self.location} is closed; it answers no more calls")
+        if not self._thread.started:
+            self._thread.start()
 
-    async def record_outcome(
-        self, write: OutcomeWrite, *, ttl: float, now: float
-    ) -> Job | Stored | None:
-        """Store one outcome, sharing a commit with the other outcomes ready now.
+    async def _stop_thread(self, last: Callable[[], object] | None = None) -> None:
+        """Run ``last()`` (closing the connection) after every queued call, then end the
+        thread. Cancellation: shielded; it completes (each queued call is bounded)."""
+        self._closed = True
+        if self._thread.started:
+            with trio.CancelScope(shield=True):
+                if last is not None:
+                    await self._thread.run(last)
+            self._thread.stop()
+        elif last is not None:
+            last()
 
-        Answers as the backend's ``record_outcomes`` does for it: the updated job,
-        :data:`~trio_batch.store.STORED` (only for a write with ``stored_since``), None (the
-        job is unknown or lapsed, or not this runner's: nothing written), or it raises the
-        error that refused it (such as :class:`~trio_batch.OutcomeExists`).
+    def _deadline(self) -> float:
+        """The trio time by which an outcome write made now must be known (``math.inf``
+        where every call on the thread bounds itself, as SQLite's busy timeout does)."""
+        return math.inf
 
-        A drain alone in the last commit does not yield to gather others (see
-        :meth:`GroupCommit.write`): the call may then return without a schedule point.
+    async def record_outcome(self, write: OutcomeWrite, *, ttl: float, now: float) -> Job | None:
+        """Store one outcome, sharing a commit with the writes queued beside it (see
+        :class:`~trio_batch.store._group_commit.GroupCommit`).
 
-        Cancellation: this call cannot be cancelled; it returns (or raises) once the outcome is
-        committed or has failed, and a pending ``Cancelled`` is raised at the caller's next
+        Answers the job as stored, or None (the job is unknown or lapsed, or not this
+        runner's: nothing written), or raises the error that refused it (such as
+        :class:`~trio_batch.OutcomeExists`).
+
+        Cancellation: this call cannot be cancelled; it returns (or raises) once the outcome
+        is committed or has failed, and a pending ``Cancelled`` is raised at the caller's next
         checkpoint.
         """
         self._start()
-        return await self._group.write((write, ttl, now, math.inf), writer=write.job_id)
+        return await self._group.write((write, ttl, now, self._deadline()))
 
-    def record_outcome_now(
-        self, write: OutcomeWrite, *, ttl: float, now: float
-    ) -> Job | Stored | Declined | None:
-        """Declines (:data:`~trio_batch.store.DECLINED`): a backend that can write an outcome
-        synchronously overrides it (see :meth:`JobStore.record_outcome_now`)."""
-        return DECLINED
-
-    async def _commit(self, batch: list[TimedWrite]) -> list[Job | Stored | Exception | None]:
-        return await self._commit_with(self._store_outcomes, batch)
-
-    async def _commit_with(
-        self, store_outcomes: StoreOutcomes, batch: list[TimedWrite]
-    ) -> list[Job | Stored | Exception | None]:
-        """One group commit's batch stored by ``store_outcomes`` (a backend with several
-        connections passes the one of the batch's group), observed."""
-        # One commit, one moment: the first write's (the leader's) ttl and time serve for all,
-        # and its deadline, the batch's earliest.
-        _, ttl, now, deadline = batch[0]
-        start = self._observe_start()
-        writes = [timed[0] for timed in batch]
-        answers = await store_outcomes(writes, ttl=ttl, now=now, deadline=deadline)
-        self._observe("record_outcomes", start)
-        return answers
-
-    async def _store_outcomes(
-        self, writes: Sequence[OutcomeWrite], *, ttl: float, now: float, deadline: float
-    ) -> list[Job | Stored | Exception | None]:
-        """Store ``writes`` in one transaction, each all-or-nothing; one answer per write, by
-        ``deadline`` (trio time; see :data:`TimedWrite`).
-
-        Must run to completion once called (not be cancellable): see :class:`GroupCommit`.
-        """
+    async def _store_outcomes(self, batch: list[TimedWrite]) -> list[Job | Exception | None]:
+        """Store a batch of writes in one transaction on the store thread, each
+        all-or-nothing; one answer per write (see :class:`GroupCommit`). One commit, one
+        moment: the first write's (the leader's) ttl and time serve for all, and its deadline,
+        the batch's earliest. Observed as ``"record_outcomes"``."""
         raise NotImplementedError
 
     def _observe_start(self) -> float | None:

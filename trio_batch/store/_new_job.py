@@ -23,7 +23,7 @@ from .._model import (
 )
 from .._targets import plain_urls
 from ._protocol import Admission, NewJob
-from ._rows import _job_of, dumps, options_text
+from ._rows import dumps, options_text
 
 __all__ = ["JobInsert", "check_caps", "check_counted_caps", "check_trace_context", "new_job"]
 
@@ -116,24 +116,20 @@ def new_job(new: NewJob, *, now: float) -> JobInsert:
     if job_id is not None and not is_job_id(job_id):
         raise ValueError(f"{job_id!r} is not a job id; make one with new_job_id()")
     key = idem_key(caller, checked, labels, parent_id)
-    # In Job's field order, its slots set directly (once per submit, as _job_of does per row).
-    job = _job_of(
-        (
-            new_job_id() if job_id is None else job_id,
-            state,
-            None,  # error
-            len(checked),
-            0,  # targets_done
-            0,  # targets_failed
-            caller,
-            caller_class,
-            key,
-            now,  # created_at
-            now,  # updated_at
-            now + new.ttl,  # expires_at
-            labels,
-            parent_id,
-        )
+    job = Job(
+        new_job_id() if job_id is None else job_id,
+        state,
+        None,
+        len(checked),
+        0,
+        caller=caller,
+        caller_class=caller_class,
+        idem_key=key,
+        created_at=now,
+        updated_at=now,
+        expires_at=now + new.ttl,
+        metadata=labels,
+        parent_id=parent_id,
     )
     return JobInsert(job, checked, check_trace_context(new.trace_context))
 

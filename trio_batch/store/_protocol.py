@@ -1,6 +1,7 @@
 """The store interface: every operation the runner and the front ends need from a backend.
 
-A backend is one class that implements :class:`JobStore` (SQLite in :mod:`.sqlite`). The
+A backend is one class that implements :class:`JobStore` (SQLite in :mod:`.sqlite`); one that
+several runners share implements :class:`ClusterStore` too (PostgreSQL in :mod:`.postgres`). The
 runner, the command line and the HTTP service only ever call these methods, so a new backend
 plugs in by implementing them and teaching :func:`~trio_batch.open_store` its URL scheme; the
 conformance suite (``tests/test_store_conformance.py``) runs every backend through the same
@@ -20,32 +21,26 @@ from .._event import Delivery, JobEvent
 from .._model import Job, JobState, OutcomeWrite, Target, TargetStatus
 from ._filters import EVERY_JOB, JobFilter
 from ._values import (
-    DECLINED,
-    STORED,
     Admission,
-    Declined,
     DrainChanges,
     NewJob,
     ReapedJob,
     ReapObserver,
     StoreCounts,
-    Stored,
 )
 
 __all__ = [
-    "DECLINED",
-    "STORED",
     "Admission",
     "ChangeObserver",
-    "Declined",
+    "ClusterStore",
     "DrainChanges",
     "JobStore",
     "NewJob",
     "ReapObserver",
     "ReapedJob",
     "StoreCounts",
-    "Stored",
     "WriteObserver",
+    "cluster_of",
 ]
 
 WriteObserver = Callable[[str, float], None]
@@ -54,7 +49,7 @@ WriteObserver = Callable[[str, float], None]
 
 ChangeObserver = Callable[[frozenset[str] | None], None]
 """Called on the event loop with the ids of jobs that some runner changed (see
-:meth:`JobStore.listen_changes`), or None when such changes may have been missed."""
+:meth:`ClusterStore.listen_changes`), or None when such changes may have been missed."""
 
 
 @runtime_checkable
@@ -86,22 +81,6 @@ class JobStore(Protocol):
         """
         ...
 
-    async def admit(self, want: Admission, *, now: float) -> Job | None:
-        """The job to reuse for ``want``, or None if a job may be created; raises the cap it
-        would break, as :meth:`create_job` would at this moment.
-
-        One read, no lock: a submit refused or reused costs this and nothing else, before
-        anything of its job is built. The unexpired job of ``(want.caller, want.idem_key)``
-        comes back whatever its status; else :class:`~trio_batch.TooManyTargets`,
-        :class:`~trio_batch.CallerBusy` (naming the caller's newest live job) or
-        :class:`~trio_batch.Busy` is raised, in that order. None is no promise: a job created
-        meanwhile still refuses, or is reused by, :meth:`create_job`, which checks again
-        under its lock. May answer None without yielding (the create that follows yields),
-        and without a read where a read of its own costs more than it spares (PostgreSQL:
-        a round trip; its create answers refusals from its own read before the lock).
-        """
-        ...
-
     async def create_job(self, new: NewJob, *, now: float) -> tuple[Job, bool]:
         """Return the reusable job of ``(new.caller, new.targets)``, or check the caps and
         create one.
@@ -116,37 +95,15 @@ class JobStore(Protocol):
         """
         ...
 
-    async def record_outcome(
-        self, write: OutcomeWrite, *, ttl: float, now: float
-    ) -> Job | Stored | None:
+    async def record_outcome(self, write: OutcomeWrite, *, ttl: float, now: float) -> Job | None:
         """Store one target's outcome and bump its job's lease, in one transaction.
 
         Sets the job's terminal status in the same transaction when this is its last outcome.
-        Returns the updated job, or None if the job is unknown or lapsed (nothing is written).
-        Raises :class:`~trio_batch.OutcomeExists` if the target already has an outcome. The
-        backend may share one commit among outcomes that are ready together (group commit);
-        each write stays all-or-nothing on its own, and this returns once it is committed.
-        ``write.seen`` (the job as last answered) may spare the backend reading the job back;
-        the answer must be the stored job whether it is current, stale or absent.
-
-        With ``write.stored_since`` set (the writer's view is ``seen`` with those outcomes
-        counted in), the backend may answer :data:`STORED` instead of the job when the write
-        matched that view and the job stays live: the job is then the view with this outcome
-        counted. It answers the job otherwise (terminal, stale, given again under its id);
-        without ``stored_since``, always the job, as before.
-        """
-        ...
-
-    def record_outcome_now(
-        self, write: OutcomeWrite, *, ttl: float, now: float
-    ) -> Job | Stored | Declined | None:
-        """:meth:`record_outcome`, made at once and synchronously if the backend can without
-        waiting or yielding; else :data:`DECLINED`, nothing written, and the caller makes the
-        async call instead.
-
-        For a drain's hot path: a backend that accepts keeps every guarantee
-        :meth:`record_outcome` gives, including the loop's budget (it declines once the
-        current pass of the scheduler has used it). Raises as :meth:`record_outcome` does.
+        Returns the job as stored, or None if the job is unknown, lapsed or (with several
+        runners) no longer this runner's: nothing is written then. Raises
+        :class:`~trio_batch.OutcomeExists` if the target already has an outcome. Writes that
+        are ready together may share one commit (group commit); each stays all-or-nothing on
+        its own, and this returns once its own is committed.
         """
         ...
 
@@ -169,77 +126,6 @@ class JobStore(Protocol):
         """Fail (error ``reason``) the live jobs this runner is draining; returns how many.
 
         Called at shutdown with ``"shutdown"``. Never touches another runner's jobs.
-        """
-        ...
-
-    def can_start_target(self) -> bool:
-        """False while this runner may be about to be taken for dead by the others.
-
-        Where runners share the database: the runner's heartbeat has not succeeded for most of
-        ``runner_timeout``, so its jobs may be reaped at any moment; a drain starts no new
-        target until this is True again (or its job is reaped). Always True with one runner
-        per database.
-        """
-        ...
-
-    async def drain_changes(self, job_ids: Collection[str]) -> DrainChanges:
-        """Which of ``job_ids`` (jobs this runner drains) other runners cancelled or reaped.
-
-        The runner polls this every ``Config.poll_interval``. With one runner per database no
-        other runner exists: empty, without a query.
-        """
-        ...
-
-    async def undrained_jobs(
-        self, draining: Collection[str], *, now: float, limit: int
-    ) -> Sequence[tuple[Job, tuple[Target, ...]]]:
-        """Up to ``limit`` live, unexpired jobs this runner owns with no outcome yet and does
-        not drain (none of ``draining``), oldest first, each with its targets in order: creates
-        whose answer was lost (the submit raised :class:`~trio_batch.StoreUnavailable`), for
-        the runner's poll to adopt. A read: cancellation leaves nothing changed. Empty, without
-        a query, where a create that raised cannot have committed (SQLite: one local
-        transaction, rolled back; one runner per database)."""
-        ...
-
-    async def release_job(self, job_id: str) -> None:
-        """Record that this runner's drain of the terminal job ``job_id`` has stopped.
-
-        Called when a drain stops before its last target (a cancel, a failure), so that a
-        runner waiting on the job elsewhere knows no outcome of it can follow (see
-        :meth:`drain_over`). A no-op with one runner per database.
-        """
-        ...
-
-    async def watch_job(self, job_id: str) -> bool:
-        """Record that this runner waits on the job ``job_id``, which another drains, so
-        that the runner which stores its last outcome tells this one's :meth:`listen_changes`
-        at once (a cancelled job's too: its last outcome may still be in flight).
-
-        Returns False if every outcome of the job is stored (or it is unknown): it may have
-        ended before, untold, so it is to be read again. Idempotent. True without a query
-        with one runner per database.
-        """
-        ...
-
-    async def drain_over(self, job_id: str) -> bool:
-        """True if no runner other than this one may still write an outcome of ``job_id``.
-
-        That is: no other runner drains it (its drain stopped, or its runner is gone). A job
-        whose last outcome is stored counts as over. Always True with one runner per database.
-        False for a job the store does not find (forgotten or purged since the caller read
-        it): the caller reads the job again, rather than answer with the job it read.
-        """
-        ...
-
-    async def listen_changes(self, on_change: ChangeObserver) -> None:
-        """Until cancelled: call ``on_change`` (on the event loop) with the ids of jobs that a
-        runner cancelled, released or reaped, or finished while watched (:meth:`watch_job`),
-        as soon as the database tells.
-
-        ``on_change(None)``: changes may have been missed (the listener has just connected or
-        reconnected), so whatever is waited on should be read again. Notifications can be lost:
-        the runner's poll stays the fallback. Returns at once where no other runner can change
-        jobs (one runner per database) or listening is off. Cancellation: stops at once.
         """
         ...
 
@@ -370,6 +256,80 @@ class JobStore(Protocol):
 
 
 @runtime_checkable
+class ClusterStore(Protocol):
+    """What a store that several runners share adds to :class:`JobStore` (PostgreSQL).
+
+    With one runner per database (SQLite) no other runner can cancel, reap, adopt or wait on
+    this runner's jobs, so such a store does not implement these, and the runner skips what
+    needs them (see :func:`cluster_of`).
+    """
+
+    def can_start_target(self) -> bool:
+        """False while this runner may be about to be taken for dead by the others.
+
+        The runner's heartbeat has not succeeded for most of
+        ``runner_timeout``, so its jobs may be reaped at any moment; a drain starts no new
+        target until this is True again (or its job is reaped)."""
+        ...
+
+    async def drain_changes(self, job_ids: Collection[str]) -> DrainChanges:
+        """Which of ``job_ids`` (jobs this runner drains) other runners cancelled or reaped.
+
+        The runner polls this every ``Config.poll_interval``.
+        """
+        ...
+
+    async def undrained_jobs(
+        self, draining: Collection[str], *, now: float, limit: int
+    ) -> Sequence[tuple[Job, tuple[Target, ...]]]:
+        """Up to ``limit`` live, unexpired jobs this runner owns with no outcome yet and does
+        not drain (none of ``draining``), oldest first, each with its targets in order: creates
+        whose answer was lost (the submit raised :class:`~trio_batch.StoreUnavailable`), for
+        the runner's poll to adopt. A read: cancellation leaves nothing changed."""
+        ...
+
+    async def release_job(self, job_id: str) -> None:
+        """Record that this runner's drain of the terminal job ``job_id`` has stopped.
+
+        Called when a drain stops before its last target (a cancel, a failure), so that a
+        runner waiting on the job elsewhere knows no outcome of it can follow (see
+        :meth:`drain_over`)."""
+        ...
+
+    async def watch_job(self, job_id: str) -> bool:
+        """Record that this runner waits on the job ``job_id``, which another drains, so
+        that the runner which stores its last outcome tells this one's :meth:`listen_changes`
+        at once (a cancelled job's too: its last outcome may still be in flight).
+
+        Returns False if every outcome of the job is stored (or it is unknown): it may have
+        ended before, untold, so it is to be read again. Idempotent.
+        """
+        ...
+
+    async def drain_over(self, job_id: str) -> bool:
+        """True if no runner other than this one may still write an outcome of ``job_id``.
+
+        That is: no other runner drains it (its drain stopped, or its runner is gone). A job
+        whose last outcome is stored counts as over.
+        False for a job the store does not find (forgotten or purged since the caller read
+        it): the caller reads the job again, rather than answer with the job it read.
+        """
+        ...
+
+    async def listen_changes(self, on_change: ChangeObserver) -> None:
+        """Until cancelled: call ``on_change`` (on the event loop) with the ids of jobs that a
+        runner cancelled, released or reaped, or finished while watched (:meth:`watch_job`),
+        as soon as the database tells.
+
+        ``on_change(None)``: changes may have been missed (the listener has just connected or
+        reconnected), so whatever is waited on should be read again. Notifications can be lost:
+        the runner's poll stays the fallback. Returns at once where listening is off.
+        Cancellation: stops at once.
+        """
+        ...
+
+
+@runtime_checkable
 class HostLimits(Protocol):
     """Per-host request limits kept in a store that several runners share (PostgreSQL).
 
@@ -393,3 +353,9 @@ class HostLimits(Protocol):
     async def pause_host(self, host: str, seconds: float) -> None:
         """Pause ``host`` for every runner ``seconds`` from now, unless it is paused longer."""
         ...
+
+
+def cluster_of(store: object) -> ClusterStore | None:
+    """``store`` as a :class:`ClusterStore` if it is one (its runners share the database);
+    None for a store of one runner."""
+    return store if isinstance(store, ClusterStore) else None

@@ -7,7 +7,6 @@ caps are in :mod:`._new_job`.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 from collections.abc import Sequence
@@ -31,13 +30,11 @@ __all__ = [
     "delivery_from_row",
     "dumps",
     "event_from_row",
-    "job_after_outcome",
     "job_from_row",
     "metadata_from_text",
     "options_from_text",
     "options_text",
     "outcome_values",
-    "seen_counts",
     "target_from_row",
     "write_values",
 ]
@@ -46,27 +43,29 @@ __all__ = [
 #: Status text -> enum member: a dict lookup is several times cheaper than calling the enum.
 _JOB_STATES = {state.value: state for state in JobState}
 _TARGET_STATES = {state.value: state for state in TargetState}
-#: Decodes stored results: each is one JSON object written by Result.to_json_text.
-_DECODER = json.JSONDecoder()
-
-
-def _job_of(values: Sequence[Any]) -> Job:
-    """A :class:`Job` of ``values`` in field order, its slots set directly: it is made with
-    every stored outcome, and the frozen dataclass __init__ costs an object.__setattr__ per
-    field."""
-    job = _new(Job)
-    for set_field, value in zip(_JOB_SETTERS, values, strict=True):
-        set_field(job, value)
-    return job
 
 
 def job_from_row(row: Sequence[Any]) -> Job:
     """A :class:`Job` from a row of the job columns, in the dataclass's order (metadata as
     its stored JSON text)."""
-    job = _job_of(row)
-    _set_job_status(job, _JOB_STATES[row[1]])
-    _set_job_metadata(job, metadata_from_text(row[12]))
-    return job
+    job_id, status, error, total, done, failed, caller, caller_class, key = row[:9]
+    created_at, updated_at, expires_at, metadata, parent_id = row[9:14]
+    return Job(
+        job_id,
+        _JOB_STATES[status],
+        error,
+        total,
+        done,
+        failed,
+        caller,
+        caller_class,
+        key,
+        created_at,
+        updated_at,
+        expires_at,
+        metadata_from_text(metadata),
+        parent_id,
+    )
 
 
 def metadata_from_text(text: str) -> dict[str, str]:
@@ -82,147 +81,28 @@ def _metadata_cached(text: str) -> tuple[tuple[str, str], ...]:
     return tuple(json.loads(text).items())
 
 
-def job_after_outcome(
-    seen: Job, *, done: int, failed: int, now: float, ttl: float, status: JobState | None = None
-) -> Job:
-    """``seen`` with ``done`` outcomes counted, ``failed`` of them failures, its lease bumped
-    at ``now`` to ``now + ttl``: the job a store wrote, when the write matched the job as
-    seen. Its status is ``status``, or still ``seen``'s if None (the terminal status is the
-    caller's to set)."""
-    # Each slot set directly, no loop (half the cost of _job_of).
-    job = _new(Job)
-    _set_job_id(job, seen.id)
-    _set_job_status(job, seen.status if status is None else status)
-    _set_job_error(job, seen.error)
-    _set_job_total(job, seen.targets_total)
-    _set_job_done(job, done)
-    _set_job_failed(job, failed)
-    _set_job_caller(job, seen.caller)
-    _set_job_class(job, seen.caller_class)
-    _set_job_idem(job, seen.idem_key)
-    _set_job_created(job, seen.created_at)
-    _set_job_updated(job, now)
-    _set_job_expires(job, now + ttl)
-    _set_job_metadata(job, seen.metadata)
-    _set_job_parent(job, seen.parent_id)
-    return job
-
-
-def seen_counts(seen: Job, stored_since: tuple[int, int] | None) -> tuple[int, int]:
-    """``(targets_done, targets_failed)`` of the job as a writer sees it: ``seen``'s, with the
-    outcomes answered :data:`~trio_batch.store.STORED` since (``stored_since``) counted in."""
-    if stored_since is None:
-        return seen.targets_done, seen.targets_failed
-    return seen.targets_done + stored_since[0], seen.targets_failed + stored_since[1]
-
-
-def target_from_row(row: Sequence[Any], *, decode: bool = True) -> TargetStatus:
+def target_from_row(row: Sequence[Any]) -> TargetStatus:
     """A :class:`TargetStatus` from ``idx, url, status, result, error, hint, options,
-    finished_at, attempts, custom_id``.
-
-    With ``decode`` false its result is decoded when first read (see :class:`StoredTarget`):
-    for reads made on the event loop's thread, of small results. A read on a store thread
-    decodes here, so that the loop never decodes a big result.
-    """
-    # Called for every row of a status read: no per-row enum call, no dataclass __init__ (its
-    # frozen object.__setattr__ per field cost as much as the SQL).
+    finished_at, attempts, custom_id``."""
     idx, url, status, result, error, hint, options, finished_at, attempts, custom_id = row
-    target = _new(StoredTarget)
-    _set_idx(target, idx)
-    _set_url(target, url)
-    _set_status(target, _TARGET_STATES[status])
-    if result is None:
-        _set_result(target, None)
-    elif decode:
-        _set_result(target, _decode_result(result))
-    else:
-        _set_result_text(target, result)
-    _set_error(target, error)
-    _set_hint(target, hint)
-    # Most targets have the default options, stored as "{}": a comparison, not a cache lookup.
-    _set_options(target, DEFAULT_OPTIONS if options == "{}" else options_from_text(options))
-    _set_finished_at(target, finished_at)
-    _set_attempts(target, attempts)
-    _set_custom_id(target, custom_id)
-    return target
-
-
-class StoredTarget(TargetStatus):
-    """A :class:`TargetStatus` read from a store: its ``result`` JSON is decoded on first read.
-
-    A status read is mostly looked at for statuses, counts and errors; decoding every result up
-    front cost as much as the query. Otherwise it is a TargetStatus: frozen, and equal to (and
-    hashed as) the TargetStatus with the same fields.
-    """
-
-    __slots__ = ("_result_text",)
-    _result_text: str  # the stored JSON, until the first read decodes it
-
-    @property
-    def result(self) -> Result | None:
-        """The stored result, decoded once."""
-        try:
-            return _get_result(self, StoredTarget)  # type: ignore[no-any-return]
-        except AttributeError:  # not decoded yet
-            value = _decode_result(self._result_text)
-            _set_result(self, value)
-            return value
-
-    @result.setter
-    def result(self, value: Result | None) -> None:
-        # Reached only through object.__setattr__ (dataclasses.replace, unpickling): the
-        # frozen __setattr__ refuses a plain assignment first.
-        _set_result(self, value)
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, TargetStatus):
-            return NotImplemented
-        return _fields_of(self) == _fields_of(other)
-
-    __hash__ = TargetStatus.__hash__
-
-    def __repr__(self) -> str:
-        return TargetStatus.__repr__(self).replace(type(self).__qualname__, "TargetStatus", 1)
+    return TargetStatus(
+        idx,
+        url,
+        _TARGET_STATES[status],
+        None if result is None else _decode_result(result),
+        error,
+        hint,
+        # Most targets have the default options, stored as "{}".
+        DEFAULT_OPTIONS if options == "{}" else options_from_text(options),
+        finished_at,
+        attempts,
+        custom_id,
+    )
 
 
 def _decode_result(text: str) -> Result:
-    obj = _DECODER.raw_decode(text)[0]  # our own compact JSON: no whitespace scans needed
+    obj = json.loads(text)
     return Result(obj["content"], obj["meta"])
-
-
-def _fields_of(target: TargetStatus) -> tuple[Any, ...]:
-    return tuple(getattr(target, name) for name in _TARGET_FIELDS)
-
-
-_TARGET_FIELDS = tuple(f.name for f in dataclasses.fields(TargetStatus))
-_new = object.__new__
-# The slots' own descriptors: they set a frozen instance's fields without its __setattr__.
-_JOB_SETTERS = tuple(Job.__dict__[f.name].__set__ for f in dataclasses.fields(Job))
-(
-    _set_job_id,
-    _set_job_status,
-    _set_job_error,
-    _set_job_total,
-    _set_job_done,
-    _set_job_failed,
-    _set_job_caller,
-    _set_job_class,
-    _set_job_idem,
-    _set_job_created,
-    _set_job_updated,
-    _set_job_expires,
-    _set_job_metadata,
-    _set_job_parent,
-) = _JOB_SETTERS
-_slot = TargetStatus.__dict__
-_get_result = _slot["result"].__get__
-_set_idx, _set_url, _set_status, _set_result, _set_error, _set_hint = (
-    _slot[name].__set__ for name in ("idx", "url", "status", "result", "error", "hint")
-)
-_set_options, _set_finished_at, _set_attempts, _set_custom_id = (
-    _slot[name].__set__ for name in ("options", "finished_at", "attempts", "custom_id")
-)
-_set_result_text = StoredTarget.__dict__["_result_text"].__set__
 
 
 def dumps(obj: Any) -> str:

@@ -1,5 +1,5 @@
 """The values that cross the store interface (:mod:`._protocol`): a job to create, a submit's
-admission, a job reaped, the counts, other runners' changes, and the fast path's answers."""
+admission, a job reaped, the counts, and other runners' changes."""
 
 from __future__ import annotations
 
@@ -9,16 +9,12 @@ from dataclasses import dataclass
 from .._model import Job, JobState, Target
 
 __all__ = [
-    "DECLINED",
-    "STORED",
     "Admission",
-    "Declined",
     "DrainChanges",
     "NewJob",
     "ReapObserver",
     "ReapedJob",
     "StoreCounts",
-    "Stored",
 ]
 
 
@@ -54,11 +50,6 @@ class NewJob:
     #: The job's span as a W3C ``traceparent`` (see :func:`check_trace_context`), stored with
     #: the job so that the runner that reaps it, or delivers its webhook, continues its trace.
     trace_context: str | None = None
-    #: :meth:`JobStore.admit` has just answered None for this request: a store whose admit
-    #: read (SQLite) skips its own read before the lock and checks reuse and caps under it at
-    #: once (it always does), and, pacing its calls over the loop's passes, does not make it
-    #: wait again.
-    admitted: bool = False
 
     def admission(self, job: Job) -> Admission:
         """What ``job``, the job this request builds, is admitted on."""
@@ -74,9 +65,9 @@ class NewJob:
 
 @dataclass(frozen=True, slots=True)
 class Admission:
-    """What a submit is admitted on before its job is built (see :meth:`JobStore.admit`):
-    its caller (checked), its idempotency key (:func:`~trio_batch.idem_key`), its size, and
-    the caps it must fit."""
+    """What a job is admitted on (:meth:`JobStore.create_job` reads it first): its caller
+    (checked), its idempotency key (:func:`~trio_batch.idem_key`), its size, and the caps it
+    must fit."""
 
     caller: str
     idem_key: str
@@ -123,34 +114,11 @@ class StoreCounts:
 
 @dataclass(frozen=True, slots=True)
 class DrainChanges:
-    """What other runners did to jobs this runner drains (see :meth:`JobStore.drain_changes`)."""
+    """What other runners did to jobs this runner drains (see
+    :meth:`ClusterStore.drain_changes`)."""
 
     #: Jobs marked ``cancelled`` (by any runner): start no further target, honour the grace.
     cancelled: frozenset[str] = frozenset()
     #: Jobs no longer this runner's (reaped while it was paused or cut off): stop at once; the
     #: store refuses their writes anyway.
     lost: frozenset[str] = frozenset()
-
-
-class Declined:
-    """What :meth:`JobStore.record_outcome_now` answers when it did nothing."""
-
-    __slots__ = ()
-
-
-#: The one :class:`Declined`.
-DECLINED = Declined()
-
-
-class Stored:
-    """What :meth:`JobStore.record_outcome` may answer for a write with
-    :attr:`~trio_batch.OutcomeWrite.stored_since` set: stored, and the job is the writer's view
-    of it with this outcome counted in (one more done; one more failed if the write's
-    ``error`` is set), its lease bumped to ``now + ttl``; still live. A result stored as a
-    failure (too large, not JSON) answers the job instead."""
-
-    __slots__ = ()
-
-
-#: The one :class:`Stored`.
-STORED = Stored()

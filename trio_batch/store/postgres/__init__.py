@@ -4,8 +4,6 @@
   one psycopg connection, its schema and every SQL statement.
 - :class:`PostgresJobStore` (``_job_store``): the :class:`~trio_batch.JobStore` over it: a
   store thread, group commit, and a runner's registration and heartbeats.
-- ``_loop_outcomes``, ``_loop_conn``: outcome writes sent from trio's loop on a connection of
-  their own (psycopg's libpq wrapper in pipeline mode), not through the store thread.
 - ``_listen``: LISTEN for the jobs other runners change (a runner reacts at once, not at its
   next poll).
 - ``_errors``: psycopg's errors translated into the typed ones.

@@ -2,10 +2,9 @@
 
 Calls run on a store thread (:class:`~trio_batch.store._thread.StoreThread`) over one
 connection, in order; psycopg's sync API is used there: its async API (and asyncpg) need
-asyncio's loop. Outcome writes, the hot path, share commits
+asyncio's loop. Outcome writes that queue behind the commit in flight share the next one
 (:class:`~trio_batch.store._face.StoreFace`, which both backends share), each one statement
-that stores all of it or nothing, and go from trio's own loop on a connection of their own
-(:mod:`._loop_outcomes`, over psycopg's libpq wrapper): no thread hand-over per commit.
+that stores all of it or nothing.
 
 A runner's :meth:`~PostgresJobStore.claim` registers it under a fresh id and, while the block
 runs, heartbeats every ``heartbeat_interval`` on a second connection and thread of its own (so
@@ -19,32 +18,28 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection
 from typing import Concatenate, ParamSpec, TypeVar
 
 import trio
 
-from ..._errors import StoreError
 from ..._event import Delivery, JobEvent
-from ..._model import Job, JobState, OutcomeWrite, Target, TargetStatus
-from .._face import StoreFace
+from ..._model import Job, JobState, Target, TargetStatus
+from .._face import StoreFace, TimedWrite
 from .._filters import EVERY_JOB, JobFilter
 from .._protocol import (
-    Admission,
     ChangeObserver,
     DrainChanges,
     NewJob,
     ReapedJob,
     StoreCounts,
-    Stored,
 )
-from .._thread import StoreThread, thread_deadline
+from .._thread import thread_deadline
 from . import _hosts, _outbox
 from ._claim import claim_runner
 from ._connection import DEFAULT_STORE_TIMEOUT, safe_location
 from ._errors import translate_errors
-from ._listen import PROBE_INTERVAL, listen_for_changes, pop_url_parameter, split_listen_option
-from ._loop_outcomes import OUTCOME_CONNECTIONS, OutcomeWriters
+from ._listen import PROBE_INTERVAL, listen_for_changes, split_listen_option
 from ._store import PostgresStore
 
 __all__ = ["PostgresJobStore"]
@@ -77,9 +72,8 @@ class PostgresJobStore(StoreFace):
         *,
         listen: bool = True,
         listen_url: str | None = None,
-        outcome_connections: int = OUTCOME_CONNECTIONS,
     ) -> None:
-        super().__init__()
+        super().__init__(thread_name="trio_batch postgres store")
         self.store = store
         #: Whether :meth:`listen_changes` listens (``listen=off`` in the URL: it does not).
         self.listen = listen
@@ -88,13 +82,6 @@ class PostgresJobStore(StoreFace):
         #: Seconds between the listener's self-notifications (see ``_listen``).
         self.probe_interval = PROBE_INTERVAL
         self.location = store.location
-        self._thread = StoreThread(name="trio_batch postgres store")
-        # Outcome writes go from trio's loop on connections of their own, or the store thread.
-        self._writers = OutcomeWriters(
-            store, self._commit_with, self._store_outcomes, outcome_connections
-        )
-        self._started = False
-        self._closed = False
         self._runner_timeout = 30.0
         # Trio time at which the last successful heartbeat (or the registration) was sent.
         self._beat_ok_at: float | None = None
@@ -108,7 +95,6 @@ class PostgresJobStore(StoreFace):
         connect_timeout: float | None = None,
         listen: bool = True,
         listen_url: str | None = None,
-        outcome_connections: int = OUTCOME_CONNECTIONS,
     ) -> PostgresJobStore:
         """Connect to ``conninfo`` (a ``postgresql://`` URL or libpq keywords), creating or
         migrating the schema; see :meth:`PostgresStore.open` for the errors.
@@ -118,16 +104,9 @@ class PostgresJobStore(StoreFace):
         one, LISTEN goes through ``conninfo``; if its self-notification never comes back (a
         pooler), the runner logs it once and relies on its poll. ``listen=False``, or
         ``listen=off`` in the URL, runs without LISTEN at all. ``store_timeout`` bounds every
-        call (default 5 s). ``outcome_connections`` (or ``outcome_connections=N`` in the URL,
-        which wins): how many connections the outcome writes are spread over, each with its own
-        group commit, so the server can run that many at once (default 1: on the project's
-        2-core machines more measured slower, see docs/explanation/performance.md).
+        call (default 5 s).
         """
         conninfo, listen_in_url = split_listen_option(conninfo)
-        conninfo, lanes = pop_url_parameter(conninfo, "outcome_connections")
-        outcome_connections = _count(
-            str(outcome_connections) if lanes is None else lanes, "outcome_connections"
-        )
         if listen_url is not None:
             listen_url, _ = split_listen_option(listen_url)
             safe_location(listen_url)  # a malformed one: ValueError now
@@ -137,7 +116,6 @@ class PostgresJobStore(StoreFace):
             ),
             listen=listen and listen_in_url is not False,
             listen_url=listen_url,
-            outcome_connections=outcome_connections,
         )
 
     @property
@@ -153,29 +131,19 @@ class PostgresJobStore(StoreFace):
     # ----------------------------------------------------------------------------------------
     # Life cycle
 
-    def _start(self) -> None:
-        if self._closed:
-            raise StoreError(f"the store {self.location} is closed; it answers no more calls")
-        if not self._started:
-            self._thread.start()
-            self._started = True
-
     async def aclose(self) -> None:
         """End the store thread after its queued calls and close the connection. Later calls
         raise :class:`StoreError`.
 
         Cancellation: the closing completes; nothing is left half-closed.
         """
-        if self._closed:
-            return
-        self._closed = True
-        self._writers.close()  # no commit is in flight: nobody writes any more
-        if self._started:
-            with trio.CancelScope(shield=True):
-                await self._thread.run(self.store.close, final=True)  # after every queued call
-            self._thread.stop()
-        else:
-            self.store.close(final=True)
+        if not self._closed:
+            await self._stop_thread(lambda: self.store.close(final=True))
+
+    def _deadline(self) -> float:
+        """``store_timeout`` from now: an outcome write's wait behind the commit in flight
+        counts toward its bound."""
+        return trio.current_time() + self.store.store_timeout
 
     async def _call(
         self, fn: Callable[Concatenate[PostgresStore, P], T], /, *args: P.args, **kwargs: P.kwargs
@@ -223,13 +191,6 @@ class PostgresJobStore(StoreFace):
     # ----------------------------------------------------------------------------------------
     # JobStore
 
-    async def admit(self, want: Admission, *, now: float) -> Job | None:
-        """None, without a read: :meth:`create_job` reads first, before its lock, and a
-        refusal or a reuse is answered from that read. A read of its own here would cost every
-        accepted submit a round trip on the store thread (the cycle measured 0.943x), to spare
-        a refusal its drain and request (some µs beside that round trip)."""
-        return None
-
     async def create_job(self, new: NewJob, *, now: float) -> tuple[Job, bool]:
         """:meth:`PostgresStore.create_job`: reuse, caps and insert serialised cluster-wide."""
         start = self._observe_start()
@@ -237,36 +198,20 @@ class PostgresJobStore(StoreFace):
         self._observe("create_job", start)
         return answer
 
-    async def record_outcome(
-        self, write: OutcomeWrite, *, ttl: float, now: float
-    ) -> Job | Stored | None:
-        """:meth:`StoreFace.record_outcome <trio_batch.store._face.StoreFace.record_outcome>`,
-        in the group commit of the outcome connection with the fewest writes waiting (see
-        :class:`~._loop_outcomes.OutcomeWriters`); the same answers and guarantees, within
-        ``store_timeout`` of this call (the commits in flight before its own included)."""
-        self._start()
-        deadline = trio.current_time() + self.store.store_timeout  # its wait for room included
-        return await self._writers.lanes.write((write, ttl, now, deadline), writer=write.job_id)
-
-    async def _store_outcomes(
-        self,
-        writes: Sequence[OutcomeWrite],
-        *,
-        ttl: float,
-        now: float,
-        deadline: float | None = None,
-    ) -> list[Job | Stored | Exception | None]:
-        """:meth:`PostgresStore.record_outcomes` on the store thread (a retry in doubt, values
-        refused, or libpq before 14: see :class:`~._loop_outcomes.OutcomeWriters`), by
-        ``deadline`` (trio time: the commit's that left it here; None: ``store_timeout`` from
-        now).
+    async def _store_outcomes(self, batch: list[TimedWrite]) -> list[Job | Exception | None]:
+        """:meth:`PostgresStore.record_outcomes` of a group commit's batch, on the store
+        thread, by the deadline of its first write (``store_timeout`` from that write's call).
 
         A write answers None (nothing written) also when its job is no longer this runner's.
         """
-        at = (
-            time.monotonic() + self.store_timeout if deadline is None else thread_deadline(deadline)
+        _, ttl, now, deadline = batch[0]
+        start = self._observe_start()
+        writes = [timed[0] for timed in batch]
+        answers = await self._call_by(
+            thread_deadline(deadline), PostgresStore.record_outcomes, writes, ttl=ttl, now=now
         )
-        return await self._call_by(at, PostgresStore.record_outcomes, writes, ttl=ttl, now=now)
+        self._observe("record_outcomes", start)
+        return answers
 
     async def finish_job(
         self, job_id: str, status: JobState, *, now: float, error: str | None = None
@@ -454,10 +399,3 @@ class PostgresJobStore(StoreFace):
     async def latest_retry(self, job_id: str, *, caller: str, now: float) -> Job | None:
         """:meth:`PostgresStore.latest_retry`."""
         return await self._call(PostgresStore.latest_retry, job_id, caller=caller, now=now)
-
-
-def _count(value: str, name: str) -> int:
-    """A count of at least 1, given as ``name`` (a URL parameter or a keyword)."""
-    if not value.strip().isdigit() or int(value) < 1:
-        raise ValueError(f"{name}={value!r}: a whole number of connections, at least 1")
-    return int(value)

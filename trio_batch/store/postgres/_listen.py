@@ -41,7 +41,6 @@ from ..._outage_log import OutageLog
 from .._protocol import ChangeObserver
 from . import _queries as q
 from ._connection import connect_options, safe_location
-from ._loop_conn import _error, _flush
 
 __all__ = [
     "PROBE_INTERVAL",
@@ -276,3 +275,28 @@ def pop_url_parameter(conninfo: str, key: str) -> tuple[str, str | None]:
 
 _SWITCH = {"on": True, "true": True, "yes": True, "1": True}
 _SWITCH.update({"off": False, "false": False, "no": False, "0": False})
+
+
+async def _flush(pgconn: pq.abc.PGconn) -> None:
+    """Send what libpq has queued. While the socket is full, what the server answers
+    meanwhile is read too, so neither side waits on the other."""
+    while pgconn.flush():
+        pgconn.consume_input()
+        async with trio.open_nursery() as nursery:  # whichever comes first
+
+            async def wait(ready: Callable[[int], Any]) -> None:
+                await ready(pgconn.socket)
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(wait, trio.lowlevel.wait_writable)
+            nursery.start_soon(wait, trio.lowlevel.wait_readable)
+
+
+def _error(result: pq.abc.PGresult) -> psycopg.Error:
+    """The psycopg exception of a refused statement's result, by its SQLSTATE."""
+    state = (result.error_field(pq.DiagnosticField.SQLSTATE) or b"").decode("ascii", "replace")
+    try:
+        cls = psycopg.errors.lookup(state)
+    except KeyError:
+        cls = psycopg.DatabaseError
+    return cls(result.get_error_message().strip())

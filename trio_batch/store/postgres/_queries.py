@@ -39,12 +39,6 @@ XACT_LOCK = "SELECT pg_advisory_xact_lock(%s, %s)"
 #: True if this transaction now holds the reaper's lock; False at once if another has it.
 TRY_LOCK_REAPER = "SELECT pg_try_advisory_xact_lock(%s, %s)"
 
-#: An operation's bounds (milliseconds, as text) for the rest of its transaction, in one
-#: statement: what a pipeline, one statement a message, sends instead of ``SET LOCAL``.
-SET_BOUNDS = (
-    "SELECT set_config('statement_timeout', %s, true), set_config('lock_timeout', %s, true), "
-    "set_config('idle_in_transaction_session_timeout', %s, true)"
-)
 #: The server process serving this statement: through a pooler, not the one libpq was told of.
 BACKEND_PID = "SELECT pg_backend_pid()"
 
@@ -298,28 +292,6 @@ RECORD_OUTCOME = (
     f"), told AS ({_TELL_END}) "
     f"SELECT EXISTS (SELECT 1 FROM job), bumped.*{_ANSWER} WHERE (SELECT count(*) FROM told) >= 0"
 )
-#: ``RECORD_OUTCOME`` for a write that cannot end its job (its writer saw more than one of the
-#: job's targets without an outcome): the same checks and locks without the arms only the
-#: job's last outcome needs (its status, its event into the outbox), which cost every outcome
-#: server time. It stores nothing if the job, once locked, is at its last outcome after all:
-#: its first column is then NULL (true: stored or refused as ``RECORD_OUTCOME`` would; false:
-#: not owned), and the write is sent again as ``RECORD_OUTCOME``. It answers only the job's
-#: columns an outcome changes (``ONGOING_COLUMNS``, NULLs if nothing was stored): the writer
-#: holds the others, which nothing updates. So the job must be the one the writer saw, not one
-#: forgotten and given again under its id (by a caller choosing ids): its creation time,
-#: target count, caller, class and idempotency key must be as seen, else it goes again as
-#: ``RECORD_OUTCOME`` too.
-RECORD_ONGOING_OUTCOME = (
-    "WITH job AS (SELECT id, targets_done + 1 < targets_total "
-    "AND created_at = %(seen_created)s AND targets_total = %(seen_total)s "
-    "AND caller = %(seen_caller)s AND caller_class = %(seen_class)s "
-    "AND idem_key IS NOT DISTINCT FROM %(seen_idem)s AS ongoing "
-    f"{_LOCKED_JOB}), stored AS ({_STORE_TARGET.format(' WHERE ongoing')}), "
-    f"bumped AS ({_BUMP_JOB} WHERE id = %(job_id)s AND EXISTS (SELECT 1 FROM stored) "
-    "RETURNING status, error, targets_done, targets_failed) "
-    "SELECT CASE WHEN EXISTS (SELECT 1 FROM job WHERE ongoing) THEN true "
-    f"WHEN NOT EXISTS (SELECT 1 FROM job) THEN false END, bumped.*{_ANSWER}"
-)
 #: ``RECORD_OUTCOME``'s parameters and their types: the arguments of the function below.
 _OUTCOME_ARGS = (
     ("job_id", "text"), ("idx", "integer"), ("now", "double precision"),
@@ -358,34 +330,6 @@ RECORD_OUTCOME_CALL = (
     "SELECT * FROM trio_batch_record_outcome("
     + ", ".join(f"%({name})s::{type_}" for name, type_ in _OUTCOME_ARGS)
     + ")"
-)
-#: The order of ``RECORD_OUTCOME``'s parameters when sent numbered (``$1``...), as the loop
-#: driver sends them (:mod:`._loop_outcomes`): libpq takes a sequence, not names.
-OUTCOME_PARAMS = tuple(name for name, _ in _OUTCOME_ARGS)
-
-
-def numbered(sql: str, names: tuple[str, ...]) -> str:
-    """``sql`` with each ``%(name)s`` as ``$n``, n its place in ``names`` (1-based)."""
-    place = {name: i for i, name in enumerate(names, 1)}
-    return re.sub(r"%\((\w+)\)s", lambda m: f"${place[m.group(1)]}", sql)
-
-
-#: ``RECORD_OUTCOME`` and its function's call, numbered, for libpq's extended protocol.
-RECORD_OUTCOME_NUMBERED = numbered(RECORD_OUTCOME, OUTCOME_PARAMS)
-#: ``RECORD_ONGOING_OUTCOME``'s parameters: ``RECORD_OUTCOME``'s, then the job as seen.
-ONGOING_PARAMS = (
-    *OUTCOME_PARAMS,
-    "seen_created",
-    "seen_total",
-    "seen_caller",
-    "seen_class",
-    "seen_idem",
-)
-RECORD_ONGOING_OUTCOME_NUMBERED = numbered(RECORD_ONGOING_OUTCOME, ONGOING_PARAMS)
-RECORD_OUTCOME_CALL_NUMBERED = numbered(RECORD_OUTCOME_CALL, OUTCOME_PARAMS)
-#: ``SET_BOUNDS`` numbered: statement, lock and idle-in-transaction timeouts.
-SET_BOUNDS_NUMBERED = (
-    SET_BOUNDS.replace("%s", "$1", 1).replace("%s", "$2", 1).replace("%s", "$3", 1)
 )
 #: A target's stored outcome, to recognise a retried write whose first attempt committed.
 GET_OUTCOME = "SELECT status, result, error, hint FROM targets WHERE job_id = %s AND idx = %s"

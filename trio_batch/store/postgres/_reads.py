@@ -87,7 +87,7 @@ class PostgresReads(PostgresConnection):
         show within that age.
         """
         # Aged by the caller's clock, the one leases lapse by.
-        held, token = self._tally.start_read(now, self.terminal_counts_max_age)
+        held = self._tally.held(now, self.terminal_counts_max_age)
 
         def read(conn: Conn) -> tuple[list[Any], list[Any] | None]:
             with self._tx(conn, Op.READ, snapshot=True):
@@ -97,14 +97,11 @@ class PostgresReads(PostgresConnection):
                     terminal = conn.execute(q.COUNT_TERMINAL_BY_STATUS, (now,)).fetchall()
             return live, terminal
 
+        live, terminal = self._run(read, op=Op.READ)
         tallies = held
-        try:
-            live, terminal = self._run(read, op=Op.READ)
-            if terminal is not None:
-                tallies = {str(row[0]): [int(v) for v in row[1:]] for row in terminal}
-        finally:
-            if held is None:
-                self._tally.keep(token, now, tallies)
+        if terminal is not None:
+            tallies = {str(row[0]): [int(v) for v in row[1:]] for row in terminal}
+            self._tally.keep(now, tallies)
         assert tallies is not None
         jobs = dict.fromkeys((str(s) for s in JobState), 0)
         total = done = failed = abandoned = 0
@@ -118,14 +115,9 @@ class PostgresReads(PostgresConnection):
                 abandoned += targets - ok
         return StoreCounts(jobs, total, done, failed, abandoned)
 
-    def tally_mark(self) -> int:
-        """Taken before an outcome commit made off the store thread (see :mod:`._tally`)."""
-        return self._tally.mark()
-
-    def _count_finished(self, job: Job, *, mark: int | None = None) -> None:
-        """``job`` was just made terminal by this store: count it in the reused tally
-        (``mark``: :meth:`tally_mark` before its commit, if made off the store thread)."""
-        self._tally.count(job, mark)
+    def _count_finished(self, job: Job) -> None:
+        """``job`` was just made terminal by this store: count it in the reused tally."""
+        self._tally.count(job)
 
     def _recount_finished(self) -> None:
         """This store changed terminal jobs in ways it cannot tally: count them again."""

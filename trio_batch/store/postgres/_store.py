@@ -23,7 +23,6 @@ Several runners share the database. What keeps them apart:
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import secrets
@@ -48,7 +47,7 @@ from . import _host_queries as hq
 from . import _outbox_queries as oq
 from . import _queries as q
 from ._connection import Conn, Op
-from ._outcomes import PIPELINE_SUPPORTED, PostgresOutcomes
+from ._outcomes import PostgresOutcomes
 
 __all__ = ["PostgresStore"]
 
@@ -153,7 +152,7 @@ class PostgresStore(PostgresOutcomes):
     def undrained_jobs(
         self, draining: Sequence[str], *, now: float, limit: int
     ) -> list[tuple[Job, tuple[Target, ...]]]:
-        """As :meth:`trio_batch.JobStore.undrained_jobs`: this runner's live jobs with no
+        """As :meth:`trio_batch.store.ClusterStore.undrained_jobs`: this runner's live jobs with no
         outcome that are none of ``draining``, each with its targets (two reads)."""
 
         def read(conn: Conn) -> tuple[list[Any], list[Any]]:
@@ -211,8 +210,7 @@ class PostgresStore(PostgresOutcomes):
 
         The creation lock is tried first: free, it is taken and ``ADMISSION`` read once under
         it. Held by another, a reuse or a refusal is answered from one plain read, not queued
-        behind it (``new.admitted`` changes nothing here: :meth:`PostgresJobStore.admit` reads
-        nothing); otherwise the same read again, the runner's registration and the insert
+        behind it; otherwise the same read again, the runner's registration and the insert
         follow ``pg_advisory_xact_lock``. Each read under the lock is at READ COMMITTED once it
         is granted: every runner's committed jobs are counted. The new job is owned by
         ``runner_id``. If the connection is lost during the call the job may exist: submitting
@@ -312,12 +310,6 @@ def _emit(conn: Conn, job_ids: Sequence[str], now: float | None) -> None:
     current transaction. ``now`` None: the database's clock."""
     if job_ids:
         conn.execute(oq.EMIT_EVENTS, {"now": now, "ids": list(job_ids)})
-
-
-def _pipeline(conn: Conn) -> contextlib.AbstractContextManager[object]:
-    """psycopg's pipeline mode, where libpq has it (14 and newer), else statements one by one:
-    the same code either way, as a cursor's answer is read after the block."""
-    return conn.pipeline() if PIPELINE_SUPPORTED else contextlib.nullcontext()
 
 
 def _target_values(insert: JobInsert) -> tuple[str, str, str | None, str | None]:

@@ -2,8 +2,8 @@
 
 - :class:`Store` (``_store``, ``_connection``, ``_schema``, ``_queries``): the synchronous
   store, its connection, schema and every SQL statement.
-- :class:`SQLiteJobStore` (``_job_store``): the :class:`~trio_batch.JobStore` over it, with
-  group commit, on ``_paths``: a loop-thread fast path, a store thread and a side thread.
+- :class:`SQLiteJobStore` (``_job_store``): the :class:`~trio_batch.JobStore` over it: every
+  call on one store thread, outcome writes group-committed.
 - ``_lock``: the file lock that keeps a second runner off a database; ``_errors``: sqlite3's
   errors translated into the typed ones.
 """

@@ -73,28 +73,6 @@ BUMP_JOB = (
     "updated_at = ?, expires_at = ? "
     f"WHERE id = ? AND expires_at > ? RETURNING {JOB_COLUMNS}"
 )
-#: STORE_OUTCOME for a writer that knows the job as it was: it matches only if every column of
-#: the job that can change but the lease and ``updated_at`` is still as seen, so the job's new
-#: state is known without a ``RETURNING`` (which costs more than the comparisons). A job
-#: forgotten and given again under the same id (an id a store's caller chose) is another job:
-#: its ``created_at``, target count, caller, class and idempotency key (of its targets and
-#: labels) tell it from the one seen, whose columns the answer is built from (the clock may
-#: not have moved between the two). Run before the job's bump, a write that misses has
-#: written nothing: no savepoint is needed.
-STORE_OUTCOME_AS_SEEN = (
-    "UPDATE targets SET status = ?, result = ?, error = ?, hint = ?, finished_at = ?, "
-    "attempts = ? WHERE job_id = ? AND idx = ? AND status = 'pending' AND EXISTS ("
-    "SELECT 1 FROM jobs WHERE id = ? AND expires_at > ? AND status = ? AND error IS ? "
-    "AND targets_done = ? AND targets_failed = ? AND created_at = ? AND targets_total = ? "
-    "AND caller = ? AND caller_class = ? AND idem_key IS ?)"
-)
-#: Count one outcome into a job just found as seen (by STORE_OUTCOME_AS_SEEN, in the same
-#: transaction), and bump its lease.
-BUMP_SEEN_JOB = (
-    "UPDATE jobs SET targets_done = targets_done + 1, "
-    "targets_failed = targets_failed + ?, results_size = results_size + ?, "
-    "updated_at = ?, expires_at = ? WHERE id = ?"
-)
 #: The terminal status set with a job's last outcome (same transaction).
 SET_STATUS = "UPDATE jobs SET status = ? WHERE id = ?"
 #: Store one outcome; never overwrites one (only a pending target matches).

@@ -16,14 +16,7 @@ from .._rows import target_from_row as _target
 from . import _queries as q
 from ._connection import Connection
 
-__all__ = ["StoreReads", "WouldBeSlow"]
-
-
-class WouldBeSlow(Exception):
-    """A call declined to run on the event loop's fast path because it would be slow.
-
-    Raised before anything is written; the caller runs the call again on the store thread.
-    """
+__all__ = ["StoreReads"]
 
 
 class StoreReads(Connection):
@@ -39,15 +32,12 @@ class StoreReads(Connection):
         return None if row is None else _job(row)
 
     def get_status(
-        self, job_id: str, *, now: float | None = None, max_results_size: int | None = None
+        self, job_id: str, *, now: float | None = None
     ) -> tuple[Job, list[TargetStatus]] | None:
         """The job and its targets in ``idx`` order, read from one snapshot.
 
         Returns None if the job is unknown, malformed or its lease has lapsed. The target due
-        next in a ``running`` job reads as ``running`` (see the class docstring). With
-        ``max_results_size`` (a read on the event loop's thread), raises :class:`WouldBeSlow`,
-        decoding nothing, if the job's stored results add up to more characters than that;
-        the results, small then, are decoded when first read. Without it, all are decoded here.
+        next in a ``running`` job reads as ``running`` (see the class docstring).
         """
         if not is_job_id(job_id):
             return None
@@ -57,13 +47,9 @@ class StoreReads(Connection):
             row = conn.execute(q.GET_JOB_AND_RESULTS_SIZE, (job_id, now)).fetchone()
             if row is None:
                 return None
-            size = row[-1]
-            if max_results_size is not None and size > max_results_size:
-                raise WouldBeSlow(f"job {job_id} holds {size} characters of results")
             rows = conn.execute(q.GET_TARGETS, (job_id,)).fetchall()
         job = _job(row[:-1])
-        decode = max_results_size is None
-        return job, with_running(job, [_target(row, decode=decode) for row in rows])
+        return job, with_running(job, [_target(row) for row in rows])
 
     def list_jobs(
         self, *, caller: str | None = None, limit: int = 100, now: float | None = None

@@ -1,8 +1,8 @@
 """The SQLite store's operations: jobs, their targets, leases and caps.
 
 Plain and synchronous: nothing here knows about trio, HTTP or fetching. The runner reaches it
-through :class:`~trio_batch.store.sqlite.SQLiteJobStore`, which keeps the event loop from
-waiting on SQLite. The connection, its pragmas and transactions are in :mod:`._connection`.
+through :class:`~trio_batch.store.sqlite.SQLiteJobStore`, which runs it on its store thread.
+The connection, its pragmas and transactions are in :mod:`._connection`.
 
 Time
 ----
@@ -31,9 +31,8 @@ from .._rows import dumps
 from .._rows import job_from_row as _job
 from . import _queries as q
 from ._outcomes import StoreOutcomes
-from ._reads import WouldBeSlow
 
-__all__ = ["Store", "WouldBeSlow", "admitted"]
+__all__ = ["Store", "admitted"]
 
 #: The JSON array of a job's URLs for INSERT_PLAIN_TARGETS (SQLite reads UTF-8 JSON as is).
 _URLS = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
@@ -65,9 +64,8 @@ class Store(StoreOutcomes):
 
     The methods map to the job lifecycle:
 
-    - :meth:`create_job`: idempotency lookup, caps check and insert, atomically.
-    - :meth:`admit`: the reuse lookup and caps check alone, one read (what ``create_job``
-      reads first); :meth:`find_reusable_job` and :meth:`count_live_jobs`: its lookups.
+    - :meth:`create_job`: idempotency lookup, caps check and insert, atomically;
+      :meth:`find_reusable_job` and :meth:`count_live_jobs`: its lookups on their own.
     - :meth:`record_outcome`: store one target's outcome and bump the job's lease, together.
     - :meth:`finish_job`: set a live job's terminal status, once.
     - :meth:`mark_in_flight_failed`: after a restart or at shutdown, fail every live job.
@@ -103,10 +101,9 @@ class Store(StoreOutcomes):
         ``jobs_per_caller`` live jobs raises :class:`CallerBusy`, ``jobs_total`` live jobs in
         all raises :class:`Busy`. Then insert the job and all its
         targets as ``pending`` with a lease of ``ttl`` seconds, and return ``(job, False)``.
-        A reuse or a refusal is answered from one read and takes no write lock; an insert takes
-        it (``BEGIN IMMEDIATE``), and reads again first if another connection committed since
-        (with ``new.admitted``, it skips the first read, and under the lock reads only if
-        anything was written since this connection's admission read of the same request).
+        A reuse or a refusal is answered from the first read and takes no write lock; an
+        insert takes it (``BEGIN IMMEDIATE``), and reads again first if another connection
+        committed since.
 
         ``new.status`` is the new job's status: ``queued``, or ``running`` for a caller that
         starts draining at once. ``new.job_id`` is the id a new job gets (made with
@@ -120,26 +117,18 @@ class Store(StoreOutcomes):
         job = insert.job
         want = new.admission(job)
         conn = self.db.conn
-        # A reuse or a refusal needs no write lock: one read finds the job to reuse, else the
-        # cap that refuses this one. Held throughout, so no other thread commits on this
-        # connection meanwhile, which the data version below would not show. A request just
-        # admitted (JobStore.admit) skips that read: under the lock it is made again if
-        # anything was written since the admission's.
+        # Held throughout, so no other thread commits on this connection between the read
+        # and the lock, which the data version would not show.
         with self._locked():
-            seen = None if new.admitted else self._data_version()
-            if seen is not None:
-                existing = admitted(want, self.admission_row(want, now=now))
-                if existing is not None:
-                    return existing, True
+            row = self._admission_row(want, now)
+            existing = admitted(want, row)
+            if existing is not None:
+                return existing, True
             with self.transaction():
-                # Another connection may have created or finished a job since that read.
-                if (seen is None and not self._admission_holds(want, now)) or (
-                    seen is not None and self._data_version() != seen
-                ):
-                    existing = admitted(want, self.admission_row(want, now=now))
+                if self._data_version() != row[-1]:  # another connection committed since
+                    existing = admitted(want, self._admission_row(want, now))
                     if existing is not None:
                         return existing, True
-                self._admission_read = None
                 conn.execute(q.INSERT_JOB, insert.job_params())
                 urls = insert.plain_urls()
                 if urls is None:
@@ -153,54 +142,23 @@ class Store(StoreOutcomes):
                     conn.execute(q.INSERT_OUTBOX, outbox_row)
                 return job, False
 
-    def _admission_holds(self, want: Admission, now: float) -> bool:
-        """True if this connection's last admission read was of ``want``, admitted it, and
-        nothing was written to the database since (by this connection or another): the same
-        read now would answer the same, so the create under the lock need not make it."""
-        last = self._admission_read
-        if last is None or last[0] != want or now < last[1] or last[3][0] is not None:
-            return False
-        # Checked last, as the read made it: a cap refused raises here, as the read would.
-        return last[2] == self._written() and admitted(want, last[3]) is None
-
-    def _written(self) -> tuple[int, int]:
-        """What changes with every write to the database: commits by other connections (the
-        data version), and this connection's own rows changed (a rolled-back write counts too,
-        so the answer may change when nothing did, never the reverse)."""
-        return self._data_version(), self.db.conn.total_changes
-
     def _data_version(self) -> int:
         """SQLite's count of commits by other connections: the same twice, nothing changed."""
         return int(self.db.conn.execute(q.DATA_VERSION).fetchone()[0])
 
-    def admit(self, want: Admission, *, now: float | None = None) -> Job | None:
-        """The unexpired job to reuse for ``want``, or None if a job may be created; raises
-        the cap it would break (see :meth:`JobStore.admit`). One read, no lock."""
-        now = time.time() if now is None else now
-        return admitted(want, self.admission_row(want, now=now))
-
-    def admission_row(self, want: Admission, *, now: float) -> tuple[Any, ...]:
+    def _admission_row(self, want: Admission, now: float) -> tuple[Any, ...]:
         """The ``ADMISSION`` row of ``want`` (see :func:`admitted`): the lookup and the caps'
         verdict in one statement, so they see one snapshot."""
-        with self._locked():
-            conn = self.db.conn
-            changes = conn.total_changes  # this connection's own writes: none while locked
-            row: tuple[Any, ...] = conn.execute(
-                q.ADMISSION,
-                (
-                    want.caller,
-                    want.idem_key,
-                    now,
-                    min(want.jobs_per_caller, _MAX_CAP),
-                    min(want.jobs_total, _MAX_CAP),
-                ),
-            ).fetchone()
-            # A row that admits carries the data version as of its own snapshot (no commit
-            # can fall between them); a refusal's read skips it, and the create reads again.
-            version = row[-1]
-            self._admission_read = (
-                (want, now, (version, changes), row) if isinstance(version, int) else None
-            )
+        row: tuple[Any, ...] = self.db.conn.execute(
+            q.ADMISSION,
+            (
+                want.caller,
+                want.idem_key,
+                now,
+                min(want.jobs_per_caller, _MAX_CAP),
+                min(want.jobs_total, _MAX_CAP),
+            ),
+        ).fetchone()
         return row
 
     def find_reusable_job(self, caller: str, key: str, *, now: float | None = None) -> Job | None:
