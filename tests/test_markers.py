@@ -10,13 +10,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 FILES = [
     "tests/store/test_store_conformance.py",  # job_store: one parameter reaches PostgreSQL
     "tests/store/test_postgres_create.py",  # pg_dsn, and a parameter that reaches PgBouncer
     "tests/http/test_dashboard.py",  # the browser fixture, and tests without it
     "tests/runner/test_crash_campaign.py",  # a slow suite
-    "tests/test_benchmarks_smoke.py",  # the peers tests
 ]
 
 
@@ -40,10 +41,7 @@ def markers(*args: str) -> dict[str, set[str]]:
 
 
 def test_each_test_is_marked_for_the_parts_its_fixtures_need() -> None:
-    # An -m that selects every test yet does not name peers: the peers stay out.
-    found = markers("-m", "slow or not slow", *FILES)
-    assert not any("test_peer[" in test for test in found)
-    assert any("test_benchmarks_smoke.py" in test for test in found)
+    found = markers(*FILES)
     conformance = {t: m for t, m in found.items() if "test_store_conformance" in t}
     assert any("[postgres" in t for t in conformance)
     assert any("[sqlite-memory" in t for t in conformance)
@@ -68,6 +66,67 @@ def test_each_test_is_marked_for_the_parts_its_fixtures_need() -> None:
     assert campaign and all("slow" in names for names in campaign)
 
 
-def test_peers_are_collected_when_m_names_them() -> None:
-    peers = markers("-m", "peers", "tests/test_benchmarks_smoke.py")
-    assert peers and all("test_peer[" in test and "peers" in names for test, names in peers.items())
+PEERS = """
+import pytest
+
+
+@pytest.mark.peers
+def test_a_peer():
+    pass
+
+
+def test_not_a_peer():
+    pass
+"""
+
+
+def test_peers_are_collected_only_when_m_names_them(tmp_path: Path) -> None:
+    (tmp_path / "conftest.py").write_text(
+        "from tests.support.markers import pytest_collection_modifyitems  # noqa: F401\n"
+    )
+    (tmp_path / "test_peers.py").write_text(PEERS)
+    # Any -m replaces another given before it (addopts'): none of these names peers.
+    for select in ([], ["-m", "not slow"], ["-m", "slow or not slow"]):
+        assert [test.split("::")[1] for test in markers(*select, str(tmp_path))] == [
+            "test_not_a_peer"
+        ], select
+    assert [test.split("::")[1] for test in markers("-m", "peers", str(tmp_path))] == [
+        "test_a_peer"
+    ]
+
+
+UNMARKED = """
+import pytest
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def where(request):
+    return request.getfixturevalue("pg_dsn") if request.param == "postgres" else ":memory:"
+
+
+def test_reaches_postgresql_at_run_time(where):
+    assert where
+"""
+
+
+# It starts a PostgreSQL of its own, in the pytest it runs: marked here, as no fixture says so.
+@pytest.mark.postgres
+def test_a_test_reaching_postgresql_at_run_time_unmarked_fails_and_says_how_to_mark_it(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "conftest.py").write_text(
+        "from tests.support.markers import pytest_collection_modifyitems  # noqa: F401\n"
+        "from tests.support.pg_server import pg_dsn, pg_server  # noqa: F401\n"
+    )
+    (tmp_path / "test_unmarked.py").write_text(UNMARKED)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "1 passed, 1 error" in proc.stdout, proc.stdout
+    assert "uses pg_dsn without the 'postgres' marker" in proc.stdout, proc.stdout
+    assert "pytest.param(..., marks=pytest.mark.postgres)" in proc.stdout, proc.stdout

@@ -5,7 +5,9 @@
 hand: :func:`pytest_collection_modifyitems` (``tests/conftest.py`` imports it) marks every
 test whose fixtures, directly or through other fixtures, include one of :data:`NEEDS`. A
 fixture that reaches one of them at run time (``request.getfixturevalue``) cannot be seen at
-collection; it marks its parameter instead (``pytest.param("postgres", marks=POSTGRES)``).
+collection; it marks its parameter instead (``pytest.param("postgres", marks=POSTGRES)``), and
+:func:`require_marker`, which the PostgreSQL and PgBouncer fixtures call, fails a test that
+reached one unmarked (it would otherwise run in ``make test-fast``).
 Slow suites (the crash campaigns, the load, the store model, the big export) carry
 ``pytestmark = pytest.mark.slow``, and the two modules that start a PostgreSQL of their own
 ``pytestmark = pytest.mark.postgres``.
@@ -20,7 +22,7 @@ from collections.abc import Mapping
 
 import pytest
 
-__all__ = ["NEEDS", "PGBOUNCER", "POSTGRES", "pytest_collection_modifyitems"]
+__all__ = ["NEEDS", "PGBOUNCER", "POSTGRES", "pytest_collection_modifyitems", "require_marker"]
 
 POSTGRES = pytest.mark.postgres
 PGBOUNCER = pytest.mark.pgbouncer
@@ -49,3 +51,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if peers:
         config.hook.pytest_deselected(items=peers)
         items[:] = [item for item in items if item.get_closest_marker("peers") is None]
+
+
+def require_marker(request: pytest.FixtureRequest, marker: str) -> None:
+    """Fail the test now if it reached ``request``'s fixture without ``marker``: it asked for
+    the fixture at run time, where :func:`pytest_collection_modifyitems` could not see it."""
+    if request.node.get_closest_marker(marker) is None:
+        pytest.fail(
+            f"{request.node.nodeid} uses {request.fixturename} without the {marker!r} marker: "
+            f"take {request.fixturename} as an argument, or mark the parameter that reaches it "
+            f"(pytest.param(..., marks=pytest.mark.{marker})); see tests/support/markers.py",
+            pytrace=False,
+        )

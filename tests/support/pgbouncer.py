@@ -18,6 +18,7 @@ import pytest
 
 from demo.local_pgbouncer import PgBouncer, PgBouncerError, start_pgbouncer, stop_pgbouncer
 
+from .markers import require_marker
 from .pg_server import PgServer
 
 __all__ = ["PgBouncer", "pgbouncer", "pooled_dsn"]
@@ -37,7 +38,8 @@ def pgbouncer(pg_server: PgServer) -> Iterator[PgBouncer]:
 
 
 @pytest.fixture
-def pooled_dsn(pg_dsn: str, pgbouncer: PgBouncer) -> str:
+def pooled_dsn(pg_dsn: str, pgbouncer: PgBouncer, request: pytest.FixtureRequest) -> str:
     """The test's own database (``pg_dsn``) through the pooler."""
+    require_marker(request, "pgbouncer")
     dbname = urllib.parse.urlsplit(pg_dsn).path.lstrip("/")
     return pgbouncer.url(dbname)
