@@ -3,7 +3,6 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
-BENCH_STAMP := $(VENV)/.installed-bench
 
 .PHONY: test test-fast lint typecheck docs pytest system-packages soak demo demo-cluster bench bench-quick clean
 
@@ -56,22 +55,18 @@ soak: $(STAMP) system-packages
 docs: $(STAMP)
 	$(BIN)/sphinx-build -q -E -W --keep-going -b html docs docs/_build/html
 
-# Benchmarks (not part of `make test`; CI does not run them). The `bench` extra adds the peers.
-$(BENCH_STAMP): pyproject.toml $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[$(EXTRAS)]' --group dev --group bench
-	touch $@
-
-bench: $(BENCH_STAMP)
-	$(BIN)/python -m benchmarks.run
-	$(BIN)/python -m benchmarks.postgres
+# Benchmarks (not part of `make test`; CI does not run them): each prints its ratios, measured
+# side by side in one run, with the machine and the version. See docs/explanation/performance.md.
+bench: $(STAMP) system-packages
+	$(BIN)/python -m benchmarks.latency
 	$(BIN)/python -m benchmarks.fetch
+	$(BIN)/python -m benchmarks.open_load
 
-# First the peers' smoke tests (left out of `make test`, which does not install the peers).
-bench-quick: $(BENCH_STAMP)
-	$(BIN)/pytest -m peers tests/test_benchmarks_smoke.py
-	$(BIN)/python -m benchmarks.run --quick
-	$(BIN)/python -m benchmarks.postgres --quick
+# The same at reduced sizes: a few minutes.
+bench-quick: $(STAMP) system-packages
+	$(BIN)/python -m benchmarks.latency --quick
 	$(BIN)/python -m benchmarks.fetch --quick
+	$(BIN)/python -m benchmarks.open_load --seconds 2 --rounds 1
 
 # A real batch through `trio-batch run` against a local fixture server (demo/), offline.
 demo: $(STAMP)

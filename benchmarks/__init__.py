@@ -1,7 +1,8 @@
-"""The trio_batch benchmark harness: ``make bench`` (full) and ``make bench-quick`` (reduced).
+"""The trio_batch benchmarks: ``make bench`` (full) and ``make bench-quick`` (reduced).
 
-Every figure is measured side by side in one run, in interleaved rounds, and reported as the
-median of those rounds together with its ratio to the reference it is judged against. See
-``benchmarks/run.py`` for the command line and the README's ``## Benchmarks`` section for the
-latest table.
+Each module measures trio_batch beside the plain program it is judged against, in the same
+run, in interleaved rounds, and prints medians and ratios with the machine and the version:
+:mod:`benchmarks.latency` (near the latency bound, and a fetch that does nothing),
+:mod:`benchmarks.fetch` (the real fetch path) and :mod:`benchmarks.open_load` (loop lag).
+docs/explanation/performance.md reads the latest table.
 """

@@ -1,20 +1,15 @@
-"""Event-loop lag under an open load: trio_batch's runner beside the least one, rate by rate.
+"""Event-loop lag under an open load: ``python -m benchmarks.open_load [--rates 100,300]
+[--seconds 5] [--rounds 2]``.
 
-The soak (``tests/http/test_load.py``) is a closed load: a thousand submitters retry as soon as
-their backoff ends, so the loop is saturated whatever a job costs, and its lag measures that
-saturation (see :mod:`benchmarks.soak_floor`). Here jobs arrive at a fixed rate, Poisson
-arrivals at their own times whatever the runner answers, each from one of 200 callers with 1 to
-4 targets fetched as the soak fetches them (0-4 ms each, 1 in 20 failing); a refused arrival is
-dropped and counted (a client giving up on a 429), an accepted one waits for its job. A 1 ms
-heartbeat records how late it wakes. At a rate the loop can take, the lag is what passes of
-the runner's work hold, not a queue of work waiting for the loop, and the time the loop slept
-past a beat's due time (epoll's whole milliseconds, :mod:`benchmarks.loop_lag`), printed
-apart.
-
-``python -m benchmarks.open_load [--rates 100,300,500] [--seconds 5] [--rounds 2] [--profile]``
-prints, per rate and runner, the lag's p50, p99 and max (and its p99 and max less the idle
-sleep), the share of the run the loop's thread spent on a CPU, and the arrivals accepted and
-refused. The runners alternate within each round; nothing here is a threshold.
+Jobs arrive at a fixed rate, Poisson arrivals at their own times whatever the runner answers,
+each from one of 200 callers with 1 to 4 targets (fetches of 0-4 ms, 1 in 20 failing); a
+refused arrival is dropped and counted (a client giving up on a 429), an accepted one waits for
+its job. A 1 ms heartbeat records how late it wakes. Part of that lateness is the loop's own
+idle sleep past the beat's due time (epoll's whole milliseconds, :mod:`benchmarks.loop_lag`),
+there with no task holding the loop; the rest is what the runner's work held it for. Printed
+per rate: the lag's p50, p99 and max, its p99 and max less the idle sleep (the goal: a p99
+under 1 ms), the share of the run the loop's thread spent on a CPU, and the arrivals accepted
+and refused.
 """
 
 from __future__ import annotations
@@ -26,23 +21,20 @@ import statistics
 import tempfile
 import time
 from collections.abc import AsyncIterator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import trio
 
-from trio_batch import Busy, CallerBusy, Config, Result, Store, Target, open_runner
+from trio_batch import Busy, CallerBusy, Config, Result, Runner, Store, Target, open_runner
 
 from .loop_lag import IdleWaits, slept_past_due
-from .soak_floor import open_least_runner
-from .soak_profile import LoopProfile
+from .stats import machine
 
 __all__ = ["Figures", "measure"]
 
 CALLERS = 200
-RUNNERS = ("trio_batch", "least")
 
 
 @dataclass
@@ -56,10 +48,10 @@ class Figures:
     refused: int = 0
     busy: float = 0.0  # the loop thread's CPU time over the run's length
 
-    def line(self, rate: float, runner: str) -> str:
+    def line(self, rate: float) -> str:
         """The run as one printed line."""
         return (
-            f"{rate:6.0f}/s  {runner:<10}  lag p50 {statistics.median(self.lags or [0]):5.2f} "
+            f"{rate:6.0f}/s  lag p50 {statistics.median(self.lags or [0]):5.2f} "
             f"ms, p99 {_p99(self.lags):5.2f} ms, max {max(self.lags, default=0):6.2f} ms; less "
             f"the idle sleep: p99 {_p99(self.held):5.2f} ms, max {max(self.held, default=0):6.2f}"
             f" ms; loop busy {100 * self.busy:3.0f}%; {self.accepted} accepted, "
@@ -76,18 +68,12 @@ class _Flaky(Exception):
     """A fetch failure now and then, as the soak's."""
 
 
-def _opener(runner: str, store: Store, fetch: Any) -> AbstractAsyncContextManager[Any]:
-    if runner == "least":
-        return open_least_runner(store, fetch, Config(), paced=True)
-    return open_runner(store, fetch, Config())
-
-
 @asynccontextmanager
 async def _heartbeat(figures: Figures) -> AsyncIterator[None]:
     beats: list[tuple[float, float]] = []  # (due, woke), perf_counter()
     idle = IdleWaits()
 
-    async def heartbeat() -> None:  # named as soak_profile.LoopProfile knows it
+    async def heartbeat() -> None:
         while True:
             due = trio.current_time() + 0.001
             await trio.sleep(0.001)
@@ -108,10 +94,8 @@ async def _heartbeat(figures: Figures) -> AsyncIterator[None]:
     figures.held = [lag - 1000 * past for lag, past in zip(figures.lags, slept, strict=True)]
 
 
-async def _run(
-    path: Path, runner_name: str, rate: float, seconds: float, seed: int, profile: bool
-) -> Figures:
-    # The arrivals' own generator: the same times for both runners, whatever the fetches draw.
+async def _run(path: Path, rate: float, seconds: float, seed: int) -> Figures:
+    # The arrivals' own generator: the same times in every run, whatever the fetches draw.
     arrivals, rng, figures = random.Random(seed), random.Random(-seed), Figures()
 
     async def fetch(target: Target) -> Result:
@@ -120,7 +104,7 @@ async def _run(
             raise _Flaky(target.url)
         return Result(f"content of {target.url}", {"url": target.url})
 
-    async def submitter(runner: Any, n: int) -> None:  # named as LoopProfile knows it
+    async def submitter(runner: Runner, n: int) -> None:
         targets = [Target(f"https://open.test/{n}/{k}") for k in range(rng.randint(1, 4))]
         try:
             job_id, _ = await runner.submit(f"caller{rng.randrange(CALLERS)}", "user", targets)
@@ -132,13 +116,10 @@ async def _run(
 
     with Store.open(path) as store:
         async with (
-            _opener(runner_name, store, fetch) as runner,
+            open_runner(store, fetch, Config()) as runner,
             _heartbeat(figures),
             trio.open_nursery() as jobs,
         ):
-            profiler = LoopProfile() if profile else None
-            if profiler is not None:
-                trio.lowlevel.add_instrument(profiler)
             began, cpu_began = trio.current_time(), time.thread_time()
             due, n = began, 0
             while due < began + seconds:
@@ -147,43 +128,32 @@ async def _run(
                 jobs.start_soon(submitter, runner, n)
                 n += 1
             figures.busy = (time.thread_time() - cpu_began) / (trio.current_time() - began)
-            if profiler is not None:
-                trio.lowlevel.remove_instrument(profiler)
-                profiler.report()
     return figures
 
 
-def measure(
-    runner: str, rate: float, *, seconds: float, seed: int = 1, profile: bool = False
-) -> Figures:
-    """One run of ``runner`` (``"trio_batch"`` or ``"least"``) at ``rate`` jobs a second,
-    on a fresh database, the heap collected and frozen first as ``trio-batch serve`` does.
-    ``profile``: print a :class:`~benchmarks.soak_profile.LoopProfile` of the arrivals."""
+def measure(rate: float, *, seconds: float, seed: int = 1) -> Figures:
+    """One run at ``rate`` jobs a second on a fresh database, the heap collected and frozen
+    first as ``trio-batch serve`` does."""
     with tempfile.TemporaryDirectory() as tmp:
         gc.collect()
         gc.freeze()
         try:
-            return trio.run(_run, Path(tmp) / "open.db", runner, rate, seconds, seed, profile)
+            return trio.run(_run, Path(tmp) / "open.db", rate, seconds, seed)
         finally:
             gc.unfreeze()
 
 
-def main() -> None:
-    """Print the figures of each rate, the runners alternated in each round."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rates", default="100,300,500", help="jobs a second, comma-separated")
+def main(argv: list[str] | None = None) -> None:
+    """Print the figures of each rate, round by round, with the machine they ran on."""
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.open_load", description=__doc__)
+    parser.add_argument("--rates", default="100,300", help="jobs a second, comma-separated")
     parser.add_argument("--seconds", type=float, default=5.0, help="each run's arrivals (s)")
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--profile", action="store_true", help="print where the loop's time went")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    print(f"Loop lag under an open load\n{machine()}")
     for round_ in range(args.rounds):
-        order = RUNNERS if round_ % 2 == 0 else RUNNERS[::-1]
         for rate in (float(r) for r in args.rates.split(",")):
-            for runner in order:
-                figures = measure(
-                    runner, rate, seconds=args.seconds, seed=round_ + 1, profile=args.profile
-                )
-                print(figures.line(rate, runner), flush=True)
+            print(measure(rate, seconds=args.seconds, seed=round_ + 1).line(rate), flush=True)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """A throw-away PgBouncer in transaction mode before a local PostgreSQL server (local_postgres).
 
-Shared by the test suite (tests/support/pgbouncer.py) and ``make bench`` (benchmarks/postgres.py).
+Shared by the test suite (tests/support/pgbouncer.py) and the test suite's PgBouncer fixtures.
 It runs Debian's ``/usr/sbin/pgbouncer`` on a free loopback port with ``pool_mode =
 transaction``, as managed PostgreSQL's pooled URLs are. PgBouncer refuses to run as root: as
 root it runs as ``postgres`` (``runuser -u postgres --``), like the server.

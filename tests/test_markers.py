@@ -66,35 +66,6 @@ def test_each_test_is_marked_for_the_parts_its_fixtures_need() -> None:
     assert campaign and all("slow" in names for names in campaign)
 
 
-PEERS = """
-import pytest
-
-
-@pytest.mark.peers
-def test_a_peer():
-    pass
-
-
-def test_not_a_peer():
-    pass
-"""
-
-
-def test_peers_are_collected_only_when_m_names_them(tmp_path: Path) -> None:
-    (tmp_path / "conftest.py").write_text(
-        "from tests.support.markers import pytest_collection_modifyitems  # noqa: F401\n"
-    )
-    (tmp_path / "test_peers.py").write_text(PEERS)
-    # Without -m, and with one that does not name peers (it would replace addopts' -m).
-    for select in ([], ["-m", "not slow"]):
-        assert [test.split("::")[1] for test in markers(*select, str(tmp_path))] == [
-            "test_not_a_peer"
-        ], select
-    assert [test.split("::")[1] for test in markers("-m", "peers", str(tmp_path))] == [
-        "test_a_peer"
-    ]
-
-
 UNMARKED = """
 import pytest
 

@@ -12,8 +12,9 @@ file and on an in-memory store alike.
 
 from __future__ import annotations
 
-import functools
+import contextlib
 import sqlite3
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,7 @@ from trio_batch import (
     open_runner,
 )
 from trio_batch.store import NewJob
-from trio_batch.store._group_commit import GroupCommit
+from trio_batch.store._thread import StoreThread
 from trio_batch.store.postgres import PostgresStore
 
 from ..support.fakes import T0, FakeClock, ScriptedFetch, urls
@@ -345,138 +346,122 @@ def test_a_read_rolled_back_by_sqlite_raises_its_own_error_not_a_commit_error() 
         store.close()
 
 
-async def _echo_commit(writes: list[int]) -> list[int | Exception]:
-    return list(writes)
+class _Batches:
+    """A grouped function for the store thread that records each batch it is called with;
+    an item ``"boom"`` is refused alone, ``"fail"`` fails the whole batch."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[str]] = []
+
+    def __call__(self, items: list[str]) -> list[str | Exception]:
+        self.batches.append(list(items))
+        if "fail" in items:
+            raise OSError("disk full")
+        return [ValueError(item) if item == "boom" else item.upper() for item in items]
 
 
-async def test_a_shared_commit_cannot_be_cut_by_ctrl_c() -> None:
-    """Regression (review): a KeyboardInterrupt raised inside write, between the leader taking
-    its batch and waking the followers, would leave them waiting for good; they cannot be
-    cancelled, so shutdown would hang. write runs protected from it, its commit included."""
-    seen: list[bool] = []
-
-    async def commit(writes: list[int]) -> list[int | Exception]:
-        seen.append(trio.lowlevel.currently_ki_protected())
-        return await _echo_commit(writes)
-
-    group: GroupCommit[int, int] = GroupCommit(commit)
-    async with trio.open_nursery() as nursery:
-        for i in range(3):
-            nursery.start_soon(functools.partial(group.write, i))
-    assert seen and all(seen)
-    assert not trio.lowlevel.currently_ki_protected()
+@contextlib.contextmanager
+def _held_thread() -> Iterator[tuple[StoreThread, threading.Event]]:
+    """A started store thread busy with a call until the event is set (as a commit or a
+    read in flight holds it), then stopped."""
+    thread, release = StoreThread(), threading.Event()
+    thread.start()
+    thread.run_soon(release.wait, 30)  # bounded, should the test fail first
+    try:
+        yield thread, release
+    finally:
+        release.set()
+        thread.stop()
 
 
-class _HeldCommit:
-    """A commit that waits for ``release`` the first time (a commit awaiting its thread or
-    socket), optionally failing then; records each batch."""
+async def test_writes_queued_behind_a_busy_thread_share_one_commit() -> None:
+    batches = _Batches()
+    answers: dict[str, object] = {}
 
-    def __init__(self, *, first_fails: bool = False) -> None:
-        self.batches: list[list[int]] = []
-        self.release = trio.Event()
-        self.first_fails = first_fails
-
-    async def __call__(self, writes: list[int]) -> list[int | Exception]:
-        self.batches.append(list(writes))
-        if len(self.batches) == 1:
-            with trio.CancelScope(shield=True):  # a store call runs to completion
-                await self.release.wait()
-            if self.first_fails:
-                raise OSError("disk full")
-        return list(writes)
-
-
-async def test_writes_arriving_while_a_commit_is_in_flight_share_the_next_commit() -> None:
-    """While one commit awaits its thread, the writes that come one by one meanwhile (each in a
-    pass of its own) wait for it and then share one commit, instead of each queuing a
-    commit of its own behind it."""
-    commit = _HeldCommit()
-    group: GroupCommit[int, int] = GroupCommit(commit)
-    answers: dict[int, int] = {}
-
-    async def write(i: int) -> None:
-        answers[i] = await group.write(i)
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(write, 0)
-        await wait_all_tasks_blocked()
+    async def write(item: str) -> None:
         try:
-            for i in range(1, 4):
-                nursery.start_soon(write, i)
-                await wait_all_tasks_blocked()  # a pass of its own: it would have led a commit
-            assert commit.batches == [[0]]
-        finally:
-            commit.release.set()  # a failed check must not leave the first commit waiting
-    assert commit.batches == [[0], [1, 2, 3]]
-    assert answers == {i: i for i in range(4)}
+            answers[item] = (await thread.run_grouped(batches, item))[0]
+        except Exception as exc:
+            answers[item] = exc
+
+    with _held_thread() as (thread, release):
+        async with trio.open_nursery() as nursery:
+            for item in ("a", "boom", "c"):
+                nursery.start_soon(write, item)
+                await wait_all_tasks_blocked()  # each queued in a pass of its own
+            release.set()
+    assert batches.batches == [["a", "boom", "c"]]  # one commit for the three
+    assert answers["a"] == "A" and answers["c"] == "C"  # each its own answer
+    assert isinstance(answers["boom"], ValueError)  # refused alone
 
 
-async def test_a_failed_commit_in_flight_lets_the_next_one_through() -> None:
-    """The commit in flight fails: its writer gets the error, and the writes that waited for
-    it are committed next, each with its own answer."""
-    commit = _HeldCommit(first_fails=True)
-    group: GroupCommit[int, int] = GroupCommit(commit)
-    answers: dict[int, int | Exception] = {}
+async def test_a_write_to_an_idle_thread_is_committed_at_once_alone() -> None:
+    batches = _Batches()
+    thread = StoreThread()
+    thread.start()
+    try:
+        assert await thread.run_grouped(batches, "a") == ("A", pytest.approx(0, abs=60))
+        assert await thread.run_grouped(batches, "b") == ("B", pytest.approx(0, abs=60))
+    finally:
+        thread.stop()
+    assert batches.batches == [["a"], ["b"]]
 
-    async def write(i: int) -> None:
+
+async def test_a_failed_commit_fails_each_of_its_writes_and_the_next_goes_through() -> None:
+    batches = _Batches()
+    answers: dict[str, object] = {}
+
+    async def write(item: str) -> None:
         try:
-            answers[i] = await group.write(i)
-        except OSError as exc:
-            answers[i] = exc
+            answers[item] = (await thread.run_grouped(batches, item))[0]
+        except Exception as exc:
+            answers[item] = exc
 
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(write, 0)
-        await wait_all_tasks_blocked()
-        nursery.start_soon(write, 1)
-        nursery.start_soon(write, 2)
-        await wait_all_tasks_blocked()
-        commit.release.set()
-    assert [sorted(batch) for batch in commit.batches] == [[0], [1, 2]]  # 1, 2: either order
-    assert isinstance(answers[0], OSError)
-    assert (answers[1], answers[2]) == (1, 2)
-
-
-async def test_a_writer_waiting_for_the_commit_in_flight_cannot_be_cancelled() -> None:
-    """Cancelled while it waits for the commit in flight, a writer still commits its write and
-    returns its answer; the Cancelled comes at its next checkpoint."""
-    commit = _HeldCommit()
-    group: GroupCommit[int, int] = GroupCommit(commit)
-    got: list[int] = []
-    cancelled_after = False
-
-    async def waiting_writer(scope: trio.CancelScope) -> None:
-        nonlocal cancelled_after
-        with scope:
-            got.append(await group.write(1))
-            await trio.lowlevel.checkpoint()
-        cancelled_after = scope.cancelled_caught
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(functools.partial(group.write, 0))
-        await wait_all_tasks_blocked()
-        scope = trio.CancelScope()
-        nursery.start_soon(waiting_writer, scope)
-        await wait_all_tasks_blocked()
-        try:
-            scope.cancel()
+    with _held_thread() as (thread, release):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(write, "a")
+            nursery.start_soon(write, "fail")
             await wait_all_tasks_blocked()
-            assert got == []  # still waiting: the cancel did not cut it
-        finally:
-            commit.release.set()
-    assert commit.batches == [[0], [1]]
-    assert got == [1]
-    assert cancelled_after
+            release.set()
+        assert await thread.run_grouped(batches, "d") == ("D", pytest.approx(0, abs=60))
+    assert isinstance(answers["a"], OSError) and isinstance(answers["fail"], OSError)
+    assert sorted(map(sorted, batches.batches)) == [["a", "fail"], ["d"]]
 
 
-async def test_a_lone_write_is_committed_at_once_without_waiting_to_gather() -> None:
-    """Nothing in flight: the write leads a batch of its own and commits straight away; the
-    group commit never waits for writers that might come."""
-    commit = _HeldCommit()
-    group: GroupCommit[int, int] = GroupCommit(commit)
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(group.write, 0)
-        await wait_all_tasks_blocked()
-        assert commit.batches == [[0]]  # committing, alone
-        commit.release.set()
-    assert await group.write(1) == 1
-    assert commit.batches == [[0], [1]]
+async def test_only_the_first_answer_of_a_commit_carries_its_time() -> None:
+    batches = _Batches()
+    timed: list[float | None] = []
+
+    async def write(item: str) -> None:
+        timed.append((await thread.run_grouped(batches, item))[1])
+
+    with _held_thread() as (thread, release):
+        async with trio.open_nursery() as nursery:
+            for item in "abc":
+                nursery.start_soon(write, item)
+            await wait_all_tasks_blocked()
+            release.set()
+    assert len(timed) == 3 and timed.count(None) == 2  # one observation per commit
+
+
+async def test_a_writer_waiting_for_its_commit_cannot_be_cancelled() -> None:
+    """Cancelled while its write is queued, a writer still gets its answer; the Cancelled
+    comes at its next checkpoint."""
+    batches = _Batches()
+    got: list[str] = []
+    with _held_thread() as (thread, release):
+        with trio.CancelScope() as scope:
+            async with trio.open_nursery() as nursery:
+
+                async def waiting_writer() -> None:
+                    got.append((await thread.run_grouped(batches, "a"))[0])
+                    await trio.lowlevel.checkpoint()
+
+                nursery.start_soon(waiting_writer)
+                await wait_all_tasks_blocked()
+                scope.cancel()
+                await wait_all_tasks_blocked()
+                assert got == []  # still waiting: the cancel did not cut it
+                release.set()
+        assert scope.cancelled_caught
+    assert got == ["A"]

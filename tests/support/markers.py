@@ -9,11 +9,8 @@ collection; it marks its parameter instead (``pytest.param("postgres", marks=POS
 :func:`require_marker`, which the PostgreSQL and PgBouncer fixtures call, fails a test that
 reached one unmarked (it would otherwise run in ``make test-fast``).
 Slow suites (the crash campaigns, the load, the store model, the big export) carry
-``pytestmark = pytest.mark.slow``, and the two modules that start a PostgreSQL of their own
-``pytestmark = pytest.mark.postgres``.
-
-The ``peers`` tests (the benchmarks' peers, which need the bench extra) run only when ``-m``
-names them (``make bench-quick``), whatever else ``-m`` says.
+``pytestmark = pytest.mark.slow``, and a module that starts a PostgreSQL of its own (the
+cluster demo) ``pytestmark = pytest.mark.postgres``.
 """
 
 from __future__ import annotations
@@ -35,22 +32,14 @@ NEEDS: Mapping[str, tuple[str, ...]] = {
 }
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark each test with what its fixtures (their whole closure) need, and leave out the
-    ``peers`` tests unless ``-m`` names them: they need the bench extra, which ``make test``
-    does not install, and any ``-m`` given (``make test-fast``'s) would otherwise let them in."""
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test with what its fixtures (their whole closure) need."""
     for item in items:
         used = set(getattr(item, "fixturenames", ()))
         names = {name for fixture, markers in NEEDS.items() if fixture in used for name in markers}
         for name in sorted(names):
             if item.get_closest_marker(name) is None:
                 item.add_marker(name)
-    if "peers" in (config.option.markexpr or ""):
-        return
-    peers = [item for item in items if item.get_closest_marker("peers") is not None]
-    if peers:
-        config.hook.pytest_deselected(items=peers)
-        items[:] = [item for item in items if item.get_closest_marker("peers") is None]
 
 
 def require_marker(request: pytest.FixtureRequest, marker: str) -> None:

@@ -74,6 +74,9 @@ class Drains(Mapping[str, _Drain]):
         self._dropped_during_read: set[str] | None = None
         # Creates whose answer was lost (oldest first), until a poll has looked for their jobs.
         self._in_doubt: dict[str, None] = {}
+        # Jobs the poll adopted (the newest IN_DOUBT_MAX): a wait that read one as drained
+        # elsewhere reads it again, its adopted drain perhaps over already.
+        self._adopted: dict[str, None] = {}
         #: Shutting down: drains stopped from now on were stopped by the shutdown.
         self.closed = False
         #: Jobs whose drains the shutdown stopped (the shutdown marks them failed).
@@ -135,15 +138,18 @@ class Drains(Mapping[str, _Drain]):
             if self._tracing.enabled:  # the span a submit's drain has (the submit's was dropped)
                 drain.span = self._tracing.job_started(job.id, job.caller_class, job.targets_total)
             self.register(drain)
+            _remember(self._adopted, job.id)
             self.start(drain, job)
         if len(found) < ADOPT_MAX:  # every live one was found: the others are not live
             await self._release_in_doubt(cluster, [i for i in self._in_doubt if i not in dropped])
 
     def in_doubt_add(self, job_id: str) -> None:
         """Remember ``job_id``, whose create raised StoreUnavailable: perhaps committed."""
-        if len(self._in_doubt) >= IN_DOUBT_MAX:
-            del self._in_doubt[next(iter(self._in_doubt))]
-        self._in_doubt[job_id] = None
+        _remember(self._in_doubt, job_id)
+
+    def was_adopted(self, job_id: str) -> bool:
+        """Whether the poll adopted ``job_id`` (of the newest ``IN_DOUBT_MAX`` adopted)."""
+        return job_id in self._adopted
 
     async def _release_in_doubt(self, cluster: ClusterStore, job_ids: list[str]) -> None:
         """Release the jobs of ``job_ids`` (creates in doubt, none of them live and undrained)
@@ -291,3 +297,10 @@ class Drains(Mapping[str, _Drain]):
             extra={"job_id": drain.job_id, "idx": write.idx},
             refused=refused,
         )
+
+
+def _remember(ids: dict[str, None], job_id: str) -> None:
+    """Add ``job_id`` to ``ids``, the oldest dropped past ``IN_DOUBT_MAX``."""
+    if len(ids) >= IN_DOUBT_MAX:
+        del ids[next(iter(ids))]
+    ids[job_id] = None

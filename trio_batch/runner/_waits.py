@@ -72,8 +72,13 @@ class Waits:
                 closing=lambda: self._drains.closed,
             )
             # Adopted meanwhile (its create's answer lost): the store answers a job of this
-            # runner's drain over, yet the adopted drain may still store an outcome.
-            return await self.wait(job_id) if job_id in self._drains else found
+            # runner's drain over, yet the adopted drain may still store an outcome, or have
+            # stored it since the job was read and stopped.
+            if job_id in self._drains:
+                return await self.wait(job_id)
+            if self._drains.was_adopted(job_id):
+                return await self._store.get_job(job_id, now=self._now())
+            return found
         job = await self._store.get_job(job_id, now=self._now())
         if job is not None and not job.is_terminal and self._drains.closed:
             # Its drain was stopped by the shutdown, which marks it failed next: report that.
@@ -87,6 +92,7 @@ class Waits:
         seen = 0  # targets are drained in idx order: the outcomes below this were yielded
         watched = False  # another runner drains it and was asked to notify its end
         checked = False  # its drain was read over once: an outcome stored before, read again
+        reread = False  # read again once its adopted drain had stopped
         while True:
             drain = self._drains.get(job_id)
             # Taken before the read, so that nothing stored after it is missed.
@@ -115,6 +121,9 @@ class Waits:
                             continue  # adopted meanwhile (see wait): its outcomes come still
                         if job.targets_done < job.targets_total and not checked:
                             checked = True  # stored since the read, before the drain stopped
+                            continue
+                        if self._drains.was_adopted(job_id) and not reread:
+                            reread = True  # its adopted drain stopped since: all is stored
                             continue
                         yield job
                         return

@@ -2,11 +2,13 @@
 the write observer, and ``async with``.
 
 A backend's :class:`~trio_batch.store.JobStore` subclasses :class:`StoreFace` and supplies
-:meth:`StoreFace._store_outcomes` (one transaction for a batch of writes, one answer each) and
-:meth:`StoreFace.aclose`; the rest of the protocol is its own. An outcome write goes
-:meth:`StoreFace.record_outcome` → :meth:`GroupCommit.write
-<trio_batch.store._group_commit.GroupCommit.write>` → the backend's ``_store_outcomes`` →
-its store's ``record_outcomes`` on the store thread. Every call of a backend runs
+:meth:`StoreFace._store_outcomes` (on the store thread: one transaction for a batch of writes,
+one answer each), :meth:`StoreFace._outcome_on_thread` (its error translation around the
+hop) and :meth:`StoreFace.aclose`; the rest of the protocol is its own. An outcome write goes
+:meth:`StoreFace.record_outcome` → the backend's ``_outcome_on_thread`` →
+:meth:`StoreThread.run_grouped <trio_batch.store._thread.StoreThread.run_grouped>` → on the
+thread, the backend's ``_store_outcomes`` with the writes queued beside it → its store's
+``record_outcomes``. Every call of a backend runs
 on its one store thread, in the order made: the event loop never runs SQL.
 """
 
@@ -22,14 +24,14 @@ import trio
 
 from .._errors import StoreError
 from .._model import Job, OutcomeWrite
-from ._group_commit import GroupCommit
 from ._protocol import ReapObserver, WriteObserver
-from ._thread import StoreThread
+from ._thread import Grouped, StoreThread
 
 __all__ = ["StoreFace", "TimedWrite"]
 
 #: An outcome write with the lease length, the time it was made at, and the deadline of its
-#: call (trio time; ``math.inf`` where the backend bounds each call itself, as SQLite does).
+#: call (``time.monotonic()``, what a thread reads; ``math.inf`` where the backend bounds
+#: each call itself, as SQLite does).
 TimedWrite = tuple[OutcomeWrite, float, float, float]
 
 
@@ -46,7 +48,6 @@ class StoreFace:
         self.on_reaped: ReapObserver | None = None
         self._thread = StoreThread(name=thread_name)
         self._closed = False
-        self._group: GroupCommit[TimedWrite, Job | None] = GroupCommit(self._store_outcomes)
 
     async def __aenter__(self) -> Self:
         return self
@@ -78,13 +79,14 @@ class StoreFace:
             last()
 
     def _deadline(self) -> float:
-        """The trio time by which an outcome write made now must be known (``math.inf``
-        where every call on the thread bounds itself, as SQLite's busy timeout does)."""
+        """The ``time.monotonic()`` by which an outcome write made now must be known
+        (``math.inf`` where every call on the thread bounds itself, as SQLite's busy timeout
+        does)."""
         return math.inf
 
     async def record_outcome(self, write: OutcomeWrite, *, ttl: float, now: float) -> Job | None:
-        """Store one outcome, sharing a commit with the writes queued beside it (see
-        :class:`~trio_batch.store._group_commit.GroupCommit`).
+        """Store one outcome, sharing a commit with the writes queued beside it on the store
+        thread (see :mod:`~trio_batch.store._thread`).
 
         Answers the job as stored, or None (the job is unknown or lapsed, or not this
         runner's: nothing written), or raises the error that refused it (such as
@@ -95,13 +97,22 @@ class StoreFace:
         checkpoint.
         """
         self._start()
-        return await self._group.write((write, ttl, now, self._deadline()))
+        job, seconds = await self._outcome_on_thread((write, ttl, now, self._deadline()))
+        if seconds is not None and self.on_write is not None:
+            # An observer's bug must not fail a write that succeeded.
+            with contextlib.suppress(Exception):
+                self.on_write("record_outcomes", seconds)
+        return job
 
-    async def _store_outcomes(self, batch: list[TimedWrite]) -> list[Job | Exception | None]:
-        """Store a batch of writes in one transaction on the store thread, each
-        all-or-nothing; one answer per write (see :class:`GroupCommit`). One commit, one
-        moment: the first write's (the leader's) ttl and time serve for all, and its deadline,
-        the batch's earliest. Observed as ``"record_outcomes"``."""
+    async def _outcome_on_thread(self, timed: TimedWrite) -> Grouped[Job | None]:
+        """``self._thread.run_grouped(self._store_outcomes, timed)``, the backend's store
+        errors translated."""
+        raise NotImplementedError
+
+    def _store_outcomes(self, batch: list[TimedWrite]) -> list[Job | Exception | None]:
+        """On the store thread: store a batch of writes in one transaction, each
+        all-or-nothing; one answer per write. One commit, one moment: the first write's ttl
+        and time serve for all, and its deadline, the batch's earliest."""
         raise NotImplementedError
 
     def _observe_start(self) -> float | None:

@@ -1,9 +1,17 @@
-"""A dedicated thread that runs the blocking calls of one store, for any backend.
+"""A dedicated thread that runs the blocking calls of one store, for any backend, and the
+group commit of its outcome writes.
 
 A call is queued to the thread and the calling task sleeps until the thread hands back the
 outcome; answers that complete together wake the loop once. Compared with
 ``trio.to_thread.run_sync`` per call this saves the thread-pool round trip, and it keeps the
 calls of one store in order on one connection.
+
+Group commit happens here: grouped calls (:meth:`StoreThread.run_grouped`) of one function
+that are next to each other in the queue run as one call of it, which stores them in one
+transaction. The writes that queue while the thread is busy (a commit, a read) so share the
+next commit, and a write that finds the thread idle is committed at once, alone. The thread
+goes from one commit to the next without a hand-over to the event loop in between, and
+nothing depends on the order in which trio runs its tasks.
 """
 
 from __future__ import annotations
@@ -13,7 +21,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar
 
@@ -23,7 +31,8 @@ import trio
 P = ParamSpec("P")
 T = TypeVar("T")
 
-#: Most calls taken from the queue before their answers are handed back.
+#: Most calls taken from the queue before their answers are handed back: so also the most
+#: grouped calls (outcome writes) one commit holds.
 MAX_BATCH = 64
 
 _log = logging.getLogger("trio_batch")
@@ -36,6 +45,12 @@ class _Call:
     kwargs: dict[str, Any]
     task: trio.lowlevel.Task | None  # None: nobody waits for the answer
     token: trio.lowlevel.TrioToken | None  # the run the waiting task belongs to
+    grouped: bool = False  # fn takes a list of items (args[0] each) and answers a list
+
+
+#: What a grouped call answers: its own answer, and for the first call of its group the
+#: seconds the group's call took (None for the others): one observation per commit.
+Grouped = tuple[T, float | None]
 
 
 class StoreThread:
@@ -83,6 +98,20 @@ class StoreThread:
         result: T = await self._call(call)
         return result
 
+    async def run_grouped(
+        self, fn: Callable[[list[Any]], list[T | Exception]], item: object
+    ) -> Grouped[T]:
+        """``fn([... item ...])`` on the store thread, one call for the grouped calls of ``fn``
+        next to ``item`` in the queue (see the module docstring); ``item``'s own answer, or
+        the exception ``fn`` answered for it alone, or the one it raised for all.
+
+        Cancellation: as :meth:`run`.
+        """
+        task = trio.lowlevel.current_task()
+        call = _Call(fn, (item,), {}, task, trio.lowlevel.current_trio_token(), grouped=True)
+        answer: Grouped[T] = await self._call(call)
+        return answer
+
     def run_soon(self, fn: Callable[P, object], /, *args: P.args, **kwargs: P.kwargs) -> None:
         """Queue ``fn(*args, **kwargs)`` without waiting for it; an error it raises is logged."""
         if not self.stopped:
@@ -117,16 +146,46 @@ class StoreThread:
             else:
                 stopping = True
             done: dict[trio.lowlevel.TrioToken, list[tuple[trio.lowlevel.Task, Any]]] = {}
-            for call in calls:
-                answer = outcome.capture(call.fn, *call.args, **call.kwargs)
-                if call.task is not None and call.token is not None:
-                    done.setdefault(call.token, []).append((call.task, answer))
-                elif isinstance(answer, outcome.Error):
-                    _log.error("background store call failed", exc_info=answer.error)
+            for group, outcomes in _answered(calls):
+                for call, answer in zip(group, outcomes, strict=True):
+                    if call.task is not None and call.token is not None:
+                        done.setdefault(call.token, []).append((call.task, answer))
+                    elif isinstance(answer, outcome.Error):
+                        _log.error("background store call failed", exc_info=answer.error)
             for token, answers in done.items():
                 # A run that has finished has no task left waiting.
                 with contextlib.suppress(trio.RunFinishedError):
                     token.run_sync_soon(_wake, answers)
+
+
+def _answered(calls: list[_Call]) -> Iterator[tuple[list[_Call], list[outcome.Outcome[Any]]]]:
+    """Run ``calls`` in order, each run of grouped calls of one function as one call; each
+    run of calls with their outcomes."""
+    i = 0
+    while i < len(calls):
+        call, j = calls[i], i + 1
+        if not call.grouped:
+            yield [call], [outcome.capture(call.fn, *call.args, **call.kwargs)]
+            i = j
+            continue
+        while j < len(calls) and calls[j].grouped and calls[j].fn == call.fn:
+            j += 1
+        group = calls[i:j]
+        started = time.perf_counter()
+        answers = outcome.capture(call.fn, [c.args[0] for c in group])
+        seconds: float | None = time.perf_counter() - started
+        if isinstance(answers, outcome.Error):  # one Error each: an outcome unwraps once
+            yield group, [outcome.Error(answers.error) for _ in group]
+        else:
+            own: list[outcome.Outcome[Any]] = []
+            for answer in answers.unwrap():
+                if isinstance(answer, Exception):
+                    own.append(outcome.Error(answer))
+                else:
+                    own.append(outcome.Value((answer, seconds)))
+                    seconds = None  # observed once, by the first answered
+            yield group, own
+        i = j
 
 
 def _wake(done: list[tuple[trio.lowlevel.Task, outcome.Outcome[Any]]]) -> None:

@@ -34,7 +34,7 @@ from .._protocol import (
     ReapedJob,
     StoreCounts,
 )
-from .._thread import thread_deadline
+from .._thread import Grouped
 from . import _hosts, _outbox
 from ._claim import claim_runner
 from ._connection import DEFAULT_STORE_TIMEOUT, safe_location
@@ -141,9 +141,9 @@ class PostgresJobStore(StoreFace):
             await self._stop_thread(lambda: self.store.close(final=True))
 
     def _deadline(self) -> float:
-        """``store_timeout`` from now: an outcome write's wait behind the commit in flight
-        counts toward its bound."""
-        return trio.current_time() + self.store.store_timeout
+        """``store_timeout`` from now: an outcome write's wait in the thread's queue counts
+        toward its bound."""
+        return time.monotonic() + self.store.store_timeout
 
     async def _call(
         self, fn: Callable[Concatenate[PostgresStore, P], T], /, *args: P.args, **kwargs: P.kwargs
@@ -198,20 +198,18 @@ class PostgresJobStore(StoreFace):
         self._observe("create_job", start)
         return answer
 
-    async def _store_outcomes(self, batch: list[TimedWrite]) -> list[Job | Exception | None]:
-        """:meth:`PostgresStore.record_outcomes` of a group commit's batch, on the store
-        thread, by the deadline of its first write (``store_timeout`` from that write's call).
+    async def _outcome_on_thread(self, timed: TimedWrite) -> Grouped[Job | None]:
+        with translate_errors(self.store.store_timeout):
+            return await self._thread.run_grouped(self._store_outcomes, timed)
 
-        A write answers None (nothing written) also when its job is no longer this runner's.
-        """
+    def _store_outcomes(self, batch: list[TimedWrite]) -> list[Job | Exception | None]:
+        """:meth:`PostgresStore.record_outcomes` of the writes queued together, by the
+        deadline of the first (``store_timeout`` from its call, its wait in the queue
+        included). A write answers None (nothing written) also when its job is no longer
+        this runner's."""
         _, ttl, now, deadline = batch[0]
-        start = self._observe_start()
         writes = [timed[0] for timed in batch]
-        answers = await self._call_by(
-            thread_deadline(deadline), PostgresStore.record_outcomes, writes, ttl=ttl, now=now
-        )
-        self._observe("record_outcomes", start)
-        return answers
+        return self.store.within(deadline, PostgresStore.record_outcomes, writes, ttl=ttl, now=now)
 
     async def finish_job(
         self, job_id: str, status: JobState, *, now: float, error: str | None = None

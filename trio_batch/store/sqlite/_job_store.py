@@ -18,6 +18,7 @@ from ..._model import Job, JobState, TargetStatus
 from .._face import StoreFace, TimedWrite
 from .._filters import EVERY_JOB, JobFilter
 from .._protocol import NewJob, ReapedJob, StoreCounts
+from .._thread import Grouped
 from . import _outbox
 from ._errors import translate_errors
 from ._lock import RunnerLock
@@ -97,15 +98,15 @@ class SQLiteJobStore(StoreFace):
         self._observe("create_job", start)
         return answer
 
-    async def _store_outcomes(self, batch: list[TimedWrite]) -> list[Job | Exception | None]:
-        """:meth:`Store.record_outcomes` of a group commit's batch. The deadline is not read:
-        each call on the thread is bounded by the busy timeout."""
+    async def _outcome_on_thread(self, timed: TimedWrite) -> Grouped[Job | None]:
+        with translate_errors(self.store.busy_timeout):
+            return await self._thread.run_grouped(self._store_outcomes, timed)
+
+    def _store_outcomes(self, batch: list[TimedWrite]) -> list[Job | Exception | None]:
+        """:meth:`Store.record_outcomes` of the writes queued together. The deadline is not
+        read: each call on the thread is bounded by the busy timeout."""
         _, ttl, now, _ = batch[0]
-        start = self._observe_start()
-        writes = [timed[0] for timed in batch]
-        answers = await self._on_thread(Store.record_outcomes, writes, ttl=ttl, now=now)
-        self._observe("record_outcomes", start)
-        return answers
+        return self.store.record_outcomes([timed[0] for timed in batch], ttl=ttl, now=now)
 
     async def finish_job(
         self, job_id: str, status: JobState, *, now: float, error: str | None = None
