@@ -61,12 +61,14 @@ bench: $(STAMP) system-packages
 	$(BIN)/python -m benchmarks.latency
 	$(BIN)/python -m benchmarks.fetch
 	$(BIN)/python -m benchmarks.open_load
+	$(BIN)/python -m benchmarks.markdown
 
 # The same at reduced sizes: a few minutes.
 bench-quick: $(STAMP) system-packages
 	$(BIN)/python -m benchmarks.latency --quick
 	$(BIN)/python -m benchmarks.fetch --quick
 	$(BIN)/python -m benchmarks.open_load --seconds 2 --rounds 1
+	$(BIN)/python -m benchmarks.markdown --quick
 
 # A real batch through `trio-batch run` against a local fixture server (demo/), offline.
 demo: $(STAMP)

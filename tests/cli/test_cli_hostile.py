@@ -29,8 +29,8 @@ from .test_cli import (
 
 __all__ = ["server"]  # the fixture, imported for pytest
 
-#: What no output channel may carry raw: ESC, NUL, BEL, the 8-bit CSI, the RTL override.
-RAW = ("\x1b", "\x00", "\x07", "\x9b", "\u202e")
+#: What no output channel may carry raw: ESC, NUL, BEL, DEL, the 8-bit CSI, the RTL override.
+RAW = ("\x1b", "\x00", "\x07", "\x7f", "\x9b", "\u202e")
 
 
 def assert_printable(text: str) -> None:

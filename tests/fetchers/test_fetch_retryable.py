@@ -41,7 +41,16 @@ async def _error(url: str, fetcher: HttpFetcher = http_fetch) -> FetchError:
     return info.value
 
 
-@pytest.mark.parametrize("status", sorted(RETRYABLE_STATUSES))
+#: As the docs list them (docs/how-to/retries.md), not as the code does: a status dropped
+#: from the code's set fails here.
+DOCUMENTED_RETRYABLE = [408, 425, 429, 500, 502, 503, 504]
+
+
+def test_the_retryable_statuses_are_the_documented_ones() -> None:
+    assert sorted(RETRYABLE_STATUSES) == DOCUMENTED_RETRYABLE
+
+
+@pytest.mark.parametrize("status", DOCUMENTED_RETRYABLE)
 async def test_transient_statuses_are_retryable(server: LocalServer, status: int) -> None:
     err = await _error(server.url(f"/flaky?fail=1&status={status}"))
     assert isinstance(err, HTTPStatusError) and err.status_code == status

@@ -68,7 +68,7 @@ def test_markdown_nests_lists_and_drops_empty_links() -> None:
         "<blockquote><p>quoted</p><p>twice</p></blockquote>"
     )
     assert html_to_markdown(html) == (
-        "- one\n   - one.a\n   - one.b\n- two\n\nHello [there](/x) you\n\n> quoted\n\n> twice"
+        "- one\n  - one.a\n  - one.b\n- two\n\nHello [there](/x) you\n\n> quoted\n>\n> twice"
     )
     assert html_to_text(html) == "- one\n- one.a\n- one.b\n- two\nHello there you\nquoted\ntwice"
 

@@ -14,7 +14,14 @@ from trio_batch.fetchers import HttpFetcher, HTTPStatusError
 from trio_batch.fetchers._hosts import Hosts, Politeness
 
 from ..support.fakes import FakeClock
-from ..support.tls_server import TLSServer, client_tls, tls_ca, tls_server, until
+from ..support.tls_server import (
+    TLSServer,
+    client_tls,
+    loopback_names,
+    tls_ca,
+    tls_server,
+    until,
+)
 
 __all__ = ["client_tls", "tls_ca", "tls_server"]  # fixtures
 
@@ -35,10 +42,12 @@ def figures(fetcher: HttpFetcher, host: str) -> dict[str, float]:
 async def test_per_host_concurrency_holds_across_jobs_and_spares_other_hosts(
     store: Store, tls_server: TLSServer, client_tls: ssl.SSLContext
 ) -> None:
-    fetcher = HttpFetcher(verify=client_tls, trust_env=False, per_host_concurrency=2)
-    # Six jobs on "localhost" and three on "127.0.0.1": the same server under two host names.
+    fetcher = HttpFetcher(
+        verify=client_tls, trust_env=False, per_host_concurrency=2, check_url=loopback_names()
+    )
+    # Six jobs on "localhost" and three on "a.test": the same server under two host names.
     jobs = [[Target(tls_server.url(f"/hold?j={j}&i={i}")) for i in range(2)] for j in range(6)]
-    jobs += [[Target(tls_server.url(f"/page?n={j}", "127.0.0.1"))] for j in range(3)]
+    jobs += [[Target(tls_server.url(f"/page?n={j}", "a.test"))] for j in range(3)]
     async with open_runner(store, fetcher, Config(jobs_total=9)) as runner:
         ids = [(await runner.submit(f"c{i}", "user", job))[0] for i, job in enumerate(jobs)]
         await until(lambda: tls_server.now_in_flight("localhost") == 2)
@@ -62,7 +71,9 @@ async def test_a_429_pauses_every_job_on_that_host_and_none_on_another(
     mock_clock: trio.testing.MockClock,
 ) -> None:
     # trio's clock stands still: the pause lasts until the test moves it.
-    fetcher = HttpFetcher(verify=client_tls, trust_env=False, max_host_pause=60)
+    fetcher = HttpFetcher(
+        verify=client_tls, trust_env=False, max_host_pause=60, check_url=loopback_names()
+    )
     retry = RetryPolicy(attempts=2, first_delay=0.001, max_delay=60, jitter=0)
     throttle = "/throttle?after=5&times=1"
     async with open_runner(store, fetcher, Config(retry=retry), now=clock) as runner:
@@ -75,7 +86,7 @@ async def test_a_429_pauses_every_job_on_that_host_and_none_on_another(
         other = [
             (
                 await runner.submit(
-                    f"o{j}", "user", [Target(tls_server.url(f"/page?n=o{j}", "127.0.0.1"))]
+                    f"o{j}", "user", [Target(tls_server.url(f"/page?n=o{j}", "a.test"))]
                 )
             )[0]
             for j in range(3)
@@ -151,9 +162,17 @@ async def test_a_cancelled_wait_for_a_host_leaves_no_trace(
 
 
 def test_bad_politeness_settings_are_refused() -> None:
-    for kwargs in ({"per_host_concurrency": 0}, {"per_host_rate": 0}, {"max_host_pause": 0}):
+    for kwargs in (
+        {"per_host_concurrency": 0},
+        {"per_host_concurrency": 1001},
+        {"per_host_rate": 0},
+        {"max_host_pause": 0},
+    ):
         with pytest.raises(ValueError):
             HttpFetcher(**kwargs)  # type: ignore[arg-type]
+    # The edges of the documented range, 1 to 1000, are taken.
+    assert HttpFetcher(per_host_concurrency=1).politeness.concurrency == 1
+    assert HttpFetcher(per_host_concurrency=1000).politeness.concurrency == 1000
 
 
 async def test_waiting_out_a_pause_longer_than_the_timeout_does_not_time_the_fetch_out(

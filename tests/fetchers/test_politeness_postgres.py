@@ -22,7 +22,14 @@ from trio_batch.store.postgres import PostgresJobStore
 
 from ..support.cuttable_proxy import CuttableProxy
 from ..support.pg_server import PgServer
-from ..support.tls_server import TLSServer, client_tls, tls_ca, tls_server, until
+from ..support.tls_server import (
+    TLSServer,
+    client_tls,
+    loopback_names,
+    tls_ca,
+    tls_server,
+    until,
+)
 from .test_politeness import figures
 
 __all__ = ["client_tls", "tls_ca", "tls_server"]  # fixtures
@@ -68,7 +75,12 @@ async def test_per_host_concurrency_holds_across_two_runners(
 async def test_a_429_seen_by_one_runner_pauses_the_others_on_that_host_only(
     pg_dsn: str, tls_server: TLSServer, client_tls: ssl.SSLContext
 ) -> None:
-    fetchers = [HttpFetcher(verify=client_tls, trust_env=False, max_host_pause=600) for _ in "ab"]
+    fetchers = [
+        HttpFetcher(
+            verify=client_tls, trust_env=False, max_host_pause=600, check_url=loopback_names()
+        )
+        for _ in "ab"
+    ]
     stores = [PostgresJobStore.open(pg_dsn) for _ in "ab"]
     async with (
         open_runner(stores[0], fetchers[0]) as a,
@@ -80,7 +92,7 @@ async def test_a_429_seen_by_one_runner_pauses_the_others_on_that_host_only(
         await until(lambda: bool(_sql(pg_dsn, paused, ("localhost",))))
         assert _sql(pg_dsn, paused, ("localhost",))[0][0] > 200
         await b.submit("s", "user", [Target(tls_server.url("/page?n=s"))])
-        other, _ = await b.submit("o", "user", [Target(tls_server.url("/page?n=o", "127.0.0.1"))])
+        other, _ = await b.submit("o", "user", [Target(tls_server.url("/page?n=o", "a.test"))])
         job = await b.wait(other)
         assert job is not None and job.status is JobState.DONE
         await until(lambda: figures(fetchers[1], "localhost").get("waiting") == 1)

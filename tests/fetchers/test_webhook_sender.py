@@ -3,6 +3,8 @@ the standardwebhooks library verifies them, at least once, through the SSRF poli
 
 from __future__ import annotations
 
+import base64
+
 import pytest
 
 from trio_batch import InvalidRequest, JobEvent, Store, open_runner
@@ -146,12 +148,21 @@ async def test_a_receiver_that_does_not_answer_times_out(receiver: Receiver) -> 
     receiver.hold.set()
 
 
+def test_a_secret_of_exactly_16_bytes_is_taken(tmp_path: object) -> None:
+    from pathlib import Path
+
+    path = Path(str(tmp_path)) / "secret"
+    path.write_text("whsec_" + base64.b64encode(bytes(range(16))).decode() + "\n")
+    assert load_webhook_secret(path)
+
+
 @pytest.mark.parametrize(
     ("text", "says"),
     [
         ("secret", "whsec_"),
         ("whsec_not base64!", "not base64"),
         ("whsec_AAAA", "at least 16"),
+        ("whsec_" + base64.b64encode(bytes(15)).decode(), "15 bytes; use at least 16"),
     ],
 )
 def test_a_bad_secret_file_is_refused_with_a_clear_message(

@@ -13,7 +13,7 @@ from trio_batch.cli._serve import add_serve_arguments
 from trio_batch.fetchers import HttpFetcher, builtin_fetch
 
 from ..support.fakes import FakeClock
-from ..support.tls_server import TLSServer, client_tls, tls_ca, tls_server
+from ..support.tls_server import TLSServer, client_tls, loopback_names, tls_ca, tls_server
 from .test_http import auth, running
 
 __all__ = ["client_tls", "tls_ca", "tls_server"]  # fixtures
@@ -22,9 +22,9 @@ __all__ = ["client_tls", "tls_ca", "tls_server"]  # fixtures
 async def test_metrics_show_requests_429s_and_pauses_per_host(
     tmp_path: Path, tls_server: TLSServer, client_tls: ssl.SSLContext, clock: FakeClock
 ) -> None:
-    fetcher = HttpFetcher(verify=client_tls, trust_env=False)
+    fetcher = HttpFetcher(verify=client_tls, trust_env=False, check_url=loopback_names())
     targets = [
-        {"url": tls_server.url("/page?n=1", "127.0.0.1")},
+        {"url": tls_server.url("/page?n=1", "a.test")},
         {"url": tls_server.url("/throttle?after=0&times=1")},
     ]
     async with running(tmp_path, fetcher, clock) as svc:
@@ -37,7 +37,7 @@ async def test_metrics_show_requests_429s_and_pauses_per_host(
         for line in text.splitlines()
         if line and not line.startswith("#")
     }
-    local, ip = '{host="localhost"}', '{host="127.0.0.1"}'
+    local, ip = '{host="localhost"}', '{host="a.test"}'
     assert samples["trio_batch_fetch_host_requests_total" + local] == 1
     assert samples["trio_batch_fetch_host_requests_total" + ip] == 1
     assert samples["trio_batch_fetch_host_throttled_total" + local] == 1

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 from starlette.datastructures import Headers
 
 from trio_batch import Result, Target
@@ -21,6 +22,7 @@ from trio_batch.http._headers import API_HEADERS
 
 from ..support.fakes import FakeClock, ScriptedFetch
 from ..support.http_fixtures import ALICE, BOB, REPO, sse_events, start_server
+from ..support.tls_server import until
 from .test_http import auth, body, problem, running
 
 
@@ -263,22 +265,35 @@ async def test_targets_a_cancelled_job_never_runs_are_not_unfinished(
 
 
 async def test_a_trickled_body_is_cut_off_with_408(
-    tmp_path: Path, fetch: ScriptedFetch, clock: FakeClock
+    tmp_path: Path, fetch: ScriptedFetch, clock: FakeClock, mock_clock: trio.testing.MockClock
 ) -> None:
-    """A client sending its body a byte at a time held the connection for 30 s (issue 12)."""
-    async with running(tmp_path, fetch, clock, body_timeout=0.5) as svc:
+    """A client sending its body a byte at a time held the connection for 30 s (issue 12).
+    Cut at ``body_timeout`` on trio's clock: not before, and not later."""
+    async with running(tmp_path, fetch, clock, body_timeout=5) as svc:
         stream = await open_raw(svc.url)
         head = (
             f"POST /v1/batches HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {ALICE}\r\n"
             "Content-Length: 1000\r\nContent-Type: application/json\r\n\r\n"
         )
-        await stream.send_all(head.encode() + b'{"targets": [')  # and never the rest
-        reply = b""
-        with trio.fail_after(60):  # a guard against a hang, not a speed check
-            while chunk := await stream.receive_some(65536):  # to the server's close
-                reply += chunk
+        reply = bytearray()
+        closed = trio.Event()
+
+        async def read_to_the_close() -> None:
+            while chunk := await stream.receive_some(65536):
+                reply.extend(chunk)
+            closed.set()
+
+        async with trio.open_nursery() as nursery:
+            await stream.send_all(head.encode() + b'{"targets": [')  # and never the rest
+            nursery.start_soon(read_to_the_close)
+            await trio.testing.wait_all_tasks_blocked()
+            mock_clock.jump(4.9)
+            await trio.testing.wait_all_tasks_blocked()
+            assert not reply  # still within the body's time
+            mock_clock.jump(0.2)
+            await until(closed.is_set)
         await stream.aclose()
-        assert status_of(reply) == 408
+        assert status_of(bytes(reply)) == 408
         assert b"urn:trio-batch:problem:body-timeout" in reply
         text = (await svc.client.get("/metrics")).text
     assert metric(text, "trio_batch_http_requests_total", route="/v1/batches", code="408") == 1

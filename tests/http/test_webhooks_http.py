@@ -3,6 +3,8 @@ redeliver endpoint, and `serve --webhook-secret-file`."""
 
 from __future__ import annotations
 
+import datetime
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -68,6 +70,10 @@ async def test_a_job_with_a_webhook_is_posted_and_its_delivery_shown_then_redeli
     assert first.verified and again.verified and first.webhook_id == again.webhook_id
     assert first.payload["data"]["metadata"] == {"team": "a"}
     assert first.payload["data"]["links"]["self"] == f"/v1/batches/{job_id}"
+    # RFC 3339 in UTC, spelled with "Z" as the reference says, at the job's end.
+    stamp = first.payload["timestamp"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z", stamp), stamp
+    assert datetime.datetime.fromisoformat(stamp).timestamp() == clock.now
 
 
 async def test_redeliver_answers_409_for_a_live_job_and_404_without_a_webhook(
@@ -95,6 +101,9 @@ async def test_redeliver_answers_409_for_a_live_job_and_404_without_a_webhook(
         ({"url": 5}, "string"),
         ({"url": "https://example.org/", "secret": "x"}, "unknown"),
         ({"url": "http://example.org/"}, "https://"),
+        ({"url": "https://token@example.org/"}, "user name"),
+        ({"url": "https://:secret@example.org/"}, "password"),
+        ({"url": "https://user:secret@example.org/"}, "user name or password"),
     ],
 )
 async def test_a_bad_webhook_is_422_and_creates_nothing(
@@ -108,6 +117,21 @@ async def test_a_bad_webhook_is_422_and_creates_nothing(
         assert says in problem(r, 422, "invalid-request")["detail"]
         r = await service.client.get("/v1/batches", headers=auth())
         assert r.json()["jobs"] == []
+
+
+async def test_a_webhook_url_of_2048_characters_is_taken_and_one_more_is_422(
+    tmp_path: Path, clock: FakeClock, receiver: Receiver
+) -> None:
+    async with running(tmp_path, ScriptedFetch(), clock, webhooks=sender(receiver)) as service:
+        base = receiver.url + "?pad="
+        for size, status in [(2049, 422), (2048, 201)]:
+            url = base + "p" * (size - len(base))
+            r = await service.client.post(
+                "/v1/batches", json=body("x", webhook={"url": url}), headers=auth()
+            )
+            assert r.status_code == status, r.text
+        r = await service.get(r.json()["id"])
+        assert r.json()["webhook"]["url"] == url
 
 
 async def test_a_service_without_a_webhook_secret_refuses_a_webhook(

@@ -294,3 +294,23 @@ async def test_the_fetcher_retries_a_503_until_the_server_recovers(
     target = status[1][0]
     assert (target.attempts, target.result.content if target.result else None) == (3, "fine now")
     assert server.count("/flaky?fail=2&status=503&after=1") == 3
+
+
+async def test_an_on_retry_hook_that_raises_fails_neither_the_target_nor_the_job(
+    store: Store, clock: FakeClock, autojump_clock: trio.testing.MockClock
+) -> None:
+    seen: list[RetryNotice] = []
+
+    def broken(notice: RetryNotice) -> None:
+        seen.append(notice)
+        raise RuntimeError("the progress display's own bug")
+
+    fetch = Flaky(fails=1)
+    async with open_runner(store, fetch, Config(retry=NO_JITTER), now=clock, on_retry=broken) as r:
+        job_id, _ = await r.submit("alice", "user", urls("a/1", "a/2"))
+        job = await r.wait(job_id)
+    assert job is not None and job.status is JobState.DONE
+    assert [n.url for n in seen] == ["https://example.test/a/1", "https://example.test/a/2"]
+    found = store.get_status(job_id, now=clock())
+    assert found is not None
+    assert [(t.status, t.attempts) for t in found[1]] == [(TargetState.DONE, 2)] * 2

@@ -43,9 +43,9 @@ PAYLOAD = (
     "<svg onload=\"window.__pwned = 'svg'\"></svg>"
 )
 
-#: Text that steers a terminal if printed raw: a window title, clear screen, NUL, an 8-bit CSI
+#: Text that steers a terminal if printed raw: a window title, clear screen, NUL, DEL, an 8-bit CSI
 #: and a right-to-left override that makes ``gnp.exe`` read ``exe.png``.
-CONTROLS = "title \x1b]0;PWNED\x07\x1b[2J nul\x00 csi\x9b31m \u202egnp.exe\nsecond line\n"
+CONTROLS = "title \x1b]0;PWNED\x07\x1b[2J nul\x00 del\x7f csi\x9b31m \u202egnp.exe\nsecond line\n"
 
 TEXT = "\n".join(f"line {i}: {'match' if i in (3, 4, 9) else 'plain'}" for i in range(1, 13))
 
@@ -148,6 +148,12 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, CONTROLS.encode(), "text/plain; charset=utf-8")
         elif path == "/latin1.txt":
             self._send(200, "café crème".encode("latin-1"), "text/plain; charset=iso-8859-1")
+        elif path == "/latin1-quoted.txt":  # the charset as a quoted string (RFC 9110)
+            self._send(200, "café crème".encode("latin-1"), 'text/plain; charset="ISO-8859-1"')
+        elif path == "/latin1-spaced.txt":
+            self._send(200, "café crème".encode("latin-1"), "text/plain;Charset = 'latin1' ")
+        elif path == "/doc.bin":  # a PDF told only by its first bytes
+            self._send(200, PDF, "application/octet-stream")
         elif path == "/doc.pdf":
             self._send(200, PDF, "application/pdf")
         elif path == "/broken.pdf":

@@ -5,11 +5,16 @@ per path, and requests in flight per ``Host`` name (the most it ever saw at once
 check connection reuse and per-host limits from the server's side. Routes:
 
 - ``/page?n=I``: a small HTML page (``PAGE`` with ``I`` in it).
-- ``/hold``: waits until ``release`` is set, then answers 200.
+- ``/hold?status=C&after=S&to=URL``: waits until ``release`` is set, then answers ``C`` (200),
+  with ``Retry-After: S`` and ``Location: URL`` if given.
 - ``/throttle?after=S&times=K``: the first ``K`` requests for this exact URL answer 429 (with
   ``Retry-After: S`` if given), later ones 200.
 - ``/stall``: headers and half the body, then nothing until ``release`` is set.
-- ``/robots.txt``: ``robots`` (404 while it is None, 500 when it is ``"500"``).
+- ``/trickle``: the same, until ``trickle`` is set.
+- ``/robots.txt``: ``robots`` (404 while it is None; a three-digit string answers that
+  status), its bytes served as they are.
+- ``/redirect?to=PATH``: a 302 to ``PATH``.
+- ``/unavailable?after=S``: a 503 with ``Retry-After: S``.
 
 The certificate is valid for ``localhost``, ``127.0.0.1`` and the names in ``NAMES`` (tests
 point those at 127.0.0.1 through the SSRF policy's resolver). Run as a module
@@ -34,6 +39,8 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 import trio
 import trustme
+
+from trio_batch.fetchers import DestinationPolicy
 
 #: Host names the certificate covers besides localhost and 127.0.0.1.
 NAMES = ("a.test", "b.test", "site.test")
@@ -64,7 +71,9 @@ class TLSServer(ThreadingHTTPServer):
         self.in_flight: Counter[str] = Counter()
         self.most_in_flight: Counter[str] = Counter()
         self.release = threading.Event()
-        self.robots: str | None = None  # /robots.txt: None answers 404, "500" answers 500
+        self.trickle = threading.Event()
+        #: /robots.txt: None answers 404, a status code ("403") that status, else the text.
+        self.robots: str | bytes | None = None
 
     @property
     def port(self) -> int:
@@ -151,7 +160,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, PAGE.format(n=query.get("n", "0")).encode())
         elif parts.path == "/hold":
             self.server.release.wait(HOLD_TIMEOUT)
-            self._send(200, b"held, then released")
+            headers = {"Retry_After": query["after"]} if "after" in query else {}
+            if "to" in query:
+                headers["Location"] = query["to"]
+            self._send(int(query.get("status", "200")), b"held, then released", **headers)
         elif parts.path == "/throttle":
             if seen <= int(query.get("times", "1")):
                 headers = {"Retry_After": query["after"]} if "after" in query else {}
@@ -160,17 +172,24 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(200, b"fine now")
         elif parts.path == "/robots.txt":
             robots = self.server.robots
-            if robots is None or robots == "500":
-                self._send(404 if robots is None else 500, b"no robots here")
+            if robots is None:
+                self._send(404, b"no robots here")
+            elif isinstance(robots, str) and len(robots) == 3 and robots.isdigit():
+                self._send(int(robots), b"no robots here")
             else:
-                self._send(200, robots.encode())
-        elif parts.path == "/stall":
+                self._send(200, robots.encode() if isinstance(robots, str) else robots)
+        elif parts.path == "/redirect":
+            self._send(302, b"", Location=query["to"])
+        elif parts.path == "/unavailable":
+            self._send(503, b"down for a moment", Retry_After=query["after"])
+        elif parts.path in ("/stall", "/trickle"):
             self.send_response(200)
             self.send_header("Content-Length", "10")
             self.end_headers()
             self.wfile.write(b"12345")
             self.wfile.flush()
-            self.server.release.wait(HOLD_TIMEOUT)
+            gate = self.server.release if parts.path == "/stall" else self.server.trickle
+            gate.wait(HOLD_TIMEOUT)
             self.wfile.write(b"67890")
         else:
             self._send(404, b"unknown")
@@ -205,6 +224,7 @@ def tls_server(tls_ca: trustme.CA) -> Iterator[TLSServer]:
         yield srv
     finally:
         srv.release.set()
+        srv.trickle.set()
         srv.shutdown()
         srv.server_close()
 
@@ -221,6 +241,16 @@ def main(cert_dir: str) -> None:
 
 if __name__ == "__main__":
     main(sys.argv[1])
+
+
+async def to_loopback(host: str, port: int) -> list[str]:
+    """A resolver sending every name to 127.0.0.1 (for ``DestinationPolicy(resolver=...)``)."""
+    return ["127.0.0.1"]
+
+
+def loopback_names() -> DestinationPolicy:
+    """A policy that reaches this server under any of ``NAMES`` (each its own host)."""
+    return DestinationPolicy(allow_networks=["127.0.0.1/32"], resolver=to_loopback)
 
 
 async def until(condition: Callable[[], bool], *, limit: float = HOLD_TIMEOUT) -> None:

@@ -339,7 +339,7 @@ def _reused_message(job: Job, store_path: str) -> str:
         f"job {job.id} was submitted before with the same targets by the same caller: "
         f"showing its stored results; nothing was fetched now.{ended + '.' if ended else ''} "
         f"It is kept until {_console.format_time(job.expires_at)}; to fetch its targets again "
-        f"now, delete it first with `trio-batch forget {job.id} --db {_quote(store_path)}` "
+        f"now, delete it first with `trio-batch forget {job.id} --db {_shell(store_path)}` "
         "(or use another --caller)."
     )
 
@@ -377,9 +377,15 @@ def _report(
     )
 
 
-def _quote(path: str) -> str:
+def _shell(path: str) -> str:
+    """``path`` as a shell word, safe on a terminal (for text printed without markup)."""
     import shlex
 
+    return shlex.quote(printable(path))
+
+
+def _quote(path: str) -> str:
+    """:func:`_shell`, escaped for rich markup (for text printed with it)."""
     from rich.markup import escape
 
-    return escape(shlex.quote(printable(path)))
+    return escape(_shell(path))

@@ -19,17 +19,18 @@ front of the fetcher; :func:`builtin_fetch` is that combination, the fetch funct
 
 The package's modules: ``_errors`` (the exception tree), ``_http`` (:class:`HttpFetcher`),
 ``_options`` (a target's options, checked at submit and before any I/O), ``_body`` (turning a
-body into text), ``_markup`` (HTML to text and Markdown), ``_bounded`` (the worker processes,
-shared fairly between callers), ``_ssrf`` (:class:`DestinationPolicy`), ``_builtin`` (the
-service's fetch function) and ``_webhook`` (:class:`WebhookSender`, which signs and sends
-jobs' terminal events).
+body into text), ``_markup`` (HTML to text and Markdown, with ``_markdown`` for Markdown's
+inline marks and escapes), ``_bounded`` (the worker processes, shared fairly between callers),
+``_ssrf`` (:class:`DestinationPolicy`), ``_builtin`` (the service's fetch function) and
+``_webhook`` (:class:`WebhookSender`, which signs and sends jobs' terminal events).
 
 Options
 -------
 ``mode``
     ``raw`` (the default): the body decoded as text. ``text``: HTML turned into readable text;
-    ``markdown``: HTML as Markdown (headings, lists, links, tables); ``main``: the page's main
-    content as Markdown, without navigation and boilerplate. Other bodies are left as they are.
+    ``markdown``: HTML as CommonMark (headings, lists, links, images, tables) that renders as
+    the page reads, its depth bounded; ``main``: the page's main content as Markdown, without
+    navigation and boilerplate. Other bodies are left as they are.
 ``grep``
     A Python regular expression; only the lines that match are kept. With ``context: true`` the
     neighbouring lines are kept too, and groups that are not adjacent are separated by ``--``

@@ -1,8 +1,9 @@
 """Politeness per host, shared by every job of a runner: in-flight cap, rate, host-wide pause.
 
-:class:`Hosts` holds one :class:`_Host` per host name. Every request (each redirect hop) takes a
-slot of its host with :meth:`Hosts.slot`: it waits while the host is paused, for one of the
-host's ``concurrency`` places, and for the host's rate, in that order of arrival. A 429 (or a
+:class:`Hosts` holds one :class:`_Host` per host, named as :func:`~._urls.host_key` spells it
+(``127.1``, ``LocalHost.`` and ``127.0.0.1`` are one host). Every request (each redirect hop)
+takes a slot of its host with :meth:`Hosts.slot`: it waits while the host is paused, for one of
+the host's ``concurrency`` places, and for the host's rate, in that order of arrival. A 429 (or a
 503 carrying ``Retry-After``) pauses the host for every job (:meth:`Hosts.throttled`).
 
 The pause: the server's ``Retry-After`` if longer than the host's backoff, never more than

@@ -37,8 +37,9 @@ from ._files import fetch_file
 from ._hosts import HostFigures, Politeness
 from ._options import check_target, plan_for
 from ._pool import ClientSettings, Pools, Session
+from ._robots import ROBOTS_MAX_BYTES
 from ._ssrf import DestinationPolicy
-from ._urls import check_http_url, response_too_large, split_url, unsupported_scheme
+from ._urls import check_http_url, host_key, response_too_large, split_url, unsupported_scheme
 
 __all__ = ["CheckURL", "HttpFetcher", "http_fetch", "parse_retry_after"]
 
@@ -293,15 +294,28 @@ class HttpFetcher:
             return await self._fetch_hops(session, url, deadline)
 
     async def _fetch_hops(
-        self, session: Session, url: str, deadline: trio.CancelScope, *, robots: bool = True
+        self,
+        session: Session,
+        url: str,
+        deadline: trio.CancelScope,
+        *,
+        robots: bool = True,
+        keep: int | None = None,
     ) -> Body:
         """Follow ``url``'s redirects through ``session``; ``deadline`` is the fetch's scope,
         moved on by the time spent waiting for a host's turn. ``robots``: check each hop
-        against its origin's robots.txt (when the fetcher obeys it)."""
+        against its origin's robots.txt (when the fetcher obeys it). ``keep``: read at most
+        that many bytes of the body and drop the rest (instead of failing past ``max_bytes``).
+        """
 
         async def robots_text(robots_url: str) -> str:
-            body = await self._fetch_hops(session, robots_url, deadline, robots=False)
-            return body.data.decode("utf-8", "replace")
+            body = await self._fetch_hops(
+                session, robots_url, deadline, robots=False, keep=ROBOTS_MAX_BYTES
+            )
+            data = body.data
+            if len(data) >= ROBOTS_MAX_BYTES:  # cut: the last line may be half a rule
+                data = data[: data.rfind(b"\n") + 1]
+            return data.decode("utf-8", "replace")
 
         client = session.client
         current = url
@@ -309,14 +323,14 @@ class HttpFetcher:
             for hop in range(self.max_redirects + 1):
                 if self.check_url is not None:
                     await self.check_url(current)
-                if robots and self.obey_robots:
-                    await session.robots.check(current, robots_text)
                 request = client.build_request("GET", current)
+                if robots and self.obey_robots:  # the URL as sent: dot segments resolved
+                    await session.robots.check(str(request.url), robots_text)
                 # The fetch's clock stops while it waits for the host's turn (a pause may
                 # outlast the timeout) and starts again with what was left.
                 left = deadline.deadline - trio.current_time()
                 deadline.deadline = math.inf
-                async with session.hosts.slot(request.url.host) as ticket:
+                async with session.hosts.slot(host_key(request.url.host)) as ticket:
                     deadline.deadline = trio.current_time() + left
                     try:
                         response = await client.send(request, stream=True)
@@ -341,7 +355,7 @@ class HttpFetcher:
                             continue
                         if response.status_code >= 400:
                             raise status_error(response)
-                        data = await self._read_capped(response)
+                        data = await self._read_capped(response, keep)
                         content_type, charset = split_content_type(
                             response.headers.get("content-type")
                         )
@@ -381,14 +395,17 @@ class HttpFetcher:
             raise FetchError(f"{type(exc).__name__} while fetching {current}: {exc}") from None
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
-    async def _read_capped(self, response: httpx.Response) -> bytes:
+    async def _read_capped(self, response: httpx.Response, keep: int | None = None) -> bytes:
+        """The body, failing past ``max_bytes``; with ``keep``, its first ``keep`` bytes."""
         length = parse_count(response.headers.get("content-length", ""), max_digits=30)
-        if length is not None and length > self.max_bytes:
+        if keep is None and length is not None and length > self.max_bytes:
             raise self._too_large(str(response.url), f"{length} bytes")
         data = bytearray()
         async for chunk in response.aiter_bytes():
             data += chunk
-            if len(data) > self.max_bytes:
+            if keep is not None and len(data) >= keep:
+                return bytes(data[:keep])
+            if keep is None and len(data) > self.max_bytes:
                 raise self._too_large(str(response.url), f"more than {self.max_bytes} bytes")
         return bytes(data)
 

@@ -2,11 +2,45 @@
 
 from __future__ import annotations
 
+import ipaddress
+import socket
 from urllib.parse import SplitResult, urlsplit
 
 from ._errors import ResponseTooLarge, URLError
 
-__all__ = ["check_http_url", "response_too_large", "split_url", "unsupported_scheme"]
+__all__ = ["check_http_url", "host_key", "response_too_large", "split_url", "unsupported_scheme"]
+
+#: How :func:`host_key` spells the local machine: ``localhost`` names (RFC 6761) and the
+#: addresses they resolve to.
+_LOOPBACK = "localhost"
+_LOOPBACK_ADDRESSES = frozenset({"127.0.0.1", "::1"})
+
+
+def host_key(host: str) -> str:
+    """One spelling per host, for what is kept per host (limits, pauses, robots.txt).
+
+    Case and a trailing dot are dropped; an IP address is written in its usual form (``127.1``,
+    ``0x7f.0.0.1`` and ``2130706433`` are all ``127.0.0.1``, as the resolver reads them;
+    ``::FFFF:127.0.0.1`` is its IPv4 address); ``localhost``, its subdomains, ``127.0.0.1``
+    and ``::1`` are ``localhost``. One host under several spellings then shares one set of
+    limits.
+    """
+    name = host.strip("[]").rstrip(".").lower()
+    if name == "localhost" or name.endswith(".localhost"):
+        return _LOOPBACK
+    try:
+        ip = ipaddress.ip_address(name)
+    except ValueError:
+        if not name or not all(c in "0123456789abcdefx." for c in name):
+            return name
+        try:  # the classic forms inet_aton reads (and getaddrinfo with it): 127.1, 0x7f.1
+            ip = ipaddress.ip_address(socket.inet_aton(name))
+        except OSError:
+            return name
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    address = str(ip)
+    return _LOOPBACK if address in _LOOPBACK_ADDRESSES else address
 
 
 def split_url(url: str) -> SplitResult:

@@ -2,13 +2,13 @@
 
 Part of :class:`~trio_batch.store.postgres.PostgresStore` (its base class): each outcome is
 ``RECORD_OUTCOME`` (through its function on a pooled connection), atomic on its own; the writes
-of a shared commit go in one transaction.
+of a shared commit go out in one pipeline with its ``BEGIN`` and ``COMMIT``.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import psycopg
@@ -17,13 +17,16 @@ from ..._errors import OutcomeExists, StoreError, StoreUnavailable
 from ..._model import Job, JobState, OutcomeWrite
 from .._rows import job_from_row, write_values
 from . import _queries as q
-from ._connection import Conn, Op
+from ._connection import Conn, Op, rollback
 from ._reads import PostgresReads
 
-__all__ = ["PostgresOutcomes"]
+__all__ = ["PIPELINE_SUPPORTED", "PostgresOutcomes"]
 
 #: The statuses the last outcome of a job gives it.
 _FINAL_STATUSES = frozenset({JobState.DONE, JobState.FAILED, JobState.PARTIAL})
+
+#: psycopg's pipeline mode needs libpq 14 or newer (psycopg[binary] ships one).
+PIPELINE_SUPPORTED = psycopg.Pipeline.is_supported()
 
 
 def _outcome_answer(write: OutcomeWrite, row: Any) -> Job | OutcomeExists | None:
@@ -62,13 +65,25 @@ class PostgresOutcomes(PostgresReads):
         written), or the exception that refused it alone (:class:`OutcomeExists`, ValueError,
         :class:`StoreError` for values the database refused). A refused write changes nothing,
         so the writes need no savepoints; a write whose values the database refuses aborts the
-        transaction, which is then made again without it. A single write runs in autocommit,
-        its own transaction. If the commit is cut off by a lost connection the writes may have
-        committed: a retry of such a write that finds its very outcome stored answers the job
-        instead of :class:`OutcomeExists`, so nothing is lost or counted twice.
+        transaction, which is then made again without it. Several writes go out in psycopg's
+        pipeline mode, together, instead of each waiting for the answer to the one before (a
+        round trip each would also wait, each time, for the store thread to get the GIL back
+        from a busy event loop); a refused value there sends the batch again one write at a
+        time, to tell which it was.
+        A single write runs in autocommit, its own transaction. If the commit is cut off by a
+        lost connection the writes may have committed: a retry of such a write (sent one at a
+        time) that finds its very outcome stored answers the job instead of
+        :class:`OutcomeExists`, so nothing is lost or counted twice.
         """
         answers: list[Job | Exception | None] = [None] * len(writes)
         todo = list(range(len(writes)))
+
+        def pipelined(conn: Conn) -> None:
+            try:
+                answers[:] = self._record_pipelined(conn, writes, ttl, now)
+                todo.clear()
+            except psycopg.DataError:
+                pass  # rolled back: one write at a time below, to tell which was refused
 
         def record(conn: Conn) -> None:
             alone = len(todo) == 1  # one statement: a transaction of its own
@@ -85,6 +100,8 @@ class PostgresOutcomes(PostgresReads):
                         raise _Refused(i) from exc
 
         try:
+            if self._can_pipeline(writes):
+                self._run(pipelined)
             while todo:
                 try:
                     self._run(record)
@@ -124,11 +141,72 @@ class PostgresOutcomes(PostgresReads):
         """The connection was lost while ``writes`` were being committed: they may have been."""
         self._maybe_committed.update((w.job_id, w.idx) for w in writes)
 
+    def _can_pipeline(self, writes: Sequence[OutcomeWrite]) -> bool:
+        """Whether ``writes`` can go to the server in one pipeline: several of them, and none
+        a retry in doubt."""
+        return len(writes) > 1 and PIPELINE_SUPPORTED and not self.in_doubt(writes)
+
+    def _record_pipelined(
+        self, conn: Conn, writes: Sequence[OutcomeWrite], ttl: float, now: float
+    ) -> list[Job | Exception | None]:
+        """Several writes in one transaction, sent in psycopg's pipeline mode with its
+        ``BEGIN``, bounds and ``COMMIT``: all go out together and their answers are read
+        after, so the batch costs one round trip (the pipeline's closing Sync one more)
+        whatever its size. Raises ``psycopg.DataError``, the transaction rolled back, if the
+        database refused a write's values (the server then skips what follows, ``COMMIT``
+        included), from a fetch or from a later statement's send (psycopg reads the answers
+        that have come whenever it sends): which write it was is not known here.
+        """
+        answers: list[Job | Exception | None] = [None] * len(writes)
+        refused: psycopg.DataError | None = None
+        try:
+            with conn.pipeline() as pipeline:
+                try:
+                    self._begin_pipelined(conn, Op.WRITE)
+                    sent: list[tuple[int, OutcomeWrite, psycopg.Cursor[Any]]] = []
+                    for i, values in self._writable(writes, answers, ttl=ttl, now=now):
+                        sent.append((i, writes[i], conn.execute(self._outcome_sql, values)))
+                    conn.execute("COMMIT", prepare=False)
+                    for i, write, cursor in sent:
+                        answers[i] = _outcome_answer(write, cursor.fetchone())
+                except psycopg.DataError as exc:
+                    refused = exc
+                    # Read what the aborted pipeline still owes here: left to the block's
+                    # end, psycopg would log its "pipeline aborted" as a warning, for a
+                    # refusal the caller handles.
+                    with contextlib.suppress(psycopg.errors.PipelineAborted):
+                        pipeline.sync()
+        except BaseException:
+            rollback(conn)
+            raise
+        if refused is not None:
+            rollback(conn)
+            raise refused
+        return answers
+
     @property
     def _outcome_sql(self) -> str:
         """``RECORD_OUTCOME``, prepared on a direct connection; through a pooler (nothing
         prepared), the function that keeps its plan on the server."""
         return q.RECORD_OUTCOME_CALL if self.pooled else q.RECORD_OUTCOME
+
+    def _writable(
+        self,
+        writes: Sequence[OutcomeWrite],
+        answers: list[Job | Exception | None],
+        *,
+        ttl: float,
+        now: float,
+    ) -> Iterator[tuple[int, dict[str, Any]]]:
+        """Each write that can be stored, as its index and parameters, made as they are
+        taken; one that cannot gets its ValueError in ``answers`` (nothing sent for it)."""
+        for i, write in enumerate(writes):
+            try:
+                values = self._outcome_values(write, ttl=ttl, now=now)
+            except ValueError as exc:
+                answers[i] = exc
+                continue
+            yield i, values
 
     def _outcome_values(self, write: OutcomeWrite, *, ttl: float, now: float) -> dict[str, Any]:
         """``RECORD_OUTCOME``'s parameters for ``write``; ValueError for a write that cannot

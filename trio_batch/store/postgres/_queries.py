@@ -39,6 +39,12 @@ XACT_LOCK = "SELECT pg_advisory_xact_lock(%s, %s)"
 #: True if this transaction now holds the reaper's lock; False at once if another has it.
 TRY_LOCK_REAPER = "SELECT pg_try_advisory_xact_lock(%s, %s)"
 
+#: An operation's bounds (milliseconds, as text) for the rest of its transaction, in one
+#: statement: what a pipeline, one statement a message, sends instead of ``SET LOCAL``.
+SET_BOUNDS = (
+    "SELECT set_config('statement_timeout', %s, true), set_config('lock_timeout', %s, true), "
+    "set_config('idle_in_transaction_session_timeout', %s, true)"
+)
 #: The server process serving this statement: through a pooler, not the one libpq was told of.
 BACKEND_PID = "SELECT pg_backend_pid()"
 
