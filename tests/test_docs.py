@@ -68,3 +68,29 @@ def test_the_series_the_production_page_names_are_the_services_own() -> None:
     }
     assert len(named) >= 10
     assert named <= exposed, f"not on /metrics: {sorted(named - exposed)}"
+
+
+def _literals() -> list[str]:
+    """Every string literal in trio_batch/, an f-string as its literal pieces."""
+    import ast
+
+    pieces = []
+    for path in (REPO / "trio_batch").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                pieces.append(node.value)
+    return pieces
+
+
+def test_what_the_troubleshooting_page_quotes_the_code_says() -> None:
+    page = (REPO / "docs" / "how-to" / "troubleshooting.md").read_text()
+    quotes = [q for q in re.findall(r'"([^"\n]{25,})"', page)]
+    quotes += [" ".join(m.split("\n> ")) for m in re.findall(r"^> (.+(?:\n> .+)*)", page, re.M)]
+    literals = _literals()
+    assert len(quotes) >= 30
+    for quote in quotes:
+        # What the code fills in (numbers, names, ids) splits a quote into the code's pieces.
+        for fragment in re.split(r"\d+(?:\.\d+)?|…|'[^']*'", quote):
+            fragment = fragment.strip(" .,;:()")
+            if len(fragment) >= 12:
+                assert any(fragment in piece for piece in literals), (quote, fragment)
