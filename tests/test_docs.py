@@ -1,7 +1,8 @@
 """The documentation's examples run as printed, and the site builds without a warning.
 
 Every ```python block in README.md and docs/ that is a whole program (it calls ``trio.run``) is
-run in a fresh process; every other Python block must at least compile. The site itself is
+run in a fresh process, and one that defines tests runs under pytest in trio mode; every other
+Python block must at least compile. The site itself is
 built by ``make docs`` (part of ``make test``) with warnings as errors.
 """
 
@@ -39,6 +40,9 @@ def test_the_pages_hold_examples() -> None:
 
 @pytest.mark.parametrize(("where", "code"), BLOCKS, ids=[name for name, _ in BLOCKS])
 def test_each_example_runs_or_compiles(where: str, code: str, tmp_path: Path) -> None:
+    if "trio.run(" not in code and re.search(r"^(async )?def test_", code, re.M):
+        _passes_under_pytest(where, code, tmp_path)
+        return
     if "trio.run(" not in code:
         compile(code, where, "exec")
         return
@@ -54,6 +58,22 @@ def test_each_example_runs_or_compiles(where: str, code: str, tmp_path: Path) ->
     if where == "README.md#1":  # the front door's example: a job drained to its end
         assert proc.stdout.startswith("done (Job(")
         assert (tmp_path / "jobs.db").exists()
+
+
+def _passes_under_pytest(where: str, code: str, tmp_path: Path) -> None:
+    """Run a block of tests as a test file of its own, in trio mode (pytest-trio), as a user's
+    suite would, and check that every test in it passed."""
+    (tmp_path / "test_example.py").write_text(code)
+    pytest = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    proc = subprocess.run(
+        [*pytest, "-o", "trio_mode=true", "test_example.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, f"{where} failed:\n{proc.stdout}{proc.stderr}"
+    assert re.search(r"\b\d+ passed\b", proc.stdout) and "skipped" not in proc.stdout, proc.stdout
 
 
 def test_the_series_the_production_page_names_are_the_services_own() -> None:
