@@ -62,6 +62,7 @@ bench: $(STAMP) system-packages
 	$(BIN)/python -m benchmarks.fetch
 	$(BIN)/python -m benchmarks.open_load
 	$(BIN)/python -m benchmarks.markdown
+	$(BIN)/python -m benchmarks.pg_pressure
 
 # The same at reduced sizes: a few minutes.
 bench-quick: $(STAMP) system-packages
@@ -69,6 +70,7 @@ bench-quick: $(STAMP) system-packages
 	$(BIN)/python -m benchmarks.fetch --quick
 	$(BIN)/python -m benchmarks.open_load --seconds 2 --rounds 1
 	$(BIN)/python -m benchmarks.markdown --quick
+	$(BIN)/python -m benchmarks.pg_pressure --quick
 
 # A real batch through `trio-batch run` against a local fixture server (demo/), offline.
 demo: $(STAMP)

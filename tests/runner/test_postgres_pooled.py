@@ -16,12 +16,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..support.figures import Figures
+from ..support.pgbouncer import PgBouncer, log_size, not_linked
 from . import test_postgres_cluster as cluster
 from .test_postgres_cluster import Child, _job, _outcomes, _sql, _until, _urls
 
 spawn = cluster.spawn
 
-#: What a runner logs once when LISTEN through the pooler hears nothing.
+#: What a runner logs once when its LISTEN would go through the pooler.
 DEAF = "LISTEN on "
 
 
@@ -109,16 +110,22 @@ def test_two_runners_at_once_through_pgbouncer(
     )
 
 
-def test_a_runner_listening_through_pgbouncer_says_once_that_it_hears_nothing(
-    spawn: Callable[..., Child], pooled_dsn: str
+def test_a_runner_behind_pgbouncer_sends_no_listen_and_says_so_once(
+    spawn: Callable[..., Child], pooled_dsn: str, pgbouncer: PgBouncer
 ) -> None:
-    runner = spawn(pooled_dsn)  # idle: only its own probes could reach its LISTEN
+    since = log_size(pgbouncer)
+    runner = spawn(pooled_dsn)  # LISTEN on its store's URL: the pooler's
     _until(lambda: any(m["log"].startswith(DEAF) for m in runner.logs), "the warning")
     (said,) = [m["log"] for m in runner.logs if m["log"].startswith(DEAF)]
     assert "listen_url" in said and "--listen-db" in said
-    # It carries on, by its poll.
-    job = runner.call("submit", caller="alice", urls=_urls("d", "sleep-0"))
-    assert runner.call("wait", job=job["job"])["status"] == "done"
+    # It carries on, by its poll; its probes and its jobs' notifications reach no LISTEN
+    # left on a pooled server connection (PgBouncer would log each as "not linked").
+    for k in range(3):
+        job = runner.call("submit", caller="alice", urls=_urls(f"d{k}", "sleep-0"))
+        assert runner.call("wait", job=job["job"])["status"] == "done"
+    runner.stop()
+    assert runner.proc.returncode == 0
+    assert not_linked(pgbouncer, since) == []
 
 
 def test_with_a_direct_listen_url_runners_behind_pgbouncer_hear_each_other(

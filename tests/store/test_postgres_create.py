@@ -135,7 +135,7 @@ def test_the_submit_function_is_the_one_the_migrations_make() -> None:
     one. Change it only with a new schema version whose step creates it again (``CREATE OR
     REPLACE``), then update this digest."""
     digest = hashlib.sha256(cq.CREATE_CREATE_JOB_FUNCTION.encode()).hexdigest()[:16]
-    assert (digest, SCHEMA_VERSION) == ("dbf8ebbb8366ad8f", 13)
+    assert (digest, SCHEMA_VERSION) == ("f325b0a026ae6406", 14)
 
 
 def test_the_call_is_the_one_a_version_12_runner_sends() -> None:
@@ -145,11 +145,31 @@ def test_the_call_is_the_one_a_version_12_runner_sends() -> None:
     assert hashlib.sha256(cq.CREATE_JOB.encode()).hexdigest()[:16] == "2ede58f4dfe9f417"
 
 
+#: ``ADMISSION`` up to version 13: the live jobs counted from ``jobs``.
+_LIVE = "status IN ('queued', 'running')"
+
+
+def _v13_admission(admission: str, caller: str) -> str:
+    """``admission`` (``ADMISSION``, or the function's, whose caller is ``caller``) as it was
+    up to version 13, reading the live jobs from ``jobs``."""
+    return (
+        admission.replace(
+            f"(SELECT count(*) FROM live_jobs WHERE caller = {caller})",
+            f"(SELECT count(*) FROM jobs WHERE {_LIVE} AND caller = {caller})",
+        )
+        .replace("(SELECT count(*) FROM live_jobs)", f"(SELECT count(*) FROM jobs WHERE {_LIVE})")
+        .replace(
+            f"(SELECT job_id FROM live_jobs WHERE caller = {caller} ",
+            f"(SELECT id FROM jobs WHERE {_LIVE} AND caller = {caller} ",
+        )
+    )
+
+
 def _v12_function() -> str:
     """The submit's function as version 12 made it: ``ADMISSION`` read before the lock and
     again under it, whether the lock was free or not (checked against v12's digest)."""
     src = cq.CREATE_CREATE_JOB_FUNCTION
-    read = f"SELECT * INTO {cq._INTO} FROM ({cq._ADMISSION}) AS a;\n"
+    read = f"SELECT * INTO {cq._INTO} FROM ({_v13_admission(cq._ADMISSION, 'p_caller')}) AS a;\n"
     refuse = "o_created := false; RETURN NEXT; RETURN; END IF;\n"
     v12 = (
         src[: src.index("BEGIN\n") + 6]
@@ -167,16 +187,20 @@ def _v12_function() -> str:
 
 
 def _back_to_v12(dsn: str) -> None:
-    """The database as version 12 left it: its submit's function and its version."""
+    """The database as version 12 left it: its submit's function and its version, and no
+    ``live_jobs`` (version 14's)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("DROP TABLE live_jobs")
+        conn.execute("DROP TRIGGER trio_batch_live_jobs_made ON jobs")
+        conn.execute("DROP TRIGGER trio_batch_live_jobs_moved ON jobs")
         conn.execute(_v12_function())
         conn.execute("UPDATE trio_batch_schema SET version = 12")
 
 
-#: Scans of ``jobs`` so far in this transaction (not yet flushed to the shared counts).
+#: Scans of ``jobs`` and ``live_jobs`` so far in this transaction (not yet in the shared counts).
 _JOB_SCANS = (
-    "SELECT coalesce(seq_scan, 0) + coalesce(idx_scan, 0) FROM pg_stat_xact_user_tables "
-    "WHERE relname = 'jobs'"
+    "SELECT sum(coalesce(seq_scan, 0) + coalesce(idx_scan, 0)) FROM pg_stat_xact_user_tables "
+    "WHERE relname IN ('jobs', 'live_jobs')"
 )
 
 
@@ -198,14 +222,17 @@ def _create_values(store: PostgresStore, new: NewJob) -> tuple[object, ...]:
     return values
 
 
-def _admission_reads(conn: psycopg.Connection[Any], store: PostgresStore, caller: str) -> int:
+def _admission_reads(
+    conn: psycopg.Connection[Any], store: PostgresStore, caller: str, *, version: int = 14
+) -> int:
     """How many times a submit of a new one-target job of ``caller`` that is created reads
     ``ADMISSION``, by the scans of ``jobs`` it makes on ``conn`` (its writes' two besides:
     the lapsed job's retirement and the target's foreign key), in a transaction of its own
     (committed: psycopg forgets its prepared statements at a rollback)."""
     with conn.transaction():
         read = conn.execute(_JOB_SCANS).fetchone()
-        conn.execute(q.ADMISSION, {"caller": caller, "key": "k", "now": T0})
+        admission = q.ADMISSION if version >= 14 else _v13_admission(q.ADMISSION, "%(caller)s")
+        conn.execute(admission, {"caller": caller, "key": "k", "now": T0})
         admission = conn.execute(_JOB_SCANS).fetchone()
         new = NewJob(caller, "user", urls("a"), ttl=TTL, **CAPS)
         row = conn.execute(cq.CREATE_JOB, _create_values(store, new)).fetchone()
@@ -225,7 +252,7 @@ def test_a_submit_that_finds_the_lock_free_reads_its_admission_once(pg_dsn: str)
         with psycopg.connect(pg_dsn) as conn:
             assert _admission_reads(conn, store, "alice") == 1
             _back_to_v12(pg_dsn)
-            assert _admission_reads(conn, store, "bob") == 2
+            assert _admission_reads(conn, store, "bob", version=12) == 2
     finally:
         store.close(final=True)
 
@@ -247,10 +274,10 @@ def test_a_runner_of_version_12_keeps_submitting_across_the_upgrade(pg_dsn: str)
         conn = old.connection()
         prepared = "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s"
         assert conn.execute(prepared, ("%trio_batch_create_job%",)).fetchone() == (1,)
-        assert _admission_reads(conn, old, "probe") == 2
+        assert _admission_reads(conn, old, "probe", version=12) == 2
         _sql(pg_dsn, "UPDATE jobs SET status = 'done'")
         new = PostgresStore.open(pg_dsn)
-        assert _sql(pg_dsn, "SELECT version FROM trio_batch_schema") == [(13,)]
+        assert _sql(pg_dsn, "SELECT version FROM trio_batch_schema") == [(SCHEMA_VERSION,)]
         theirs, _ = new.create_job(NewJob("alice", "user", urls("n"), ttl=TTL, **caps), now=T0)
         with pytest.raises(CallerBusy) as busy:
             old.create_job(NewJob("alice", "user", urls("o"), ttl=TTL, **caps), now=T0)
@@ -280,7 +307,7 @@ def test_a_version_12_database_holding_live_jobs_is_upgraded_in_place(pg_dsn: st
     for _ in range(2):  # again from v12 with v13's function in place: the step is idempotent
         store = PostgresStore.open(pg_dsn)
         try:
-            assert _sql(pg_dsn, "SELECT version FROM trio_batch_schema") == [(13,)]
+            assert _sql(pg_dsn, "SELECT version FROM trio_batch_schema") == [(SCHEMA_VERSION,)]
             [(source,)] = _sql(pg_dsn, _SOURCE)
             assert "pg_try_advisory_xact_lock" in str(source)
             with pytest.raises(CallerBusy) as busy:  # the live job counts under the new one

@@ -23,6 +23,11 @@ socket shut down by a :class:`~._watchdog.Watchdog` and fails with :class:`Store
 (see :meth:`PostgresConnection.within`). A connection found dead before use (a restart while
 it was idle) is replaced before the operation is sent; see :meth:`PostgresConnection._run` for
 the one retry.
+
+A connection lost is replaced at the next call, at once; if connecting fails, the next attempt
+waits a short backoff (:data:`RECONNECT_BACKOFF`: 50 ms doubling to 1 s, each spread at
+random, so the runners a failover cut off do not all come back in step). A call made meanwhile
+waits for the attempt if its deadline allows, or fails at once saying when it is due.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import math
+import random
 import select
 import time
 from collections.abc import Callable, Iterator
@@ -39,12 +45,21 @@ import psycopg
 from psycopg import pq
 
 from ..._errors import StoreError, StoreUnavailable
+from ..._retry import RetryPolicy
 from . import _queries as q
 from ._errors import connection_lost, translate_errors, unavailable
 from ._schema import migrate
 from ._watchdog import Watchdog, shut_socket
 
-__all__ = ["Conn", "Op", "PostgresConnection", "rollback", "safe_location", "usable"]
+__all__ = [
+    "Conn",
+    "Op",
+    "PostgresConnection",
+    "pooled",
+    "rollback",
+    "safe_location",
+    "usable",
+]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -57,6 +72,9 @@ DEFAULT_STORE_TIMEOUT = 5.0
 _DIRECT_PREPARE_THRESHOLD = 5
 #: A schema migration's bounds: it waits for every session's locks on the tables it alters.
 MIGRATE_TIMEOUT = 60.0
+#: The wait before another attempt to connect, after ``n`` failed in a row: 50 ms doubling to
+#: 1 s, spread by +-50%. The first attempt after a loss is made at once.
+RECONNECT_BACKOFF = RetryPolicy(first_delay=0.05, max_delay=1.0, multiplier=2.0, jitter=0.5)
 
 
 class Op(enum.Enum):
@@ -161,6 +179,13 @@ class PostgresConnection:
         )
         #: Whether the connection goes through a pooler (None: not connected yet).
         self.pooled: bool | None = None
+        # Connecting: attempts failed in a row, and when (clock) the next one is due.
+        self.connect_failures = 0
+        self._connect_due = -math.inf
+        self._rng = random.Random()
+        #: The clock and the sleep of the reconnect backoff (a test's may replace them).
+        self.clock: Callable[[], float] = time.monotonic
+        self.sleep: Callable[[float], None] = time.sleep
 
     def _bounds(self, op: Op) -> tuple[int, int]:
         """``op``'s ``statement_timeout`` and ``lock_timeout``, in milliseconds."""
@@ -231,8 +256,32 @@ class PostgresConnection:
         conn = self.idle_connection()
         if conn is not None:
             return conn
+        self._wait_for_backoff()
         with translate_errors(self.store_timeout):
-            return self._connect()
+            try:
+                conn = self._connect()
+            except psycopg.Error:
+                self.connect_failures += 1
+                delay = RECONNECT_BACKOFF.delay(self.connect_failures, rng=self._rng)
+                self._connect_due = self.clock() + delay
+                raise
+        self.connect_failures = 0
+        return conn
+
+    def _wait_for_backoff(self) -> None:
+        """Wait until the next attempt to connect is due (see :data:`RECONNECT_BACKOFF`);
+        :class:`StoreUnavailable` at once if that is past the deadline of the call under
+        way."""
+        wait = self._connect_due - self.clock()
+        if wait <= 0:
+            return
+        if self._deadline is not None and wait >= self._deadline - time.monotonic():
+            raise StoreUnavailable(
+                f"{self.location} refused the last {self.connect_failures} attempts to "
+                f"connect; the next is due in {wait:.2f} s, past this call's deadline "
+                f"(store_timeout {self.store_timeout:g} s); try again shortly"
+            )
+        self.sleep(wait)
 
     def _connect(self) -> Conn:
         """A new connection, settled (see :meth:`_settle`) and held."""
@@ -291,7 +340,7 @@ class PostgresConnection:
         without its ``SET LOCAL`` prefix; a pooled one keeps neither.
         """
         row = conn.execute(q.BACKEND_PID, prepare=False).fetchone()
-        self.pooled = row is None or row[0] != conn.info.backend_pid
+        self.pooled = pooled(conn, None if row is None else row[0])
         if not self.pooled:
             conn.execute(self._session_settings, prepare=False)
             conn.prepare_threshold = _DIRECT_PREPARE_THRESHOLD
@@ -427,6 +476,13 @@ class PostgresConnection:
             rollback(conn)
             raise
         conn.execute("COMMIT", prepare=False)
+
+
+def pooled(conn: Conn, server_pid: int | None) -> bool:
+    """Whether ``conn`` goes through a pooler, given the ``pg_backend_pid()`` it answered
+    (None: no answer). A pooler answers a connection's start with a backend key of its own
+    (it must, to route a cancel), so the process id libpq was given is not the server's."""
+    return server_pid is None or server_pid != conn.info.backend_pid
 
 
 def usable(conn: Conn) -> bool:

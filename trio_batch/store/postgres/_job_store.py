@@ -101,8 +101,8 @@ class PostgresJobStore(StoreFace):
 
         ``conninfo`` may point at a pooler in transaction mode (PgBouncer). LISTEN needs a
         session of its own: give a direct URL of the same database as ``listen_url``. Without
-        one, LISTEN goes through ``conninfo``; if its self-notification never comes back (a
-        pooler), the runner logs it once and relies on its poll. ``listen=False``, or
+        one, LISTEN goes through ``conninfo`` unless that is found to be pooled: then none is sent,
+        and the runner logs it once and relies on its poll. ``listen=False``, or
         ``listen=off`` in the URL, runs without LISTEN at all. ``store_timeout`` bounds every
         call (default 5 s).
         """

@@ -11,13 +11,16 @@ from the loop, bounded by ``store_timeout``: a partition would hold a blocking o
 thread, for good.
 
 LISTEN needs a session of its own, which a pooler in transaction mode does not give: the
-listener may hear nothing at all there, or stop hearing (a half-open TCP connection, a
-pooler's reshuffle). So it checks itself: it sends a notification of its own (a *probe*)
-through the store's connection at once and every ``probe_interval``, and one that does not
-come back within ``store_timeout`` means the connection is deaf: it is closed and opened
-again. The first miss is logged as a warning, with the remedy for a pooler (a direct
-``listen_url``), the later ones at INFO; a connection that never heard anything (LISTEN
-through a pooler) is tried again with a long backoff.
+``LISTEN`` would stay on whichever server connection ran it, which then serves other clients,
+and its notifications would be dropped. So the listener asks first whether its connection is
+pooled (as the store's own connection does, see ``pooled``) and sends no ``LISTEN`` through
+one: it says so once and leaves the runner to its poll. A direct connection may still stop
+hearing (a half-open TCP connection), so it checks itself: it sends a notification of its
+own (a *probe*) through the store's connection at once and every ``probe_interval``, and one
+that does not come back within ``store_timeout`` means the connection is deaf: it is closed
+and opened again. The first miss is logged as a warning, with the remedy for a pooler (a
+direct ``listen_url``), the later ones at INFO; a connection that never heard anything is
+tried again with a long backoff.
 
 A notification can be lost (the connection drops, the server restarts): each time it hears
 again, the listener reports that anything may have changed. The runner's poll every
@@ -27,6 +30,7 @@ again, the listener reports that anything may have changed. The runner's poll ev
 from __future__ import annotations
 
 import logging
+import random
 import secrets
 import urllib.parse
 from collections.abc import Awaitable, Callable
@@ -38,9 +42,10 @@ from psycopg import pq, sql
 
 from ..._errors import StoreError
 from ..._outage_log import OutageLog
+from ..._retry import RetryPolicy
 from .._protocol import ChangeObserver
 from . import _queries as q
-from ._connection import connect_options, safe_location
+from ._connection import connect_options, pooled, safe_location
 
 __all__ = [
     "PROBE_INTERVAL",
@@ -52,9 +57,13 @@ __all__ = [
 
 _log = logging.getLogger("trio_batch")
 
-#: Backoff between attempts to (re)open the listening connection, in seconds.
+#: Backoff between attempts to (re)open the listening connection, in seconds, each spread by
+#: +-50% (runners cut off together do not come back in step).
 RECONNECT_FIRST_DELAY = 0.1
 RECONNECT_MAX_DELAY = 5.0
+_RECONNECT = RetryPolicy(
+    first_delay=RECONNECT_FIRST_DELAY, max_delay=RECONNECT_MAX_DELAY, multiplier=2.0, jitter=0.5
+)
 #: Backoff after a listening connection that heard nothing at all (LISTEN through a pooler).
 DEAF_FIRST_DELAY = 30.0
 DEAF_MAX_DELAY = 600.0
@@ -81,26 +90,48 @@ def _connect(
     )
 
 
+class PooledListenUrl(Exception):
+    """The URL to LISTEN on goes through a pooler in transaction mode (see :func:`pooled`):
+    no ``LISTEN`` is sent there."""
+
+
 async def _open_listening(
     conninfo: str, connect_timeout: float, store_timeout: float
 ) -> psycopg.Connection[Any]:
     """A connection that has run ``LISTEN`` on the channel; psycopg's error if it could not
-    be opened, or ``LISTEN`` was refused or not answered within ``store_timeout``."""
+    be opened, or a statement was refused or not answered within ``store_timeout``.
+
+    Raises :class:`PooledListenUrl`, having sent no ``LISTEN``, if the connection goes
+    through a pooler: a ``LISTEN`` there sticks to whichever server connection ran it, which
+    then serves other clients' transactions, and the notifications it gets are dropped (and
+    PgBouncer logs "got packet from server when not linked")."""
     conn = await trio.to_thread.run_sync(_connect, conninfo, connect_timeout, store_timeout)
     try:
-        await _start_listening(conn, store_timeout)
+        (answer,) = await _ask(conn, q.BACKEND_PID.encode(), store_timeout)
+        if pooled(conn, _first_int(answer)):
+            raise PooledListenUrl(safe_location(conninfo))
+        await _ask(
+            conn, sql.SQL(q.LISTEN).format(sql.Identifier(q.CHANNEL)).as_bytes(conn), store_timeout
+        )
     except BaseException:
         conn.close()
         raise
     return conn
 
 
-async def _start_listening(conn: psycopg.Connection[Any], within: float) -> None:
-    """Send ``LISTEN`` on ``conn`` (idle, non-blocking) from the loop and read its answer,
-    within ``within`` seconds."""
+def _first_int(result: pq.abc.PGresult) -> int | None:
+    """The first column of ``result``'s first row as an integer; None if it has none."""
+    value = result.get_value(0, 0) if result.ntuples else None
+    return None if value is None else int(bytes(value))
+
+
+async def _ask(conn: psycopg.Connection[Any], query: bytes, within: float) -> list[pq.abc.PGresult]:
+    """Send ``query`` on ``conn`` (idle, non-blocking) from the loop and read its results,
+    within ``within`` seconds; psycopg's error for a refused statement."""
     pgconn = conn.pgconn
+    results: list[pq.abc.PGresult] = []
     with trio.move_on_after(within):
-        pgconn.send_query(sql.SQL(q.LISTEN).format(sql.Identifier(q.CHANNEL)).as_bytes(conn))
+        pgconn.send_query(query)
         await _flush(pgconn)
         while True:
             while pgconn.is_busy():
@@ -108,10 +139,11 @@ async def _start_listening(conn: psycopg.Connection[Any], within: float) -> None
                 pgconn.consume_input()
             result = pgconn.get_result()
             if result is None:
-                return
-            if result.status != pq.ExecStatus.COMMAND_OK:
+                return results
+            if result.status not in (pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK):
                 raise _error(result)
-    raise psycopg.OperationalError(f"LISTEN got no answer within store_timeout ({within:g} s)")
+            results.append(result)
+    raise psycopg.OperationalError(f"no answer within store_timeout ({within:g} s)")
 
 
 def _received(conn: psycopg.Connection[Any]) -> tuple[frozenset[str], frozenset[str]]:
@@ -145,20 +177,29 @@ async def listen_for_changes(
     once, closing the connection; a connection attempt under way completes first (bounded by
     ``connect_timeout``).
     """
-    delay = RECONNECT_FIRST_DELAY
+    failures = 0
+    rng = random.Random()
     deaf_delay = DEAF_FIRST_DELAY
     told_deaf = False
     outage = OutageLog(_log, "listen for other runners' changes")
     while True:
         try:
             conn = await _open_listening(conninfo, connect_timeout, store_timeout)
+        except PooledListenUrl:
+            _log.warning(
+                "LISTEN on %s would go through a pooler in transaction mode, where it cannot "
+                "work; not listening. Give a direct URL for LISTEN (listen_url, --listen-db); "
+                "meanwhile other runners' changes are seen at each poll (Config.poll_interval)",
+                safe_location(conninfo),
+            )
+            await trio.sleep_forever()
         except psycopg.Error as exc:
             outage.refused(exc)
-            await trio.sleep(delay)
-            delay = min(delay * 2, RECONNECT_MAX_DELAY)
+            failures += 1
+            await trio.sleep(_RECONNECT.delay(failures, rng=rng))
             continue
         outage.answered()
-        delay = RECONNECT_FIRST_DELAY
+        failures = 0
         try:
             heard = await _listen(conn, on_change, probe, probe_interval, store_timeout)
         except psycopg.Error as exc:

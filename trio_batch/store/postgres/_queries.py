@@ -183,22 +183,19 @@ RETIRE_LAPSED = (
     "UPDATE jobs SET current = false "
     "WHERE caller = %s AND idem_key = %s AND current AND expires_at <= %s"
 )
-#: Live jobs in all; live is by status, not lease.
-COUNT_LIVE = f"SELECT count(*) FROM jobs WHERE status IN {LIVE}"
-#: Live jobs of one caller.
-COUNT_LIVE_OF_CALLER = f"SELECT count(*) FROM jobs WHERE status IN {LIVE} AND caller = %s"
-#: The caller's newest live job: the one a CallerBusy refusal names.
-NEWEST_LIVE_OF_CALLER = (
-    f"SELECT id FROM jobs WHERE status IN {LIVE} AND caller = %s ORDER BY created_at DESC LIMIT 1"
-)
 #: What a submit is answered from before it takes the creation lock, in one snapshot: the job
 #: to reuse (``FIND_REUSABLE``'s columns, NULLs if none), the caller's live jobs, all live jobs,
 #: and the caller's newest live job (``NEWEST_LIVE_OF_CALLER``).
+#: Live jobs in all; live is by status, not lease. The live counts read ``live_jobs`` (schema
+#: v14), not ``jobs``: see ``MIGRATE_V14_LIVE_JOBS``.
+COUNT_LIVE = "SELECT count(*) FROM live_jobs"
+#: Live jobs of one caller.
+COUNT_LIVE_OF_CALLER = "SELECT count(*) FROM live_jobs WHERE caller = %s"
 ADMISSION = (
     "SELECT reusable.*, "
-    f"(SELECT count(*) FROM jobs WHERE status IN {LIVE} AND caller = %(caller)s), "
-    f"(SELECT count(*) FROM jobs WHERE status IN {LIVE}), "
-    f"(SELECT id FROM jobs WHERE status IN {LIVE} AND caller = %(caller)s "
+    "(SELECT count(*) FROM live_jobs WHERE caller = %(caller)s), "
+    "(SELECT count(*) FROM live_jobs), "
+    "(SELECT job_id FROM live_jobs WHERE caller = %(caller)s "
     "ORDER BY created_at DESC LIMIT 1) "
     f"FROM (VALUES (1)) AS one LEFT JOIN (SELECT {JOB_COLUMNS} FROM jobs "
     "WHERE caller = %(caller)s AND idem_key = %(key)s AND current AND expires_at > %(now)s) "
@@ -390,7 +387,8 @@ LIST_JOBS_OF_CALLER = _newest_lease_first("caller = %(caller)s AND")
 #: targets, done, failed.
 COUNT_LIVE_BY_STATUS = (
     "SELECT status, count(*), sum(targets_total), sum(targets_done), sum(targets_failed) "
-    f"FROM jobs WHERE status IN {LIVE} AND expires_at > %s GROUP BY status"
+    f"FROM jobs WHERE id IN (SELECT job_id FROM live_jobs) AND status IN {LIVE} "
+    "AND expires_at > %s GROUP BY status"
 )
 COUNT_TERMINAL_BY_STATUS = (
     "SELECT status, count(*), sum(targets_total), sum(targets_done), sum(targets_failed) "
@@ -443,4 +441,43 @@ MIGRATE_V7_TERMINAL_LEASE = (
     "CREATE INDEX IF NOT EXISTS jobs_terminal_expiry ON jobs (terminal_expires_at) "
     "WHERE terminal_expires_at IS NOT NULL",
     "DROP INDEX IF EXISTS jobs_expiry",
+)
+
+#: Version 14: the live jobs, one narrow row each, kept by triggers on ``jobs`` (so every
+#: statement that makes, ends or deletes a job keeps it, whichever it is). What the caps and
+#: the live counts read. Counting ``jobs`` itself stepped over every version of every job
+#: ended since the oldest open transaction began: a transaction held open (a stuck client, a
+#: long report) keeps them all, so each submit read more the longer it lasted (a job's row
+#: is wide, and updated at each outcome). A ``live_jobs`` row is written twice, at the job's
+#: start and end, and about twenty fit where one job's versions did. Jobs stored before
+#: version 14 that are live are copied in.
+LIVE_JOBS_FUNCTION = f"""CREATE OR REPLACE FUNCTION trio_batch_live_jobs() RETURNS trigger
+LANGUAGE plpgsql AS $body$
+BEGIN
+    IF TG_OP IN ('UPDATE', 'DELETE') AND OLD.status IN {LIVE} THEN
+        DELETE FROM live_jobs WHERE job_id = OLD.id;
+    END IF;
+    IF TG_OP IN ('UPDATE', 'INSERT') AND NEW.status IN {LIVE} THEN
+        INSERT INTO live_jobs (job_id, caller, created_at)
+        VALUES (NEW.id, NEW.caller, NEW.created_at);
+    END IF;
+    RETURN NULL;
+END $body$"""
+MIGRATE_V14_LIVE_JOBS = (
+    """CREATE TABLE IF NOT EXISTS live_jobs (
+        job_id text PRIMARY KEY,
+        caller text NOT NULL,
+        created_at double precision NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS live_jobs_caller ON live_jobs (caller, created_at)",
+    LIVE_JOBS_FUNCTION,
+    "DROP TRIGGER IF EXISTS trio_batch_live_jobs_made ON jobs",
+    "CREATE TRIGGER trio_batch_live_jobs_made AFTER INSERT OR DELETE ON jobs "
+    "FOR EACH ROW EXECUTE FUNCTION trio_batch_live_jobs()",
+    "DROP TRIGGER IF EXISTS trio_batch_live_jobs_moved ON jobs",
+    # Only a change of status: the outcomes' updates that leave it as it is call nothing.
+    "CREATE TRIGGER trio_batch_live_jobs_moved AFTER UPDATE OF status ON jobs FOR EACH ROW "
+    "WHEN (OLD.status IS DISTINCT FROM NEW.status) EXECUTE FUNCTION trio_batch_live_jobs()",
+    "DELETE FROM live_jobs",
+    f"INSERT INTO live_jobs SELECT id, caller, created_at FROM jobs WHERE status IN {LIVE}",
 )
