@@ -8,6 +8,8 @@ import json
 import tracemalloc
 from pathlib import Path
 
+import pytest
+
 from trio_batch import OutcomeWrite, Result, Store, Target, open_store
 from trio_batch.runner import export_line, export_targets
 from trio_batch.runner._batch_ops import EXPORT_PAGE_BYTES, retry_targets
@@ -15,6 +17,9 @@ from trio_batch.store import NewJob
 
 from ..support.fakes import T0
 from ..support.figures import Figures
+
+# exports 100,000 targets to check the memory bound: left out of make test-fast.
+pytestmark = pytest.mark.slow
 
 TARGETS = 100_000
 #: What the export may hold at its peak: a page of 64 targets is about 64 * 500 bytes of rows,
