@@ -228,3 +228,36 @@ async def test_a_webhook_url_with_a_control_character_is_refused_with_422(
         detail = problem(r, 422, "invalid-request")["detail"]
         assert f"U+{ord(char[0]):04X}" in detail
         assert (await service.client.get("/v1/batches", headers=auth())).json()["jobs"] == []
+
+
+async def test_a_retry_tells_its_parents_webhook_or_the_one_its_body_sets(
+    tmp_path: Path, clock: FakeClock, receiver: Receiver
+) -> None:
+    fetch = ScriptedFetch()
+    other = receiver.url.replace("/hook", "/other")
+    async with running(tmp_path, fetch, clock, webhooks=sender(receiver)) as service:
+
+        async def ended(*names: str) -> str:
+            r = await service.client.post(
+                "/v1/batches", json=body(*names, webhook={"url": receiver.url}), headers=auth()
+            )
+            assert r.status_code == 201, r.text
+            await service.wait_done(r.json()["id"])
+            return str(r.json()["id"])
+
+        async def retry(job_id: str, **extra: Any) -> httpx.Response:
+            return await service.client.post(
+                f"/v1/batches/{job_id}/retry", json=extra, headers=auth()
+            )
+
+        async def webhook_of(r: httpx.Response) -> Any:
+            assert r.status_code == 201, r.text
+            return (await service.get(r.json()["id"])).json()["webhook"]
+
+        inherited = await webhook_of(await retry(await ended("a", "b/fail")))
+        assert inherited["url"] == receiver.url
+        parent = await ended("c", "d/fail")
+        assert (await webhook_of(await retry(parent, webhook={"url": other})))["url"] == other
+        again = await retry(parent, webhook={"url": receiver.url})
+        problem(again, 409, "webhook-conflict")
+        assert await webhook_of(await retry(await ended("e", "f/fail"), webhook=None)) is None

@@ -26,6 +26,7 @@ from ._bodies import job_json, parse_json, read_body, require_json
 from ._metrics import StreamCut
 from ._problems import not_found, problem_for
 from ._service import Service
+from ._webhooks import check_reused_webhook, parse_webhook
 
 __all__ = [
     "FILTER_KEYS",
@@ -196,20 +197,28 @@ async def retry_batch(request: Request) -> Response:
     service = _service(request)
     caller = service.caller(request)
     obj = await _body_object(request, service)
-    unknown = unknown_keys(obj, ("only",))
+    unknown = unknown_keys(obj, ("only", "webhook"))
     if unknown:
-        raise InvalidRequest(f"unknown key(s) {unknown}; the body has optionally 'only'")
+        raise InvalidRequest(
+            f"unknown key(s) {unknown}; the body has optionally 'only' and 'webhook'"
+        )
+    # Without "webhook", the retry tells the ended job's webhook; null: none.
+    webhook = parse_webhook(obj) if "webhook" in obj else ...
     only = obj.get("only", ["failed"])
     if not isinstance(only, list):
         raise InvalidRequest('only must be a list, e.g. ["failed", "pending"]')
     runner = service.runner
     try:
-        found = await runner.retry(request.path_params["id"], only=only, caller=caller.name)
+        found = await runner.retry(
+            request.path_params["id"], only=only, caller=caller.name, webhook=webhook
+        )
     except BatchError as exc:
         raise problem_for(exc, retry_after=service.retry_after) from None
     if found is None:
         raise not_found()  # another caller's job reads exactly like an unknown one
     job_id, reused = found
+    if reused and isinstance(webhook, str):
+        await check_reused_webhook(service, job_id, webhook)
     status = await runner.status(job_id)
     if status is None:
         raise not_found("the job lapsed as soon as it was created")
