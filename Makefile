@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: test lint typecheck docs pytest system-packages soak demo demo-cluster bench bench-quick clean
+.PHONY: test test-fast lint typecheck docs pytest system-packages soak demo demo-cluster bench bench-quick clean
 
 EXTRAS := cli,http,postgres,otel-sdk,warc
 
@@ -31,6 +31,15 @@ system-packages:
 
 pytest: $(STAMP) system-packages
 	$(BIN)/pytest
+
+# The inner loop: the suite without what needs PostgreSQL, PgBouncer or a browser, and
+# without the slow suites (tests/support/markers.py sets the markers), spread over the
+# machine's cores (pytest-xdist; ARGS="-n 0" for one process). Neither lint nor the
+# docs build: `make test` before you push. ARGS go to pytest: make test-fast ARGS="-x tests/cli"
+FAST := not postgres and not pgbouncer and not browser and not slow
+
+test-fast: $(STAMP)
+	$(BIN)/pytest -n auto -m "$(FAST)" $(ARGS)
 
 # The hardening suites at full size (200 SIGKILLs, thousands of Hypothesis examples, a bigger
 # load); each prints its figures at the end. About 10 minutes on a 2-core machine.

@@ -14,6 +14,9 @@ from .support.fakes import FakeClock, ScriptedFetch
 # The hardening suites' figures: a fixture, and a hook that repeats them in the summary.
 from .support.figures import figures, pytest_terminal_summary  # noqa: F401
 
+# The markers make test-fast deselects by (postgres, pgbouncer, browser), set from the fixtures.
+from .support.markers import pytest_collection_modifyitems  # noqa: F401
+
 # A throw-away PostgreSQL server for the session, a fresh database per test (pg_server.py).
 from .support.pg_server import pg_dsn, pg_proxy, pg_server  # noqa: F401
 

@@ -28,6 +28,7 @@ __all__ = [
     "CallerBusy",
     "InvalidRequest",
     "InvalidTargets",
+    "JobGone",
     "JobLive",
     "OutcomeExists",
     "ResultTooLarge",
@@ -105,6 +106,12 @@ class Busy(BatchError):
 class JobLive(BatchError):
     """The job is live (or still storing its in-flight target), so it cannot be forgotten.
     HTTP 409: cancel it, wait for it to end, then forget it."""
+
+
+class JobGone(BatchError):
+    """The job was deleted (forgotten, or its lease lapsed and it was purged) while it was
+    being read page by page: what was read is not all of it. HTTP 404; a stream already
+    begun is cut, never ended as if complete."""
 
 
 class RunnerClosed(BatchError):

@@ -159,6 +159,7 @@ STORE_OPERATIONS = (
     "list_caller_jobs",
     "get_targets_after",
     "latest_retry",
+    "retries",
     "counts",
     "claim_delivery",
     "record_delivery",

@@ -6,6 +6,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+# make demo-cluster starts a throw-away PostgreSQL of its own: left out of make test-fast.
+pytestmark = pytest.mark.postgres
+
 DEMO = Path(__file__).resolve().parents[2] / "demo" / "cluster.py"
 
 

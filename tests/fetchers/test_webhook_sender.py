@@ -176,3 +176,24 @@ def test_a_bad_secret_file_is_refused_with_a_clear_message(
         load_webhook_secret(path)
     with pytest.raises(ValueError, match="cannot read"):
         load_webhook_secret(Path(str(tmp_path)) / "missing")
+
+
+async def test_a_host_rebound_after_the_check_is_never_connected_to(receiver: Receiver) -> None:
+    # "localhost" answers a public address to the policy's check, then its real loopback one
+    # (DNS rebinding). The POST goes only where a check allowed, so the receiver gets nothing.
+    answers = iter([["93.184.216.34"]])
+
+    async def rebinding(host: str, port: int) -> list[str]:
+        assert host == "localhost"
+        return next(answers, ["127.0.0.1"])
+
+    sender = WebhookSender(
+        receiver.secret,
+        DestinationPolicy(resolver=rebinding),
+        ssl_context=receiver.client_context,
+    )
+    url = receiver.url.replace("127.0.0.1", "localhost")
+    with pytest.raises(Exception, match=r"refused: .*loopback") as failed:
+        await sender.deliver(event_to(url))
+    assert type(failed.value).__name__ == "DeliveryAnswer"
+    assert receiver.arrivals == 0

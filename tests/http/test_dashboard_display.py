@@ -3,7 +3,11 @@ malformed addresses, control and bidi characters, long URLs, result sizes, ``/ui
 
 from __future__ import annotations
 
+import base64
 import re
+import sqlite3
+import time
+from pathlib import Path
 
 import httpx
 from playwright.sync_api import Page, expect
@@ -143,3 +147,39 @@ def test_a_result_shows_its_provenance_and_whether_it_was_replayed(
     result(page, 0)
     lines = row(page, 0).locator("ul.provenance > li")
     expect(lines.first).to_have_text(f"replayed from the snapshot of job {recorded}, no network")
+
+
+def test_the_webhook_line_shows_control_and_bidi_characters_as_escapes(
+    serve: ServeFactory, server: LocalServer, new_page: Pages, tmp_path: Path
+) -> None:
+    secret = tmp_path / "webhook-secret"
+    secret.write_text("whsec_" + base64.b64encode(b"k" * 32).decode() + "\n")
+    base = serve("--webhook-secret-file", str(secret))
+    with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {ALICE}"}) as client:
+        r = client.post(
+            "/v1/batches",
+            json={
+                "targets": [{"url": server.url("/text.txt")}],
+                "webhook": {"url": "http://127.0.0.1:9/hook"},
+            },
+        )
+        assert r.status_code == 201, r.text
+        job_id = r.json()["id"]
+        while client.get(f"/v1/batches/{job_id}").json()["webhook"]["state"] == "waiting":
+            time.sleep(0.02)  # until the job has ended and its event is written
+    # What an older version stored, or a receiver answered, written as it is; the round
+    # ended and the lease dropped, so no attempt in flight writes over it.
+    with sqlite3.connect(tmp_path / "jobs.db") as db:
+        db.execute(
+            "UPDATE outbox SET url = ?, last_answer = ?, due_at = NULL, gave_up_at = 1, "
+            "lease_owner = NULL, lease_until = NULL WHERE job_id = ?",
+            ("http://127.0.0.1:9/\u202egnp.exe", "HTTP 500 \u202eyrt\x1b[2J", job_id),
+        )
+    page = new_page()
+    sign_in(page, base)
+    page.goto(base + f"/ui/#/jobs/{job_id}")
+    line = page.locator("#job-webhook")
+    expect(line).to_contain_text("last answer: HTTP 500 \\u202eyrt\\x1b[2J")
+    expect(line).to_contain_text("Webhook http://127.0.0.1:9/\\u202egnp.exe: gave up")
+    shown = line.text_content() or ""
+    assert "\u202e" not in shown and "\x1b" not in shown

@@ -27,7 +27,7 @@ async def test_metrics_show_requests_429s_and_pauses_per_host(
         {"url": tls_server.url("/page?n=1", "a.test")},
         {"url": tls_server.url("/throttle?after=0&times=1")},
     ]
-    async with running(tmp_path, fetcher, clock) as svc:
+    async with running(tmp_path, fetcher, clock, host_metrics=True) as svc:
         r = await svc.client.post("/v1/batches", json={"targets": targets}, headers=auth())
         assert r.status_code == 201, r.text
         await svc.wait_done(r.json()["id"])
@@ -46,6 +46,21 @@ async def test_metrics_show_requests_429s_and_pauses_per_host(
     assert samples["trio_batch_fetch_host_paused_seconds_total" + local] == 1
     assert samples["trio_batch_fetch_host_in_flight" + local] == 0
     assert samples["trio_batch_fetch_host_waiting" + local] == 0
+
+
+async def test_metrics_name_no_host_unless_asked(
+    tmp_path: Path, tls_server: TLSServer, client_tls: ssl.SSLContext, clock: FakeClock
+) -> None:
+    fetcher = HttpFetcher(verify=client_tls, trust_env=False)
+    targets = [{"url": tls_server.url("/page?n=1", "127.0.0.1")}]
+    async with running(tmp_path, fetcher, clock) as svc:
+        r = await svc.client.post("/v1/batches", json={"targets": targets}, headers=auth())
+        assert r.status_code == 201, r.text
+        await svc.wait_done(r.json()["id"])
+        text = (await svc.client.get("/metrics")).text
+    assert "trio_batch_fetch_host_requests" in text  # described, with no sample
+    assert "127.0.0.1" not in text and "host=" not in text
+    assert serve_args().host_metrics is False and serve_args("--host-metrics").host_metrics
 
 
 def serve_args(*extra: str) -> argparse.Namespace:

@@ -49,6 +49,9 @@ from trio_batch import (
 from ..support.figures import SOAK, Figures, scaled
 from ..support.invariants import status_mismatch
 
+# hundreds of submitters against a real service: left out of make test-fast.
+pytestmark = pytest.mark.slow
+
 SEED = 4242
 SUBMITTERS = scaled(300, 1000)
 CALLERS = scaled(60, 200)

@@ -4,6 +4,7 @@ redeliver endpoint, and `serve --webhook-secret-file`."""
 from __future__ import annotations
 
 import datetime
+import json
 import re
 import subprocess
 import sys
@@ -184,3 +185,79 @@ def test_serve_refuses_a_bad_webhook_secret_file(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert "whsec_" in done.stderr and "not-a-secret" not in done.stderr
+
+
+async def test_a_resubmit_with_a_new_or_changed_webhook_is_a_409_not_a_silent_reuse(
+    tmp_path: Path, clock: FakeClock, receiver: Receiver
+) -> None:
+    fetch = ScriptedFetch()
+    other = receiver.url.replace("/hook", "/other")
+    async with running(tmp_path, fetch, clock, webhooks=sender(receiver)) as service:
+
+        async def submit(**extra: Any) -> httpx.Response:
+            return await service.client.post("/v1/batches", json=body("x", **extra), headers=auth())
+
+        first = await submit()
+        assert first.status_code == 201, first.text
+        added = problem(await submit(webhook={"url": receiver.url}), 409, "webhook-conflict")
+        assert first.json()["id"] in added["detail"] and "no webhook" in added["detail"]
+        hooked = await submit(metadata={"k": "v"}, webhook={"url": receiver.url})
+        assert hooked.status_code == 201, hooked.text
+        same = await submit(metadata={"k": "v"}, webhook={"url": receiver.url})
+        assert (same.status_code, same.json()["id"]) == (200, hooked.json()["id"])
+        changed = await submit(metadata={"k": "v"}, webhook={"url": other})
+        assert "another webhook" in problem(changed, 409, "webhook-conflict")["detail"]
+        # Without a webhook asked for, the reuse stands as it always has.
+        assert (await submit(metadata={"k": "v"})).status_code == 200
+
+
+@pytest.mark.parametrize("char", ["\r\n", "\n", "\x1b", "\x00", "\u202e", "\ud800"])
+async def test_a_webhook_url_with_a_control_character_is_refused_with_422(
+    tmp_path: Path, clock: FakeClock, receiver: Receiver, char: str
+) -> None:
+    fetch = ScriptedFetch()
+    url = receiver.url + "?x=" + char + "Injected: 1"
+    async with running(tmp_path, fetch, clock, webhooks=sender(receiver)) as service:
+        hook = json.dumps(url)  # a lone surrogate as an escape: httpx would not encode it
+        text = '{"targets": [{"url": "https://example.test/x"}], "webhook": {"url": ' + hook + "}}"
+        r = await service.client.post(
+            "/v1/batches",
+            content=text,
+            headers={**auth(), "Content-Type": "application/json"},
+        )
+        detail = problem(r, 422, "invalid-request")["detail"]
+        assert f"U+{ord(char[0]):04X}" in detail
+        assert (await service.client.get("/v1/batches", headers=auth())).json()["jobs"] == []
+
+
+async def test_a_retry_tells_its_parents_webhook_or_the_one_its_body_sets(
+    tmp_path: Path, clock: FakeClock, receiver: Receiver
+) -> None:
+    fetch = ScriptedFetch()
+    other = receiver.url.replace("/hook", "/other")
+    async with running(tmp_path, fetch, clock, webhooks=sender(receiver)) as service:
+
+        async def ended(*names: str) -> str:
+            r = await service.client.post(
+                "/v1/batches", json=body(*names, webhook={"url": receiver.url}), headers=auth()
+            )
+            assert r.status_code == 201, r.text
+            await service.wait_done(r.json()["id"])
+            return str(r.json()["id"])
+
+        async def retry(job_id: str, **extra: Any) -> httpx.Response:
+            return await service.client.post(
+                f"/v1/batches/{job_id}/retry", json=extra, headers=auth()
+            )
+
+        async def webhook_of(r: httpx.Response) -> Any:
+            assert r.status_code == 201, r.text
+            return (await service.get(r.json()["id"])).json()["webhook"]
+
+        inherited = await webhook_of(await retry(await ended("a", "b/fail")))
+        assert inherited["url"] == receiver.url
+        parent = await ended("c", "d/fail")
+        assert (await webhook_of(await retry(parent, webhook={"url": other})))["url"] == other
+        again = await retry(parent, webhook={"url": receiver.url})
+        problem(again, 409, "webhook-conflict")
+        assert await webhook_of(await retry(await ended("e", "f/fail"), webhook=None)) is None

@@ -179,3 +179,40 @@ async def test_bulk_cancel_touches_only_the_callers_matching_live_jobs(
         assert await runner.cancel_matching("alice", JobFilter()) == [a2]
         assert (await runner.store.get_job(b1, now=clock())).status is JobState.RUNNING  # type: ignore[union-attr]
         await runner.cancel(b1)
+
+
+async def test_a_merged_export_shows_every_retrys_outcomes_not_only_the_newest(
+    job_store: JobStore, fetch: ScriptedFetch, clock: FakeClock
+) -> None:
+    parent = await _killed_job(job_store, clock)
+    fetch.custom["https://example.test/fail"] = lambda: Result("fine now")
+    async with open_runner(job_store, fetch, CONFIG, now=clock) as runner:
+        older = await runner.retry(parent, only=["failed"])
+        assert older is not None and (await runner.wait(older[0])) is not None
+        clock.advance(1)  # the next retry is the newer one
+        newer = await runner.retry(parent, only=["pending"])
+        assert newer is not None and (await runner.wait(newer[0])) is not None
+        lines = await _export(runner, parent, merged=True)
+    assert lines == [
+        (parent, 0, "done"),
+        (older[0], 1, "done"),  # the older retry's outcome, which the newer one has not
+        (newer[0], 2, "done"),
+        (newer[0], 3, "done"),
+    ]
+
+
+async def test_a_merged_export_follows_retries_past_eight_deep(
+    job_store: JobStore, fetch: ScriptedFetch, clock: FakeClock
+) -> None:
+    async with open_runner(job_store, fetch, CONFIG, now=clock) as runner:
+        first, _ = await runner.submit("alice", "user", _targets())
+        assert (await runner.wait(first)) is not None
+        job_id = first
+        for depth in range(1, 11):  # ten retries deep, each of the last one's failure
+            if depth == 10:
+                fetch.custom["https://example.test/fail"] = lambda: Result("at last")
+            retried = await runner.retry(job_id)
+            assert retried is not None and (await runner.wait(retried[0])) is not None
+            job_id = retried[0]
+        lines = await _export(runner, first, merged=True)
+    assert lines[1] == (job_id, 1, "done")

@@ -47,6 +47,9 @@ from ..support.fakes import ScriptedFetch
 from ..support.figures import SOAK, Figures, scaled
 from ..support.invariants import status_mismatch
 
+# SIGKILLs a runner at random moments, round after round: left out of make test-fast.
+pytestmark = pytest.mark.slow
+
 CHILD = Path(__file__).parent.parent / "support" / "crash_child.py"
 SEED = 20240604
 KILLS = scaled(20, 200)

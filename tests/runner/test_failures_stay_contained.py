@@ -157,8 +157,9 @@ def test_cli_gc_on_a_locked_database_reports_one_line(tmp_path: Path) -> None:
     holder = sqlite3.connect(db, isolation_level=None)
     try:
         holder.execute("BEGIN IMMEDIATE")  # another process writing, past the busy timeout
+        url = f"sqlite:///{db}?busy_timeout=0.1"  # a short timeout: the same refusal, sooner
         proc = subprocess.run(
-            [sys.executable, "-m", "trio_batch", "gc", "--db", str(db)],
+            [sys.executable, "-m", "trio_batch", "gc", "--db", url],
             capture_output=True,
             text=True,
             timeout=120,

@@ -352,7 +352,7 @@ async def test_an_export_and_a_retry_read_in_a_span_are_store_spans_of_it(
             exported = [target.url async for _, target in runner.export(job, merged=True)]
     assert exported == [t.url for t in urls("a", "b")]
     [export] = spans_named(exporter, "export")
-    named = {"trio_batch.store get_targets_after", "trio_batch.store latest_retry"}
+    named = {"trio_batch.store get_targets_after", "trio_batch.store retries"}
     reads = [s for s in exporter.get_finished_spans() if s.name in named]
     assert {s.name for s in reads} == named
     assert all(s.parent is not None and s.parent.span_id == export.context.span_id for s in reads)

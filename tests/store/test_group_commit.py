@@ -42,6 +42,7 @@ from trio_batch.store._thread import StoreThread
 from trio_batch.store.postgres import PostgresStore
 
 from ..support.fakes import T0, FakeClock, ScriptedFetch, urls
+from ..support.markers import POSTGRES
 
 TTL = 100.0
 CAPS: dict[str, Any] = {"ttl": TTL, "targets_per_job": 8, "jobs_per_caller": 1, "jobs_total": 8}
@@ -54,7 +55,7 @@ def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]
         yield store
 
 
-@pytest.fixture(params=["memory", "file", "postgres"])
+@pytest.fixture(params=["memory", "file", pytest.param("postgres", marks=POSTGRES)])
 def sql_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store | PostgresStore]:
     """Each backend's synchronous store, whose ``record_outcomes`` is the shared commit."""
     if request.param == "postgres":

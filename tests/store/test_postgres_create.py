@@ -24,12 +24,13 @@ from trio_batch.store.postgres import _queries as q
 from trio_batch.store.postgres._store import _label_values, _outbox_values, _target_values
 
 from ..support.fakes import T0, urls
+from ..support.markers import PGBOUNCER
 
 TTL = 3600.0
 CAPS = {"targets_per_job": 32, "jobs_per_caller": 1, "jobs_total": 8}
 
 
-@pytest.fixture(params=["direct", "pooled"])
+@pytest.fixture(params=["direct", pytest.param("pooled", marks=PGBOUNCER)])
 def dsn(request: pytest.FixtureRequest, pg_dsn: str) -> str:
     return pg_dsn if request.param == "direct" else str(request.getfixturevalue("pooled_dsn"))
 

@@ -36,6 +36,7 @@ from ..runner.test_postgres_cluster import DEADLINE, Child, _outcomes, _sql, _un
 from ..support.cuttable_proxy import CuttableProxy
 from ..support.fakes import T0, ScriptedFetch, urls
 from ..support.figures import Figures
+from ..support.markers import PGBOUNCER
 from ..support.pg_server import through
 
 #: Runner processes on the test's database: the multi-runner tests' fixture.
@@ -206,7 +207,9 @@ def _waited(dsn: str, job_id: str) -> bool:
     return bool(_sql(dsn, "SELECT waited FROM jobs WHERE id = %s", (job_id,))[0][0])
 
 
-@pytest.mark.parametrize("pooled", [False, True], ids=["direct", "through PgBouncer"])
+@pytest.mark.parametrize(
+    "pooled", [False, pytest.param(True, marks=PGBOUNCER)], ids=["direct", "through PgBouncer"]
+)
 @pytest.mark.parametrize("marked_first", [True, False], ids=["marked first", "ended first"])
 def test_a_wait_marked_beside_the_last_outcome_is_told_or_finds_the_job_ended(
     request: pytest.FixtureRequest, pg_dsn: str, pooled: bool, marked_first: bool

@@ -37,10 +37,11 @@ from trio_batch.store.postgres import SCHEMA_VERSION, PostgresStore, _outcomes
 from trio_batch.store.postgres import _queries as q
 
 from ..support.fakes import T0
+from ..support.markers import PGBOUNCER
 from .test_group_commit import TTL, create  # the same jobs as the shared-commit test
 
 
-@pytest.fixture(params=["direct", "through PgBouncer"])
+@pytest.fixture(params=["direct", pytest.param("through PgBouncer", marks=PGBOUNCER)])
 def dsn(request: pytest.FixtureRequest, pg_dsn: str) -> str:
     """The test's database, directly (``RECORD_OUTCOME`` prepared) and through PgBouncer in
     transaction mode (the function that runs it, ``RECORD_OUTCOME_CALL``)."""

@@ -95,6 +95,7 @@ OPERATIONS: dict[str, Callable[[PostgresStore, str], Any]] = {
     ),
     "register_runner": lambda s, j: s.register_runner(),
     "release_job": lambda s, j: s.release_job(j),
+    "retries": lambda s, j: s.retries(j, caller="alice", now=T0, limit=8),
     "undrained_jobs": lambda s, j: s.undrained_jobs([], now=T0, limit=8),
     "unregister_runner": lambda s, j: s.unregister_runner("runner"),
     "watch_job": lambda s, j: s.watch_job(j),

@@ -385,6 +385,40 @@ async def test_a_claimed_delivery_carries_the_trace_context_stored_with_its_job(
     }
 
 
+async def test_a_claim_passes_over_busy_destinations(job_store: JobStore) -> None:
+    busy, free = "https://busy.example/x", "https://free.example/x"
+    a, _ = await _create(job_store, caller="a", n=1, prefix="a:", webhook_url=busy)
+    b, _ = await _create(job_store, caller="b", n=1, prefix="b:", webhook_url=free)
+    async with job_store.claim():
+        await job_store.finish_job(a.id, JobState.CANCELLED, now=T0 + 1)  # due first
+        await job_store.finish_job(b.id, JobState.CANCELLED, now=T0 + 2)
+        got = await job_store.claim_delivery(now=T0 + 3, lease=60, skip_urls={busy})
+        assert got is not None and got.job_id == b.id
+        assert await job_store.claim_delivery(now=T0 + 3, lease=60, skip_urls={busy}) is None
+        left = await job_store.claim_delivery(now=T0 + 3, lease=60)
+    assert left is not None and left.job_id == a.id
+
+
+async def test_a_redelivery_joins_the_attempt_in_flight(job_store: JobStore) -> None:
+    a, _ = await _create(job_store, caller="a", n=1, webhook_url="https://hooks.example/x")
+    async with job_store.claim():
+        await job_store.finish_job(a.id, JobState.CANCELLED, now=T0 + 1)
+        event = await job_store.claim_delivery(now=T0 + 2, lease=60)
+        assert event is not None
+        assert await job_store.redeliver(a.id, now=T0 + 3) is not None
+        # The attempt's lease holds: no second claim of the same event beside it.
+        assert await job_store.claim_delivery(now=T0 + 4, lease=60) is None
+        assert await job_store.record_delivery(
+            event, answer="HTTP 204", delivered=True, now=T0 + 5, next_at=None
+        )
+        delivery = await job_store.get_delivery(a.id, now=T0 + 5)
+        assert delivery is not None and delivery.state == "delivered"
+        # Without an attempt in flight, a redelivery makes the event due again.
+        assert await job_store.redeliver(a.id, now=T0 + 6) is not None
+        again = await job_store.claim_delivery(now=T0 + 7, lease=60)
+    assert again is not None and again.id == event.id
+
+
 async def test_claim_reap_and_shutdown_fail_live_jobs_and_keep_outcomes(
     job_store: JobStore,
 ) -> None:
@@ -695,6 +729,64 @@ async def test_export_pages_cover_every_target_in_order(job_store: JobStore) -> 
     assert empty is not None and empty[1] == []
     assert await job_store.get_targets_after("A" * 22, -1, now=T0, limit=3) is None
     assert await job_store.get_targets_after(job.id, -1, now=T0 + 10 * TTL, limit=3) is None
+
+
+async def test_an_export_page_is_bounded_by_its_results_size(job_store: JobStore) -> None:
+    job, _ = await job_store.create_job(
+        NewJob("alice", "default", _targets(4, "s:"), **CAPS, status=JobState.RUNNING), now=T0
+    )
+    for i, size in enumerate((3000, 1000, 1000, 1000)):
+        await job_store.record_outcome(_ok(job.id, i, "y" * size), ttl=TTL, now=T0)
+
+    async def idxs(after: int, max_bytes: int) -> list[int]:
+        page = await job_store.get_targets_after(
+            job.id, after, now=T0, limit=8, max_bytes=max_bytes
+        )
+        assert page is not None
+        return [t.idx for t in page[1]]
+
+    # The first row comes even past the bound; then each row until one takes it past.
+    assert await idxs(-1, 5) == [0]
+    assert await idxs(0, 2500) == [1, 2, 3]
+    assert await idxs(0, 1500) == [1, 2]
+    assert await idxs(3, 1500) == []
+    page = await job_store.get_targets_after(job.id, 0, now=T0, limit=2, max_bytes=10**9)
+    assert page is not None and [t.result for t in page[1]] == [
+        Result("y" * 1000, {"n": 1}),
+        Result("y" * 1000, {"n": 2}),
+    ]
+
+
+async def test_an_export_page_without_results_reads_statuses_only(job_store: JobStore) -> None:
+    job, _ = await job_store.create_job(
+        NewJob("alice", "default", _targets(3, "r:"), **CAPS, status=JobState.RUNNING), now=T0
+    )
+    await job_store.record_outcome(_ok(job.id, 0), ttl=TTL, now=T0)
+    await job_store.record_outcome(_err(job.id, 1), ttl=TTL, now=T0)
+    page = await job_store.get_targets_after(job.id, -1, now=T0, limit=8, results=False)
+    assert page is not None
+    assert [(t.idx, str(t.status), t.result, t.error) for t in page[1]] == [
+        (0, "done", None, None),
+        (1, "failed", None, _err(job.id, 1).error),
+        (2, "running", None, None),
+    ]
+    bounded = await job_store.get_targets_after(
+        job.id, -1, now=T0, limit=8, results=False, max_bytes=1
+    )
+    assert bounded is not None and [t.idx for t in bounded[1]] == [0, 1, 2]  # nothing loaded
+    assert await job_store.get_targets_after("A" * 22, -1, now=T0, limit=3, results=False) is None
+
+
+async def test_a_jobs_retries_are_the_callers_children_newest_first(job_store: JobStore) -> None:
+    parent = await _labelled(job_store, "alice", 0, {})
+    made = [(await _labelled(job_store, "alice", i, {}, parent_id=parent.id)).id for i in (1, 2, 3)]
+    await _labelled(job_store, "bob", 4, {}, parent_id=parent.id)  # not alice's
+    found = await job_store.retries(parent.id, caller="alice", now=T0 + 5, limit=10)
+    assert [j.id for j in found] == made[::-1]
+    two = await job_store.retries(parent.id, caller="alice", now=T0 + 5, limit=2)
+    assert [j.id for j in two] == made[:0:-1]
+    assert await job_store.retries("A" * 22, caller="alice", now=T0, limit=5) == []
+    assert await job_store.retries(parent.id, caller="alice", now=T0 + 10 * TTL, limit=5) == []
 
 
 async def test_the_latest_retry_is_the_callers_newest_child(job_store: JobStore) -> None:

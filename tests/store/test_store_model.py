@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -36,6 +37,9 @@ from trio_batch.store import NewJob
 
 from ..support.fakes import T0
 from ..support.figures import Figures, scaled
+
+# long Hypothesis state machines (longer still under make soak): left out of make test-fast.
+pytestmark = pytest.mark.slow
 
 TTL = 10.0
 CALLERS = ("ann", "bob", "cyd", "dee")

@@ -9,8 +9,10 @@ import pytest
 
 from trio_batch import JobStore, open_store
 
+from .markers import POSTGRES
+
 #: A new backend adds its id here and a branch to :func:`open_backend`.
-BACKENDS = ["sqlite-memory", "sqlite-file", "postgres"]
+BACKENDS = ["sqlite-memory", "sqlite-file", pytest.param("postgres", marks=POSTGRES)]
 
 
 def open_backend(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> JobStore:

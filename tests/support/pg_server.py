@@ -22,6 +22,7 @@ import pytest
 from demo.local_postgres import PgServer, PgServerError, start_postgres
 
 from .cuttable_proxy import CuttableProxy
+from .markers import require_marker
 
 __all__ = ["PgServer", "pg_dsn", "pg_server"]
 
@@ -42,9 +43,11 @@ def pg_server() -> Iterator[PgServer]:
 
 
 @pytest.fixture
-def pg_dsn(pg_server: PgServer) -> Iterator[str]:
+def pg_dsn(pg_server: PgServer, request: pytest.FixtureRequest) -> Iterator[str]:
     """A ``postgresql://`` URL of a fresh, empty database of this test's own, dropped after."""
     import psycopg
+
+    require_marker(request, "postgres")
 
     name = f"t{os.getpid()}_{next(_databases)}"  # a generated name: safe to quote in SQL
     url = pg_server.create_database(name)
@@ -54,8 +57,9 @@ def pg_dsn(pg_server: PgServer) -> Iterator[str]:
 
 
 @pytest.fixture
-def pg_proxy(pg_server: PgServer) -> Iterator[CuttableProxy]:
+def pg_proxy(pg_server: PgServer, request: pytest.FixtureRequest) -> Iterator[CuttableProxy]:
     """A TCP proxy before the test server's Unix socket, to cut, hold or release."""
+    require_marker(request, "postgres")
     with CuttableProxy(f"{pg_server.socket_dir}/.s.PGSQL.5432") as proxy:
         yield proxy
 

@@ -24,6 +24,7 @@ import pytest
 
 from demo.local_pgbouncer import PgBouncer, PgBouncerError, start_pgbouncer, stop_pgbouncer
 
+from .markers import require_marker
 from .pg_server import PgServer
 
 __all__ = ["NOT_LINKED", "PgBouncer", "log_size", "not_linked", "pgbouncer", "pooled_dsn"]
@@ -64,9 +65,10 @@ def not_linked(bouncer: PgBouncer, since: int) -> list[str]:
 
 
 @pytest.fixture
-def pooled_dsn(pg_dsn: str, pgbouncer: PgBouncer) -> Iterator[str]:
+def pooled_dsn(pg_dsn: str, pgbouncer: PgBouncer, request: pytest.FixtureRequest) -> Iterator[str]:
     """The test's own database (``pg_dsn``) through the pooler; fails the test if the pooler
     logs a "when not linked" line meanwhile."""
+    require_marker(request, "pgbouncer")
     dbname = urllib.parse.urlsplit(pg_dsn).path.lstrip("/")
     since = log_size(pgbouncer)
     yield pgbouncer.url(dbname)

@@ -5,25 +5,25 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import IO
 
 import trio
 
-from .._errors import InvalidRequest
+from .._errors import InvalidRequest, JobGone
+from .._files import replacing
 from .._model import JobState
 from ..runner import export_line, export_targets
 from ..store import JobFilter, JobStore
-from ._common import EXIT_DONE, EXIT_FAILED, UsageError, ask, report_error
+from ._common import EXIT_DONE, EXIT_FAILED, UsageError, ask, report_error, whole_number
 
 __all__ = ["add_export_parser", "add_job_filters", "cmd_export", "job_filter"]
 
 _STATES = {state.value: state for state in JobState}
+#: The largest target index a store holds (a 32-bit column on PostgreSQL).
+MAX_INDEX = 2**31 - 1
 
 
 def add_export_parser(
@@ -40,12 +40,17 @@ def add_export_parser(
     )
     export.add_argument("-o", "--output", metavar="FILE", help="write FILE (default: stdout)")
     export.add_argument(
-        "--after", type=int, default=-1, metavar="IDX", help="start after target IDX (resume)"
+        "--after",
+        type=whole_number(-1, MAX_INDEX),
+        default=-1,
+        metavar="IDX",
+        help="start after target IDX (resume)",
     )
     export.add_argument(
         "--merged",
         action="store_true",
-        help="show the outcomes of the job's retries (trio-batch retry) in its place",
+        help="show the outcomes of the job's retries (trio-batch retry; up to 16, however "
+        "deep, the newest first) in its place",
     )
     return export
 
@@ -93,28 +98,18 @@ def job_filter(args: argparse.Namespace) -> JobFilter | None:
 
 @contextlib.contextmanager
 def _output(name: str | None) -> Iterator[tuple[IO[str], bool]]:
-    """Where the lines go: stdout, or FILE made whole or not at all (written beside it,
-    renamed into place at the end). Yields the stream and whether it is a file."""
+    """Where the lines go: stdout, or FILE (see :func:`replacing`: a regular file is made
+    whole or not at all). Yields the stream and whether it is a regular file."""
     if name is None:
         yield sys.stdout, False
         return
-    path = Path(name)
-    fd, tmp = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.", suffix=".part")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            yield f, True
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    with replacing(name) as (out, to_file):
+        yield out, to_file
 
 
 def cmd_export(store: JobStore, args: argparse.Namespace) -> int:
-    """``trio-batch export JOB``: 0 once every line is written, 1 for an unknown job."""
-    if args.after < -1:
-        raise UsageError("--after must be a target index")
-
+    """``trio-batch export JOB``: 0 once every line is written, 1 for an unknown job or one
+    deleted while it was read (a file is then left as it was)."""
     job = ask(store, lambda s: s.get_job(args.job, now=time.time()))
     if job is None:
         report_error(f"no job {args.job} in {store.location} (unknown id, or its lease has lapsed)")
@@ -133,5 +128,8 @@ def cmd_export(store: JobStore, args: argparse.Namespace) -> int:
         with _output(args.output) as (out, to_file):
             trio.run(export, out, to_file)
             return EXIT_DONE
+    except JobGone as exc:  # a file is left as it was; a pipe has what was read, and exit 1
+        report_error(f"{exc}: the export is incomplete")
+        return EXIT_FAILED
     except OSError as exc:
         raise UsageError(f"cannot write {args.output}: {exc.strerror or exc}") from None

@@ -38,7 +38,7 @@ from .._model import Job, TargetStatus, is_job_id
 from .._text import parse_count
 from .._version import __version__
 from ..store import JobStore
-from ._batch_data import add_export_parser, add_job_filters, cmd_export, job_filter
+from ._batch_data import MAX_INDEX, add_export_parser, add_job_filters, cmd_export, job_filter
 from ._common import (
     EXIT_BUSY,
     EXIT_CANCELLED,
@@ -55,6 +55,7 @@ from ._common import (
     stderr_console,
     stdout_console,
     targets_json,
+    whole_number,
 )
 from ._logs import add_log_format_argument
 from ._options import add_fetch_limits, add_politeness, add_store_options
@@ -162,7 +163,12 @@ def _parser() -> argparse.ArgumentParser:
 
     jobs = sub.add_parser("jobs", parents=[db], help="list the jobs whose lease has not lapsed")
     jobs.add_argument("--caller", default=None, help="only this caller's jobs")
-    jobs.add_argument("--limit", type=int, default=100, help="at most this many (default 100)")
+    jobs.add_argument(
+        "--limit",
+        type=whole_number(1, MAX_INDEX),
+        default=100,
+        help="at most this many (default 100)",
+    )
     jobs.add_argument("--json", action="store_true", help="print JSON")
     add_job_filters(jobs)
     export = add_export_parser(sub, db)
@@ -452,8 +458,6 @@ def _cmd_results(store: JobStore, args: argparse.Namespace) -> int:
 def _cmd_jobs(store: JobStore, args: argparse.Namespace) -> int:
     from . import _console
 
-    if args.limit < 1:
-        raise UsageError("--limit must be at least 1")
     where = job_filter(args)
     if where is None:
         jobs = ask(

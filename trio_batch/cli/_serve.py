@@ -87,6 +87,12 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         "read (its token file included), for every caller; refused by default",
     )
     parser.add_argument(
+        "--host-metrics",
+        action="store_true",
+        help="report the built-in fetcher's figures per host on /metrics, which answers "
+        "without credentials: it then names every host callers fetch; off by default",
+    )
+    parser.add_argument(
         "--process-timeout",
         type=float,
         default=10.0,
@@ -210,6 +216,7 @@ def run_serve(args: argparse.Namespace) -> int:
             body_timeout=args.body_timeout,
             tracing=tracing,
             webhooks=_webhook_sender(args),
+            host_metrics=args.host_metrics,
         )
     except (OSError, ValueError, TypeError) as exc:
         print(f"trio-batch serve: {printable(str(exc))}", file=sys.stderr)

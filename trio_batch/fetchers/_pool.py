@@ -32,7 +32,7 @@ from ._hosts import Hosts, Politeness
 from ._robots import RobotsCache
 from ._ssrf import DestinationPolicy
 
-__all__ = ["PinnedBackend", "Pools", "Session"]
+__all__ = ["PinnedBackend", "Pools", "Session", "pinned_transport"]
 
 
 class _URLsToOrigins(logging.Filter):
@@ -151,20 +151,32 @@ def open_client(settings: ClientSettings) -> httpx.AsyncClient:
 
 def _pinned_transport(settings: ClientSettings) -> httpx.AsyncHTTPTransport:
     assert settings.policy is not None
-    transport = httpx.AsyncHTTPTransport(
-        verify=settings.verify, http2=settings.http2, limits=settings.limits, trust_env=False
+    return pinned_transport(
+        settings.policy, settings.verify, limits=settings.limits, http2=settings.http2
     )
-    limits = settings.limits
+
+
+def pinned_transport(
+    policy: DestinationPolicy,
+    verify: ssl.SSLContext,
+    *,
+    limits: httpx.Limits | None = None,
+    http2: bool = False,
+) -> httpx.AsyncHTTPTransport:
+    """An httpx transport whose every connection goes through :class:`PinnedBackend`: only to
+    an address ``policy`` has just checked (the fetcher's, and the webhook sender's)."""
+    limits = httpx.Limits() if limits is None else limits
+    transport = httpx.AsyncHTTPTransport(verify=verify, http2=http2, limits=limits, trust_env=False)
     # httpx takes no network backend, so the pool it built is replaced by the same one
     # connecting through the policy; httpx still maps httpcore's errors to its own.
     transport._pool = httpcore.AsyncConnectionPool(
-        ssl_context=settings.verify,
+        ssl_context=verify,
         max_connections=limits.max_connections,
         max_keepalive_connections=limits.max_keepalive_connections,
         keepalive_expiry=limits.keepalive_expiry,
         http1=True,
-        http2=settings.http2,
-        network_backend=PinnedBackend(settings.policy),
+        http2=http2,
+        network_backend=PinnedBackend(policy),
     )
     return transport
 

@@ -16,6 +16,7 @@ import base64
 import datetime
 import functools
 import json
+import re
 import ssl
 import time
 from collections.abc import Callable
@@ -28,9 +29,11 @@ from standardwebhooks import Webhook
 
 from .._errors import InvalidRequest
 from .._event import MAX_WEBHOOK_URL_LENGTH, JobEvent
+from .._text import CONTROL_CHARACTER
 from .._version import __version__
 from ..runner import DeliveryAnswer
 from ._errors import DestinationRefused
+from ._pool import pinned_transport
 from ._ssrf import DestinationPolicy
 
 __all__ = ["MAX_ANSWER_BODY", "WebhookSender", "load_webhook_secret"]
@@ -38,6 +41,8 @@ __all__ = ["MAX_ANSWER_BODY", "WebhookSender", "load_webhook_secret"]
 #: Most bytes of a receiver's answer read (then the connection is closed).
 MAX_ANSWER_BODY = 4096
 _SECRET_PREFIX = "whsec_"
+#: What no webhook URL may hold: control and bidi characters (NUL is one), lone surrogates.
+_UNFIT = re.compile(CONTROL_CHARACTER.pattern.removesuffix("]") + "\ud800-\udfff]")
 
 
 def load_webhook_secret(path: str | Path) -> str:
@@ -115,6 +120,12 @@ class WebhookSender:
             raise InvalidRequest(
                 f"the webhook URL is {len(url)} characters; at most {MAX_WEBHOOK_URL_LENGTH}"
             )
+        unfit = _UNFIT.search(url)
+        if unfit is not None:  # CR/LF would split a header, ESC steer a terminal, NUL the store
+            raise InvalidRequest(
+                f"the webhook URL contains the character U+{ord(unfit.group()):04X} at "
+                f"position {unfit.start()}; percent-encode it if it is meant"
+            )
         try:
             parts = urlsplit(url)
             host = parts.hostname
@@ -163,6 +174,8 @@ class WebhookSender:
                 status = await self._post(event.url, body.encode("utf-8"), headers)
             except httpx.HTTPError as exc:
                 raise DeliveryAnswer(f"{type(exc).__name__}: {exc}") from None
+            except DestinationRefused as exc:  # the connection's own check: the name changed
+                raise DeliveryAnswer(f"refused: {exc}") from None
         if scope.cancelled_caught:
             raise DeliveryAnswer(f"no answer within {self.timeout:g} s")
         if 200 <= status < 300:
@@ -173,12 +186,14 @@ class WebhookSender:
 
     async def _post(self, url: str, body: bytes, headers: dict[str, str]) -> int:
         """Send one request; its status, having read at most :data:`MAX_ANSWER_BODY` bytes."""
+        # Connected only to an address the policy checked: a DNS answer that changes after the
+        # check (rebinding) cannot turn a signed POST onto loopback or the private network.
+        transport = self._transport or pinned_transport(self.policy, self._ssl_context)
         async with (
             httpx.AsyncClient(
                 timeout=httpx.Timeout(self.timeout),
                 follow_redirects=False,
-                verify=self._ssl_context if self._transport is None else True,
-                transport=self._transport,
+                transport=transport,
                 trust_env=False,
             ) as client,
             client.stream("POST", url, content=body, headers=headers) as response,

@@ -69,6 +69,7 @@ def create_app(
     tracing: Tracing = NO_TRACING,
     listen_db: str | None = None,
     webhooks: WebhookDeliverer | None = None,
+    host_metrics: bool = False,
 ) -> Starlette:
     """Build the service as a Starlette application; serve it with :func:`serve`.
 
@@ -83,6 +84,8 @@ def create_app(
     direct URL for LISTEN beside a pooled ``db`` (see :func:`~trio_batch.open_store`).
     ``webhooks`` (a :class:`~trio_batch.fetchers.WebhookSender`) sends the terminal events of
     jobs submitted with a ``"webhook"``; without it such a submit is refused (422).
+    ``host_metrics``: ``/metrics``, which answers without credentials, reports the built-in
+    fetcher's figures per host, naming every host callers fetch; off by default.
 
     ``app.state.service.begin_shutdown()`` refuses new jobs and ends event streams; :func:`serve`
     calls it when its shutdown trigger fires.
@@ -103,6 +106,7 @@ def create_app(
         now=now,
         logger=logger,
         tracing=tracing,
+        host_metrics=host_metrics,
     )
 
     @contextlib.asynccontextmanager

@@ -17,14 +17,16 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from .._errors import BatchError, InvalidRequest
+from .._errors import BatchError, InvalidRequest, JobGone
 from .._model import JobState
 from .._text import json_type, parse_count, safe_text, unknown_keys
 from ..runner import export_line
 from ..store import JobFilter
 from ._bodies import job_json, parse_json, read_body, require_json
+from ._metrics import StreamCut
 from ._problems import not_found, problem_for
 from ._service import Service
+from ._webhooks import check_reused_webhook, parse_webhook
 
 __all__ = [
     "FILTER_KEYS",
@@ -149,18 +151,21 @@ async def results_jsonl(request: Request) -> Response:
     async def lines() -> AsyncIterator[bytes]:
         chunk: list[str] = []
         size = 0
-        async for job_id, target in runner.export(job, after=after, merged=overlay):
-            line = export_line(job_id, target, merged=overlay)
-            result = line.get("result")
-            if result is not None and len(result["content"]) > BIG_LINE:
-                text = await trio.to_thread.run_sync(encode_line, line)  # not on the loop
-            else:
-                text = encode_line(line)
-            chunk.append(text + "\n")
-            size += len(text) + 1
-            if size >= _CHUNK:
-                yield "".join(chunk).encode()
-                chunk, size = [], 0
+        try:
+            async for job_id, target in runner.export(job, after=after, merged=overlay):
+                line = export_line(job_id, target, merged=overlay)
+                result = line.get("result")
+                if result is not None and len(result["content"]) > BIG_LINE:
+                    text = await trio.to_thread.run_sync(encode_line, line)  # not on the loop
+                else:
+                    text = encode_line(line)
+                chunk.append(text + "\n")
+                size += len(text) + 1
+                if size >= _CHUNK:
+                    yield "".join(chunk).encode()
+                    chunk, size = [], 0
+        except JobGone as gone:  # deleted midway: the body must not end as if whole
+            raise StreamCut(str(gone)) from None
         if chunk:
             yield "".join(chunk).encode()
 
@@ -192,20 +197,28 @@ async def retry_batch(request: Request) -> Response:
     service = _service(request)
     caller = service.caller(request)
     obj = await _body_object(request, service)
-    unknown = unknown_keys(obj, ("only",))
+    unknown = unknown_keys(obj, ("only", "webhook"))
     if unknown:
-        raise InvalidRequest(f"unknown key(s) {unknown}; the body has optionally 'only'")
+        raise InvalidRequest(
+            f"unknown key(s) {unknown}; the body has optionally 'only' and 'webhook'"
+        )
+    # Without "webhook", the retry tells the ended job's webhook; null: none.
+    webhook = parse_webhook(obj) if "webhook" in obj else ...
     only = obj.get("only", ["failed"])
     if not isinstance(only, list):
         raise InvalidRequest('only must be a list, e.g. ["failed", "pending"]')
     runner = service.runner
     try:
-        found = await runner.retry(request.path_params["id"], only=only, caller=caller.name)
+        found = await runner.retry(
+            request.path_params["id"], only=only, caller=caller.name, webhook=webhook
+        )
     except BatchError as exc:
         raise problem_for(exc, retry_after=service.retry_after) from None
     if found is None:
         raise not_found()  # another caller's job reads exactly like an unknown one
     job_id, reused = found
+    if reused and isinstance(webhook, str):
+        await check_reused_webhook(service, job_id, webhook)
     status = await runner.status(job_id)
     if status is None:
         raise not_found("the job lapsed as soon as it was created")

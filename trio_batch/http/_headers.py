@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import trio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 __all__ = ["API_HEADERS", "SecurityHeaders"]
@@ -29,7 +30,8 @@ _RAW = [
 
 
 class SecurityHeaders:
-    """ASGI middleware adding :data:`API_HEADERS` to each response that lacks them.
+    """ASGI middleware adding :data:`API_HEADERS` to each response that lacks them, and
+    sending each response's last body message shielded from cancellation (see below).
 
     Starlette's error middleware answers a failed handler outside every other middleware, so
     problem responses carry the same headers themselves (see ``Problem.response``).
@@ -49,6 +51,15 @@ class SecurityHeaders:
                 present = {name.lower() for name, _ in headers}
                 headers.extend(item for item in _RAW if item[0] not in present)
                 message = {**message, "headers": headers}
+            elif message["type"] == "http.response.body" and not message.get("more_body"):
+                # The server may close the connection inside the last send (a client that
+                # asked to close, or HTTP/1.0), and a streamed answer cancels its sender as
+                # soon as the server reports the stream ended: unshielded, the close is cut
+                # halfway and the socket stays open. Bounded: the server's own write of the
+                # last bytes is shielded already; what is added is the socket's close.
+                with trio.CancelScope(shield=True):
+                    await send(message)
+                return
             await send(message)
 
         await self.app(scope, receive, send_with_headers)

@@ -26,7 +26,7 @@ from .._tracing import Method, Tracing, WrappedStore, current_ids, error_class, 
 from ..fetchers import HostFigures
 from ..store import StoreCounts
 
-__all__ = ["Metered", "Metrics", "RequestCounter"]
+__all__ = ["Metered", "Metrics", "RequestCounter", "StreamCut"]
 
 S = TypeVar("S")
 
@@ -293,6 +293,12 @@ class _SnapshotCollector(Collector):
         yield family
 
 
+class StreamCut(Exception):
+    """Raised by a streamed answer that cannot be finished (its job was deleted midway):
+    :class:`RequestCounter` ends the request without the stream's last chunk, so the server
+    closes the connection and the client sees an incomplete body, never a complete one."""
+
+
 class RequestCounter:
     """ASGI middleware counting answered requests by route template (never raw path) and code.
 
@@ -334,6 +340,10 @@ class RequestCounter:
         except ClientDisconnect:
             self.metrics.disconnects.labels(route()).inc()
             _log.info("client went away during %s %s", scope.get("method"), route())
+        except StreamCut as cut:
+            if not started:
+                raise
+            _log.warning("cut %s %s: %s", scope.get("method"), route(), cut)
         except Exception:
             if disconnected:
                 self.metrics.disconnects.labels(route()).inc()

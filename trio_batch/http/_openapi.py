@@ -130,6 +130,10 @@ def _batch_paths(secured: list[dict[str, list[str]]]) -> dict[str, Any]:
                     ),
                     "408": _problem("The body did not arrive in time (--body-timeout)."),
                     "413": _problem("The body is larger than the service accepts."),
+                    "409": _problem(
+                        "The same targets were already submitted as a job with another "
+                        "webhook (or none): the webhook is never dropped silently."
+                    ),
                     "415": _problem("The Content-Type is not JSON."),
                     "422": _problem("Invalid or too many targets, or a malformed request."),
                     "429": _problem(

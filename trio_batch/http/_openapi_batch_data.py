@@ -69,7 +69,15 @@ def batch_data_schemas() -> dict[str, Any]:
                     "items": {"type": "string", "enum": ["failed", "pending"]},
                     "description": "Which targets of the ended job to fetch again (default "
                     "failed); pending ones are those a cancel or a restart left unfetched.",
-                }
+                },
+                "webhook": {
+                    "oneOf": [
+                        {"$ref": "#/components/schemas/WebhookRequest"},
+                        {"type": "null"},
+                    ],
+                    "description": "The retry's webhook; without it, the ended job's own "
+                    "(null: none).",
+                },
             },
         },
         "BulkCancelRequest": {

@@ -30,7 +30,7 @@ from ._events import EventStream
 from ._problems import Problem, not_found, problem_for
 from ._service import Service
 from ._snapshots import snapshots_of
-from ._webhooks import delivery_json, parse_webhook
+from ._webhooks import check_reused_webhook, delivery_json, parse_webhook
 
 __all__ = [
     "batch_resource",
@@ -70,6 +70,8 @@ async def submit(request: Request) -> Response:
             )
     except BatchError as exc:
         raise problem_for(exc, retry_after=service.retry_after) from None
+    if reused and webhook is not None:
+        await check_reused_webhook(service, job_id, webhook)
     status = await runner.status(job_id)
     if status is None:
         raise not_found("the job lapsed as soon as it was created")
@@ -104,7 +106,10 @@ async def get_batch(request: Request) -> Response:
     """GET /v1/batches/{id}: the job, its counts and its targets' summaries."""
     service = _service(request)
     caller = service.caller(request)
-    found = await service.runner.overview(request.path_params["id"])
+    # Whose job it is is known before its targets are read: another caller's job answers as
+    # fast as an unknown id, and never costs a read of its targets.
+    owned = await service.owned_job(request, caller)
+    found = await service.runner.overview(owned.id)
     if found is None:
         raise not_found()
     job, targets, sizes = found
@@ -119,8 +124,14 @@ async def get_target(request: Request) -> Response:
     service = _service(request)
     caller = service.caller(request)
     idx = parse_count(request.path_params["idx"], max_digits=9)
-    found = None if idx is None else await service.runner.target(request.path_params["id"], idx)
     missing = "no such job or target"
+    # The owner first: another caller's job never has its (maybe big) result read.
+    service.owned(
+        await service.runner.store.get_job(request.path_params["id"], now=service.now()),
+        caller,
+        missing,
+    )
+    found = None if idx is None else await service.runner.target(request.path_params["id"], idx)
     job, target = (None, None) if found is None else found
     service.owned(job, caller, missing)
     assert target is not None  # found, since owned() accepted its job
@@ -189,8 +200,10 @@ async def metrics(request: Request) -> Response:
     if runner is not None:
         counts = await runner.store.counts(now=service.now())
         service.metrics.set_store_counts(counts)
-    if isinstance(service.fetch, HttpFetcher):
+    if service.host_metrics and isinstance(service.fetch, HttpFetcher):
+        # Opt-in: /metrics takes no credentials, and these name every host callers fetch.
         service.metrics.set_host_figures(service.fetch.host_figures())
+    if isinstance(service.fetch, HttpFetcher):  # counts by outcome only: no host, no job
         service.metrics.set_snapshot_counts(service.fetch.snapshot_counts)
     if "application/openmetrics-text" in request.headers.get("accept", ""):
         text = await trio.to_thread.run_sync(openmetrics_latest, service.metrics.registry)

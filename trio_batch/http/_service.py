@@ -39,6 +39,8 @@ class Service:
     now: Callable[[], float]
     logger: logging.Logger | None
     tracing: Tracing = NO_TRACING
+    #: Whether /metrics (unauthenticated) names each host the fetcher reached.
+    host_metrics: bool = False
     metrics: Metrics = field(default_factory=Metrics)
     runner_: Runner | None = None
     stopping: trio.Event = field(default_factory=trio.Event)

@@ -13,12 +13,13 @@ import dataclasses
 from collections.abc import AsyncIterator, Collection
 from typing import Any
 
-from .._errors import InvalidRequest, InvalidTargets, JobLive, TooManyTargets
+from .._errors import InvalidRequest, InvalidTargets, JobGone, JobLive, TooManyTargets
 from .._model import Job, JobState, Target, TargetState, TargetStatus
 from ..store import JobFilter, JobStore
 
 __all__ = [
     "EXPORT_PAGE",
+    "EXPORT_PAGE_BYTES",
     "RETRY_KINDS",
     "check_only",
     "export_line",
@@ -27,12 +28,16 @@ __all__ = [
     "retry_targets",
 ]
 
-#: Targets read at once by an export or a retry (a page of results held in memory).
+#: Most targets read at once by an export or a retry.
 EXPORT_PAGE = 64
+#: Most characters of results one export page holds (past it the page ends early): with
+#: 10 MB results a page of 64 held 640 MB.
+EXPORT_PAGE_BYTES = 4 * 1024 * 1024
 #: What ``Runner.retry(only=...)`` may name: failed targets, and targets without an outcome.
 RETRY_KINDS = ("failed", "pending")
-#: How many retries deep a merged export follows (a retry of a retry of ...).
-MAX_MERGE_DEPTH = 8
+#: Most retries a merged export overlays, however deep (retries of retries count too): each
+#: is read beside the job, a page at a time, so this bounds the export's memory.
+MAX_MERGED_RETRIES = 16
 #: Most live jobs one bulk cancel reads (far above any caller's cap of live jobs).
 MAX_BULK = 10_000
 _LIVE = frozenset({JobState.QUEUED, JobState.RUNNING})
@@ -66,9 +71,12 @@ async def retry_targets(
     picked: list[Target] = []
     after = -1
     while True:
-        page = await store.get_targets_after(job.id, after, now=now, limit=EXPORT_PAGE)
+        # The selection needs statuses only: no result is loaded.
+        page = await store.get_targets_after(
+            job.id, after, now=now, limit=EXPORT_PAGE, results=False
+        )
         if page is None:
-            break  # lapsed meanwhile: what was read is all there is
+            raise _gone(job.id)
         for t in page[1]:
             if (t.status is TargetState.FAILED and "failed" in kinds) or (
                 not t.is_finished and "pending" in kinds
@@ -86,17 +94,23 @@ async def retry_targets(
     return picked
 
 
+def _gone(job_id: str) -> JobGone:
+    return JobGone(f"job {job_id} was deleted while it was being read; what was read is not all")
+
+
 async def _pages(
     store: JobStore, job_id: str, after: int, now: float
 ) -> AsyncIterator[TargetStatus]:
     while True:
-        page = await store.get_targets_after(job_id, after, now=now, limit=EXPORT_PAGE)
+        page = await store.get_targets_after(
+            job_id, after, now=now, limit=EXPORT_PAGE, max_bytes=EXPORT_PAGE_BYTES
+        )
         if page is None:
-            return
+            raise _gone(job_id)
+        if not page[1]:
+            return  # a page cut short by size is not the last: only an empty one is
         for t in page[1]:
             yield t
-        if len(page[1]) < EXPORT_PAGE:
-            return
         after = page[1][-1].idx
 
 
@@ -104,31 +118,39 @@ async def export_targets(
     store: JobStore, job: Job, *, now: float, after: int = -1, merged: bool = False
 ) -> AsyncIterator[tuple[str, TargetStatus]]:
     """``(job id, target)`` for each of ``job``'s targets with an index above ``after``, in
-    order. ``merged``: a target that the job's newest retry (by the same caller, and so on
-    down to its own retries) has an outcome for shows that outcome, under the job id of the
-    retry that stored it, at this job's index."""
-    async for pair in _merged(store, job, after, now, MAX_MERGE_DEPTH if merged else 0):
+    order. ``merged``: a target that one of the job's retries (by the same caller, and their
+    retries in turn, :data:`MAX_MERGED_RETRIES` of them at most, the newest first) has an
+    outcome for shows the newest such outcome, under the job id of the retry that stored it,
+    at this job's index. Raises :class:`JobGone` if a job is deleted while it is read."""
+    budget = [MAX_MERGED_RETRIES if merged else 0]
+    async for pair in _merged(store, job, after, now, budget):
         yield pair
 
 
 async def _merged(
-    store: JobStore, job: Job, after: int, now: float, depth: int
+    store: JobStore, job: Job, after: int, now: float, budget: list[int]
 ) -> AsyncIterator[tuple[str, TargetStatus]]:
-    child = None if depth <= 0 else await store.latest_retry(job.id, caller=job.caller, now=now)
-    if child is None:
+    children: list[Job] = []
+    if budget[0] > 0:
+        children = await store.retries(job.id, caller=job.caller, now=now, limit=budget[0])
+        budget[0] -= len(children)
+    if not children:
         async for t in _pages(store, job.id, after, now):
             yield job.id, t
         return
-    # A retry's targets are some of its parent's, in the parent's order: walk both at once.
-    # The retry is read from its start so that it lines up, even when resuming after `after`.
-    overlay = _merged(store, child, -1, now, depth - 1)
-    pending = await anext(overlay, None)
+    # A retry's targets are some of its parent's, in the parent's order: walk them all at
+    # once. Each is read from its start so that it lines up, even when resuming after `after`.
+    overlays = [_merged(store, child, -1, now, budget) for child in children]  # newest first
+    heads = [await anext(overlay, None) for overlay in overlays]
     async for t in _pages(store, job.id, -1, now):
         shown: tuple[str, TargetStatus] = (job.id, t)
-        if pending is not None and _as_target(pending[1]) == _as_target(t):
-            if pending[1].is_finished:
-                shown = (pending[0], dataclasses.replace(pending[1], idx=t.idx))
-            pending = await anext(overlay, None)
+        taken = False
+        for i, head in enumerate(heads):
+            if head is None or _as_target(head[1]) != _as_target(t):
+                continue
+            if not taken and head[1].is_finished:  # the newest retry with an outcome wins
+                shown, taken = (head[0], dataclasses.replace(head[1], idx=t.idx)), True
+            heads[i] = await anext(overlays[i], None)
         if t.idx > after:
             yield shown
 

@@ -13,6 +13,7 @@ again, so a receiver may see an event twice and deduplicates on its id.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
@@ -47,8 +48,11 @@ GIVE_UP_AFTER = 86400.0
 LEASE = 120.0
 #: The most one attempt (callback and webhook together) may take, in seconds.
 ATTEMPT_TIMEOUT = 60.0
-#: Deliveries in flight at once per runner (a slow receiver holds up only its own).
-CONCURRENCY = 4
+#: Deliveries in flight at once per runner.
+CONCURRENCY = 16
+#: Deliveries in flight at once to one webhook URL: a slow receiver holds up only its own
+#: events, never every slot (its next events wait in the outbox, others are claimed past).
+PER_DESTINATION = 2
 
 OnTerminal = Callable[[JobEvent], Awaitable[None]]
 
@@ -106,6 +110,8 @@ class Deliveries:
         self._log = logger
         self._woken = trio.Event()
         self._claims = OutageLog(logger, "claim a webhook delivery")
+        #: Attempts in flight by webhook URL.
+        self._in_flight: collections.Counter[str] = collections.Counter()
         #: Attempts finished (recorded or not) since the start, for tests and metrics.
         self.attempts = 0
         self.attempted = trio.Event()
@@ -120,7 +126,9 @@ class Deliveries:
         self._woken.set()
 
     async def run(self) -> None:
-        """Until cancelled: claim each due event and deliver it, :data:`CONCURRENCY` at once.
+        """Until cancelled: claim each due event and deliver it, :data:`CONCURRENCY` at once
+        and :data:`PER_DESTINATION` at once to one URL (an event to a URL that has that many
+        in flight is passed over until one ends).
 
         Cancellation: stops at once; an attempt cut off is not recorded, its lease lapses and
         the event goes out again (at least once).
@@ -135,11 +143,14 @@ class Deliveries:
                     slots.release()
                     await self._idle(woken)
                     continue
+                if event.url is not None:
+                    self._in_flight[event.url] += 1
                 nursery.start_soon(self._deliver, event, slots)
 
     async def _claim(self) -> JobEvent | None:
+        busy = {url for url, n in self._in_flight.items() if n >= PER_DESTINATION}
         try:
-            event = await self._store.claim_delivery(now=self._now(), lease=LEASE)
+            event = await self._store.claim_delivery(now=self._now(), lease=LEASE, skip_urls=busy)
         except StoreUnavailable as exc:
             self._claims.refused(exc)
             return None
@@ -182,6 +193,11 @@ class Deliveries:
                 # Its lease lapses and the event goes out again: at least once.
                 self._log.error("could not record a webhook delivery", exc_info=True, extra=extra)
         finally:
+            if event.url is not None:
+                self._in_flight[event.url] -= 1
+                if not self._in_flight[event.url]:
+                    del self._in_flight[event.url]
+                self._woken.set()  # its URL's next event may be claimed now
             self.attempts += 1
             self.attempted.set()
             self.attempted = trio.Event()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
+from types import EllipsisType
 
 import trio
 
@@ -85,6 +86,7 @@ class Runner:
             tracing=tracing,
         )
         self._submits = SubmitChecks(config, tracing, webhooks, target_checker(fetch))
+        self._sends_webhooks = webhooks is not None
         self._drains = Drains(
             store=store,
             config=config,
@@ -400,7 +402,12 @@ class Runner:
     # Many targets or jobs at once
 
     async def retry(
-        self, job_id: str, *, only: Collection[str] = ("failed",), caller: str | None = None
+        self,
+        job_id: str,
+        *,
+        only: Collection[str] = ("failed",),
+        caller: str | None = None,
+        webhook: str | EllipsisType | None = ...,
     ) -> tuple[str, bool] | None:
         """Submit a new job of the ended job ``job_id``'s targets that ``only`` names:
         ``"failed"`` ones, and ``"pending"`` ones (never fetched: the job was cancelled, or
@@ -408,8 +415,10 @@ class Runner:
         None if the job is unknown, lapsed or (with ``caller``) another caller's.
 
         The new job has the same caller, caller class, metadata, options and custom ids, and
-        ``parent_id`` set to ``job_id``; the usual caps and idempotency apply (retrying the
-        same job the same way again, while the retry's lease holds, is that same retry). Raises
+        ``parent_id`` set to ``job_id``; ``webhook`` is its webhook URL (None: none), by
+        default the ended job's own (when this runner sends webhooks); the usual caps and
+        idempotency apply (retrying the same job the same way again, while the retry's lease
+        holds, is that same retry). Raises
         :class:`InvalidRequest` for a bad ``only``, :class:`JobLive` for a live job,
         :class:`InvalidTargets` if no target is picked, and what :meth:`submit` raises.
         Cancellation: as :meth:`submit`; reading the targets can be cancelled at any point.
@@ -424,9 +433,19 @@ class Runner:
             return None
         limit, _ = self._config.limits_for(job.caller_class)
         targets = await retry_targets(self._store, job, kinds, now=self._now(), limit=limit)
+        if webhook is ...:  # the ended job's, where this runner sends its jobs' events
+            delivery = None
+            if self._sends_webhooks:
+                delivery = await self._store.get_delivery(job.id, now=self._now())
+            webhook = None if delivery is None else delivery.url
         try:
             return await self.submit(
-                job.caller, job.caller_class, targets, metadata=job.metadata, parent_id=job.id
+                job.caller,
+                job.caller_class,
+                targets,
+                metadata=job.metadata,
+                parent_id=job.id,
+                webhook=webhook,
             )
         except (Busy, CallerBusy) as refused:
             # As submit's own refusals: nothing of the job or its targets held while the caller
@@ -438,8 +457,8 @@ class Runner:
         self, job: Job, *, after: int = -1, merged: bool = False
     ) -> AsyncIterator[tuple[str, TargetStatus]]:
         """``(job id, target)`` for each target of ``job`` after index ``after``, in order,
-        read a page at a time. ``merged``: each target that ``job``'s newest retry (and its
-        retries in turn) has an outcome for shows that outcome and that retry's id instead.
+        read a page at a time. ``merged``: each target that one of ``job``'s retries (up to 16,
+        however deep) has an outcome for shows the newest such outcome and its retry's id.
         Cancellation: stops at once, nothing held."""
         async for pair in export_targets(
             self._store, job, now=self._now(), after=after, merged=merged

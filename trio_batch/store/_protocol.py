@@ -201,26 +201,48 @@ class JobStore(Protocol):
         ...
 
     async def get_targets_after(
-        self, job_id: str, after: int, *, now: float, limit: int
+        self,
+        job_id: str,
+        after: int,
+        *,
+        now: float,
+        limit: int,
+        max_bytes: int | None = None,
+        results: bool = True,
     ) -> tuple[Job, list[TargetStatus]] | None:
         """The job and, in ``idx`` order, up to ``limit`` of its targets with an index above
         ``after`` (``-1`` for the first page), outcome or not, with their results, from one
         snapshot (the one due next reads ``running``); None as ``get_job``. What an export
-        reads: page after page, so its memory is one page's whatever the job's size."""
+        reads: page after page, so its memory is one page's whatever the job's size.
+
+        ``max_bytes``: the page also ends with the target whose result takes the page's
+        results past this many characters (the first target always comes), so a page's
+        memory is bounded by size, not only by count; its sizes are summed in the database.
+        ``results=False``: every ``result`` reads as None and none is loaded (a read that
+        needs the statuses only)."""
         ...
 
     async def latest_retry(self, job_id: str, *, caller: str, now: float) -> Job | None:
         """The newest unexpired job of ``caller`` whose ``parent_id`` is ``job_id``, or None."""
         ...
 
+    async def retries(self, job_id: str, *, caller: str, now: float, limit: int) -> list[Job]:
+        """At most ``limit`` unexpired jobs of ``caller`` whose ``parent_id`` is ``job_id``,
+        newest first (by ``created_at``, then id)."""
+        ...
+
     async def counts(self, *, now: float) -> StoreCounts:
         """Unexpired jobs by status, and their targets' counts."""
         ...
 
-    async def claim_delivery(self, *, now: float, lease: float) -> JobEvent | None:
+    async def claim_delivery(
+        self, *, now: float, lease: float, skip_urls: Collection[str] = ()
+    ) -> JobEvent | None:
         """Lease the terminal event due first for this runner until ``now + lease``; None if
         no event is due. No other runner takes an event while its lease lasts, unless the
-        lease holder is gone (then at once where that is known)."""
+        lease holder is gone (then at once where that is known). An event whose webhook URL
+        is in ``skip_urls`` (destinations the runner has enough attempts in flight to) is
+        passed over, so one slow receiver cannot hold every delivery slot."""
         ...
 
     async def record_delivery(
@@ -243,7 +265,8 @@ class JobStore(Protocol):
 
     async def redeliver(self, job_id: str, *, now: float) -> Delivery | None:
         """Make the job's written event due again now, a new round of attempts with the same
-        event id; None if the job has no written event."""
+        event id; None if the job has no written event. An attempt in flight (its lease
+        holds) keeps its lease: the new round joins it, and nothing is sent beside it."""
         ...
 
     async def next_delivery_due(self) -> float | None:

@@ -138,7 +138,7 @@ async function body(res) {
 function signOut(message) {
   sessionStorage.removeItem(TOKEN_KEY);
   stopStream();
-  $("sign-in-error").textContent = message || "";
+  $("sign-in-error").textContent = visible(message || "");
   route();
 }
 
@@ -450,7 +450,7 @@ function renderJobHead(job) {
   $("job-meta").hidden = !$("job-meta").textContent;
   $("job-error").textContent = visible(job.error || "");
   $("job-error").hidden = !job.error;
-  $("job-webhook").textContent = webhookText(job.webhook);
+  $("job-webhook").textContent = visible(webhookText(job.webhook));
   $("job-webhook").hidden = !job.webhook;
 }
 
@@ -521,7 +521,7 @@ async function openJob(id) {
     $("job-missing").textContent =
       res.status === 404
         ? "No such job: unknown, lapsed, or not yours."
-        : `${problem.title}: ${problem.detail}`;
+        : visible(`${problem.title}: ${problem.detail}`);
     $("job-missing").hidden = false;
     return;
   }

@@ -336,16 +336,31 @@ class PostgresJobStore(StoreFace):
         )
 
     async def get_targets_after(
-        self, job_id: str, after: int, *, now: float, limit: int
+        self,
+        job_id: str,
+        after: int,
+        *,
+        now: float,
+        limit: int,
+        max_bytes: int | None = None,
+        results: bool = True,
     ) -> tuple[Job, list[TargetStatus]] | None:
         """:meth:`PostgresStore.get_targets_after`, from one snapshot."""
         return await self._call(
-            PostgresStore.get_targets_after, job_id, after, now=now, limit=limit
+            PostgresStore.get_targets_after,
+            job_id,
+            after,
+            now=now,
+            limit=limit,
+            max_bytes=max_bytes,
+            results=results,
         )
 
-    async def claim_delivery(self, *, now: float, lease: float) -> JobEvent | None:
+    async def claim_delivery(
+        self, *, now: float, lease: float, skip_urls: Collection[str] = ()
+    ) -> JobEvent | None:
         """:func:`_outbox.claim_delivery`: one runner delivers an event at a time."""
-        return await self._call(_outbox.claim_delivery, now=now, lease=lease)
+        return await self._call(_outbox.claim_delivery, now=now, lease=lease, skip_urls=skip_urls)
 
     async def record_delivery(
         self,
@@ -397,3 +412,7 @@ class PostgresJobStore(StoreFace):
     async def latest_retry(self, job_id: str, *, caller: str, now: float) -> Job | None:
         """:meth:`PostgresStore.latest_retry`."""
         return await self._call(PostgresStore.latest_retry, job_id, caller=caller, now=now)
+
+    async def retries(self, job_id: str, *, caller: str, now: float, limit: int) -> list[Job]:
+        """:meth:`PostgresStore.retries`."""
+        return await self._call(PostgresStore.retries, job_id, caller=caller, now=now, limit=limit)

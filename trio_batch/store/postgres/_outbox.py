@@ -8,6 +8,8 @@ whose runner was reaped (no longer in ``runners``), is taken over by the next cl
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from ..._event import Delivery, JobEvent
 from ..._model import is_job_id
 from .._rows import delivery_from_row, event_from_row
@@ -18,10 +20,18 @@ from ._store import PostgresStore
 __all__ = ["claim_delivery", "get_delivery", "next_due", "record_delivery", "redeliver"]
 
 
-def claim_delivery(store: PostgresStore, *, now: float, lease: float) -> JobEvent | None:
-    """Lease the delivery due first for ``store.runner_id`` until ``now + lease``."""
+def claim_delivery(
+    store: PostgresStore, *, now: float, lease: float, skip_urls: Collection[str] = ()
+) -> JobEvent | None:
+    """Lease the delivery due first for ``store.runner_id`` until ``now + lease``, none to a
+    URL of ``skip_urls``."""
 
-    values = {"runner": store.runner_id, "until": now + lease, "now": now}
+    values = {
+        "runner": store.runner_id,
+        "until": now + lease,
+        "now": now,
+        "skip": sorted(skip_urls),
+    }
 
     def claim(conn: Conn) -> JobEvent | None:
         row = store._one(conn, Op.WRITE, oq.CLAIM_DELIVERY, values).fetchone()
@@ -67,7 +77,7 @@ def redeliver(store: PostgresStore, job_id: str, *, now: float) -> Delivery | No
     """Start a new round of attempts at the job's written event; None if it has none."""
     if not is_job_id(job_id):
         return None
-    values = (now, now, job_id, now)
+    values = (now, now, now, now, job_id, now)
     row = store._run(lambda c: store._one(c, Op.WRITE, oq.REDELIVER, values).fetchone())
     return None if row is None else delivery_from_row(row)
 

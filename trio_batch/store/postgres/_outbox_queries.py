@@ -64,6 +64,7 @@ CLAIM_DELIVERY = (
     "SELECT job_id FROM outbox WHERE due_at <= %(now)s AND (lease_until IS NULL "
     "OR lease_until <= %(now)s "
     "OR NOT EXISTS (SELECT 1 FROM runners WHERE runners.id = outbox.lease_owner)) "
+    "AND (url IS NULL OR NOT (url = ANY(%(skip)s))) "
     "ORDER BY due_at LIMIT 1 FOR UPDATE SKIP LOCKED) "
     f"RETURNING {EVENT_COLUMNS}, "
     "(SELECT trace_context FROM jobs WHERE jobs.id = outbox.job_id)"
@@ -88,7 +89,9 @@ GET_DELIVERY = (
 #: answer is ignored).
 REDELIVER = (
     "UPDATE outbox AS o SET due_at = %s, round_from = %s, attempts = 0, gave_up_at = NULL, "
-    "lease_owner = NULL, lease_until = NULL FROM jobs AS j WHERE o.job_id = %s "
+    "lease_owner = CASE WHEN o.lease_until > %s THEN o.lease_owner END, "
+    "lease_until = CASE WHEN o.lease_until > %s THEN o.lease_until END "
+    "FROM jobs AS j WHERE o.job_id = %s "
     "AND o.event IS NOT NULL AND j.id = o.job_id AND j.expires_at > %s "
     f"RETURNING {DELIVERY_COLUMNS}"
 )

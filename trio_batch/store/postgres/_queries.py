@@ -402,10 +402,6 @@ GET_TARGETS_WITHOUT_RESULTS = (
 GET_ONE_TARGET = f"SELECT {TARGET_COLUMNS} FROM targets WHERE job_id = %s AND idx = %s"
 #: A job's columns one by one, for the filtered lists (see store/_filters.py).
 JOB_COLUMN_NAMES = tuple(name.strip() for name in JOB_COLUMNS.split(","))
-#: A page of a job's targets after an index, in order, outcome or not (an export's next read).
-GET_TARGETS_AFTER = (
-    f"SELECT {TARGET_COLUMNS} FROM targets WHERE job_id = %s AND idx > %s ORDER BY idx LIMIT %s"
-)
 #: The newest unexpired retry of a job by the same caller (a merged export).
 LATEST_RETRY = (
     f"SELECT {JOB_COLUMNS} FROM jobs WHERE parent_id = %s AND caller = %s "
@@ -480,4 +476,30 @@ MIGRATE_V14_LIVE_JOBS = (
     "WHEN (OLD.status IS DISTINCT FROM NEW.status) EXECUTE FUNCTION trio_batch_live_jobs()",
     "DELETE FROM live_jobs",
     f"INSERT INTO live_jobs SELECT id, caller, created_at FROM jobs WHERE status IN {LIVE}",
+)
+
+
+def targets_after_query(*, results: bool, bounded: bool) -> str:
+    """A page of a job's targets after an index, in order, outcome or not (an export's next
+    read; parameters job_id, after, limit, then max_bytes if ``bounded``). Without
+    ``results`` each result reads as NULL. ``bounded``: the page ends with the row that takes
+    its results past max_bytes characters (the sizes summed in the database, so no row past
+    it is read into memory); the first row always comes."""
+    result = "result" if results else "NULL"
+    columns = f"idx, url, status, {result}, error, hint, options, finished_at, attempts, custom_id"
+    if not bounded:
+        return f"SELECT {columns} FROM targets WHERE job_id = %s AND idx > %s ORDER BY idx LIMIT %s"
+    return (
+        f"SELECT {columns} FROM (SELECT {columns}, "
+        "coalesce(length(result), 0) AS size, "
+        "sum(coalesce(length(result), 0)) OVER (ORDER BY idx) AS upto "
+        f"FROM targets WHERE job_id = %s AND idx > %s ORDER BY idx LIMIT %s) AS page "
+        f"WHERE upto - size < %s ORDER BY idx"
+    )
+
+
+#: A job's unexpired retries by the same caller, newest first (a merged export's overlays).
+RETRIES = (
+    f"SELECT {JOB_COLUMNS} FROM jobs WHERE parent_id = %s AND caller = %s "
+    "AND expires_at > %s ORDER BY created_at DESC, id DESC LIMIT %s"
 )

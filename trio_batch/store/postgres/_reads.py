@@ -213,14 +213,20 @@ class PostgresReads(PostgresConnection):
         return merge_pages(self._run(read, op=Op.READ), limit)
 
     def get_targets_after(
-        self, job_id: str, after: int, *, now: float, limit: int
+        self,
+        job_id: str,
+        after: int,
+        *,
+        now: float,
+        limit: int,
+        max_bytes: int | None = None,
+        results: bool = True,
     ) -> tuple[Job, list[TargetStatus]] | None:
         """The job and a page of its targets after ``after``, in order; see ``JobStore``."""
-        found = self._with_job(
-            job_id,
-            now,
-            lambda c: c.execute(q.GET_TARGETS_AFTER, (job_id, after, limit)).fetchall(),
-        )
+        bounded = max_bytes is not None and results  # without results nothing is loaded
+        sql = q.targets_after_query(results=results, bounded=bounded)
+        values = (job_id, after, limit, max_bytes) if bounded else (job_id, after, limit)
+        found = self._with_job(job_id, now, lambda c: c.execute(sql, values).fetchall())
         if found is None:
             return None
         job, rows = found
@@ -235,6 +241,14 @@ class PostgresReads(PostgresConnection):
             lambda c: self._one(c, Op.READ, q.LATEST_RETRY, values).fetchone(), op=Op.READ
         )
         return None if row is None else job_from_row(row)
+
+    def retries(self, job_id: str, *, caller: str, now: float, limit: int) -> list[Job]:
+        """The unexpired retries of ``job_id`` by ``caller``, newest first; see ``JobStore``."""
+        if not is_job_id(job_id):
+            return []
+        values = (job_id, caller, now, limit)
+        rows = self._run(lambda c: self._one(c, Op.READ, q.RETRIES, values).fetchall(), op=Op.READ)
+        return [job_from_row(row) for row in rows]
 
     def _with_job(self, job_id: str, now: float, read: Callable[[Conn], T]) -> tuple[Job, T] | None:
         """The unexpired job and what ``read`` reads, from one snapshot; None without the job."""

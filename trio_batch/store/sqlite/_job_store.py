@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import secrets
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Collection
 from typing import Concatenate, ParamSpec, TypeVar
 
 from ..._event import Delivery, JobEvent
@@ -23,7 +23,7 @@ from . import _outbox
 from ._errors import translate_errors
 from ._lock import RunnerLock
 from ._store import Store
-from ._views import job_overview, latest_retry, one_target, outcomes_from, targets_after
+from ._views import job_overview, latest_retry, one_target, outcomes_from, retries, targets_after
 
 __all__ = ["SQLiteJobStore"]
 
@@ -177,22 +177,45 @@ class SQLiteJobStore(StoreFace):
         )
 
     async def get_targets_after(
-        self, job_id: str, after: int, *, now: float, limit: int
+        self,
+        job_id: str,
+        after: int,
+        *,
+        now: float,
+        limit: int,
+        max_bytes: int | None = None,
+        results: bool = True,
     ) -> tuple[Job, list[TargetStatus]] | None:
         """:func:`targets_after`, on the store thread (results may be large to decode)."""
-        return await self._on_thread(targets_after, job_id, after, now=now, limit=limit)
+        return await self._on_thread(
+            targets_after,
+            job_id,
+            after,
+            now=now,
+            limit=limit,
+            max_bytes=max_bytes,
+            results=results,
+        )
 
     async def latest_retry(self, job_id: str, *, caller: str, now: float) -> Job | None:
         """:func:`latest_retry`, on the store thread."""
         return await self._on_thread(latest_retry, job_id, caller, now=now)
 
+    async def retries(self, job_id: str, *, caller: str, now: float, limit: int) -> list[Job]:
+        """:func:`retries`, on the store thread."""
+        return await self._on_thread(retries, job_id, caller, now=now, limit=limit)
+
     async def counts(self, *, now: float) -> StoreCounts:
         """:meth:`Store.counts`, on the store thread."""
         return await self._on_thread(Store.counts, now=now)
 
-    async def claim_delivery(self, *, now: float, lease: float) -> JobEvent | None:
+    async def claim_delivery(
+        self, *, now: float, lease: float, skip_urls: Collection[str] = ()
+    ) -> JobEvent | None:
         """:func:`_outbox.claim_delivery`, on the store thread."""
-        return await self._on_thread(_outbox.claim_delivery, self._owner, now=now, lease=lease)
+        return await self._on_thread(
+            _outbox.claim_delivery, self._owner, now=now, lease=lease, skip_urls=skip_urls
+        )
 
     async def record_delivery(
         self,

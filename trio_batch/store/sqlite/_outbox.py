@@ -7,6 +7,9 @@ another owner is a dead process's and can be taken at once.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Collection
+
 from ..._event import Delivery, JobEvent
 from ..._model import is_job_id
 from .._rows import delivery_from_row, event_from_row
@@ -16,10 +19,16 @@ from ._store import Store
 __all__ = ["claim_delivery", "get_delivery", "next_due", "record_delivery", "redeliver"]
 
 
-def claim_delivery(store: Store, owner: str, *, now: float, lease: float) -> JobEvent | None:
-    """Lease the delivery due first (until ``now + lease``) for ``owner``; None if none is due."""
+def claim_delivery(
+    store: Store, owner: str, *, now: float, lease: float, skip_urls: Collection[str] = ()
+) -> JobEvent | None:
+    """Lease the delivery due first (until ``now + lease``) for ``owner``, none to a URL of
+    ``skip_urls``; None if none is due."""
+    skip = json.dumps(sorted(skip_urls))
     with store.transaction():
-        row = store.db.execute(q.CLAIM_DELIVERY, (owner, now + lease, now, now, owner)).fetchone()
+        row = store.db.execute(
+            q.CLAIM_DELIVERY, (owner, now + lease, now, now, owner, skip)
+        ).fetchone()
     return None if row is None else event_from_row(row)
 
 
@@ -68,7 +77,7 @@ def redeliver(store: Store, job_id: str, *, now: float) -> Delivery | None:
     if not is_job_id(job_id):
         return None
     with store.transaction():
-        if store.db.execute(q.REDELIVER, (now, now, job_id, now)).rowcount != 1:
+        if store.db.execute(q.REDELIVER, (now, now, now, now, job_id, now)).rowcount != 1:
             return None
         row = store.db.execute(q.GET_DELIVERY, (job_id, now)).fetchone()
     return None if row is None else delivery_from_row(row)

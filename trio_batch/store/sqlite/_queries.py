@@ -124,10 +124,6 @@ GET_TARGETS_WITHOUT_RESULTS = (
 GET_ONE_TARGET = f"SELECT {TARGET_COLUMNS} FROM targets WHERE job_id = ? AND idx = ?"
 #: A job's columns one by one, for the filtered lists (see store/_filters.py).
 JOB_COLUMN_NAMES = tuple(name.strip() for name in JOB_COLUMNS.split(","))
-#: A page of a job's targets after an index, in order, outcome or not (an export's next read).
-GET_TARGETS_AFTER = (
-    f"SELECT {TARGET_COLUMNS} FROM targets WHERE job_id = ? AND idx > ? ORDER BY idx LIMIT ?"
-)
 #: The newest unexpired retry of a job by the same caller (a merged export).
 LATEST_RETRY = (
     f"SELECT {JOB_COLUMNS} FROM jobs WHERE parent_id = ? AND caller = ? "
@@ -240,6 +236,7 @@ CLAIM_DELIVERY = (
     "UPDATE outbox SET lease_owner = ?, lease_until = ? WHERE job_id = ("
     "SELECT job_id FROM outbox WHERE due_at <= ? "
     "AND (lease_until IS NULL OR lease_until <= ? OR lease_owner != ?) "
+    "AND (url IS NULL OR url NOT IN (SELECT value FROM json_each(?))) "
     f"ORDER BY due_at LIMIT 1) RETURNING {EVENT_COLUMNS}, "
     "(SELECT trace_context FROM jobs WHERE jobs.id = outbox.job_id)"
 )
@@ -259,14 +256,42 @@ GET_DELIVERY = (
     f"SELECT {DELIVERY_COLUMNS} FROM outbox AS o JOIN jobs AS j ON j.id = o.job_id "
     "WHERE o.job_id = ? AND j.expires_at > ?"
 )
-#: A new round of attempts for an unexpired job's written event (any lease dropped: its
-#: answer is ignored).
+#: A new round of attempts for an unexpired job's written event. An attempt in flight (a
+#: lease that holds) keeps its lease: the new round joins it instead of a second POST.
 REDELIVER = (
     "UPDATE outbox SET due_at = ?, round_from = ?, attempts = 0, gave_up_at = NULL, "
-    "lease_owner = NULL, lease_until = NULL WHERE job_id = ? AND event IS NOT NULL "
+    "lease_owner = CASE WHEN lease_until > ? THEN lease_owner END, "
+    "lease_until = CASE WHEN lease_until > ? THEN lease_until END "
+    "WHERE job_id = ? AND event IS NOT NULL "
     "AND EXISTS (SELECT 1 FROM jobs WHERE jobs.id = outbox.job_id AND jobs.expires_at > ?)"
 )
 #: The earliest due delivery, to know how long to sleep.
 NEXT_DUE = "SELECT min(due_at) FROM outbox WHERE due_at IS NOT NULL"
 DELETE_OUTBOX_OF = "DELETE FROM outbox WHERE job_id IN (SELECT value FROM json_each(?))"
 FORGET_OUTBOX = "DELETE FROM outbox WHERE job_id = ?"
+
+
+def targets_after_query(*, results: bool, bounded: bool) -> str:
+    """A page of a job's targets after an index, in order, outcome or not (an export's next
+    read; parameters job_id, after, limit, then max_bytes if ``bounded``). Without
+    ``results`` each result reads as NULL. ``bounded``: the page ends with the row that takes
+    its results past max_bytes characters (the sizes summed in the database, so no row past
+    it is read into memory); the first row always comes."""
+    result = "result" if results else "NULL"
+    columns = f"idx, url, status, {result}, error, hint, options, finished_at, attempts, custom_id"
+    if not bounded:
+        return f"SELECT {columns} FROM targets WHERE job_id = ? AND idx > ? ORDER BY idx LIMIT ?"
+    return (
+        f"SELECT {columns} FROM (SELECT {columns}, "
+        "coalesce(length(result), 0) AS size, "
+        "sum(coalesce(length(result), 0)) OVER (ORDER BY idx) AS upto "
+        f"FROM targets WHERE job_id = ? AND idx > ? ORDER BY idx LIMIT ?) AS page "
+        f"WHERE upto - size < ? ORDER BY idx"
+    )
+
+
+#: A job's unexpired retries by the same caller, newest first (a merged export's overlays).
+RETRIES = (
+    f"SELECT {JOB_COLUMNS} FROM jobs WHERE parent_id = ? AND caller = ? "
+    "AND expires_at > ? ORDER BY created_at DESC, id DESC LIMIT ?"
+)

@@ -72,16 +72,22 @@ def outcomes_from(
 
 
 def targets_after(
-    store: Store, job_id: str, after: int, *, now: float, limit: int
+    store: Store,
+    job_id: str,
+    after: int,
+    *,
+    now: float,
+    limit: int,
+    max_bytes: int | None = None,
+    results: bool = True,
 ) -> tuple[Job, list[TargetStatus]] | None:
     """The job and up to ``limit`` of its targets after index ``after``, in order, with their
-    results (the one due next reads ``running``)."""
-    found = _with_job(
-        store,
-        job_id,
-        now,
-        lambda: store.db.execute(q.GET_TARGETS_AFTER, (job_id, after, limit)).fetchall(),
-    )
+    results (the one due next reads ``running``); ``max_bytes`` and ``results`` as
+    :meth:`JobStore.get_targets_after`."""
+    bounded = max_bytes is not None and results  # without results nothing is loaded
+    sql = q.targets_after_query(results=results, bounded=bounded)
+    values = (job_id, after, limit, max_bytes) if bounded else (job_id, after, limit)
+    found = _with_job(store, job_id, now, lambda: store.db.execute(sql, values).fetchall())
     if found is None:
         return None
     job, rows = found
@@ -95,6 +101,15 @@ def latest_retry(store: Store, job_id: str, caller: str, *, now: float) -> Job |
     with store._locked():
         row = store.db.execute(q.LATEST_RETRY, (job_id, caller, now)).fetchone()
     return None if row is None else job_from_row(row)
+
+
+def retries(store: Store, job_id: str, caller: str, *, now: float, limit: int) -> list[Job]:
+    """At most ``limit`` unexpired jobs of ``caller`` that retry ``job_id``, newest first."""
+    if not is_job_id(job_id):
+        return []
+    with store._locked():
+        rows = store.db.execute(q.RETRIES, (job_id, caller, now, limit)).fetchall()
+    return [job_from_row(row) for row in rows]
 
 
 def _with_job(store: Store, job_id: str, now: float, read: Callable[[], T]) -> tuple[Job, T] | None:
