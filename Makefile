@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-dev
 
 .PHONY: test test-fast lint typecheck docs pytest system-packages soak demo demo-cluster bench bench-quick clean
 
-EXTRAS := cli,http,postgres,otel-sdk
+EXTRAS := cli,http,postgres,otel-sdk,warc
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)

@@ -88,6 +88,15 @@ class Options:
     jq: str = ""
     context: bool = False
     recover: bool = False
+    #: Keep the raw response (status, headers, body) in the job's snapshot.
+    snapshot: bool = False
+    #: A job id: take the response from that job's snapshot instead of the network.
+    replay: str = ""
+    #: With ``replay``: what a target missing from the snapshot does, ``fail`` (the default)
+    #: or ``fetch``.
+    on_miss: str = ""
+    #: With ``replay``: fetch again with the snapshot's validators; a 304 reuses its bytes.
+    revalidate: bool = False
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):

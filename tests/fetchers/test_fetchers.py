@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from trio_batch import Options, Target
+from trio_batch import Options, Target, __version__
 from trio_batch.fetchers import (
     ContentError,
     FetchError,
@@ -59,11 +60,16 @@ async def fetch_error(fetcher: HttpFetcher, t: Target) -> FetchError:
 async def test_raw_is_the_body_with_meta(server: LocalServer) -> None:
     result = await http_fetch(target(server.url("/page.html")))
     assert result.content == HTML
-    assert result.meta == {
+    meta = dict(result.meta)
+    assert meta.pop("sha256") == hashlib.sha256(HTML.encode()).hexdigest()
+    assert isinstance(meta.pop("fetched_at"), float)
+    assert meta.pop("date")  # the server's Date header
+    assert meta == {
         "url": server.url("/page.html"),
         "status_code": 200,
         "content_type": "text/html",
         "bytes": len(HTML.encode()),
+        "fetcher": f"trio-batch/{__version__}",
     }
     explicit = await http_fetch(target(server.url("/page.html"), mode="raw"))
     assert explicit.content == HTML
@@ -413,7 +419,11 @@ async def test_file_url(tmp_path: Path) -> None:
     assert result.content == (
         "The first paragraph mentions apples.\nThe second paragraph mentions pears."
     )
-    assert result.meta == {
+    meta = dict(result.meta)
+    assert meta.pop("sha256") == hashlib.sha256(HTML.encode()).hexdigest()
+    assert isinstance(meta.pop("fetched_at"), float)
+    assert meta == {
+        "fetcher": f"trio-batch/{__version__}",
         "url": page.as_uri(),
         "status_code": None,
         "content_type": "text/html",

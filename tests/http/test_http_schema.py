@@ -67,6 +67,9 @@ def _labels() -> list[str]:
         "GET /v1/batches/{id}/results.jsonl",
         "POST /v1/batches/{id}/retry",
         "POST /v1/batches/{id}/webhook/redeliver",
+        "POST /v1/batches/{id}/pin",
+        "DELETE /v1/batches/{id}/pin",
+        "GET /v1/batches/{id}/snapshot.warc.gz",
         "GET /healthz",
         "GET /metrics",
     ]

@@ -822,3 +822,51 @@ async def test_a_result_longer_than_max_result_size_is_stored_as_a_failure(
     assert refused.error is not None and refused.error.startswith("ResultTooLarge: ")
     assert f"the limit is {limit} (Config.max_result_size)" in refused.error
     assert refused.hint is not None and "max_result_size" in refused.hint
+
+
+# --------------------------------------------------------------------------------------------
+# Snapshots: what the submit check and the collection read of the store
+
+
+async def test_snapshot_targets_keep_their_options_and_replay_checks_read_the_store(
+    job_store: JobStore, tmp_path: Path
+) -> None:
+    from trio_batch.fetchers import SnapshotStore
+    from trio_batch.fetchers._body import Body
+    from trio_batch.fetchers._recording import Recording, ReplayRefused, check_replays
+    from trio_batch.fetchers._snapshot_entry import Entry
+
+    snaps = SnapshotStore(tmp_path / "snaps")
+    recorded = Recording(snapshot=True).apply(_targets(1))
+    job, _ = await job_store.create_job(
+        NewJob("alice", "default", recorded, **CAPS, status=JobState.RUNNING), now=T0
+    )
+    found = await job_store.get_status(job.id, now=T0)
+    assert found is not None and found[1][0].options == Options(snapshot=True)
+    plain, _ = await _create(job_store, prefix="plain:")
+    body = Body(recorded[0].url, 200, "text/plain", None, b"kept", 0)
+    snaps.record_sync(job.id, "alice", Entry.of(recorded[0].url, body, T0), body.data)
+
+    async def refused(caller: str, job_id: str, now: float = T0) -> str:
+        targets = Recording(replay=job_id).apply(_targets(1))
+        with pytest.raises(ReplayRefused) as info:
+            await check_replays(snaps, job_store, caller, targets, now=now)
+        return str(info.value)
+
+    replay = Recording(replay=job.id, on_miss="fetch").apply(_targets(1))
+    await check_replays(snaps, job_store, "alice", replay, now=T0)  # hers, live: fine
+    unknown = "Z" * 22
+    as_unknown = (await refused("bob", unknown)).replace(unknown, job.id)
+    assert await refused("bob", job.id) == as_unknown
+    assert "has no snapshot" in await refused("alice", plain.id)
+    assert "lease has lapsed" in await refused("alice", job.id, now=T0 + TTL + 1)
+
+    async def alive(job_id: str) -> bool:
+        return await job_store.get_job(job_id, now=T0 + TTL + 1) is not None
+
+    snaps.set_pin(job.id, pinned=True, shared=True)
+    await check_replays(snaps, job_store, "bob", replay, now=T0 + TTL + 1)  # pinned, shared
+    assert await snaps.collect(alive, grace=0) == (0, 0)
+    snaps.set_pin(job.id, pinned=False)
+    assert await snaps.collect(alive, grace=0) == (1, 1)
+    assert "lease has lapsed" in await refused("alice", job.id, now=T0 + TTL + 1)

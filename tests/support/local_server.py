@@ -47,6 +47,10 @@ PAYLOAD = (
 #: and a right-to-left override that makes ``gnp.exe`` read ``exe.png``.
 CONTROLS = "title \x1b]0;PWNED\x07\x1b[2J nul\x00 del\x7f csi\x9b31m \u202egnp.exe\nsecond line\n"
 
+#: The body of ``/versioned`` (then a space and its version) and its ``Last-Modified``.
+VERSIONED = "versioned page"
+LAST_MODIFIED = "Wed, 21 Oct 2015 07:28:00 GMT"
+
 TEXT = "\n".join(f"line {i}: {'match' if i in (3, 4, 9) else 'plain'}" for i in range(1, 13))
 
 
@@ -94,6 +98,7 @@ class LocalServer(ThreadingHTTPServer):
         self.gate = threading.Event()  # set: gated requests may finish
         self.gate_entered = threading.Event()  # set once a gated request has arrived
         self.requests: list[str] = []  # paths requested, in order
+        self.version = 1  # /versioned's version: its ETag and body change with it
         self._lock = threading.Lock()
 
     @property
@@ -197,6 +202,20 @@ class _Handler(BaseHTTPRequestHandler):
         elif path == "/slow":
             time.sleep(min(float(query.get("s", "0.2")), 2.0))
             self._send(200, b"slow but done", "text/plain")
+        elif path == "/versioned":
+            # A page with validators: answers 304 to a request that names its ETag (the
+            # body is ``VERSIONED`` until a test changes ``server.version``).
+            etag = f'"v{self.server.version}"'
+            if self.headers.get("If-None-Match") == etag:
+                self.send_response(304)
+                self.send_header("ETag", etag)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+            else:
+                body = f"{VERSIONED} {self.server.version}".encode()
+                self._send(
+                    200, body, "text/plain; charset=utf-8", ETag=etag, Last_Modified=LAST_MODIFIED
+                )
         elif path == "/generated":
             self._send(200, *_generated(query.get("what", ""), int(query.get("n", "1"))))
         elif path.startswith("/pages/"):

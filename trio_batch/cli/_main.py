@@ -8,6 +8,8 @@
     trio-batch jobs [--db PATH] [--caller NAME] [--json]
     trio-batch forget JOB [--db PATH]
     trio-batch gc [--db PATH]
+    trio-batch pin JOB [--shared] / unpin JOB
+    trio-batch export JOB --warc -o FILE / import-warc FILE
 
 Also ``python -m trio_batch``. Exit codes: 0 the job is done; 1 it ended partial or failed (or,
 for the other commands, the job does not exist); 2 a usage or input error; 3 another run holds
@@ -58,7 +60,9 @@ from ._common import (
 from ._logs import add_log_format_argument
 from ._options import add_fetch_limits, add_politeness, add_store_options
 from ._run import DEFAULT_MAX_TARGETS, cmd_retry, cmd_run, default_caller
+from ._snapshots import add_recording_options, add_snapshot_dir, cmd_pin, collect_snapshots
 from ._telemetry import add_otel_argument
+from ._warc import add_import_parser, cmd_export_warc, cmd_import_warc
 
 __all__ = [
     "EXIT_BUSY",
@@ -127,6 +131,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("file", metavar="FILE", help="the batch file, or - for standard input")
     _add_submitter_options(run)
     _add_fetch_options(run)
+    add_recording_options(run)
 
     retry = sub.add_parser(
         "retry",
@@ -166,7 +171,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     jobs.add_argument("--json", action="store_true", help="print JSON")
     add_job_filters(jobs)
-    _add_job_argument(add_export_parser(sub, db))
+    export = add_export_parser(sub, db)
+    _add_job_argument(export)
+    export.add_argument(
+        "--warc",
+        action="store_true",
+        help="write the job's snapshot as a WARC/1.1 file (.warc.gz) instead of its results "
+        "(the warc extra)",
+    )
+    add_snapshot_dir(export)
+    add_import_parser(sub, db)
 
     forget = sub.add_parser(
         "forget",
@@ -178,7 +192,28 @@ def _parser() -> argparse.ArgumentParser:
     )
     _add_job_argument(forget)
 
-    sub.add_parser("gc", parents=[db], help="delete the jobs whose lease has lapsed")
+    gc = sub.add_parser(
+        "gc",
+        parents=[db],
+        help="delete the jobs whose lease has lapsed, and their snapshots unless pinned",
+    )
+    add_snapshot_dir(gc)
+    pin = sub.add_parser(
+        "pin",
+        parents=[db],
+        help="keep a job's snapshot past its lease, until unpinned",
+        description="Keep the snapshot of JOB (a job run with --snapshot) when its lease lapses "
+        "and `trio-batch gc` runs, so it can be replayed later. With --shared, any caller may "
+        "replay it; without, only the job's own caller.",
+    )
+    _add_job_argument(pin)
+    pin.add_argument("--shared", action="store_true", help="let any caller replay it")
+    add_snapshot_dir(pin)
+    unpin = sub.add_parser(
+        "unpin", parents=[db], help="let a pinned job's snapshot go with the job's lease"
+    )
+    _add_job_argument(unpin)
+    add_snapshot_dir(unpin)
 
     # The service's options live in trio_batch.http (the http extra); they are parsed there.
     serve = sub.add_parser(
@@ -198,7 +233,7 @@ def _positive_count(text: str) -> int:
 
 
 #: The commands that take a job id.
-_JOB_COMMANDS = ("status", "results", "forget", "export", "retry")
+_JOB_COMMANDS = ("status", "results", "forget", "export", "retry", "pin", "unpin")
 
 
 def _add_submitter_options(run: argparse.ArgumentParser) -> None:
@@ -240,6 +275,7 @@ def _add_fetch_options(run: argparse.ArgumentParser) -> None:
     add_fetch_limits(run)
     add_store_options(run)
     add_politeness(run)
+    add_snapshot_dir(run)
 
 
 def _add_job_argument(parser: argparse.ArgumentParser) -> None:
@@ -325,6 +361,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_run(args)
         if args.command == "retry":
             return cmd_retry(args)
+        if args.command == "import-warc":
+            return cmd_import_warc(args)
         with open_db(args.db, create=False) as store:
             if store is None:
                 return _no_database(args)
@@ -337,8 +375,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.command == "forget":
                 return _cmd_forget(store, args)
             if args.command == "export":
-                return cmd_export(store, args)
-            return _cmd_gc(store)
+                return cmd_export_warc(store, args) if args.warc else cmd_export(store, args)
+            if args.command in ("pin", "unpin"):
+                return cmd_pin(store, args, pinned=args.command == "pin")
+            return _cmd_gc(store, args)
     except UsageError as exc:
         report_error(str(exc))
         return EXIT_USAGE
@@ -451,7 +491,7 @@ def _cmd_forget(store: JobStore, args: argparse.Namespace) -> int:
     return EXIT_DONE
 
 
-def _cmd_gc(store: JobStore) -> int:
+def _cmd_gc(store: JobStore, args: argparse.Namespace) -> int:
     async def purge() -> int:
         purged = 0
         while True:
@@ -462,4 +502,7 @@ def _cmd_gc(store: JobStore) -> int:
 
     purged = trio.run(purge)
     print(f"purged {purged} expired job(s)")
+    collected = collect_snapshots(store, args)
+    if collected is not None:
+        print(f"deleted {collected[0]} snapshot(s) and {collected[1]} unused body file(s)")
     return EXIT_DONE

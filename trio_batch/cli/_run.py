@@ -41,6 +41,7 @@ from ._common import (
 from ._input import InputError, parse_targets
 from ._logs import JsonFormatter
 from ._options import politeness, retry_policy
+from ._snapshots import recording, snapshot_store
 from ._telemetry import setup_tracing
 
 if TYPE_CHECKING:
@@ -105,6 +106,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             "each (`split -l` for a file of one target per line), or raise --max-targets"
         )
     _check_options(targets, lines, label)
+    try:
+        targets = recording(args).apply(targets)
+    except InvalidRequest as exc:
+        raise UsageError(str(exc)) from None
     caller = args.caller if args.caller is not None else default_caller()
     return fetch_job(args, targets, caller)
 
@@ -163,7 +168,8 @@ def fetch_job(
             )
             return EXIT_BUSY
         except InvalidRequest as exc:
-            raise UsageError(str(exc)) from None
+            hint = getattr(exc, "hint", None)  # what to do about a refused target or replay
+            raise UsageError(f"{exc} (hint: {hint})" if hint else str(exc)) from None
         except BatchError as exc:
             report_error(str(exc))
             return EXIT_FAILED
@@ -183,11 +189,11 @@ def _check_options(targets: list[Target], lines: list[int], label: str) -> None:
     """Refuse a target the fetcher would refuse (a bad regex, jq program, page range or mode)
     as ``FILE:LINE`` before the database is opened: the runner's own check comes too late
     not to create a missing database file."""
-    from ..fetchers import http_fetch
+    from ..fetchers._options import check_target  # what every HttpFetcher checks
     from ..runner import check_each
 
     try:
-        check_each(http_fetch.check_target, tuple(targets))
+        check_each(check_target, tuple(targets))
     except InvalidTargets as exc:
         where = label if exc.index is None else f"{label}:{lines[exc.index]}"
         hint = f" (hint: {exc.hint})" if exc.hint else ""
@@ -245,6 +251,7 @@ async def _run_job(
     retry: tuple[str, frozenset[str]] | None = None,
 ) -> _Outcome:
     from ..fetchers import HttpFetcher
+    from ..fetchers._recording import check_replays
     from ..runner import open_runner
     from . import _console
 
@@ -257,8 +264,11 @@ async def _run_job(
         if not args.quiet:
             _note(view, err, _console.retry_line(notice))
 
+    snapshots = snapshot_store(args)
+    if retry is None:  # a replay the caller may not make: refused before anything runs
+        await check_replays(snapshots, store, caller, targets, now=time.time())
     with trio.open_signal_receiver(signal.SIGINT) as signals, trio.CancelScope() as hard_stop:
-        fetcher = HttpFetcher(**politeness(args))
+        fetcher = HttpFetcher(**politeness(args), snapshots=snapshots)
         async with open_runner(
             store, fetcher, config, on_retry=on_retry, tracing=tracing
         ) as runner:

@@ -33,6 +33,7 @@ from ._options import (
     politeness,
     retry_policy,
 )
+from ._snapshots import add_snapshot_dir, snapshot_store
 from ._telemetry import add_otel_argument, setup_tracing
 
 __all__ = ["add_serve_arguments", "run_serve", "serve_main", "serve_parser"]
@@ -150,6 +151,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_otel_argument(parser)
     add_log_format_argument(parser)
+    add_snapshot_dir(parser)
 
 
 def run_serve(args: argparse.Namespace) -> int:
@@ -186,6 +188,7 @@ def run_serve(args: argparse.Namespace) -> int:
                 allow_private=args.allow_private,
                 allow_file=args.allow_file,
                 process_timeout=args.process_timeout,
+                snapshots=snapshot_store(args),
                 **politeness(args),
             )
         )

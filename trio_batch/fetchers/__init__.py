@@ -41,6 +41,10 @@ Options
 ``pages``
     For PDF bodies: which pages' text to keep, 1-based, e.g. ``1-3,5,8-``. A PDF body without
     ``pages`` gives the text of every page.
+``snapshot``, ``replay``, ``on_miss``, ``revalidate``
+    Keep the raw response in the job's snapshot; take it from another job's snapshot instead
+    of the network (see ``_recorded`` and ``_snapshots``). They need the fetcher's
+    ``snapshots``.
 ``question``, ``recover``
     Not supported by this fetcher; a target that sets them fails with a hint.
 
@@ -72,7 +76,16 @@ from ._errors import (
 from ._hosts import HostFigures
 from ._http import CheckURL, HttpFetcher, http_fetch, parse_retry_after
 from ._markup import html_to_markdown, html_to_text, main_content
+from ._recording import Recording, ReplayRefused, check_replays
+from ._snapshots import (
+    SnapshotError,
+    SnapshotFull,
+    SnapshotMiss,
+    SnapshotStore,
+    snapshot_root,
+)
 from ._ssrf import DestinationPolicy, Resolver, forbidden_reason
+from ._warc import WarcError, import_warc, warc_records
 from ._webhook import WebhookSender, load_webhook_secret
 
 __all__ = [
@@ -90,23 +103,34 @@ __all__ = [
     "NetworkError",
     "OptionError",
     "OutputTooLarge",
+    "Recording",
     "RedirectError",
+    "ReplayRefused",
     "Resolver",
     "ResponseTooLarge",
     "RobotsDisallowed",
+    "SnapshotError",
+    "SnapshotFull",
+    "SnapshotMiss",
+    "SnapshotStore",
     "URLError",
     "URLRefused",
     "UnsupportedOption",
+    "WarcError",
     "WebhookSender",
     "WorkerPool",
     "builtin_fetch",
+    "check_replays",
     "forbidden_reason",
     "grep_lines",
     "html_to_markdown",
     "html_to_text",
     "http_fetch",
+    "import_warc",
     "load_fetch",
     "load_webhook_secret",
     "main_content",
     "parse_retry_after",
+    "snapshot_root",
+    "warc_records",
 ]

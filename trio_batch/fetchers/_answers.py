@@ -13,10 +13,13 @@ from ._errors import HTTPStatusError, RedirectError
 __all__ = [
     "REDIRECT_CODES",
     "TRANSIENT",
+    "conditional_headers",
+    "decoded_headers",
     "parse_retry_after",
     "redirect_target",
     "split_content_type",
     "status_error",
+    "status_error_of",
 ]
 
 _HTTP_SCHEMES = ("http", "https")
@@ -41,8 +44,18 @@ def redirect_target(response: httpx.Response, location: str) -> str:
 
 
 def status_error(response: httpx.Response) -> HTTPStatusError:
-    code = response.status_code
-    message = f"HTTP {code} {response.reason_phrase} from {response.url}".replace("  ", " ")
+    """The error of an answer with a 4xx or 5xx status."""
+    return status_error_of(
+        response.status_code,
+        response.reason_phrase,
+        str(response.url),
+        response.headers.get("retry-after"),
+    )
+
+
+def status_error_of(code: int, reason: str, url: str, retry_after: str | None) -> HTTPStatusError:
+    """The error of a ``code`` answer from ``url`` (a kept one, too: see ``_recorded``)."""
+    message = f"HTTP {code} {reason} from {url}".replace("  ", " ")
     if code in (401, 403):
         hint = "the server refused access; the page may need a login or block automated clients"
     elif code in (404, 410):
@@ -57,7 +70,7 @@ def status_error(response: httpx.Response) -> HTTPStatusError:
         message,
         status_code=code,
         hint=hint,
-        retry_after=parse_retry_after(response.headers.get("retry-after"), now=time.time()),
+        retry_after=parse_retry_after(retry_after, now=time.time()),
     )
 
 
@@ -95,3 +108,22 @@ def split_content_type(header: str | None) -> tuple[str | None, str | None]:
         if key.strip().lower() == "charset":
             charset = value.strip().strip("\"'") or None
     return media.strip().lower() or None, charset
+
+
+def conditional_headers(validators: tuple[str | None, str | None] | None) -> dict[str, str]:
+    """The request headers that ask for a body only if it changed since ``validators``."""
+    etag, last_modified = validators or (None, None)
+    headers = {}
+    if etag is not None:
+        headers["If-None-Match"] = etag
+    if last_modified is not None:
+        headers["If-Modified-Since"] = last_modified
+    return headers
+
+
+def decoded_headers(response: httpx.Response) -> tuple[tuple[str, str], ...]:
+    """The response's headers as they arrived (names' case kept), decoded as httpx does."""
+    encoding = response.headers.encoding
+    return tuple(
+        (name.decode(encoding), value.decode(encoding)) for name, value in response.headers.raw
+    )

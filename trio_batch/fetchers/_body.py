@@ -8,6 +8,7 @@ Processing order: body → PDF text or jq or HTML conversion → grep, capped at
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass
@@ -32,6 +33,19 @@ class Body:
     charset: str | None
     data: bytes
     redirects: int
+    #: Every URL requested before the final one, in order (empty without redirects).
+    chain: tuple[str, ...] = ()
+    #: The final response's headers as they arrived, in order (empty for ``file://``).
+    headers: tuple[tuple[str, str], ...] = ()
+    #: The final response's reason phrase and HTTP version (``HTTP/1.1``), when known.
+    reason: str = ""
+    http_version: str = ""
+    #: The hex sha256 of ``data`` when the reader hashed it on the way ("": not yet).
+    digest: str = ""
+
+    def sha256(self) -> str:
+        """The hex sha256 of ``data``: the reader's, or hashed now."""
+        return self.digest or hashlib.sha256(self.data).hexdigest()
 
 
 def process_body(

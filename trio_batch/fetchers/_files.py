@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import hashlib
 import mimetypes
 import os
 import stat
@@ -32,7 +33,7 @@ async def fetch_file(url: str, max_bytes: int) -> Body:
     path = url2pathname(parts.path)
     try:
         # A FIFO or device never gets as far as a read, see _read_file.
-        data = await trio.to_thread.run_sync(_read_file, path, max_bytes, abandon_on_cancel=True)
+        read = await trio.to_thread.run_sync(_read_hashed, path, max_bytes, abandon_on_cancel=True)
     except FileNotFoundError:
         raise LocalFileError(
             f"no such file: {path}", hint="check the path; file URLs need an absolute path"
@@ -47,12 +48,19 @@ async def fetch_file(url: str, max_bytes: int) -> Body:
             hint="name a regular file the process may read (not a pipe or device), and "
             "check its permissions",
         ) from None
-    if data is None:
+    if read is None:
         raise response_too_large(url, f"more than {max_bytes} bytes", max_bytes)
+    data, digest = read
     content_type, encoding = mimetypes.guess_type(path)
     if encoding is not None:  # x.json.gz is gzip data, not JSON
         content_type = "application/octet-stream"
-    return Body(url, None, content_type, None, data, 0)
+    return Body(url, None, content_type, None, data, 0, digest=digest)
+
+
+def _read_hashed(path: str, max_bytes: int) -> tuple[bytes, str] | None:
+    """:func:`_read_file` and the hex sha256 of what it read, both in the worker thread."""
+    data = _read_file(path, max_bytes)
+    return None if data is None else (data, hashlib.sha256(data).hexdigest())
 
 
 def _read_file(path: str, max_bytes: int) -> bytes | None:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import collections
 import functools
+import hashlib
 import math
 import ssl
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -18,6 +21,8 @@ from ..store import HostLimits
 from ._answers import (
     REDIRECT_CODES,
     TRANSIENT,
+    conditional_headers,
+    decoded_headers,
     parse_retry_after,
     redirect_target,
     split_content_type,
@@ -37,7 +42,10 @@ from ._files import fetch_file
 from ._hosts import HostFigures, Politeness
 from ._options import check_target, plan_for
 from ._pool import ClientSettings, Pools, Session
+from ._provenance import provenance
+from ._recorded import check_recording, obtain
 from ._robots import ROBOTS_MAX_BYTES
+from ._snapshots import SnapshotStore
 from ._ssrf import DestinationPolicy
 from ._urls import check_http_url, host_key, response_too_large, split_url, unsupported_scheme
 
@@ -104,6 +112,15 @@ class HttpFetcher:
     - ``obey_robots``: fetch each origin's robots.txt first (once an hour per session, through
       the same policy and limits) and fail a disallowed URL with :class:`RobotsDisallowed`;
       see ``_robots``.
+    - ``snapshots``: the :class:`~trio_batch.fetchers.SnapshotStore` that targets with the
+      options ``snapshot`` and ``replay`` keep their responses in and replay them from (see
+      ``_recorded``); None: those options are refused at submit.
+    - ``now``: the wall clock results' ``meta["fetched_at"]`` is read from (default
+      ``time.time``).
+
+    Every result's ``meta`` carries the response's provenance (final URL, redirect chain,
+    status, content type, validators, ``Date``, the body's size and sha256, when it was
+    fetched, the fetcher's version; see ``_provenance``).
 
     Connections: inside ``async with fetcher:`` (``open_runner`` enters a fetch function that
     is an async context manager, so a runner's jobs share it) every call of that trio run
@@ -144,6 +161,8 @@ class HttpFetcher:
         trust_env: bool = True,
         obey_robots: bool = False,
         host_limits: HostLimits | None = None,
+        now: Callable[[], float] = time.time,
+        snapshots: SnapshotStore | None = None,
     ) -> None:
         if not timeout > 0 or not connect_timeout > 0 or not process_timeout > 0:
             raise ValueError("timeout, connect_timeout and process_timeout must be positive")
@@ -180,6 +199,10 @@ class HttpFetcher:
         self.trust_env = trust_env
         self.obey_robots = obey_robots
         self.host_limits = host_limits
+        self.now = now
+        self.snapshots = snapshots
+        #: Responses kept in and taken from snapshots, by outcome (see ``_recorded``).
+        self.snapshot_counts: collections.Counter[str] = collections.Counter()
         self._pools = Pools(self._client_settings, user_agent)
 
     async def __aenter__(self) -> HttpFetcher:
@@ -238,11 +261,20 @@ class HttpFetcher:
     def check_target(self, target: Target) -> None:
         """The runner's submit-time hook: raises :class:`OptionError` for a bad option."""
         check_target(target)
+        check_recording(target.options, self.snapshots)
 
     async def __call__(self, target: Target) -> Result:
         """Fetch ``target`` and process its body as its options say."""
         plan = plan_for(target.options)
-        body = await self._fetch_body(target.url)
+        got = await obtain(
+            target,
+            self.snapshots,
+            self._fetch_body,
+            self.now,
+            self.max_bytes,
+            self.snapshot_counts,
+        )
+        body = got.body
         content, extra = await process_bounded(
             plan,
             body,
@@ -252,25 +284,31 @@ class HttpFetcher:
             max_output=self.max_output,
             pool=self.workers,
         )
-        meta: dict[str, Any] = {
-            "url": body.url,
-            "status_code": body.status_code,
-            "content_type": body.content_type,
-            "bytes": len(body.data),
-        }
-        if body.redirects:
-            meta["redirects"] = body.redirects
+        meta: dict[str, Any] = provenance(body, got.fetched_at)
+        meta.update(got.meta)
         meta.update(extra)
         return Result(content, meta)
 
-    async def _fetch_body(self, url: str) -> Body:
-        """Fetch ``url`` within the fetcher's timeout; returns the raw body and its metadata."""
+    async def _fetch_body(
+        self,
+        url: str,
+        validators: tuple[str | None, str | None] | None = None,
+        keep_errors: bool = False,
+    ) -> Body | None:
+        """Fetch ``url`` within the fetcher's timeout; returns the raw body and its metadata.
+
+        ``validators``: ``(etag, last_modified)`` sent as ``If-None-Match`` and
+        ``If-Modified-Since``; a 304 answer then returns None. ``keep_errors``: a 4xx or 5xx
+        answer is returned as a body (read within ``max_bytes``) rather than raised, for a
+        snapshot to keep it."""
         parts = split_url(url)
         scheme = parts.scheme.lower()
         with trio.move_on_after(self.timeout) as scope:
             if scheme in _HTTP_SCHEMES:
                 check_http_url(url)
-                return await self._fetch_http(url, scope)
+                return await self._fetch_http(
+                    url, scope, conditional_headers(validators), keep_errors=keep_errors
+                )
             if scheme == "file" and self.allow_file:
                 if self.check_url is not None:
                     await self.check_url(url)
@@ -289,9 +327,18 @@ class HttpFetcher:
 
         return ssl.create_default_context(cafile=certifi.where())
 
-    async def _fetch_http(self, url: str, deadline: trio.CancelScope) -> Body:
+    async def _fetch_http(
+        self,
+        url: str,
+        deadline: trio.CancelScope,
+        conditional: dict[str, str],
+        *,
+        keep_errors: bool,
+    ) -> Body | None:
         async with self._pools.session() as session:
-            return await self._fetch_hops(session, url, deadline)
+            return await self._fetch_hops(
+                session, url, deadline, conditional=conditional, keep_errors=keep_errors
+            )
 
     async def _fetch_hops(
         self,
@@ -301,17 +348,22 @@ class HttpFetcher:
         *,
         robots: bool = True,
         keep: int | None = None,
-    ) -> Body:
+        conditional: dict[str, str] | None = None,
+        keep_errors: bool = False,
+    ) -> Body | None:
         """Follow ``url``'s redirects through ``session``; ``deadline`` is the fetch's scope,
         moved on by the time spent waiting for a host's turn. ``robots``: check each hop
         against its origin's robots.txt (when the fetcher obeys it). ``keep``: read at most
         that many bytes of the body and drop the rest (instead of failing past ``max_bytes``).
+        ``conditional``: validator headers sent with each request; a 304 answer to them
+        returns None. ``keep_errors``: a 4xx or 5xx answer is returned, not raised.
         """
 
         async def robots_text(robots_url: str) -> str:
             body = await self._fetch_hops(
                 session, robots_url, deadline, robots=False, keep=ROBOTS_MAX_BYTES
             )
+            assert body is not None  # not a conditional request
             data = body.data
             if len(data) >= ROBOTS_MAX_BYTES:  # cut: the last line may be half a rule
                 data = data[: data.rfind(b"\n") + 1]
@@ -319,11 +371,12 @@ class HttpFetcher:
 
         client = session.client
         current = url
+        chain: list[str] = []
         try:
             for hop in range(self.max_redirects + 1):
                 if self.check_url is not None:
                     await self.check_url(current)
-                request = client.build_request("GET", current)
+                request = client.build_request("GET", current, headers=conditional)
                 if robots and self.obey_robots:  # the URL as sent: dot segments resolved
                     await session.robots.check(str(request.url), robots_text)
                 # The fetch's clock stops while it waits for the host's turn (a pause may
@@ -351,11 +404,14 @@ class HttpFetcher:
                                     hint="the URL may redirect in a loop; fetch the final URL "
                                     "directly or raise the fetcher's max_redirects",
                                 )
+                            chain.append(current)
                             current = redirect_target(response, location)
                             continue
-                        if response.status_code >= 400:
+                        if response.status_code == 304 and conditional:
+                            return None
+                        if response.status_code >= 400 and not keep_errors:
                             raise status_error(response)
-                        data = await self._read_capped(response, keep)
+                        data, digest = await self._read_capped(response, keep)
                         content_type, charset = split_content_type(
                             response.headers.get("content-type")
                         )
@@ -366,6 +422,11 @@ class HttpFetcher:
                             charset,
                             data,
                             hop,
+                            tuple(chain),
+                            decoded_headers(response),
+                            response.reason_phrase,
+                            response.http_version,
+                            digest,
                         )
                     finally:
                         # An unread or half-read body closes its connection rather than
@@ -395,19 +456,26 @@ class HttpFetcher:
             raise FetchError(f"{type(exc).__name__} while fetching {current}: {exc}") from None
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
-    async def _read_capped(self, response: httpx.Response, keep: int | None = None) -> bytes:
-        """The body, failing past ``max_bytes``; with ``keep``, its first ``keep`` bytes."""
+    async def _read_capped(
+        self, response: httpx.Response, keep: int | None = None
+    ) -> tuple[bytes, str]:
+        """The body, failing past ``max_bytes``; with ``keep``, its first ``keep`` bytes. And
+        its hex sha256, hashed chunk by chunk as it arrives (a big body hashed at the end
+        would hold the event loop)."""
         length = parse_count(response.headers.get("content-length", ""), max_digits=30)
         if keep is None and length is not None and length > self.max_bytes:
             raise self._too_large(str(response.url), f"{length} bytes")
         data = bytearray()
+        hasher = hashlib.sha256()
         async for chunk in response.aiter_bytes():
             data += chunk
             if keep is not None and len(data) >= keep:
-                return bytes(data[:keep])
+                kept = bytes(data[:keep])
+                return kept, hashlib.sha256(kept).hexdigest()
+            hasher.update(chunk)
             if keep is None and len(data) > self.max_bytes:
                 raise self._too_large(str(response.url), f"more than {self.max_bytes} bytes")
-        return bytes(data)
+        return bytes(data), hasher.hexdigest()
 
     def _too_large(self, url: str, size: str) -> ResponseTooLarge:
         return response_too_large(url, size, self.max_bytes)

@@ -42,6 +42,7 @@ from ._routes import (
     openapi_json,
 )
 from ._service import Service
+from ._snapshots import collect_periodically, snapshot_routes, snapshots_of
 from ._webhooks import webhook_routes
 
 __all__ = ["DEFAULT_BODY_TIMEOUT", "DEFAULT_MAX_BODY", "create_app"]
@@ -125,11 +126,17 @@ def create_app(
             ) as runner,
         ):
             service.runner_ = runner
-            try:
-                yield
-            finally:
-                service.stopping.set()
-                service.runner_ = None
+            async with trio.open_nursery() as nursery:
+                snaps = snapshots_of(service.fetch)
+                if snaps is not None:
+                    interval = service.config.purge_interval
+                    nursery.start_soon(collect_periodically, snaps, store, service.now, interval)
+                try:
+                    yield
+                finally:
+                    service.stopping.set()
+                    service.runner_ = None
+                    nursery.cancel_scope.cancel()
 
     async def on_problem(request: Request, exc: Exception) -> Response:
         return cast(Problem, exc).response()
@@ -151,6 +158,7 @@ def create_app(
             Route("/v1/batches", batches, methods=["GET", "POST"]),
             *batch_data_routes(),
             *webhook_routes(),
+            *snapshot_routes(),
             # One route per path, so a 405 lists every allowed method.
             Route("/v1/batches/{id}", batch_resource, methods=["GET", "DELETE"]),
             Route("/v1/batches/{id}/targets/{idx}", get_target, methods=["GET"]),

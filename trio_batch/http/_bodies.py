@@ -185,11 +185,12 @@ def parse_submission(
     BatchError."""
     if not isinstance(obj, dict):
         raise InvalidRequest('the body must be a JSON object {"targets": [...]}')
-    unknown = unknown_keys(obj, ("targets", "caller_class", "metadata", "webhook"))
+    known = ("targets", "caller_class", "metadata", "webhook", "snapshot", "replay")
+    unknown = unknown_keys(obj, known)
     if unknown:
         raise InvalidRequest(
             f"unknown key(s) {unknown}; the body has 'targets' and optionally 'caller_class', "
-            "'metadata' and 'webhook'"
+            "'metadata', 'webhook', 'snapshot' and 'replay'"
         )
     metadata = check_metadata(obj.get("metadata"))
     if "targets" not in obj:

@@ -101,10 +101,16 @@ class Metrics:
         )
         self.hosts = _HostCollector()
         self.registry.register(self.hosts)
+        self.snapshot_counts = _SnapshotCollector()
+        self.registry.register(self.snapshot_counts)
 
     def set_host_figures(self, figures: Sequence[HostFigures]) -> None:
         """Replace the per-host figures the next scrape reports (taken on the event loop)."""
         self.hosts.figures = list(figures)
+
+    def set_snapshot_counts(self, counts: Mapping[str, int]) -> None:
+        """Replace the snapshot counts the next scrape reports (the fetcher's, taken now)."""
+        self.snapshot_counts.counts = dict(counts)
 
     def observe_write(self, operation: str, seconds: float) -> None:
         """Record one store write (the runner's ``on_store_write`` hook)."""
@@ -269,6 +275,28 @@ class StreamCut(Exception):
     """Raised by a streamed answer that cannot be finished (its job was deleted midway):
     :class:`RequestCounter` ends the request without the stream's last chunk, so the server
     closes the connection and the client sees an incomplete body, never a complete one."""
+
+
+class _SnapshotCollector(Collector):
+    """The built-in fetcher's snapshot counts (``HttpFetcher.snapshot_counts``), by outcome:
+    responses kept, replayed, missing from a replayed snapshot, and revalidations answered
+    304 (``not_modified``) or with a new body (``modified``)."""
+
+    OUTCOMES = ("recorded", "replayed", "replay_missed", "not_modified", "modified")
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(
+            "trio_batch_fetch_snapshot_responses",
+            "Responses the built-in fetcher kept in or took from snapshots, by outcome: "
+            "recorded, replayed, replay_missed, and revalidations not_modified or modified.",
+            labels=["outcome"],
+        )
+        for outcome in self.OUTCOMES:
+            family.add_metric([outcome], self.counts.get(outcome, 0))
+        yield family
 
 
 class RequestCounter:

@@ -21,6 +21,7 @@ from ._openapi_schemas import (
     _problem,
     _ref,
 )
+from ._openapi_snapshots import snapshot_paths, snapshot_schemas
 from ._openapi_webhooks import WEBHOOK_SCHEMAS, WEBHOOKS, redeliver_path
 
 __all__ = ["openapi_document"]
@@ -41,13 +42,28 @@ def openapi_document(*, auth_header: str | None = None) -> dict[str, Any]:
             "description": "Submit batches of URLs to fetch, follow their progress, read results.",
         },
         "components": {
-            "schemas": {**SCHEMAS, **batch_data_schemas(), **WEBHOOK_SCHEMAS},
+            "schemas": {
+                **SCHEMAS,
+                **batch_data_schemas(),
+                **WEBHOOK_SCHEMAS,
+                **snapshot_schemas(),
+            },
             "securitySchemes": {"caller": scheme},
         },
         "webhooks": WEBHOOKS,
         "paths": {
             **_batch_paths(secured),
             **_job_paths(secured),
+            **snapshot_paths(
+                secured,
+                {
+                    "job_id": _JOB_ID,
+                    "unauthorized": _UNAUTHORIZED,
+                    "unavailable": _UNAVAILABLE,
+                    "cross_site": _CROSS_SITE,
+                    "problem": _problem,
+                },
+            ),
             **_service_paths(),
         },
     }

@@ -18,6 +18,7 @@ from ._openapi_batch_data import (
     CUSTOM_ID,
     METADATA,
 )
+from ._openapi_snapshots import FETCH_META, SUBMIT_PROPERTIES
 from ._problems import PROBLEM_JSON
 
 __all__ = ["SCHEMAS"]
@@ -82,7 +83,8 @@ SCHEMAS: dict[str, Any] = {
             },
             "hint": {
                 "type": "string",
-                "description": "For invalid targets: what to do about the refused option.",
+                "description": "What to do about it: the refused option of invalid targets, "
+                "or a refused replay.",
             },
             "job": {
                 "type": "string",
@@ -132,6 +134,7 @@ SCHEMAS: dict[str, Any] = {
             },
             "metadata": METADATA,
             "webhook": _ref("WebhookRequest"),
+            **SUBMIT_PROPERTIES,
         },
     },
     "Counts": {
@@ -219,7 +222,7 @@ SCHEMAS: dict[str, Any] = {
                 {
                     "type": "object",
                     "required": ["content", "meta"],
-                    "properties": {"content": {"type": "string"}, "meta": {"type": "object"}},
+                    "properties": {"content": {"type": "string"}, "meta": FETCH_META},
                 }
             ),
             "error": _nullable({"type": "string"}),

@@ -127,6 +127,8 @@ def problem_for(exc: BatchError, *, retry_after: int) -> Problem:
     if isinstance(exc, InvalidTargets):
         fields = {"index": exc.index, "option": exc.option, "hint": exc.hint}
         extra.update((name, value) for name, value in fields.items() if value is not None)
+    elif isinstance(hint := getattr(exc, "hint", None), str):  # a refused replay, say
+        extra["hint"] = hint
     if isinstance(exc, CallerBusy) and exc.job_id is not None:
         extra["job"] = f"/v1/batches/{exc.job_id}"  # the live job that blocks the caller
     detail = str(exc)

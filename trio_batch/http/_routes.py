@@ -13,6 +13,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from .._errors import BatchError
 from .._text import parse_count
 from ..fetchers import HttpFetcher
+from ..fetchers._recording import Recording, check_replays
 from ._batch_data import FILTER_KEYS, filter_from_query, filter_query
 from ._bodies import (
     job_json,
@@ -28,6 +29,7 @@ from ._bodies import (
 from ._events import EventStream
 from ._problems import Problem, not_found, problem_for
 from ._service import Service
+from ._snapshots import snapshots_of
 from ._webhooks import check_reused_webhook, delivery_json, parse_webhook
 
 __all__ = [
@@ -59,6 +61,9 @@ async def submit(request: Request) -> Response:
         assert isinstance(obj, dict)  # parse_submission refuses anything else
         webhook = parse_webhook(obj)
         runner = service.runner
+        targets = Recording.from_json(obj).apply(targets)
+        snaps = snapshots_of(service.fetch)
+        await check_replays(snaps, runner.store, caller.name, targets, now=service.now())
         with service.tracing.remote_parent(request.headers):  # the job links to its trace
             job_id, reused = await runner.submit(
                 caller.name, caller_class, targets, metadata=metadata, webhook=webhook
@@ -195,9 +200,11 @@ async def metrics(request: Request) -> Response:
     if runner is not None:
         counts = await runner.store.counts(now=service.now())
         service.metrics.set_store_counts(counts)
-    if service.host_metrics and isinstance(service.fetch, HttpFetcher):
-        # Opt-in: /metrics takes no credentials, and these name every host callers fetch.
-        service.metrics.set_host_figures(service.fetch.host_figures())
+    if isinstance(service.fetch, HttpFetcher):
+        if service.host_metrics:
+            # Opt-in: /metrics takes no credentials, and these name every host callers fetch.
+            service.metrics.set_host_figures(service.fetch.host_figures())
+        service.metrics.set_snapshot_counts(service.fetch.snapshot_counts)
     if "application/openmetrics-text" in request.headers.get("accept", ""):
         text = await trio.to_thread.run_sync(openmetrics_latest, service.metrics.registry)
         return Response(text, media_type=OPENMETRICS_CONTENT_TYPE)

@@ -10,7 +10,7 @@ briefly unavailable), ``_batch_ops`` (retries, exports, bulk cancels) and ``_del
 outbox's terminal events: ``Config.on_terminal`` and webhooks).
 """
 
-from ._attempts import FetchFunc, current_caller
+from ._attempts import FetchFunc, current_caller, current_job
 from ._batch_ops import export_line, export_targets
 from ._check import CheckTarget, TargetChecked, check_each, target_checker
 from ._deliveries import DeliveryAnswer, WebhookDeliverer
@@ -26,6 +26,7 @@ __all__ = [
     "WebhookDeliverer",
     "check_each",
     "current_caller",
+    "current_job",
     "export_line",
     "export_targets",
     "open_runner",

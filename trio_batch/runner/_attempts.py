@@ -25,7 +25,14 @@ from .._text import safe_text
 from .._tracing import NO_TRACING, Tracing
 from ._drain import _Drain
 
-__all__ = ["Attempts", "Failure", "FetchFunc", "current_caller", "failure_from_exception"]
+__all__ = [
+    "Attempts",
+    "Failure",
+    "FetchFunc",
+    "current_caller",
+    "current_job",
+    "failure_from_exception",
+]
 
 FetchFunc = Callable[[Target], Awaitable[Result]]
 """The injected per-target work: an async function from a :class:`Target` to a :class:`Result`.
@@ -48,6 +55,18 @@ def current_caller() -> str | None:
     processing workers, say).
     """
     return _CALLER.get()
+
+
+_JOB: contextvars.ContextVar[str | None] = contextvars.ContextVar("trio_batch_job", default=None)
+
+
+def current_job() -> str | None:
+    """The id of the job whose target is being fetched, when called from a fetch function the
+    runner is running (as :func:`current_caller`); None anywhere else.
+
+    For a fetch function that keeps something per job (the built-in fetcher's snapshots).
+    """
+    return _JOB.get()
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +125,7 @@ class Attempts:
     def enter_job(self, drain: _Drain) -> None:
         """Ready the calling drain task for ``drain``'s attempts (:func:`current_caller`)."""
         _CALLER.set(drain.caller)  # the drain task's own context: one job, one caller
+        _JOB.set(drain.job_id)
 
     async def run(self, drain: _Drain, idx: int, target: Target) -> tuple[Result | Failure, int]:
         """Fetch the target, again after a retryable failure as ``Config.retry`` allows.

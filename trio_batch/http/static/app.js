@@ -396,8 +396,36 @@ function showResult(details, res) {
       : `${content.length} characters of content:`;
   details.append(el("p", { cls: "note", text: note }));
   details.append(el("pre", { cls: "content", text: content.slice(0, PREVIEW_CHARS) }));
+  const lines = provenanceLines(res.meta);
+  if (lines.length) {
+    details.append(el("ul", { cls: "provenance" }, ...lines.map((line) => el("li", { text: visible(line) }))));
+  }
   const meta = JSON.stringify(res.meta, null, 1);
   details.append(el("details", {}, el("summary", { text: "meta" }), el("pre", { cls: "meta", text: meta })));
+}
+
+/** Where the built-in fetcher says a result's body came from (its meta), as lines of text:
+ * fetched or replayed from a snapshot, the response, its validators, when and by what. */
+function provenanceLines(meta) {
+  if (!meta || typeof meta !== "object" || typeof meta.sha256 !== "string") return [];
+  const lines = [];
+  if (meta.replayed === true) lines.push(`replayed from the snapshot of job ${meta.replay}, no network`);
+  else if (meta.replay_miss) lines.push(`fetched: not in the snapshot of job ${meta.replay_miss}`);
+  else lines.push("fetched from the network");
+  if (meta.revalidated) lines.push(`revalidated: ${String(meta.revalidated).replace("_", " ")}`);
+  lines.push(`${meta.status_code ?? "no status"} · ${meta.content_type ?? "no type"} · ${meta.bytes} bytes`);
+  lines.push(`sha256 ${meta.sha256}`);
+  lines.push(`final URL ${meta.url}`);
+  if (Array.isArray(meta.redirect_chain) && meta.redirect_chain.length) {
+    lines.push(`redirected from ${meta.redirect_chain.join(" → ")}`);
+  }
+  for (const [key, label] of [["etag", "ETag"], ["last_modified", "Last-Modified"], ["date", "Date"]]) {
+    if (meta[key]) lines.push(`${label}: ${meta[key]}`);
+  }
+  if (typeof meta.fetched_at === "number") {
+    lines.push(`fetched ${new Date(meta.fetched_at * 1000).toISOString()} by ${meta.fetcher}`);
+  }
+  return lines.map(String);
 }
 
 async function loadResult(details, url) {
