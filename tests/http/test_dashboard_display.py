@@ -114,41 +114,6 @@ def test_a_results_sizes_agree_closed_and_open(
     assert summary.text_content() == closed  # the same count, still saying what it counts
 
 
-def test_a_result_shows_its_provenance_and_whether_it_was_replayed(
-    serve: ServeFactory, server: LocalServer, new_page: Pages
-) -> None:
-    base = serve()
-    page = new_page()
-    sign_in(page, base)
-    auth = {"Authorization": f"Bearer {ALICE}"}
-    url = server.url("/versioned")
-    with httpx.Client(base_url=base, headers=auth) as client:
-        r = client.post("/v1/batches", json={"targets": [{"url": url}], "snapshot": True})
-        assert r.status_code == 201, r.text
-        recorded = r.json()["id"]
-        page.goto(f"{base}/ui/#/jobs/{recorded}")
-        status(page).to_have_text("done")
-        result(page, 0)
-        lines = row(page, 0).locator("ul.provenance > li")
-        expect(lines.first).to_have_text("fetched from the network")
-        expect(lines.filter(has_text="ETag")).to_have_text('ETag: "v1"')
-        expect(lines.filter(has_text="final URL")).to_have_text(f"final URL {url}")
-        r = client.post(
-            "/v1/batches",
-            json={
-                "targets": [{"url": url, "options": {"grep": "page"}}],
-                "replay": {"job": recorded},
-            },
-        )
-        assert r.status_code == 201, r.text
-        replayed = r.json()["id"]
-    page.goto(f"{base}/ui/#/jobs/{replayed}")
-    status(page).to_have_text("done")
-    result(page, 0)
-    lines = row(page, 0).locator("ul.provenance > li")
-    expect(lines.first).to_have_text(f"replayed from the snapshot of job {recorded}, no network")
-
-
 def test_the_webhook_line_shows_control_and_bidi_characters_as_escapes(
     serve: ServeFactory, server: LocalServer, new_page: Pages, tmp_path: Path
 ) -> None:
@@ -183,3 +148,38 @@ def test_the_webhook_line_shows_control_and_bidi_characters_as_escapes(
     expect(line).to_contain_text("Webhook http://127.0.0.1:9/\\u202egnp.exe: gave up")
     shown = line.text_content() or ""
     assert "\u202e" not in shown and "\x1b" not in shown
+
+
+def test_a_result_shows_its_provenance_and_whether_it_was_replayed(
+    serve: ServeFactory, server: LocalServer, new_page: Pages
+) -> None:
+    base = serve()
+    page = new_page()
+    sign_in(page, base)
+    auth = {"Authorization": f"Bearer {ALICE}"}
+    url = server.url("/versioned")
+    with httpx.Client(base_url=base, headers=auth) as client:
+        r = client.post("/v1/batches", json={"targets": [{"url": url}], "snapshot": True})
+        assert r.status_code == 201, r.text
+        recorded = r.json()["id"]
+        page.goto(f"{base}/ui/#/jobs/{recorded}")
+        status(page).to_have_text("done")
+        result(page, 0)
+        lines = row(page, 0).locator("ul.provenance > li")
+        expect(lines.first).to_have_text("fetched from the network")
+        expect(lines.filter(has_text="ETag")).to_have_text('ETag: "v1"')
+        expect(lines.filter(has_text="final URL")).to_have_text(f"final URL {url}")
+        r = client.post(
+            "/v1/batches",
+            json={
+                "targets": [{"url": url, "options": {"grep": "page"}}],
+                "replay": {"job": recorded},
+            },
+        )
+        assert r.status_code == 201, r.text
+        replayed = r.json()["id"]
+    page.goto(f"{base}/ui/#/jobs/{replayed}")
+    status(page).to_have_text("done")
+    result(page, 0)
+    lines = row(page, 0).locator("ul.provenance > li")
+    expect(lines.first).to_have_text(f"replayed from the snapshot of job {recorded}, no network")

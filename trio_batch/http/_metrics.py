@@ -271,6 +271,12 @@ class _HostCollector(Collector):
         yield from (requests, throttled, paused, in_flight, waiting)
 
 
+class StreamCut(Exception):
+    """Raised by a streamed answer that cannot be finished (its job was deleted midway):
+    :class:`RequestCounter` ends the request without the stream's last chunk, so the server
+    closes the connection and the client sees an incomplete body, never a complete one."""
+
+
 class _SnapshotCollector(Collector):
     """The built-in fetcher's snapshot counts (``HttpFetcher.snapshot_counts``), by outcome:
     responses kept, replayed, missing from a replayed snapshot, and revalidations answered
@@ -291,12 +297,6 @@ class _SnapshotCollector(Collector):
         for outcome in self.OUTCOMES:
             family.add_metric([outcome], self.counts.get(outcome, 0))
         yield family
-
-
-class StreamCut(Exception):
-    """Raised by a streamed answer that cannot be finished (its job was deleted midway):
-    :class:`RequestCounter` ends the request without the stream's last chunk, so the server
-    closes the connection and the client sees an incomplete body, never a complete one."""
 
 
 class RequestCounter:

@@ -200,10 +200,10 @@ async def metrics(request: Request) -> Response:
     if runner is not None:
         counts = await runner.store.counts(now=service.now())
         service.metrics.set_store_counts(counts)
-    if service.host_metrics and isinstance(service.fetch, HttpFetcher):
-        # Opt-in: /metrics takes no credentials, and these name every host callers fetch.
-        service.metrics.set_host_figures(service.fetch.host_figures())
-    if isinstance(service.fetch, HttpFetcher):  # counts by outcome only: no host, no job
+    if isinstance(service.fetch, HttpFetcher):
+        if service.host_metrics:
+            # Opt-in: /metrics takes no credentials, and these name every host callers fetch.
+            service.metrics.set_host_figures(service.fetch.host_figures())
         service.metrics.set_snapshot_counts(service.fetch.snapshot_counts)
     if "application/openmetrics-text" in request.headers.get("accept", ""):
         text = await trio.to_thread.run_sync(openmetrics_latest, service.metrics.registry)
