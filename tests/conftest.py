@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
+
 import pytest
 from hypothesis import settings
 
@@ -45,3 +48,17 @@ def fetch() -> ScriptedFetch:
 @pytest.fixture
 def store() -> Store:
     return Store.open()
+
+
+@pytest.fixture(autouse=True)
+def _logging_put_back() -> Iterator[None]:
+    """Every test leaves logging as it found it: a command run in-process (``trio-batch
+    run``'s own set-up) quiets the ``trio_batch`` logger and stops it propagating, which would
+    hide the next tests' records from ``caplog``."""
+    root, own = logging.getLogger(), logging.getLogger("trio_batch")
+    saved = (root.handlers[:], root.level, own.handlers[:], own.level, own.propagate)
+    try:
+        yield
+    finally:
+        root.handlers[:], root.level = saved[0], saved[1]
+        own.handlers[:], own.level, own.propagate = saved[2], saved[3], saved[4]
