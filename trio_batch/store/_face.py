@@ -8,8 +8,8 @@ hop) and :meth:`StoreFace.aclose`; the rest of the protocol is its own. An outco
 :meth:`StoreFace.record_outcome` → the backend's ``_outcome_on_thread`` →
 :meth:`StoreThread.run_grouped <trio_batch.store._thread.StoreThread.run_grouped>` → on the
 thread, the backend's ``_store_outcomes`` with the writes queued beside it → its store's
-``record_outcomes``. Every call of a backend runs
-on its one store thread, in the order made: the event loop never runs SQL.
+``record_outcomes``. Every call of a backend runs on its one store thread, in the order
+made: the event loop never runs SQL.
 """
 
 from __future__ import annotations
