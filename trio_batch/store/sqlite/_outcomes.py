@@ -1,8 +1,8 @@
 """The SQLite store's outcome writes: one outcome, or several in one shared commit.
 
-Each write bumps its job first (which finds it unexpired), then stores the outcome, in a
-savepoint of its own: a write refused half-way (the target already has an outcome) leaves
-nothing behind, whatever the other writes of its commit do.
+Each write stores its outcome first, in one statement that matches only while the target is
+pending and its job unexpired; the job's bump then cannot miss. A write refused writes
+nothing, so the writes of a shared commit need no savepoint each.
 """
 
 from __future__ import annotations
@@ -77,27 +77,26 @@ class StoreOutcomes(StoreReads):
         return answers
 
     def _write_outcome(self, w: OutcomeWrite, ttl: float, now: float) -> Job | None:
-        """One write, inside a transaction, in a savepoint: all of it or nothing."""
+        """One write, inside a transaction: stored whole, or refused having written nothing
+        (None for an unknown or lapsed job; :class:`OutcomeExists`)."""
         status, result_text, error, hint = outcome_values(
             w.result, w.error, w.hint, w.max_result_size
         )
-        size = 0 if result_text is None else len(result_text)
         conn = self.db.conn
-        with self.transaction():
-            bump = (int(error is not None), size, now, now + ttl, w.job_id, now)
-            row = conn.execute(q.BUMP_JOB, bump).fetchone()
-            if row is None:
+        values = (status.value, result_text, error, hint, now, w.attempts, w.job_id, w.idx)
+        if conn.execute(q.STORE_OUTCOME, values).rowcount != 1:
+            if conn.execute(q.GET_JOB, (w.job_id, now)).fetchone() is None:
                 return None
-            job = _job(row)
-            if job.targets_done >= job.targets_total and job.status.is_live:
-                final = final_status(job.targets_total, job.targets_failed)
-                self._settle(w.job_id, final, now)
-                job = dataclasses.replace(job, status=final)
-            values = (status.value, result_text, error, hint, now, w.attempts, w.job_id, w.idx)
-            if conn.execute(q.STORE_OUTCOME, values).rowcount != 1:
-                raise OutcomeExists(
-                    f"target {w.idx} of job {w.job_id} already has an outcome or does not exist"
-                )
+            raise OutcomeExists(
+                f"target {w.idx} of job {w.job_id} already has an outcome or does not exist"
+            )
+        size = 0 if result_text is None else len(result_text)
+        bump = (int(error is not None), size, now, now + ttl, w.job_id, now)
+        job = _job(conn.execute(q.BUMP_JOB, bump).fetchone())  # found unexpired just now
+        if job.targets_done >= job.targets_total and job.status.is_live:
+            final = final_status(job.targets_total, job.targets_failed)
+            self._settle(w.job_id, final, now)
+            job = dataclasses.replace(job, status=final)
         return job
 
     def _settle(self, job_id: str, final: JobState, now: float) -> None:

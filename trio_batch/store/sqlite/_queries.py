@@ -77,8 +77,9 @@ BUMP_JOB = (
 SET_STATUS = "UPDATE jobs SET status = ? WHERE id = ?"
 #: Store one outcome; never overwrites one (only a pending target matches).
 STORE_OUTCOME = (
-    "UPDATE targets SET status = ?, result = ?, error = ?, hint = ?, finished_at = ?, "
-    "attempts = ? WHERE job_id = ? AND idx = ? AND status = 'pending'"
+    "UPDATE targets SET status = ?1, result = ?2, error = ?3, hint = ?4, finished_at = ?5, "
+    "attempts = ?6 WHERE job_id = ?7 AND idx = ?8 AND status = 'pending' "
+    "AND EXISTS (SELECT 1 FROM jobs WHERE id = ?7 AND expires_at > ?5)"
 )
 #: Move a live, unexpired job to a terminal status, once.
 FINISH_JOB = (
