@@ -29,12 +29,6 @@ __all__ = ["server"]  # the fixture, imported for pytest
 NOW = 1_700_000_000.0
 
 
-@pytest.fixture(autouse=True)
-def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
-
-
 async def _error(url: str, fetcher: HttpFetcher = http_fetch) -> FetchError:
     with pytest.raises(FetchError) as info:
         await fetcher(Target(url))

@@ -35,13 +35,6 @@ from ..support.local_server import DATA, HTML, PDF, TEXT, LocalServer, server
 __all__ = ["server"]  # the fixture, imported for pytest
 
 
-@pytest.fixture(autouse=True)
-def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
-    # httpx honours proxy variables; requests to the local server must not go through one.
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
-
-
 def target(url: str, **options: object) -> Target:
     return Target(url, Options(**options))  # type: ignore[arg-type]
 

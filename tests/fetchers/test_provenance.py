@@ -4,20 +4,12 @@ from __future__ import annotations
 
 import hashlib
 
-import pytest
-
 from trio_batch import Options, Target, __version__
 from trio_batch.fetchers import HttpFetcher
 
 from ..support.local_server import LAST_MODIFIED, VERSIONED, LocalServer, server
 
 __all__ = ["server"]  # the fixture, imported for pytest
-
-
-@pytest.fixture(autouse=True)
-def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
 
 
 def _clock() -> float:

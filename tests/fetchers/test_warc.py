@@ -27,12 +27,6 @@ CONFIG = Config(ttl=100, targets_per_job=8, jobs_per_caller=4, jobs_total=8)
 MAX = 10 * 1024 * 1024
 
 
-@pytest.fixture(autouse=True)
-def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
-
-
 @pytest.fixture
 async def store(tmp_path: Path) -> AsyncIterator[JobStore]:
     s = open_store(str(tmp_path / "jobs.db"))
