@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from .._model import Target, is_job_id
+from .._model import is_job_id
 from .._text import parse_count
 from ..fetchers._recording import Recording
 from ..fetchers._snapshots import DEFAULT_MAX_BYTES, SnapshotStore, snapshot_root
@@ -105,11 +105,6 @@ def snapshot_store(args: argparse.Namespace, *, required: bool = False) -> Snaps
             raise UsageError("a PostgreSQL store keeps snapshots in --snapshot-dir DIR; name it")
         return None
     return SnapshotStore(root, max_bytes=getattr(args, "snapshot_max_bytes", DEFAULT_MAX_BYTES))
-
-
-def needs_snapshots(targets: list[Target]) -> bool:
-    """True if any target keeps or replays a snapshot."""
-    return any(t.options.snapshot or t.options.replay for t in targets)
 
 
 def cmd_pin(store: JobStore, args: argparse.Namespace, *, pinned: bool) -> int:

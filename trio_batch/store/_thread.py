@@ -191,9 +191,3 @@ def _answered(calls: list[_Call]) -> Iterator[tuple[list[_Call], list[outcome.Ou
 def _wake(done: list[tuple[trio.lowlevel.Task, outcome.Outcome[Any]]]) -> None:
     for task, result in done:
         trio.lowlevel.reschedule(task, result)
-
-
-def thread_deadline(deadline: float) -> float:
-    """``deadline`` (trio time) on the clock a thread's bound reads (``time.monotonic()``): the
-    same moment, so a call that goes on a thread keeps the deadline it was given."""
-    return time.monotonic() + (deadline - trio.current_time())
