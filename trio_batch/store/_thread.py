@@ -145,17 +145,19 @@ class StoreThread:
                     break
             else:
                 stopping = True
-            done: dict[trio.lowlevel.TrioToken, list[tuple[trio.lowlevel.Task, Any]]] = {}
             for group, outcomes in _answered(calls):
+                # Each group's callers are woken as soon as it is done, not after the calls
+                # queued behind it: a commit's writers never wait for a slow read after it.
+                done: dict[trio.lowlevel.TrioToken, list[tuple[trio.lowlevel.Task, Any]]] = {}
                 for call, answer in zip(group, outcomes, strict=True):
                     if call.task is not None and call.token is not None:
                         done.setdefault(call.token, []).append((call.task, answer))
                     elif isinstance(answer, outcome.Error):
                         _log.error("background store call failed", exc_info=answer.error)
-            for token, answers in done.items():
-                # A run that has finished has no task left waiting.
-                with contextlib.suppress(trio.RunFinishedError):
-                    token.run_sync_soon(_wake, answers)
+                for token, answers in done.items():
+                    # A run that has finished has no task left waiting.
+                    with contextlib.suppress(trio.RunFinishedError):
+                        token.run_sync_soon(_wake, answers)
 
 
 def _answered(calls: list[_Call]) -> Iterator[tuple[list[_Call], list[outcome.Outcome[Any]]]]:
