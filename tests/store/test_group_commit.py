@@ -1,8 +1,8 @@
 """Group commit: outcomes that queue behind the commit in flight share the next commit, each
 write on its own.
 
-``record_outcomes`` runs several writes in one transaction, each on its own (SQLite: a
-savepoint each; PostgreSQL: one statement, see test_postgres_outcome_write.py):
+``record_outcomes`` runs several writes in one transaction, each on its own (a write stores
+its outcome first and is refused having written nothing; see test_postgres_outcome_write.py):
 a refused write (the target already has an outcome, or does not exist), a write for a lapsed
 job, or a malformed one answers for itself and changes nothing, while the others are stored; a
 database error (a full disk, say) fails the whole commit with that error, and stores nothing.
@@ -395,6 +395,29 @@ async def test_writes_queued_behind_a_busy_thread_share_one_commit() -> None:
     assert isinstance(answers["boom"], ValueError)  # refused alone
 
 
+async def test_a_commits_writers_are_woken_before_the_call_queued_behind_it_ends() -> None:
+    batches = _Batches()
+    slow_read = threading.Event()  # what the call behind the commit waits for
+    answers: list[object] = []
+
+    async def write() -> None:
+        answers.append((await thread.run_grouped(batches, "a"))[0])
+        slow_read.set()  # answered while the read still held the thread: it ends now
+
+    async def read() -> None:
+        # True if the writer released it; False had it waited out its bound (5 s) first.
+        answers.append(await thread.run(slow_read.wait, 5))
+
+    with _held_thread() as (thread, release):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(write)
+            await wait_all_tasks_blocked()  # the write queued first, the read behind it
+            nursery.start_soon(read)
+            await wait_all_tasks_blocked()
+            release.set()
+    assert answers == ["A", True]
+
+
 async def test_a_write_to_an_idle_thread_is_committed_at_once_alone() -> None:
     batches = _Batches()
     thread = StoreThread()
@@ -449,19 +472,21 @@ async def test_a_writer_waiting_for_its_commit_cannot_be_cancelled() -> None:
     comes at its next checkpoint."""
     batches = _Batches()
     got: list[str] = []
+    scope = trio.CancelScope()  # the writer's alone: the test's own task goes on
+
+    async def waiting_writer() -> None:
+        with scope:
+            got.append((await thread.run_grouped(batches, "a"))[0])
+            await trio.lowlevel.checkpoint()
+            got.append("went on past the checkpoint")
+
     with _held_thread() as (thread, release):
-        with trio.CancelScope() as scope:
-            async with trio.open_nursery() as nursery:
-
-                async def waiting_writer() -> None:
-                    got.append((await thread.run_grouped(batches, "a"))[0])
-                    await trio.lowlevel.checkpoint()
-
-                nursery.start_soon(waiting_writer)
-                await wait_all_tasks_blocked()
-                scope.cancel()
-                await wait_all_tasks_blocked()
-                assert got == []  # still waiting: the cancel did not cut it
-                release.set()
-        assert scope.cancelled_caught
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(waiting_writer)
+            await wait_all_tasks_blocked()
+            scope.cancel()
+            await wait_all_tasks_blocked()
+            assert got == []  # still waiting: the cancel did not cut it
+            release.set()
+    assert scope.cancelled_caught
     assert got == ["A"]
