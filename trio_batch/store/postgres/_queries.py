@@ -24,6 +24,26 @@ TARGET_COLUMNS = "idx, url, status, result, error, hint, options, finished_at, a
 #: The live statuses, as SQL.
 LIVE = "('queued', 'running')"
 
+#: What every outcome changes, kept in a live job's ``live_progress`` row (schema v15) and in
+#: its ``jobs`` row once it ends (see ``MIGRATE_V15_PROGRESS``).
+PROGRESS = ("targets_done", "targets_failed", "results_size", "updated_at", "expires_at")
+#: ``jobs`` as it stands, to read FROM in its place (``{JOBS_NOW} AS jobs``): a live job's
+#: progress and lease from its ``live_progress`` row, every other column from ``jobs``. The
+#: planner inlines it: a read still reaches ``jobs`` through its indexes, and each row's live
+#: one through the key. Not for ``FOR UPDATE`` (the live side is nullable): lock ``jobs``.
+JOBS_NOW = (
+    "(SELECT j.id, j.status, j.error, j.targets_total, j.caller, j.caller_class, j.idem_key, "
+    "j.created_at, j.metadata, j.parent_id, j.owner, j.current, j.waited, "
+    "j.terminal_expires_at, j.trace_context, "
+    + ", ".join(f"coalesce(l.{c}, j.{c}) AS {c}" for c in PROGRESS)
+    + " FROM jobs AS j LEFT JOIN live_progress AS l ON l.job_id = j.id)"
+)
+#: A job's lease as it stands, as SQL on a ``jobs`` row (for an UPDATE of ``jobs``).
+LEASE_NOW = (
+    "coalesce((SELECT l.expires_at FROM live_progress AS l WHERE l.job_id = jobs.id), "
+    "jobs.expires_at)"
+)
+
 # ---------------------------------------------------------------------------------------------
 # Advisory locks: (trio_batch's class id, which lock). The class id is "tb" in ASCII.
 
@@ -120,8 +140,8 @@ DRAIN_CHANGES = (
 #: Live, unexpired jobs a runner owns with no outcome yet, but that it does not drain (not one
 #: of ids, an anti-join): creates whose answer was lost. Oldest first, at most limit.
 UNDRAINED_JOBS = (
-    f"SELECT {JOB_COLUMNS} FROM jobs WHERE status IN {LIVE} AND owner = %(runner)s "
-    "AND targets_done = 0 AND expires_at > %(now)s "
+    f"SELECT {JOB_COLUMNS} FROM {JOBS_NOW} AS jobs WHERE status IN {LIVE} "
+    "AND owner = %(runner)s AND targets_done = 0 AND expires_at > %(now)s "
     "AND id NOT IN (SELECT unnest(%(ids)s::text[])) ORDER BY created_at, id LIMIT %(limit)s"
 )
 #: Those jobs' targets, in order, as a drain takes them.
@@ -175,13 +195,13 @@ DRAIN_OVER = (
 
 #: The unexpired current job of (caller, idem_key): the idempotency lookup.
 FIND_REUSABLE = (
-    f"SELECT {JOB_COLUMNS} FROM jobs "
+    f"SELECT {JOB_COLUMNS} FROM {JOBS_NOW} AS jobs "
     "WHERE caller = %s AND idem_key = %s AND current AND expires_at > %s"
 )
 #: Before a new job of (caller, idem_key) is inserted: the lapsed one it replaces.
 RETIRE_LAPSED = (
     "UPDATE jobs SET current = false "
-    "WHERE caller = %s AND idem_key = %s AND current AND expires_at <= %s"
+    f"WHERE caller = %s AND idem_key = %s AND current AND {LEASE_NOW} <= %s"
 )
 #: What a submit is answered from before it takes the creation lock, in one snapshot: the job
 #: to reuse (``FIND_REUSABLE``'s columns, NULLs if none), the caller's live jobs, all live jobs,
@@ -197,7 +217,7 @@ ADMISSION = (
     "(SELECT count(*) FROM live_jobs), "
     "(SELECT job_id FROM live_jobs WHERE caller = %(caller)s "
     "ORDER BY created_at DESC LIMIT 1) "
-    f"FROM (VALUES (1)) AS one LEFT JOIN (SELECT {JOB_COLUMNS} FROM jobs "
+    f"FROM (VALUES (1)) AS one LEFT JOIN (SELECT {JOB_COLUMNS} FROM {JOBS_NOW} AS jobs "
     "WHERE caller = %(caller)s AND idem_key = %(key)s AND current AND expires_at > %(now)s) "
     "AS reusable ON true"
 )
@@ -243,15 +263,21 @@ def final_status_case(total: str, failed: str) -> str:
 #:
 #: ``job`` locks the job row first: under READ COMMITTED a lock that waited (on a concurrent
 #: reap, cancel or forget) re-checks the conditions on the row as committed, so a reaped job
-#: reads as not owned. Holding that lock, the job's UPDATE sees no one else's change. Each
+#: reads as not owned. Holding that lock, the job's UPDATEs see no one else's change. Each
 #: arm names its row by key and checks the one before with ``EXISTS``, not ``IN``: a prepared
 #: statement's generic plan (kept from its sixth run on) then reads every row through its
 #: primary key, however small the tables were when it was made (the ``IN`` form's plan
 #: scanned ``targets`` whole at each outcome).
+#:
+#: A live job's counts and lease are bumped in its narrow ``live_progress`` row (schema v15),
+#: which no index covers them in: the update is HOT, and a held xmin keeps a small version
+#: of it, not of the wide ``jobs`` row. ``jobs`` is written by the outcome that ends the job
+#: (its status, counts and lease, from the bumped live row), and by those of a job no longer
+#: live (a cancelled job's last outcomes in flight), which has no live row.
 #: The job's row, if it is unexpired and this runner's, locked (see ``RECORD_OUTCOME``).
 _LOCKED_JOB = (
-    "FROM jobs WHERE id = %(job_id)s AND expires_at > %(now)s "
-    "AND owner IS NOT DISTINCT FROM %(runner)s FOR NO KEY UPDATE"
+    "FROM jobs WHERE id = %(job_id)s AND owner IS NOT DISTINCT FROM %(runner)s "
+    f"AND {LEASE_NOW} > %(now)s FOR NO KEY UPDATE OF jobs"
 )
 #: The target's outcome, if it is pending and the ``job`` arm's condition (SQL of ours) holds.
 _STORE_TARGET = (
@@ -260,14 +286,42 @@ _STORE_TARGET = (
     "WHERE job_id = %(job_id)s AND idx = %(idx)s AND status = 'pending' "
     "AND EXISTS (SELECT 1 FROM job{}) RETURNING job_id"
 )
-#: The job's counts, results_size and lease, once the target is stored.
-_BUMP_JOB = (
-    "UPDATE jobs SET targets_done = targets_done + 1, "
+#: A live job's counts, results_size and lease, once the target is stored.
+_PROGRESS = (
+    "UPDATE live_progress SET targets_done = targets_done + 1, "
     "targets_failed = targets_failed + %(failed)s, "
-    "results_size = results_size + %(size)s, updated_at = %(now)s, expires_at = %(expires)s"
+    "results_size = results_size + %(size)s, updated_at = %(now)s, expires_at = %(expires)s "
+    "WHERE job_id = %(job_id)s AND EXISTS (SELECT 1 FROM stored) "
+    "RETURNING targets_done, targets_failed, results_size"
 )
-_BUMPED = f" WHERE id = %(job_id)s AND EXISTS (SELECT 1 FROM stored) RETURNING {JOB_COLUMNS}"
-_ANSWER = " FROM (VALUES (1)) AS one LEFT JOIN bumped ON true"
+
+
+def _after(column: str, delta: str) -> str:
+    """SQL for ``column`` of a job row after this outcome: the bumped live row's value, or,
+    for a job with none (no longer live), the row's own plus ``delta``."""
+    return f"coalesce((SELECT {column} FROM progressed), jobs.{column} + {delta})"
+
+
+#: The job's row, where its live row does not hold the outcome alone: the outcome ends the
+#: job, or the job has no live row.
+_BUMP_JOB = (
+    f"UPDATE jobs SET targets_done = {_after('targets_done', '1')}, "
+    f"targets_failed = {_after('targets_failed', '%(failed)s')}, "
+    f"results_size = {_after('results_size', '%(size)s')}, "
+    "updated_at = %(now)s, expires_at = %(expires)s"
+)
+_BUMPED = (
+    " WHERE id = %(job_id)s AND EXISTS (SELECT 1 FROM stored) "
+    "AND coalesce((SELECT targets_done FROM progressed) >= jobs.targets_total, true) "
+    f"RETURNING {JOB_COLUMNS}"
+)
+#: The job after the write: the bumped row, or the locked one with its live row's counts.
+_ANSWER = (
+    f"answer AS (SELECT {JOB_COLUMNS} FROM bumped UNION ALL "
+    "SELECT j.id, j.status, j.error, j.targets_total, p.targets_done, p.targets_failed, "
+    "j.caller, j.caller_class, j.idem_key, j.created_at, %(now)s, %(expires)s, j.metadata, "
+    "j.parent_id FROM job AS j, progressed AS p WHERE NOT EXISTS (SELECT 1 FROM bumped)) "
+)
 
 #: The last outcome ended the job: tell the listening runners, at the commit, if one waits on
 #: it (``WATCH_JOB``) or a runner that does not register its waits is registered. The answer's
@@ -279,10 +333,11 @@ _TELL_END = (
 )
 
 RECORD_OUTCOME = (
-    f"WITH job AS (SELECT id, waited {_LOCKED_JOB}), stored AS ({_STORE_TARGET.format('')}), "
+    f"WITH job AS (SELECT {JOB_COLUMNS}, waited {_LOCKED_JOB}), "
+    f"stored AS ({_STORE_TARGET.format('')}), progressed AS ({_PROGRESS}), "
     f"bumped AS ({_BUMP_JOB}, "
-    f"status = CASE WHEN status IN {LIVE} AND targets_done + 1 >= targets_total "
-    f"THEN {final_status_case('targets_total', 'targets_failed + %(failed)s')} "
+    f"status = CASE WHEN status IN {LIVE} AND {_after('targets_done', '1')} >= targets_total "
+    f"THEN {final_status_case('targets_total', _after('targets_failed', '%(failed)s'))} "
     f"ELSE status END{_BUMPED}"
     "), emitted AS ("
     # The last outcome made the job terminal: its event goes into the outbox with it.
@@ -292,8 +347,9 @@ RECORD_OUTCOME = (
     "targets_failed = b.targets_failed, event_at = %(now)s, round_from = %(now)s, "
     "due_at = %(now)s FROM bumped AS b WHERE outbox.job_id = %(job_id)s AND outbox.event IS NULL "
     f"AND b.status NOT IN {LIVE}"
-    f"), told AS ({_TELL_END}) "
-    f"SELECT EXISTS (SELECT 1 FROM job), bumped.*{_ANSWER} WHERE (SELECT count(*) FROM told) >= 0"
+    f"), told AS ({_TELL_END}), {_ANSWER}"
+    "SELECT EXISTS (SELECT 1 FROM job), answer.* FROM (VALUES (1)) AS one "
+    "LEFT JOIN answer ON true WHERE (SELECT count(*) FROM told) >= 0"
 )
 #: ``RECORD_OUTCOME``'s parameters and their types: the arguments of the function below.
 _OUTCOME_ARGS = (
@@ -340,7 +396,7 @@ GET_OUTCOME = "SELECT status, result, error, hint FROM targets WHERE job_id = %s
 #: wherever the user is; a reaped job is terminal already, so this cannot touch it).
 FINISH_JOB = (
     "UPDATE jobs SET status = %s, error = %s, updated_at = %s "
-    f"WHERE id = %s AND status IN {LIVE} AND expires_at > %s "
+    f"WHERE id = %s AND status IN {LIVE} AND {LEASE_NOW} > %s "
     f"RETURNING {JOB_COLUMNS}"
 )
 
@@ -348,13 +404,17 @@ FINISH_JOB = (
 # Retention
 
 #: Delete one batch of lapsed jobs (their targets go by the cascade), oldest lease first: of
-#: the terminal ones through their index, of the live ones through ``jobs_live`` (schema v7).
+#: the terminal ones through their index, of the live ones by their ``live_progress`` rows (schema
+#: v15: a live job's lease is there, bumped at each outcome, so no index covers it; the caps
+#: keep those rows few, and a job's row leaves the table when the job ends).
 #: SKIP LOCKED: runners purging at once take different rows instead of waiting on each other.
 PURGE_LAPSED = (
     "WITH terminal AS (SELECT id, expires_at FROM jobs WHERE terminal_expires_at <= %(now)s "
     "ORDER BY terminal_expires_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED), "
-    f"live AS (SELECT id, expires_at FROM jobs WHERE status IN {LIVE} "
-    "AND expires_at <= %(now)s ORDER BY expires_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED) "
+    "live AS (SELECT j.id, l.expires_at FROM live_progress AS l "
+    "JOIN jobs AS j ON j.id = l.job_id "
+    "WHERE l.expires_at <= %(now)s ORDER BY l.expires_at LIMIT %(limit)s "
+    "FOR UPDATE OF j SKIP LOCKED) "
     "DELETE FROM jobs WHERE id IN (SELECT id FROM (SELECT * FROM terminal UNION ALL "
     "SELECT * FROM live) AS lapsed ORDER BY expires_at LIMIT %(limit)s)"
 )
@@ -362,18 +422,20 @@ PURGE_LAPSED = (
 # ---------------------------------------------------------------------------------------------
 # Reading
 
-GET_JOB = f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = %s AND expires_at > %s"
+GET_JOB = f"SELECT {JOB_COLUMNS} FROM {JOBS_NOW} AS jobs WHERE id = %s AND expires_at > %s"
 GET_TARGETS = f"SELECT {TARGET_COLUMNS} FROM targets WHERE job_id = %s ORDER BY idx"
 
 
 def _newest_lease_first(where: str) -> str:
     """Unexpired jobs matching ``where`` (SQL of our own, values bound), the latest lease
     first, ``%(limit)s`` of them: the terminal ones through their lease's index, the live ones
-    (few) through ``jobs_live`` (schema v7: ``expires_at`` has no index)."""
+    (few) through ``jobs_live`` (schema v7: ``expires_at`` has no index), their leases in
+    their ``live_progress`` rows (schema v15)."""
     return (
         f"SELECT {JOB_COLUMNS} FROM ((SELECT {JOB_COLUMNS} FROM jobs WHERE {where} "
         "terminal_expires_at > %(now)s ORDER BY terminal_expires_at DESC LIMIT %(limit)s) "
-        f"UNION ALL (SELECT {JOB_COLUMNS} FROM jobs WHERE {where} status IN {LIVE} "
+        f"UNION ALL (SELECT {JOB_COLUMNS} FROM {JOBS_NOW} AS jobs WHERE {where} "
+        f"status IN {LIVE} "
         "AND expires_at > %(now)s ORDER BY expires_at DESC LIMIT %(limit)s)) AS unexpired "
         "ORDER BY expires_at DESC LIMIT %(limit)s"
     )
@@ -386,9 +448,9 @@ LIST_JOBS_OF_CALLER = _newest_lease_first("caller = %(caller)s AND")
 #: rest; the store caches their counts, see PostgresReads.counts). Columns: status, jobs,
 #: targets, done, failed.
 COUNT_LIVE_BY_STATUS = (
-    "SELECT status, count(*), sum(targets_total), sum(targets_done), sum(targets_failed) "
-    f"FROM jobs WHERE id IN (SELECT job_id FROM live_jobs) AND status IN {LIVE} "
-    "AND expires_at > %s GROUP BY status"
+    "SELECT j.status, count(*), sum(j.targets_total), sum(l.targets_done), "
+    "sum(l.targets_failed) FROM live_progress AS l JOIN jobs AS j ON j.id = l.job_id "
+    f"WHERE j.status IN {LIVE} AND l.expires_at > %s GROUP BY j.status"
 )
 COUNT_TERMINAL_BY_STATUS = (
     "SELECT status, count(*), sum(targets_total), sum(targets_done), sum(targets_failed) "
@@ -404,7 +466,7 @@ GET_ONE_TARGET = f"SELECT {TARGET_COLUMNS} FROM targets WHERE job_id = %s AND id
 JOB_COLUMN_NAMES = tuple(name.strip() for name in JOB_COLUMNS.split(","))
 #: The newest unexpired retry of a job by the same caller (a merged export).
 LATEST_RETRY = (
-    f"SELECT {JOB_COLUMNS} FROM jobs WHERE parent_id = %s AND caller = %s "
+    f"SELECT {JOB_COLUMNS} FROM {JOBS_NOW} AS jobs WHERE parent_id = %s AND caller = %s "
     "AND expires_at > %s ORDER BY created_at DESC LIMIT 1"
 )
 #: A page of a job's targets that have an outcome, from an index on (a watcher's next read).
@@ -413,7 +475,9 @@ GET_OUTCOMES_FROM = (
     "AND status IN ('done', 'failed') ORDER BY idx LIMIT %s"
 )
 #: A job to forget, locked against a concurrent outcome write or cancel.
-GET_JOB_FOR_UPDATE = f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = %s AND expires_at > %s FOR UPDATE"
+GET_JOB_FOR_UPDATE = (
+    f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = %s AND {LEASE_NOW} > %s FOR UPDATE OF jobs"
+)
 #: Forget a terminal job (its targets go with it: ON DELETE CASCADE); a wait on it elsewhere
 #: (a cancelled job's last outcome in flight) is told.
 FORGET_JOB = (
@@ -479,6 +543,89 @@ MIGRATE_V14_LIVE_JOBS = (
 )
 
 
+#: Version 15: what every outcome changes (``PROGRESS``: the counts, results_size, updated_at
+#: and the lease) kept, while a job is live, in a narrow row of its own in ``live_progress``,
+#: and copied into its ``jobs`` row when it ends. Each outcome updated the job's wide row,
+#: which a full page could not take again in place: under a held xmin (no version can be
+#: pruned) most of those updates left their page, and every index of ``jobs`` gained an entry
+#: for each. A progress row is narrow and no index covers what changes in it, so an outcome's
+#: update is HOT wherever its page has room (the live rows are the table's newest, so they
+#: share its last pages with the free space): a held xmin keeps a small version of it, not of
+#: the wide row. ``jobs`` is written twice: made, and ended. Readers take a live job's
+#: progress from there (``JOBS_NOW``, ``LEASE_NOW``). Not in ``live_jobs``: the caps count
+#: that table at each submit, and its rows stay written twice. No fillfactor: room kept on
+#: each page would cost more pages than the index entries it saves.
+#:
+#: The triggers keep the rows whichever statement moves a job: made live, a progress row with
+#: the job's; ended, the progress copied into the job's row before the progress row goes (the
+#: larger of each count: they only grow, and the outcome that ends a job wrote its own; the
+#: live lease unless the statement wrote one: a cancel or a reap does not; ``updated_at`` as
+#: the statement wrote it, as each that ends a job does); a live job's counts written to
+#: ``jobs`` itself (a runner of an earlier version storing an outcome, during a rolling
+#: upgrade), copied into its progress row.
+LIVE_JOBS_FUNCTION_V15 = f"""CREATE OR REPLACE FUNCTION trio_batch_live_jobs() RETURNS trigger
+LANGUAGE plpgsql AS $body$
+DECLARE
+    live live_progress%ROWTYPE;
+BEGIN
+    IF TG_WHEN = 'BEFORE' THEN
+        SELECT * INTO live FROM live_progress WHERE job_id = OLD.id;
+        IF FOUND THEN
+            NEW.targets_done := greatest(NEW.targets_done, live.targets_done);
+            NEW.targets_failed := greatest(NEW.targets_failed, live.targets_failed);
+            NEW.results_size := greatest(NEW.results_size, live.results_size);
+            IF NEW.expires_at IS NOT DISTINCT FROM OLD.expires_at THEN
+                NEW.expires_at := live.expires_at;
+            END IF;
+        END IF;
+        RETURN NEW;
+    END IF;
+    IF TG_OP = 'UPDATE' AND OLD.status IN {LIVE} AND NEW.status IN {LIVE} THEN
+        UPDATE live_progress SET targets_done = greatest(targets_done, NEW.targets_done),
+            targets_failed = greatest(targets_failed, NEW.targets_failed),
+            results_size = greatest(results_size, NEW.results_size),
+            updated_at = greatest(updated_at, NEW.updated_at),
+            expires_at = greatest(expires_at, NEW.expires_at)
+        WHERE job_id = NEW.id;
+        RETURN NULL;
+    END IF;
+    IF TG_OP IN ('UPDATE', 'DELETE') AND OLD.status IN {LIVE} THEN
+        DELETE FROM live_jobs WHERE job_id = OLD.id;
+        DELETE FROM live_progress WHERE job_id = OLD.id;
+    END IF;
+    IF TG_OP IN ('UPDATE', 'INSERT') AND NEW.status IN {LIVE} THEN
+        INSERT INTO live_jobs (job_id, caller, created_at)
+        VALUES (NEW.id, NEW.caller, NEW.created_at);
+        INSERT INTO live_progress (job_id, {", ".join(PROGRESS)})
+        VALUES (NEW.id, {", ".join("NEW." + c for c in PROGRESS)});
+    END IF;
+    RETURN NULL;
+END $body$"""
+MIGRATE_V15_PROGRESS = (
+    """CREATE TABLE IF NOT EXISTS live_progress (
+        job_id text PRIMARY KEY,
+        targets_done integer NOT NULL,
+        targets_failed integer NOT NULL,
+        results_size bigint NOT NULL,
+        updated_at double precision NOT NULL,
+        expires_at double precision NOT NULL
+    )""",
+    LIVE_JOBS_FUNCTION_V15,
+    "DROP TRIGGER IF EXISTS trio_batch_live_jobs_ending ON jobs",
+    "CREATE TRIGGER trio_batch_live_jobs_ending BEFORE UPDATE OF status ON jobs FOR EACH ROW "
+    f"WHEN (OLD.status IN {LIVE} AND NEW.status NOT IN {LIVE}) "
+    "EXECUTE FUNCTION trio_batch_live_jobs()",
+    "DROP TRIGGER IF EXISTS trio_batch_live_jobs_counted ON jobs",
+    "CREATE TRIGGER trio_batch_live_jobs_counted AFTER UPDATE OF targets_done ON jobs "
+    f"FOR EACH ROW WHEN (OLD.status IN {LIVE} AND NEW.status IN {LIVE}) "
+    "EXECUTE FUNCTION trio_batch_live_jobs()",
+    # The live jobs' progress as it stands, in their jobs rows (written by v14's outcomes).
+    "DELETE FROM live_progress",
+    f"INSERT INTO live_progress SELECT id, {', '.join(PROGRESS)} FROM jobs WHERE status IN {LIVE}",
+    CREATE_RECORD_OUTCOME_FUNCTION,
+)
+
+
 def targets_after_query(*, results: bool, bounded: bool) -> str:
     """A page of a job's targets after an index, in order, outcome or not (an export's next
     read; parameters job_id, after, limit, then max_bytes if ``bounded``). Without
@@ -500,6 +647,6 @@ def targets_after_query(*, results: bool, bounded: bool) -> str:
 
 #: A job's unexpired retries by the same caller, newest first (a merged export's overlays).
 RETRIES = (
-    f"SELECT {JOB_COLUMNS} FROM jobs WHERE parent_id = %s AND caller = %s "
+    f"SELECT {JOB_COLUMNS} FROM {JOBS_NOW} AS jobs WHERE parent_id = %s AND caller = %s "
     "AND expires_at > %s ORDER BY created_at DESC, id DESC LIMIT %s"
 )

@@ -26,7 +26,7 @@ from . import _schema_queries as sq
 __all__ = ["SCHEMA_VERSION", "migrate"]
 
 #: The schema version this code writes.
-SCHEMA_VERSION = 14
+SCHEMA_VERSION = 15
 
 
 def migrate(
@@ -103,7 +103,13 @@ def migrate(
             for statement in q.MIGRATE_V14_LIVE_JOBS:
                 conn.execute(statement)
             conn.execute(cq.CREATE_CREATE_JOB_FUNCTION)
-        # Later versions add their steps here: `if version < 15: ...`.
+        if version < 15:
+            # What every outcome changes kept in the live job's narrow row: its updates HOT.
+            # The submit's function made again to read a live job's lease there.
+            for statement in q.MIGRATE_V15_PROGRESS:
+                conn.execute(statement)
+            conn.execute(cq.CREATE_CREATE_JOB_FUNCTION)
+        # Later versions add their steps here: `if version < 16: ...`.
         conn.execute(sq.SET_VERSION, (SCHEMA_VERSION,))
 
 
