@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import psycopg
 
+from trio_batch.store.postgres import _live_queries as lq
 from trio_batch.store.postgres import _queries as q
 
 __all__ = ["back_to_v14"]
@@ -23,5 +24,5 @@ def back_to_v14(dsn: str) -> None:
             + " FROM live_progress AS l WHERE l.job_id = jobs.id"
         )
         conn.execute("DROP TABLE live_progress")
-        conn.execute(q.LIVE_JOBS_FUNCTION)
+        conn.execute(lq.LIVE_JOBS_FUNCTION)
         conn.execute("UPDATE trio_batch_schema SET version = 14")
