@@ -271,8 +271,8 @@ def final_status_case(total: str, failed: str) -> str:
 #: scanned ``targets`` whole at each outcome).
 #:
 #: A live job's counts and lease are bumped in its narrow ``live_progress`` row (schema v15),
-#: which no index covers them in: the update is HOT, and a held xmin keeps a small version
-#: of it, not of the wide ``jobs`` row. ``jobs`` is written by the outcome that ends the job
+#: whose changed columns no index covers: the update is HOT, and a held xmin keeps a small
+#: version of it, not of the wide ``jobs`` row. ``jobs`` is written by the outcome that ends the job
 #: (its status, counts and lease, from the bumped live row), and by those of a job no longer
 #: live (a cancelled job's last outcomes in flight), which has no live row.
 #: The job's row, if it is unexpired and this runner's, locked (see ``RECORD_OUTCOME``).
@@ -405,9 +405,9 @@ FINISH_JOB = (
 # Retention
 
 #: Delete one batch of lapsed jobs (their targets go by the cascade), oldest lease first: of
-#: the terminal ones through their index, of the live ones by their ``live_progress`` rows (schema
-#: v15: a live job's lease is there, bumped at each outcome, so no index covers it; the caps
-#: keep those rows few, and a job's row leaves the table when the job ends).
+#: the terminal ones through their index, of the live ones by a scan of ``live_progress``
+#: (schema v15: a live job's lease is there, bumped at each outcome, so no index covers it;
+#: the caps keep those rows few, and a job's row leaves the table when the job ends).
 #: SKIP LOCKED: runners purging at once take different rows instead of waiting on each other.
 PURGE_LAPSED = (
     "WITH terminal AS (SELECT id, expires_at FROM jobs WHERE terminal_expires_at <= %(now)s "
@@ -445,7 +445,7 @@ def _newest_lease_first(where: str) -> str:
 LIST_JOBS = _newest_lease_first("")
 LIST_JOBS_OF_CALLER = _newest_lease_first("caller = %(caller)s AND")
 #: Unexpired jobs by status with their targets' totals, for metrics: the live ones (few: the
-#: caps bound them; read through the partial index jobs_live) and the terminal ones (all the
+#: caps bound them; read from their ``live_progress`` rows) and the terminal ones (all the
 #: rest; the store caches their counts, see PostgresReads.counts). Columns: status, jobs,
 #: targets, done, failed.
 COUNT_LIVE_BY_STATUS = (
