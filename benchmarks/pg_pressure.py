@@ -11,8 +11,9 @@ one run (``--only NAME`` runs some of them):
   ``pg_terminate_backend`` twice a second; the rate during the kills, and the longest stretch
   without a completion;
 - **held xmin**: an idle transaction that took a transaction id (``BEGIN; SELECT
-  txid_current()``) held open; the rate in the hold's second half, and how much ``jobs`` and
-  ``targets`` (with their indexes and TOAST) grew over the hold;
+  txid_current()``) held open; the rate in the hold's second half, and how much the store's
+  tables (with their indexes and TOAST) grew over the hold, in all and per job, table by
+  table;
 - **connections exhausted**: ``max_connections`` filled by a hog, which cuts whatever
   connection the runner gets every 0.5 s; the longest stretch without a completion while it
   lasts, and the rate once it is released.
@@ -56,10 +57,13 @@ __all__ = [
     "Killer",
     "Load",
     "Pressure",
+    "Relation",
     "applied",
+    "growth",
     "held_xmin",
-    "relation_bytes",
+    "relations",
     "store_problems",
+    "total_bytes",
 ]
 
 #: The load: callers, targets per job, the fetch's sleep.
@@ -302,14 +306,63 @@ def held_xmin(dsn: str) -> Iterator[psycopg.Connection[Any]]:
         conn.close()
 
 
-def relation_bytes(dsn: str) -> int:
-    """The bytes of ``jobs`` and ``targets``, with their indexes and TOAST."""
+@dataclass(frozen=True)
+class Relation:
+    """One table's size (with its TOAST), each of its indexes' sizes, and its row counters."""
+
+    table: int
+    indexes: dict[str, int]
+    updates: int
+    hot_updates: int
+    dead: int
+
+
+def relations(dsn: str) -> dict[str, Relation]:
+    """Every table of the store's schema by name. The counters are the statistics the
+    server's backends have flushed (each does at most once a second)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT pg_total_relation_size('jobs') + pg_total_relation_size('targets')"
-        ).fetchone()
-    assert row is not None
-    return int(row[0])
+        tables = conn.execute(
+            "SELECT relname, pg_table_size(relid), n_tup_upd, n_tup_hot_upd, n_dead_tup "
+            "FROM pg_stat_user_tables WHERE schemaname = current_schema()"
+        ).fetchall()
+        indexes = conn.execute(
+            "SELECT relname, indexrelname, pg_relation_size(indexrelid) "
+            "FROM pg_stat_user_indexes WHERE schemaname = current_schema()"
+        ).fetchall()
+    return {
+        name: Relation(size, {i: n for t, i, n in indexes if t == name}, *counters)
+        for name, size, *counters in tables
+    }
+
+
+def total_bytes(tables: dict[str, Relation]) -> int:
+    """The bytes of ``tables``, with their indexes and TOAST."""
+    return sum(r.table + sum(r.indexes.values()) for r in tables.values())
+
+
+def growth(before: dict[str, Relation], after: dict[str, Relation], jobs: int) -> str:
+    """What each table and each of its indexes grew by from ``before`` to ``after``, per job
+    (bytes), and the share of its updates that were HOT; the tables that grew most first."""
+    empty = Relation(0, {}, 0, 0, 0)
+    lines = []
+    for name, a in after.items():
+        b = before.get(name, empty)
+        grown = {i: (n - b.indexes.get(i, 0)) / jobs for i, n in a.indexes.items()}
+        table = (a.table - b.table) / jobs
+        updates, hot = a.updates - b.updates, a.hot_updates - b.hot_updates
+        if not (table or any(grown.values()) or updates):
+            continue
+        each = ", ".join(f"{i} {n:.0f}" for i, n in sorted(grown.items(), key=lambda x: -x[1]))
+        share = f"{hot / updates:.0%}" if updates else "-"
+        lines.append(
+            (
+                table + sum(grown.values()),
+                f"  {name}: {table + sum(grown.values()):.0f} B a job: table {table:.0f}, "
+                f"indexes {sum(grown.values()):.0f} ({each}); {updates} updates, "
+                f"{share} HOT; {a.dead - b.dead:+d} dead rows",
+            )
+        )
+    return "\n".join(line for _, line in sorted(lines, reverse=True))
 
 
 def store_problems(dsn: str, seen: dict[str, JobState]) -> list[str]:
@@ -354,6 +407,8 @@ class Figure:
     failures: int = 0
     slowest_failure: float = 0.0
     errors: str = ""
+    #: Printed below the table.
+    detail: str = ""
 
 
 def _kinds(errors: list[BatchError]) -> str:
@@ -407,20 +462,29 @@ async def _kills(dsn: str, load: Load, seconds: float) -> Figure:
     )
 
 
+def _per_job(before: dict[str, Relation], after: dict[str, Relation], jobs: int) -> str:
+    grown = total_bytes(after) - total_bytes(before)
+    return f"+{grown / 2**20:.1f} MB over {jobs} jobs ({grown / max(jobs, 1) / 1024:.2f} KB a job)"
+
+
 async def _held_xmin(dsn: str, load: Load, seconds: float) -> Figure:
-    before = await trio.to_thread.run_sync(relation_bytes, dsn)
+    # The same work's growth without a hold first: what the rows written stay as anyway.
+    free_start = await trio.to_thread.run_sync(relations, dsn)
+    free = await _phase(seconds / 4)
+    before = await trio.to_thread.run_sync(relations, dsn)
     with held_xmin(dsn):
         first = await _phase(seconds / 2)
         second = await _phase(seconds / 2)
-        grown = await trio.to_thread.run_sync(relation_bytes, dsn) - before
-    jobs = load.between(first[0], second[1])
+        after = await trio.to_thread.run_sync(relations, dsn)
+    jobs = max(load.between(first[0], second[1]), 1)
     return Figure(
         "held xmin",
         0.0,
         _rate(load, second),
         load.longest_gap(*second),
-        f"second half; tables +{grown / 2**20:.1f} MB over {jobs} jobs "
-        f"({grown / max(jobs, 1) / 1024:.2f} KB a job)",
+        f"second half; tables {_per_job(before, after, jobs)}; without a hold, "
+        f"{_per_job(free_start, before, load.between(*free))}",
+        detail=growth(before, after, jobs),
     )
 
 
@@ -508,6 +572,8 @@ def main(argv: list[str] | None = None) -> None:
         for f in figures:
             if f.errors:
                 print(f"{f.name}: {f.errors}")
+            if f.detail:
+                print(f"{f.name}, growth by table:\n{f.detail}")
         print(f"({time.monotonic() - started:.0f} s; store checked: {problems or 'consistent'})")
     finally:
         server.destroy()

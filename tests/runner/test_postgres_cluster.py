@@ -25,6 +25,8 @@ from typing import Any
 import psycopg
 import pytest
 
+from trio_batch.store.postgres import _queries as q
+
 from ..support.figures import Figures
 from ..support.pg_server import PgServer
 
@@ -155,7 +157,10 @@ def _sql(dsn: str, sql: str, params: tuple[object, ...] = ()) -> list[tuple[Any,
 
 
 def _job(dsn: str, job_id: str) -> tuple[str, str | None, int]:
-    rows = _sql(dsn, "SELECT status, error, targets_done FROM jobs WHERE id = %s", (job_id,))
+    """The job's status, error and outcomes stored so far (a live job's, in its live row)."""
+    rows = _sql(
+        dsn, f"SELECT status, error, targets_done FROM {q.JOBS_NOW} AS j WHERE id = %s", (job_id,)
+    )
     assert rows, f"no job {job_id}"
     return rows[0]  # type: ignore[return-value]
 

@@ -79,7 +79,13 @@ def test_postgres_filtered_lists_are_read_off_an_index(
     finally:
         store.close()
     reads = filtered_queries(
-        pg_queries.JOB_COLUMN_NAMES, "alice", where, now=T0, limit=20, before=(T0 + 9, "z")
+        pg_queries.JOB_COLUMN_NAMES,
+        "alice",
+        where,
+        now=T0,
+        limit=20,
+        before=(T0 + 9, "z"),
+        jobs=pg_queries.JOBS_NOW,
     )
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute("ANALYZE")

@@ -25,6 +25,7 @@ from trio_batch.store.postgres._store import _label_values, _outbox_values, _tar
 
 from ..support.fakes import T0, urls
 from ..support.markers import PGBOUNCER
+from ..support.pg_versions import back_to_v14
 
 TTL = 3600.0
 CAPS = {"targets_per_job": 32, "jobs_per_caller": 1, "jobs_total": 8}
@@ -135,7 +136,7 @@ def test_the_submit_function_is_the_one_the_migrations_make() -> None:
     one. Change it only with a new schema version whose step creates it again (``CREATE OR
     REPLACE``), then update this digest."""
     digest = hashlib.sha256(cq.CREATE_CREATE_JOB_FUNCTION.encode()).hexdigest()[:16]
-    assert (digest, SCHEMA_VERSION) == ("f325b0a026ae6406", 14)
+    assert (digest, SCHEMA_VERSION) == ("cccd94b1ab8f9fba", 15)
 
 
 def test_the_call_is_the_one_a_version_12_runner_sends() -> None:
@@ -149,11 +150,17 @@ def test_the_call_is_the_one_a_version_12_runner_sends() -> None:
 _LIVE = "status IN ('queued', 'running')"
 
 
+def _v14(sql: str) -> str:
+    """``sql`` as it was up to version 14: a live job's lease read from ``jobs``."""
+    return sql.replace(f"{q.JOBS_NOW} AS jobs", "jobs").replace(q.LEASE_NOW, "expires_at")
+
+
 def _v13_admission(admission: str, caller: str) -> str:
     """``admission`` (``ADMISSION``, or the function's, whose caller is ``caller``) as it was
     up to version 13, reading the live jobs from ``jobs``."""
     return (
-        admission.replace(
+        _v14(admission)
+        .replace(
             f"(SELECT count(*) FROM live_jobs WHERE caller = {caller})",
             f"(SELECT count(*) FROM jobs WHERE {_LIVE} AND caller = {caller})",
         )
@@ -180,7 +187,7 @@ def _v12_function() -> str:
         + "o_registered := p_owner IS NULL OR EXISTS "
         "(SELECT 1 FROM runners WHERE runners.id = p_owner FOR SHARE);\n"
         + f"IF NOT ({cq._ALLOWED}) OR NOT o_registered THEN {refuse}"
-        + src[src.index("UPDATE jobs SET current") :]
+        + _v14(src[src.index("UPDATE jobs SET current") :])
     )
     assert hashlib.sha256(v12.encode()).hexdigest()[:16] == "5d98c8f8a9843e9a"
     return v12
@@ -189,6 +196,7 @@ def _v12_function() -> str:
 def _back_to_v12(dsn: str) -> None:
     """The database as version 12 left it: its submit's function and its version, and no
     ``live_jobs`` (version 14's)."""
+    back_to_v14(dsn)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("DROP TABLE live_jobs")
         conn.execute("DROP TRIGGER trio_batch_live_jobs_made ON jobs")

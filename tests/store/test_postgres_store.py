@@ -31,6 +31,7 @@ from trio_batch.store.postgres import SCHEMA_VERSION, PostgresJobStore, Postgres
 from trio_batch.store.postgres import _queries as q
 
 from ..support.fakes import T0, logged, urls
+from ..support.pg_versions import back_to_v14
 
 TTL = 3600.0
 
@@ -264,6 +265,7 @@ def test_a_version_6_database_holding_live_jobs_indexes_terminal_leases(pg_dsn: 
     finally:
         store.close()
     # Back to version 6: the lease indexed for every job, no column of the terminal ones'.
+    back_to_v14(pg_dsn)
     _sql(pg_dsn, "ALTER TABLE jobs DROP COLUMN terminal_expires_at")  # and its index
     _sql(pg_dsn, "CREATE INDEX jobs_expiry ON jobs (expires_at)")
     _sql(pg_dsn, "UPDATE trio_batch_schema SET version = 6")
@@ -291,21 +293,35 @@ def test_a_version_6_database_holding_live_jobs_indexes_terminal_leases(pg_dsn: 
         store.close()
 
 
-def test_an_outcome_that_does_not_end_its_job_updates_it_in_place(pg_dsn: str) -> None:
-    # HOT: with no index on what every outcome changes (the lease, the counts), the job's
-    # new row version needs no index entry; the outcome that ends the job writes them.
+#: Updates and HOT updates of ``live_progress``, ``jobs`` and ``targets``, in this transaction.
+_UPDATES = "SELECT " + ", ".join(
+    f"pg_stat_get_xact_tuples_updated('{t}'::regclass), "
+    f"pg_stat_get_xact_tuples_hot_updated('{t}'::regclass)"
+    for t in ("live_progress", "jobs", "targets")
+)
+
+
+@pytest.mark.parametrize("sql", [q.RECORD_OUTCOME, q.RECORD_OUTCOME_CALL], ids=["direct", "pooled"])
+def test_an_outcome_updates_its_progress_row_in_place_and_the_job_row_once(
+    pg_dsn: str, sql: str
+) -> None:
+    # Every outcome bumps the live job's narrow progress row, whose changed columns no index
+    # covers: HOT (no index entry). The wide jobs row is written once, by the outcome that
+    # ends the job; each target's own update is HOT too (no index covers its status).
     store = PostgresStore.open(pg_dsn)
     try:
-        job, _ = store.create_job(_new("alice", "a", "b"), now=T0)
-        hot = (
-            "SELECT pg_stat_get_xact_tuples_updated('jobs'::regclass), "
-            "pg_stat_get_xact_tuples_hot_updated('jobs'::regclass)"
-        )
+        job, _ = store.create_job(_new("alice", "a", "b", "c"), now=T0)
+        size = 0
         with psycopg.connect(pg_dsn) as conn:  # one transaction: its own counts
-            for idx, counts in ((0, (1, 1)), (1, (2, 1))):
+            for idx, jobs in ((0, 0), (1, 0), (2, 1)):
                 values = store._outcome_values(_ok(job.id, idx), ttl=TTL, now=T0 + 1 + idx)
-                assert conn.execute(q.RECORD_OUTCOME, values).fetchone() is not None
-                assert conn.execute(hot).fetchone() == counts
+                size += values["size"]
+                assert conn.execute(sql, values).fetchone() is not None
+                n = idx + 1
+                assert conn.execute(_UPDATES).fetchone() == (n, n, jobs, 0, n, n)
+        row = "SELECT status, targets_done, targets_failed, results_size, updated_at, "
+        row += "expires_at FROM jobs WHERE id = %s"
+        assert _sql(pg_dsn, row, (job.id,)) == [("done", 3, 0, size, T0 + 3, T0 + 3 + TTL)]
     finally:
         store.close()
 

@@ -64,12 +64,14 @@ def filtered_queries(
     now: float,
     limit: int,
     before: tuple[float, str] | None,
+    jobs: str = "jobs",
 ) -> list[tuple[str, list[Any]]]:
     """The ``(sql, params)`` reads of one page (``?`` placeholders), one per status asked
     for; each answers at most ``limit`` jobs newest first, so :func:`merge_pages` of their
-    rows is the page. ``columns`` are the job columns in :class:`Job`'s order."""
+    rows is the page. ``columns`` are the job columns in :class:`Job`'s order; ``jobs`` is
+    what to read them from (SQL of the backend's: its table, or a subquery in its place)."""
     statuses: Iterable[JobState | None] = sorted(where.statuses) or [None]
-    return [_query(columns, caller, where, s, now, limit, before) for s in statuses]
+    return [_query(columns, caller, where, s, now, limit, before, jobs) for s in statuses]
 
 
 def _query(
@@ -80,13 +82,14 @@ def _query(
     now: float,
     limit: int,
     before: tuple[float, str] | None,
+    jobs: str,
 ) -> tuple[str, list[Any]]:
     if where.labels:
         (key, value), others = where.labels[0], where.labels[1:]
         # Driven by the first label's index rows (already in page order), then joined.
         sql = [
             f"SELECT {', '.join('j.' + c for c in columns)} FROM job_labels l "
-            "JOIN jobs j ON j.id = l.job_id "
+            f"JOIN {jobs} j ON j.id = l.job_id "
             "WHERE l.caller = ? AND l.key = ? AND l.value = ? AND j.expires_at > ?"
         ]
         params: list[Any] = [caller, key, value, now]
@@ -99,7 +102,9 @@ def _query(
             )
             params += [key, value]
     else:
-        sql = [f"SELECT {', '.join(columns)} FROM jobs WHERE caller = ? AND expires_at > ?"]
+        sql = [
+            f"SELECT {', '.join(columns)} FROM {jobs} AS jobs WHERE caller = ? AND expires_at > ?"
+        ]
         params = [caller, now]
         order, when, ident, job = "created_at DESC, id DESC", "created_at", "id", ""
     if status is not None:

@@ -102,7 +102,7 @@ CREATE_CREATE_JOB_FUNCTION = (
     "(SELECT 1 FROM runners WHERE runners.id = p_owner FOR SHARE);\n"
     "IF NOT o_registered THEN o_created := false; RETURN NEXT; RETURN; END IF;\n"
     "UPDATE jobs SET current = false WHERE caller = p_caller AND idem_key = p_idem_key "
-    "AND current AND expires_at <= p_now;\n"
+    f"AND current AND {q.LEASE_NOW} <= p_now;\n"
     # A second current job of the key (a writer that skipped the lock) is refused by the
     # unique index: UniqueViolation.
     f"{_INSERT_JOB};\n"

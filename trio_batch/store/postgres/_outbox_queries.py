@@ -6,7 +6,7 @@ are bound parameters.
 
 from __future__ import annotations
 
-from ._queries import LIVE
+from ._queries import JOBS_NOW, LIVE
 
 __all__: list[str] = []  # imported as a module: ``from . import _outbox_queries as oq``
 
@@ -82,7 +82,7 @@ DELIVERY_COLUMNS = (
 )
 #: The delivery state of an unexpired job's event.
 GET_DELIVERY = (
-    f"SELECT {DELIVERY_COLUMNS} FROM outbox AS o JOIN jobs AS j ON j.id = o.job_id "
+    f"SELECT {DELIVERY_COLUMNS} FROM outbox AS o JOIN {JOBS_NOW} AS j ON j.id = o.job_id "
     "WHERE o.job_id = %s AND j.expires_at > %s"
 )
 #: A new round of attempts for an unexpired job's written event (any lease dropped: its

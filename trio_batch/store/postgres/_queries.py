@@ -1,6 +1,7 @@
 """The SQL statements the PostgreSQL store runs, named; the outbox's are in
 :mod:`._outbox_queries`, the per-host limits' in :mod:`._host_queries`, the submit's function
-in :mod:`._create_queries`, the first schema versions' in :mod:`._schema_queries`.
+in :mod:`._create_queries`, the first schema versions' in :mod:`._schema_queries`, the live
+jobs' tables and triggers in :mod:`._live_queries`.
 
 All values are bound parameters (``%s`` / ``%(name)s``); no statement is built from values.
 Lease times (``created_at``, ``updated_at``, ``expires_at``, ``finished_at``) are Unix epoch
@@ -23,6 +24,26 @@ TARGET_COLUMNS = "idx, url, status, result, error, hint, options, finished_at, a
 
 #: The live statuses, as SQL.
 LIVE = "('queued', 'running')"
+
+#: What every outcome changes, kept in a live job's ``live_progress`` row (schema v15) and in
+#: its ``jobs`` row once it ends (see ``_live_queries.MIGRATE_V15_PROGRESS``).
+PROGRESS = ("targets_done", "targets_failed", "results_size", "updated_at", "expires_at")
+#: ``jobs`` as it stands, to read FROM in its place (``{JOBS_NOW} AS jobs``): a live job's
+#: progress and lease from its ``live_progress`` row, every other column from ``jobs``. The
+#: planner inlines it: a read still reaches ``jobs`` through its indexes, and each row's live
+#: one through the key. Not for ``FOR UPDATE`` (the live side is nullable): lock ``jobs``.
+JOBS_NOW = (
+    "(SELECT j.id, j.status, j.error, j.targets_total, j.caller, j.caller_class, j.idem_key, "
+    "j.created_at, j.metadata, j.parent_id, j.owner, j.current, j.waited, "
+    "j.terminal_expires_at, j.trace_context, "
+    + ", ".join(f"coalesce(l.{c}, j.{c}) AS {c}" for c in PROGRESS)
+    + " FROM jobs AS j LEFT JOIN live_progress AS l ON l.job_id = j.id)"
+)
+#: A job's lease as it stands, as SQL on a ``jobs`` row (for an UPDATE of ``jobs``).
+LEASE_NOW = (
+    "coalesce((SELECT l.expires_at FROM live_progress AS l WHERE l.job_id = jobs.id), "
+    "jobs.expires_at)"
+)
 
 # ---------------------------------------------------------------------------------------------
 # Advisory locks: (trio_batch's class id, which lock). The class id is "tb" in ASCII.
@@ -120,8 +141,8 @@ DRAIN_CHANGES = (
 #: Live, unexpired jobs a runner owns with no outcome yet, but that it does not drain (not one
 #: of ids, an anti-join): creates whose answer was lost. Oldest first, at most limit.
 UNDRAINED_JOBS = (
-    f"SELECT {JOB_COLUMNS} FROM jobs WHERE status IN {LIVE} AND owner = %(runner)s "
-    "AND targets_done = 0 AND expires_at > %(now)s "
+    f"SELECT {JOB_COLUMNS} FROM {JOBS_NOW} AS jobs WHERE status IN {LIVE} "
+    "AND owner = %(runner)s AND targets_done = 0 AND expires_at > %(now)s "
     "AND id NOT IN (SELECT unnest(%(ids)s::text[])) ORDER BY created_at, id LIMIT %(limit)s"
 )
 #: Those jobs' targets, in order, as a drain takes them.
@@ -175,19 +196,19 @@ DRAIN_OVER = (
 
 #: The unexpired current job of (caller, idem_key): the idempotency lookup.
 FIND_REUSABLE = (
-    f"SELECT {JOB_COLUMNS} FROM jobs "
+    f"SELECT {JOB_COLUMNS} FROM {JOBS_NOW} AS jobs "
     "WHERE caller = %s AND idem_key = %s AND current AND expires_at > %s"
 )
 #: Before a new job of (caller, idem_key) is inserted: the lapsed one it replaces.
 RETIRE_LAPSED = (
     "UPDATE jobs SET current = false "
-    "WHERE caller = %s AND idem_key = %s AND current AND expires_at <= %s"
+    f"WHERE caller = %s AND idem_key = %s AND current AND {LEASE_NOW} <= %s"
 )
 #: What a submit is answered from before it takes the creation lock, in one snapshot: the job
 #: to reuse (``FIND_REUSABLE``'s columns, NULLs if none), the caller's live jobs, all live jobs,
 #: and the caller's newest live job (``NEWEST_LIVE_OF_CALLER``).
 #: Live jobs in all; live is by status, not lease. The live counts read ``live_jobs`` (schema
-#: v14), not ``jobs``: see ``MIGRATE_V14_LIVE_JOBS``.
+#: v14), not ``jobs``: see ``_live_queries.MIGRATE_V14_LIVE_JOBS``.
 COUNT_LIVE = "SELECT count(*) FROM live_jobs"
 #: Live jobs of one caller.
 COUNT_LIVE_OF_CALLER = "SELECT count(*) FROM live_jobs WHERE caller = %s"
@@ -197,7 +218,7 @@ ADMISSION = (
     "(SELECT count(*) FROM live_jobs), "
     "(SELECT job_id FROM live_jobs WHERE caller = %(caller)s "
     "ORDER BY created_at DESC LIMIT 1) "
-    f"FROM (VALUES (1)) AS one LEFT JOIN (SELECT {JOB_COLUMNS} FROM jobs "
+    f"FROM (VALUES (1)) AS one LEFT JOIN (SELECT {JOB_COLUMNS} FROM {JOBS_NOW} AS jobs "
     "WHERE caller = %(caller)s AND idem_key = %(key)s AND current AND expires_at > %(now)s) "
     "AS reusable ON true"
 )
@@ -243,15 +264,21 @@ def final_status_case(total: str, failed: str) -> str:
 #:
 #: ``job`` locks the job row first: under READ COMMITTED a lock that waited (on a concurrent
 #: reap, cancel or forget) re-checks the conditions on the row as committed, so a reaped job
-#: reads as not owned. Holding that lock, the job's UPDATE sees no one else's change. Each
+#: reads as not owned. Holding that lock, the job's UPDATEs see no one else's change. Each
 #: arm names its row by key and checks the one before with ``EXISTS``, not ``IN``: a prepared
 #: statement's generic plan (kept from its sixth run on) then reads every row through its
 #: primary key, however small the tables were when it was made (the ``IN`` form's plan
 #: scanned ``targets`` whole at each outcome).
+#:
+#: A live job's counts and lease are bumped in its narrow ``live_progress`` row (schema v15),
+#: whose changed columns no index covers: the update is HOT, and a held xmin keeps a small
+#: version of it, not of the wide ``jobs`` row. ``jobs`` is written by the outcome that ends the job
+#: (its status, counts and lease, from the bumped live row), and by those of a job no longer
+#: live (a cancelled job's last outcomes in flight), which has no live row.
 #: The job's row, if it is unexpired and this runner's, locked (see ``RECORD_OUTCOME``).
 _LOCKED_JOB = (
-    "FROM jobs WHERE id = %(job_id)s AND expires_at > %(now)s "
-    "AND owner IS NOT DISTINCT FROM %(runner)s FOR NO KEY UPDATE"
+    "FROM jobs WHERE id = %(job_id)s AND owner IS NOT DISTINCT FROM %(runner)s "
+    f"AND {LEASE_NOW} > %(now)s FOR NO KEY UPDATE OF jobs"
 )
 #: The target's outcome, if it is pending and the ``job`` arm's condition (SQL of ours) holds.
 _STORE_TARGET = (
@@ -260,14 +287,42 @@ _STORE_TARGET = (
     "WHERE job_id = %(job_id)s AND idx = %(idx)s AND status = 'pending' "
     "AND EXISTS (SELECT 1 FROM job{}) RETURNING job_id"
 )
-#: The job's counts, results_size and lease, once the target is stored.
-_BUMP_JOB = (
-    "UPDATE jobs SET targets_done = targets_done + 1, "
+#: A live job's counts, results_size and lease, once the target is stored.
+_PROGRESS = (
+    "UPDATE live_progress SET targets_done = targets_done + 1, "
     "targets_failed = targets_failed + %(failed)s, "
-    "results_size = results_size + %(size)s, updated_at = %(now)s, expires_at = %(expires)s"
+    "results_size = results_size + %(size)s, updated_at = %(now)s, expires_at = %(expires)s "
+    "WHERE job_id = %(job_id)s AND EXISTS (SELECT 1 FROM stored) "
+    "RETURNING targets_done, targets_failed, results_size"
 )
-_BUMPED = f" WHERE id = %(job_id)s AND EXISTS (SELECT 1 FROM stored) RETURNING {JOB_COLUMNS}"
-_ANSWER = " FROM (VALUES (1)) AS one LEFT JOIN bumped ON true"
+
+
+def _after(column: str, delta: str) -> str:
+    """SQL for ``column`` of a job row after this outcome: the bumped live row's value, or,
+    for a job with none (no longer live), the row's own plus ``delta``."""
+    return f"coalesce((SELECT {column} FROM progressed), jobs.{column} + {delta})"
+
+
+#: The job's row, where its live row does not hold the outcome alone: the outcome ends the
+#: job, or the job has no live row.
+_BUMP_JOB = (
+    f"UPDATE jobs SET targets_done = {_after('targets_done', '1')}, "
+    f"targets_failed = {_after('targets_failed', '%(failed)s')}, "
+    f"results_size = {_after('results_size', '%(size)s')}, "
+    "updated_at = %(now)s, expires_at = %(expires)s"
+)
+_BUMPED = (
+    " WHERE id = %(job_id)s AND EXISTS (SELECT 1 FROM stored) "
+    "AND coalesce((SELECT targets_done FROM progressed) >= jobs.targets_total, true) "
+    f"RETURNING {JOB_COLUMNS}"
+)
+#: The job after the write: the bumped row, or the locked one with its live row's counts.
+_ANSWER = (
+    f"answer AS (SELECT {JOB_COLUMNS} FROM bumped UNION ALL "
+    "SELECT j.id, j.status, j.error, j.targets_total, p.targets_done, p.targets_failed, "
+    "j.caller, j.caller_class, j.idem_key, j.created_at, %(now)s, %(expires)s, j.metadata, "
+    "j.parent_id FROM job AS j, progressed AS p WHERE NOT EXISTS (SELECT 1 FROM bumped)) "
+)
 
 #: The last outcome ended the job: tell the listening runners, at the commit, if one waits on
 #: it (``WATCH_JOB``) or a runner that does not register its waits is registered. The answer's
@@ -279,10 +334,11 @@ _TELL_END = (
 )
 
 RECORD_OUTCOME = (
-    f"WITH job AS (SELECT id, waited {_LOCKED_JOB}), stored AS ({_STORE_TARGET.format('')}), "
+    f"WITH job AS (SELECT {JOB_COLUMNS}, waited {_LOCKED_JOB}), "
+    f"stored AS ({_STORE_TARGET.format('')}), progressed AS ({_PROGRESS}), "
     f"bumped AS ({_BUMP_JOB}, "
-    f"status = CASE WHEN status IN {LIVE} AND targets_done + 1 >= targets_total "
-    f"THEN {final_status_case('targets_total', 'targets_failed + %(failed)s')} "
+    f"status = CASE WHEN status IN {LIVE} AND {_after('targets_done', '1')} >= targets_total "
+    f"THEN {final_status_case('targets_total', _after('targets_failed', '%(failed)s'))} "
     f"ELSE status END{_BUMPED}"
     "), emitted AS ("
     # The last outcome made the job terminal: its event goes into the outbox with it.
@@ -292,8 +348,9 @@ RECORD_OUTCOME = (
     "targets_failed = b.targets_failed, event_at = %(now)s, round_from = %(now)s, "
     "due_at = %(now)s FROM bumped AS b WHERE outbox.job_id = %(job_id)s AND outbox.event IS NULL "
     f"AND b.status NOT IN {LIVE}"
-    f"), told AS ({_TELL_END}) "
-    f"SELECT EXISTS (SELECT 1 FROM job), bumped.*{_ANSWER} WHERE (SELECT count(*) FROM told) >= 0"
+    f"), told AS ({_TELL_END}), {_ANSWER}"
+    "SELECT EXISTS (SELECT 1 FROM job), answer.* FROM (VALUES (1)) AS one "
+    "LEFT JOIN answer ON true WHERE (SELECT count(*) FROM told) >= 0"
 )
 #: ``RECORD_OUTCOME``'s parameters and their types: the arguments of the function below.
 _OUTCOME_ARGS = (
@@ -340,7 +397,7 @@ GET_OUTCOME = "SELECT status, result, error, hint FROM targets WHERE job_id = %s
 #: wherever the user is; a reaped job is terminal already, so this cannot touch it).
 FINISH_JOB = (
     "UPDATE jobs SET status = %s, error = %s, updated_at = %s "
-    f"WHERE id = %s AND status IN {LIVE} AND expires_at > %s "
+    f"WHERE id = %s AND status IN {LIVE} AND {LEASE_NOW} > %s "
     f"RETURNING {JOB_COLUMNS}"
 )
 
@@ -348,13 +405,17 @@ FINISH_JOB = (
 # Retention
 
 #: Delete one batch of lapsed jobs (their targets go by the cascade), oldest lease first: of
-#: the terminal ones through their index, of the live ones through ``jobs_live`` (schema v7).
+#: the terminal ones through their index, of the live ones by a scan of ``live_progress``
+#: (schema v15: a live job's lease is there, bumped at each outcome, so no index covers it;
+#: the caps keep those rows few, and a job's row leaves the table when the job ends).
 #: SKIP LOCKED: runners purging at once take different rows instead of waiting on each other.
 PURGE_LAPSED = (
     "WITH terminal AS (SELECT id, expires_at FROM jobs WHERE terminal_expires_at <= %(now)s "
     "ORDER BY terminal_expires_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED), "
-    f"live AS (SELECT id, expires_at FROM jobs WHERE status IN {LIVE} "
-    "AND expires_at <= %(now)s ORDER BY expires_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED) "
+    "live AS (SELECT j.id, l.expires_at FROM live_progress AS l "
+    "JOIN jobs AS j ON j.id = l.job_id "
+    "WHERE l.expires_at <= %(now)s ORDER BY l.expires_at LIMIT %(limit)s "
+    "FOR UPDATE OF j SKIP LOCKED) "
     "DELETE FROM jobs WHERE id IN (SELECT id FROM (SELECT * FROM terminal UNION ALL "
     "SELECT * FROM live) AS lapsed ORDER BY expires_at LIMIT %(limit)s)"
 )
@@ -362,18 +423,20 @@ PURGE_LAPSED = (
 # ---------------------------------------------------------------------------------------------
 # Reading
 
-GET_JOB = f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = %s AND expires_at > %s"
+GET_JOB = f"SELECT {JOB_COLUMNS} FROM {JOBS_NOW} AS jobs WHERE id = %s AND expires_at > %s"
 GET_TARGETS = f"SELECT {TARGET_COLUMNS} FROM targets WHERE job_id = %s ORDER BY idx"
 
 
 def _newest_lease_first(where: str) -> str:
     """Unexpired jobs matching ``where`` (SQL of our own, values bound), the latest lease
     first, ``%(limit)s`` of them: the terminal ones through their lease's index, the live ones
-    (few) through ``jobs_live`` (schema v7: ``expires_at`` has no index)."""
+    (few) through ``jobs_live`` (schema v7: ``expires_at`` has no index), their leases in
+    their ``live_progress`` rows (schema v15)."""
     return (
         f"SELECT {JOB_COLUMNS} FROM ((SELECT {JOB_COLUMNS} FROM jobs WHERE {where} "
         "terminal_expires_at > %(now)s ORDER BY terminal_expires_at DESC LIMIT %(limit)s) "
-        f"UNION ALL (SELECT {JOB_COLUMNS} FROM jobs WHERE {where} status IN {LIVE} "
+        f"UNION ALL (SELECT {JOB_COLUMNS} FROM {JOBS_NOW} AS jobs WHERE {where} "
+        f"status IN {LIVE} "
         "AND expires_at > %(now)s ORDER BY expires_at DESC LIMIT %(limit)s)) AS unexpired "
         "ORDER BY expires_at DESC LIMIT %(limit)s"
     )
@@ -382,13 +445,13 @@ def _newest_lease_first(where: str) -> str:
 LIST_JOBS = _newest_lease_first("")
 LIST_JOBS_OF_CALLER = _newest_lease_first("caller = %(caller)s AND")
 #: Unexpired jobs by status with their targets' totals, for metrics: the live ones (few: the
-#: caps bound them; read through the partial index jobs_live) and the terminal ones (all the
+#: caps bound them; read from their ``live_progress`` rows) and the terminal ones (all the
 #: rest; the store caches their counts, see PostgresReads.counts). Columns: status, jobs,
 #: targets, done, failed.
 COUNT_LIVE_BY_STATUS = (
-    "SELECT status, count(*), sum(targets_total), sum(targets_done), sum(targets_failed) "
-    f"FROM jobs WHERE id IN (SELECT job_id FROM live_jobs) AND status IN {LIVE} "
-    "AND expires_at > %s GROUP BY status"
+    "SELECT j.status, count(*), sum(j.targets_total), sum(l.targets_done), "
+    "sum(l.targets_failed) FROM live_progress AS l JOIN jobs AS j ON j.id = l.job_id "
+    f"WHERE j.status IN {LIVE} AND l.expires_at > %s GROUP BY j.status"
 )
 COUNT_TERMINAL_BY_STATUS = (
     "SELECT status, count(*), sum(targets_total), sum(targets_done), sum(targets_failed) "
@@ -404,7 +467,7 @@ GET_ONE_TARGET = f"SELECT {TARGET_COLUMNS} FROM targets WHERE job_id = %s AND id
 JOB_COLUMN_NAMES = tuple(name.strip() for name in JOB_COLUMNS.split(","))
 #: The newest unexpired retry of a job by the same caller (a merged export).
 LATEST_RETRY = (
-    f"SELECT {JOB_COLUMNS} FROM jobs WHERE parent_id = %s AND caller = %s "
+    f"SELECT {JOB_COLUMNS} FROM {JOBS_NOW} AS jobs WHERE parent_id = %s AND caller = %s "
     "AND expires_at > %s ORDER BY created_at DESC LIMIT 1"
 )
 #: A page of a job's targets that have an outcome, from an index on (a watcher's next read).
@@ -413,7 +476,9 @@ GET_OUTCOMES_FROM = (
     "AND status IN ('done', 'failed') ORDER BY idx LIMIT %s"
 )
 #: A job to forget, locked against a concurrent outcome write or cancel.
-GET_JOB_FOR_UPDATE = f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = %s AND expires_at > %s FOR UPDATE"
+GET_JOB_FOR_UPDATE = (
+    f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = %s AND {LEASE_NOW} > %s FOR UPDATE OF jobs"
+)
 #: Forget a terminal job (its targets go with it: ON DELETE CASCADE); a wait on it elsewhere
 #: (a cancelled job's last outcome in flight) is told.
 FORGET_JOB = (
@@ -439,45 +504,6 @@ MIGRATE_V7_TERMINAL_LEASE = (
     "DROP INDEX IF EXISTS jobs_expiry",
 )
 
-#: Version 14: the live jobs, one narrow row each, kept by triggers on ``jobs`` (so every
-#: statement that makes, ends or deletes a job keeps it, whichever it is). What the caps and
-#: the live counts read. Counting ``jobs`` itself stepped over every version of every job
-#: ended since the oldest open transaction began: a transaction held open (a stuck client, a
-#: long report) keeps them all, so each submit read more the longer it lasted (a job's row
-#: is wide, and updated at each outcome). A ``live_jobs`` row is written twice, at the job's
-#: start and end, and about twenty fit where one job's versions did. Jobs stored before
-#: version 14 that are live are copied in.
-LIVE_JOBS_FUNCTION = f"""CREATE OR REPLACE FUNCTION trio_batch_live_jobs() RETURNS trigger
-LANGUAGE plpgsql AS $body$
-BEGIN
-    IF TG_OP IN ('UPDATE', 'DELETE') AND OLD.status IN {LIVE} THEN
-        DELETE FROM live_jobs WHERE job_id = OLD.id;
-    END IF;
-    IF TG_OP IN ('UPDATE', 'INSERT') AND NEW.status IN {LIVE} THEN
-        INSERT INTO live_jobs (job_id, caller, created_at)
-        VALUES (NEW.id, NEW.caller, NEW.created_at);
-    END IF;
-    RETURN NULL;
-END $body$"""
-MIGRATE_V14_LIVE_JOBS = (
-    """CREATE TABLE IF NOT EXISTS live_jobs (
-        job_id text PRIMARY KEY,
-        caller text NOT NULL,
-        created_at double precision NOT NULL
-    )""",
-    "CREATE INDEX IF NOT EXISTS live_jobs_caller ON live_jobs (caller, created_at)",
-    LIVE_JOBS_FUNCTION,
-    "DROP TRIGGER IF EXISTS trio_batch_live_jobs_made ON jobs",
-    "CREATE TRIGGER trio_batch_live_jobs_made AFTER INSERT OR DELETE ON jobs "
-    "FOR EACH ROW EXECUTE FUNCTION trio_batch_live_jobs()",
-    "DROP TRIGGER IF EXISTS trio_batch_live_jobs_moved ON jobs",
-    # Only a change of status: the outcomes' updates that leave it as it is call nothing.
-    "CREATE TRIGGER trio_batch_live_jobs_moved AFTER UPDATE OF status ON jobs FOR EACH ROW "
-    "WHEN (OLD.status IS DISTINCT FROM NEW.status) EXECUTE FUNCTION trio_batch_live_jobs()",
-    "DELETE FROM live_jobs",
-    f"INSERT INTO live_jobs SELECT id, caller, created_at FROM jobs WHERE status IN {LIVE}",
-)
-
 
 def targets_after_query(*, results: bool, bounded: bool) -> str:
     """A page of a job's targets after an index, in order, outcome or not (an export's next
@@ -500,6 +526,6 @@ def targets_after_query(*, results: bool, bounded: bool) -> str:
 
 #: A job's unexpired retries by the same caller, newest first (a merged export's overlays).
 RETRIES = (
-    f"SELECT {JOB_COLUMNS} FROM jobs WHERE parent_id = %s AND caller = %s "
+    f"SELECT {JOB_COLUMNS} FROM {JOBS_NOW} AS jobs WHERE parent_id = %s AND caller = %s "
     "AND expires_at > %s ORDER BY created_at DESC, id DESC LIMIT %s"
 )

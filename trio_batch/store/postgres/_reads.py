@@ -199,7 +199,13 @@ class PostgresReads(PostgresConnection):
         queries = [
             (sql.replace("?", "%s"), params)
             for sql, params in filtered_queries(
-                q.JOB_COLUMN_NAMES, caller, where, now=now, limit=limit, before=before
+                q.JOB_COLUMN_NAMES,
+                caller,
+                where,
+                now=now,
+                limit=limit,
+                before=before,
+                jobs=q.JOBS_NOW,
             )
         ]
 

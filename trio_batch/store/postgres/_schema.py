@@ -19,6 +19,7 @@ import psycopg
 from ..._errors import SchemaVersionError
 from . import _create_queries as cq
 from . import _host_queries as hq
+from . import _live_queries as lq
 from . import _outbox_queries as oq
 from . import _queries as q
 from . import _schema_queries as sq
@@ -26,7 +27,7 @@ from . import _schema_queries as sq
 __all__ = ["SCHEMA_VERSION", "migrate"]
 
 #: The schema version this code writes.
-SCHEMA_VERSION = 14
+SCHEMA_VERSION = 15
 
 
 def migrate(
@@ -100,10 +101,16 @@ def migrate(
         if version < 14:
             # The live jobs counted from a narrow table of their own, kept by triggers; the
             # submit's function made again to read it.
-            for statement in q.MIGRATE_V14_LIVE_JOBS:
+            for statement in lq.MIGRATE_V14_LIVE_JOBS:
                 conn.execute(statement)
             conn.execute(cq.CREATE_CREATE_JOB_FUNCTION)
-        # Later versions add their steps here: `if version < 15: ...`.
+        if version < 15:
+            # What every outcome changes kept in the live job's narrow row: its updates HOT.
+            # The submit's function made again to read a live job's lease there.
+            for statement in lq.MIGRATE_V15_PROGRESS:
+                conn.execute(statement)
+            conn.execute(cq.CREATE_CREATE_JOB_FUNCTION)
+        # Later versions add their steps here: `if version < 16: ...`.
         conn.execute(sq.SET_VERSION, (SCHEMA_VERSION,))
 
 
