@@ -6,11 +6,14 @@ freeze the event loop and every request beside it. So processing runs in a worke
 (trio-parallel) that trio kills when the target's processing deadline passes, with a memory
 limit (``RLIMIT_AS``) and a CPU-time limit (``RLIMIT_CPU``) set in the worker for each target.
 
-The workers are a :class:`WorkerPool`: at most ``workers`` at once, and at most ``per_caller``
-of them for one caller (the runner's :func:`~trio_batch.runner.current_caller`), so one
-caller's costly patterns queue behind each other and never take every worker. There are more
-workers than cores by default: the operating system shares the cores between the workers
-that burn, and everyone else's targets still get their turn.
+The workers are a :class:`WorkerPool`, shared between callers (the runner's
+:func:`~trio_batch.runner.current_caller`) by a :class:`~._shares.FairShares`: ``workers`` at
+once as a rule and at most ``per_caller`` of them for one caller, so one caller's costly
+patterns queue behind each other and never take every worker. Past ``workers``, up to a hard
+``ceiling``, a worker is started only for a caller that holds none: however many callers are
+busy, one with nothing running gets a worker at once, and the operating system shares the
+cores between the processes that burn. A freed worker goes to the waiting caller that holds
+the fewest (round robin between callers, first come first served within one).
 
 A body that needs no processing is only decoded: in-line when small (no process hop on the
 common path), in a thread when large (linear work, bounded by the fetcher's ``max_bytes``).
@@ -34,6 +37,7 @@ from ..runner import current_caller
 from ._body import Body, process_body
 from ._errors import ContentError
 from ._options import Plan
+from ._shares import FairShares, SharesStatistics
 
 __all__ = [
     "LARGE_BODY",
@@ -65,58 +69,66 @@ def default_workers() -> int:
 
 
 class WorkerPool:
-    """Worker processes for body processing: ``workers`` in all, ``per_caller`` per caller.
+    """Worker processes for body processing, shared fairly between callers.
 
-    A caller past its share waits for one of its own targets' workers, holding none; targets
-    fetched outside a runner (no caller) share one share. One pool may serve any number of
-    trio runs, one after another or at once: each run gets limits of its own.
+    - ``workers``: processes busy at once as a rule (default :func:`default_workers`);
+    - ``per_caller``: most one caller holds at once (default half of ``workers``);
+    - ``ceiling``: most processes busy at once, ever (default twice ``workers``). Between
+      ``workers`` and ``ceiling`` a worker goes only to a caller that holds none.
+
+    A waiting caller holds no worker; a freed one goes to the waiting caller holding the
+    fewest (see :class:`~._shares.FairShares`). Targets fetched outside a runner (no caller)
+    count as one caller. One pool may serve any number of trio runs, one after another or at
+    once: each run gets limits of its own.
     """
 
-    def __init__(self, workers: int | None = None, per_caller: int | None = None) -> None:
+    def __init__(
+        self, workers: int | None = None, per_caller: int | None = None, ceiling: int | None = None
+    ) -> None:
         self.workers = default_workers() if workers is None else workers
         self.per_caller = max(1, self.workers // 2) if per_caller is None else per_caller
-        if self.workers < 1 or not 1 <= self.per_caller <= self.workers:
-            raise ValueError("workers must be at least 1, per_caller between 1 and workers")
+        self.ceiling = 2 * self.workers if ceiling is None else ceiling
+        if self.workers < 1 or not 1 <= self.per_caller <= self.workers <= self.ceiling:
+            raise ValueError(
+                "workers must be at least 1, per_caller between 1 and workers, "
+                "ceiling at least workers"
+            )
         self._runs: trio.lowlevel.RunVar[_PoolState] = trio.lowlevel.RunVar(
             f"trio_batch worker pool {id(self)}"
         )
 
     def __repr__(self) -> str:
-        return f"WorkerPool(workers={self.workers!r}, per_caller={self.per_caller!r})"
+        return (
+            f"WorkerPool(workers={self.workers!r}, per_caller={self.per_caller!r}, "
+            f"ceiling={self.ceiling!r})"
+        )
 
     def _state(self) -> _PoolState:
         try:
             return self._runs.get()
         except LookupError:
-            state = _PoolState(trio.CapacityLimiter(self.workers), {})
+            state = _PoolState(FairShares(self.workers, self.per_caller, self.ceiling))
             self._runs.set(state)
             return state
 
-    @asynccontextmanager
-    async def _caller_share(self, caller: str | None) -> AsyncIterator[trio.CapacityLimiter]:
-        """Hold one of ``caller``'s slots; yields the pool-wide limiter to run the work under."""
-        state = self._state()
-        share = state.callers.get(caller)
-        if share is None:
-            share = state.callers[caller] = trio.CapacityLimiter(self.per_caller)
-        try:
-            async with share:
-                yield state.limiter
-        finally:
-            stats = share.statistics()
-            if not stats.borrowed_tokens and not stats.tasks_waiting:
-                state.callers.pop(caller, None)  # no caller's limiter is kept for nothing
+    def statistics(self) -> SharesStatistics:
+        """Workers held in the current trio run, in all and per caller, and callers waiting."""
+        return self._state().shares.statistics()
 
     @asynccontextmanager
     async def worker(self, plan: Plan) -> AsyncIterator[_Slot]:
-        """A slot of the current caller's share, with a worker already started for it.
+        """A worker for the current caller's target, already started: waits for the pool's
+        fair share (:class:`~._shares.FairShares`), then for a worker process to start.
 
         Starting a worker process (and loading its libraries) takes a second or more on a
         loaded machine; it happens here, bounded by :data:`WORKER_START`, so the target's
-        processing deadline counts its processing only.
+        processing deadline counts its processing only. On cancellation, while waiting or
+        after, the caller's slot is given back (to the next waiter) and a worker being
+        started is killed.
         """
-        async with self._caller_share(current_caller()) as limiter:
-            state = self._state()
+        state = self._state()
+        async with state.shares.hold(current_caller()):
+            limiter = state.limiter
             await self._start_if_none_idle(state, limiter, plan)
             slot = _Slot(limiter)
             try:
@@ -189,15 +201,15 @@ class _Slot:
 
 
 class _PoolState:
-    """A pool's limits in one trio run, and how many of its workers are known to be idle."""
+    """A pool's shares in one trio run, and how many of its workers are known to be idle."""
 
-    __slots__ = ("callers", "idle", "last_used", "limiter")
+    __slots__ = ("idle", "last_used", "limiter", "shares")
 
-    def __init__(
-        self, limiter: trio.CapacityLimiter, callers: dict[str | None, trio.CapacityLimiter]
-    ) -> None:
-        self.limiter = limiter
-        self.callers = callers
+    def __init__(self, shares: FairShares) -> None:
+        self.shares = shares
+        # trio-parallel's own limit on its calls: never the bound (the shares are), only
+        # a ceiling the shares keep under; its default (the cores) would undo the burst.
+        self.limiter = trio.CapacityLimiter(shares.ceiling)
         self.idle = 0
         self.last_used = float("-inf")
 
