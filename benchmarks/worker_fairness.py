@@ -7,8 +7,9 @@ The processing workers' fairness, measured end to end with the default ``HttpFet
 - **alone**: one caller's one-target grep job, from submit to its end, on an idle pool that
   has run one target before (a warm worker);
 - **beside**: the same job, submitted once two other callers' 8 hostile jobs (4 each, one
-  catastrophic grep apiece, stopped only by ``process_timeout``) hold every worker of the
-  pool; the hostile jobs are abandoned at the end of the round.
+  catastrophic grep apiece, stopped only by ``process_timeout``, 20 s) hold every worker of
+  the pool and burn (each worker process has used 1 s of CPU: read from /proc, Linux only);
+  the hostile jobs are abandoned at the end of the round.
 
 Figures are seconds, medians over the rounds, and the ratio beside/alone within a round. The
 hostile processing burns every core, so "beside" also pays the operating system's sharing of
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -26,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 import trio
-import trio_parallel
 
 from trio_batch import Config, JobState, Options, Runner, Store, Target, open_runner
 from trio_batch.fetchers import HttpFetcher
@@ -37,8 +38,9 @@ HOSTILE_CALLERS = ("mallory", "trudy")
 HOSTILE_JOBS = 8
 #: Exponential backtracking on a line without a Z: it never ends before the deadline.
 CATASTROPHIC_GREP = "(.+)+Z"
-#: Seconds the hostile workers are given to be past their start, in their pattern.
-SETTLE = 3.0
+#: Seconds of CPU after which a worker is taken to burn on a hostile pattern (a start and
+#: its imports take about half).
+BURNT = 1.0
 
 
 async def _quick(runner: Runner, text: Path) -> float:
@@ -51,13 +53,26 @@ async def _quick(runner: Runner, text: Path) -> float:
     return time.perf_counter() - start
 
 
-async def _all_workers_busy(fetcher: HttpFetcher) -> None:
-    """Wait until the pool's ``workers`` worker processes are running, and past their start
-    (a script: polled, then a pause long enough for a start on a loaded machine)."""
-    busy = fetcher.workers.workers
-    while trio_parallel.default_context_statistics().running_workers < busy:  # noqa: ASYNC110
-        await trio.sleep(0.05)
-    await trio.sleep(SETTLE)
+def _burning_children() -> int:
+    """Child processes of this one that have used :data:`BURNT` seconds of CPU or more."""
+    me, tick = os.getpid(), os.sysconf("SC_CLK_TCK")
+    burning = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone
+            continue
+        ppid, cpu = int(fields[1]), int(fields[11]) + int(fields[12])
+        burning += ppid == me and cpu / tick >= BURNT
+    return burning
+
+
+async def _all_workers_burning(fetcher: HttpFetcher) -> None:
+    """Wait until the pool's ``workers`` worker processes burn (a script: polled), for at
+    most three quarters of the processing deadline."""
+    with trio.fail_after(fetcher.process_timeout * 0.75):
+        while await trio.to_thread.run_sync(_burning_children) < fetcher.workers.workers:  # noqa: ASYNC110
+            await trio.sleep(0.2)
 
 
 async def _round(tmp: Path, n: int, process_timeout: float) -> tuple[float, float]:
@@ -74,7 +89,7 @@ async def _round(tmp: Path, n: int, process_timeout: float) -> tuple[float, floa
                 path = tmp / f"line{n}-{i}.txt"
                 hostile = Target(path.as_uri(), Options(grep=CATASTROPHIC_GREP))
                 await runner.submit(caller, "user", [hostile])
-            await _all_workers_busy(fetcher)
+            await _all_workers_burning(fetcher)
             beside = await _quick(runner, tmp / f"beside{n}.txt")
             return alone, beside
     finally:
@@ -128,7 +143,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.worker_fairness")
     parser.add_argument("--quick", action="store_true", help="2 rounds instead of 5")
     parser.add_argument("--rounds", type=int, default=None)
-    parser.add_argument("--process-timeout", type=float, default=10.0)
+    parser.add_argument("--process-timeout", type=float, default=20.0)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     figures = measure(args.rounds or (2 if args.quick else 5), args.process_timeout)
