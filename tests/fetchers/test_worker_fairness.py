@@ -106,6 +106,23 @@ async def test_a_caller_with_nothing_running_is_served_while_two_busy_callers_fi
         assert stats.held == {"m": 1, "t": 1} and stats.waiting == {"m": 1, "t": 1}
 
 
+async def test_a_spare_worker_started_as_the_pool_filled_serves_the_next_caller_holding_none(
+    server: LocalServer, store: Store, clock: FakeClock
+) -> None:
+    # Starting a worker takes seconds when the busy ones burn every core: the newcomer's
+    # worker is started ahead, as the pool fills, and the newcomer does not start its own.
+    fetcher, pool = _watched(workers=2, per_caller=1)
+    async with open_runner(store, fetcher, CONFIG, now=clock) as runner:
+        burning = [await _hostile(runner, server, c, 0) for c in ("m", "t")]
+        for caller in ("m", "t"):
+            await pool.reached("got", caller, 1)
+        assert pool.statistics().spares == 1
+        job = await _quick_job(runner, server, "carol")
+        assert job.targets_done == 1 and job.targets_failed == 0
+        assert pool.statistics().cold_starts == 2  # m's and t's, not carol's
+        await _still_burning(runner, burning)
+
+
 async def test_two_callers_burning_workers_do_not_hold_back_a_third(
     server: LocalServer, store: Store, clock: FakeClock
 ) -> None:

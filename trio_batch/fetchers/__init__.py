@@ -54,7 +54,7 @@ the fetcher's ``max_output``.
 """
 
 from ._body import grep_lines
-from ._bounded import WorkerPool
+from ._bounded import WorkerPool, WorkerStatistics
 from ._builtin import builtin_fetch, load_fetch
 from ._errors import (
     RETRYABLE_STATUSES,
@@ -120,6 +120,7 @@ __all__ = [
     "WarcError",
     "WebhookSender",
     "WorkerPool",
+    "WorkerStatistics",
     "builtin_fetch",
     "check_replays",
     "forbidden_reason",

@@ -106,10 +106,10 @@ class HttpFetcher:
     - ``process_workers``, ``process_workers_per_caller``, ``process_workers_ceiling``:
       worker processes for processing busy at once as a rule (default: the cores plus two),
       for one caller at once (default: half of them), and ever (default: twice
-      ``process_workers``). Past ``process_workers`` a worker is started only for a caller
-      that holds none, so a caller with nothing running is served at once however busy the
-      others are; a freed worker goes to the waiting caller that holds the fewest (see
-      ``_bounded``).
+      ``process_workers``; plus one spare started ahead while the pool is full). Past
+      ``process_workers`` a worker is started only for a caller that holds none, so a caller
+      with nothing running is served at once however busy the others are; a freed worker
+      goes to the waiting caller that holds the fewest (see ``_bounded``).
     - ``context_lines``: how many lines either side of a match ``context: true`` keeps.
     - ``user_agent``: the ``User-Agent`` header.
     - ``trust_env``: honour ``HTTP(S)_PROXY``/``NO_PROXY`` and ``SSL_CERT_FILE`` as httpx does.

@@ -78,6 +78,11 @@ class FairShares:
             f"ceiling={self.ceiling!r}, total={self._total!r})"
         )
 
+    @property
+    def total(self) -> int:
+        """Slots held now, by every caller."""
+        return self._total
+
     def statistics(self) -> SharesStatistics:
         """Slots held in all, and per caller held and waiting."""
         return SharesStatistics(
