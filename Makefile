@@ -63,6 +63,7 @@ bench: $(STAMP) system-packages
 	$(BIN)/python -m benchmarks.open_load
 	$(BIN)/python -m benchmarks.markdown
 	$(BIN)/python -m benchmarks.pg_pressure
+	$(BIN)/python -m benchmarks.worker_fairness
 
 # The same at reduced sizes: a few minutes.
 bench-quick: $(STAMP) system-packages
@@ -71,6 +72,7 @@ bench-quick: $(STAMP) system-packages
 	$(BIN)/python -m benchmarks.open_load --seconds 2 --rounds 1
 	$(BIN)/python -m benchmarks.markdown --quick
 	$(BIN)/python -m benchmarks.pg_pressure --quick
+	$(BIN)/python -m benchmarks.worker_fairness --quick
 
 # A real batch through `trio-batch run` against a local fixture server (demo/), offline.
 demo: $(STAMP)

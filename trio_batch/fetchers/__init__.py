@@ -20,9 +20,10 @@ front of the fetcher; :func:`builtin_fetch` is that combination, the fetch funct
 The package's modules: ``_errors`` (the exception tree), ``_http`` (:class:`HttpFetcher`),
 ``_options`` (a target's options, checked at submit and before any I/O), ``_body`` (turning a
 body into text), ``_markup`` (HTML to text and Markdown, with ``_markdown`` for Markdown's
-inline marks and escapes), ``_bounded`` (the worker processes, shared fairly between callers),
-``_ssrf`` (:class:`DestinationPolicy`), ``_builtin`` (the service's fetch function) and
-``_webhook`` (:class:`WebhookSender`, which signs and sends jobs' terminal events).
+inline marks and escapes), ``_bounded`` (the worker processes) with ``_shares`` (who gets the
+next one, fairly between callers), ``_ssrf`` (:class:`DestinationPolicy`), ``_builtin`` (the
+service's fetch function) and ``_webhook`` (:class:`WebhookSender`, which signs and sends
+jobs' terminal events).
 
 Options
 -------
@@ -53,7 +54,7 @@ the fetcher's ``max_output``.
 """
 
 from ._body import grep_lines
-from ._bounded import WorkerPool
+from ._bounded import WorkerPool, WorkerStatistics
 from ._builtin import builtin_fetch, load_fetch
 from ._errors import (
     RETRYABLE_STATUSES,
@@ -119,6 +120,7 @@ __all__ = [
     "WarcError",
     "WebhookSender",
     "WorkerPool",
+    "WorkerStatistics",
     "builtin_fetch",
     "check_replays",
     "forbidden_reason",

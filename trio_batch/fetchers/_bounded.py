@@ -6,11 +6,16 @@ freeze the event loop and every request beside it. So processing runs in a worke
 (trio-parallel) that trio kills when the target's processing deadline passes, with a memory
 limit (``RLIMIT_AS``) and a CPU-time limit (``RLIMIT_CPU``) set in the worker for each target.
 
-The workers are a :class:`WorkerPool`: at most ``workers`` at once, and at most ``per_caller``
-of them for one caller (the runner's :func:`~trio_batch.runner.current_caller`), so one
-caller's costly patterns queue behind each other and never take every worker. There are more
-workers than cores by default: the operating system shares the cores between the workers
-that burn, and everyone else's targets still get their turn.
+The workers are a :class:`WorkerPool`, shared between callers (the runner's
+:func:`~trio_batch.runner.current_caller`) by a :class:`~._shares.FairShares`: ``workers`` at
+once as a rule and at most ``per_caller`` of them for one caller, so one caller's costly
+patterns queue behind each other and never take every worker. Past ``workers``, up to a hard
+``ceiling``, a worker is started only for a caller that holds none: however many callers are
+busy, one with nothing running gets a worker at once, and the operating system shares the
+cores between the processes that burn. A freed worker goes to the waiting caller that holds
+the fewest (round robin between callers, first come first served within one). While the
+pool is full, one spare worker is started ahead: starting one (seconds when the busy workers
+burn every core) is the newcomer's only wait.
 
 A body that needs no processing is only decoded: in-line when small (no process hop on the
 common path), in a thread when large (linear work, bounded by the fetcher's ``max_bytes``).
@@ -23,8 +28,9 @@ import logging
 import math
 import os
 import resource
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Hashable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import trio
@@ -34,15 +40,19 @@ from ..runner import current_caller
 from ._body import Body, process_body
 from ._errors import ContentError
 from ._options import Plan
+from ._shares import FairShares
 
 __all__ = [
     "LARGE_BODY",
     "WORKER_START",
     "WorkerPool",
+    "WorkerStatistics",
     "default_workers",
     "needs_worker",
     "process_bounded",
 ]
+
+_log = logging.getLogger(__name__)
 
 #: Bodies larger than this (bytes) are decoded off the event loop even without processing.
 LARGE_BODY = 256 * 1024
@@ -64,60 +74,94 @@ def default_workers() -> int:
     return max(2, os.cpu_count() or 1) + 2
 
 
-class WorkerPool:
-    """Worker processes for body processing: ``workers`` in all, ``per_caller`` per caller.
+@dataclass(frozen=True)
+class WorkerStatistics:
+    """A :class:`WorkerPool` in one trio run: workers held now (``total``; ``held`` and
+    ``waiting`` per caller, callers with neither left out), workers known to be idle, targets
+    that waited for a worker to start (``cold_starts``) and spare workers started ahead."""
 
-    A caller past its share waits for one of its own targets' workers, holding none; targets
-    fetched outside a runner (no caller) share one share. One pool may serve any number of
-    trio runs, one after another or at once: each run gets limits of its own.
+    total: int
+    held: dict[Hashable, int]
+    waiting: dict[Hashable, int]
+    idle: int
+    cold_starts: int
+    spares: int
+
+
+class WorkerPool:
+    """Worker processes for body processing, shared fairly between callers.
+
+    - ``workers``: processes busy at once as a rule (default :func:`default_workers`);
+    - ``per_caller``: most one caller holds at once (default half of ``workers``);
+    - ``ceiling``: most processes busy at once, ever (default twice ``workers``). Between
+      ``workers`` and ``ceiling`` a worker goes only to a caller that holds none; while at
+      least ``workers`` are busy (and fewer than ``ceiling``), one spare is started ahead
+      for it, so ``ceiling`` plus one processes at most.
+
+    A waiting caller holds no worker; a freed one goes to the waiting caller holding the
+    fewest (see :class:`~._shares.FairShares`). Targets fetched outside a runner (no caller)
+    count as one caller. One pool may serve any number of trio runs, one after another or at
+    once: each run gets limits of its own.
     """
 
-    def __init__(self, workers: int | None = None, per_caller: int | None = None) -> None:
+    def __init__(
+        self, workers: int | None = None, per_caller: int | None = None, ceiling: int | None = None
+    ) -> None:
         self.workers = default_workers() if workers is None else workers
         self.per_caller = max(1, self.workers // 2) if per_caller is None else per_caller
-        if self.workers < 1 or not 1 <= self.per_caller <= self.workers:
-            raise ValueError("workers must be at least 1, per_caller between 1 and workers")
+        self.ceiling = 2 * self.workers if ceiling is None else ceiling
+        if self.workers < 1 or not 1 <= self.per_caller <= self.workers <= self.ceiling:
+            raise ValueError(
+                "workers must be at least 1, per_caller between 1 and workers, "
+                "ceiling at least workers"
+            )
         self._runs: trio.lowlevel.RunVar[_PoolState] = trio.lowlevel.RunVar(
             f"trio_batch worker pool {id(self)}"
         )
 
     def __repr__(self) -> str:
-        return f"WorkerPool(workers={self.workers!r}, per_caller={self.per_caller!r})"
+        return (
+            f"WorkerPool(workers={self.workers!r}, per_caller={self.per_caller!r}, "
+            f"ceiling={self.ceiling!r})"
+        )
 
     def _state(self) -> _PoolState:
         try:
             return self._runs.get()
         except LookupError:
-            state = _PoolState(trio.CapacityLimiter(self.workers), {})
+            state = _PoolState(FairShares(self.workers, self.per_caller, self.ceiling))
             self._runs.set(state)
             return state
 
-    @asynccontextmanager
-    async def _caller_share(self, caller: str | None) -> AsyncIterator[trio.CapacityLimiter]:
-        """Hold one of ``caller``'s slots; yields the pool-wide limiter to run the work under."""
+    def statistics(self) -> WorkerStatistics:
+        """What the pool holds and has done in the current trio run."""
         state = self._state()
-        share = state.callers.get(caller)
-        if share is None:
-            share = state.callers[caller] = trio.CapacityLimiter(self.per_caller)
-        try:
-            async with share:
-                yield state.limiter
-        finally:
-            stats = share.statistics()
-            if not stats.borrowed_tokens and not stats.tasks_waiting:
-                state.callers.pop(caller, None)  # no caller's limiter is kept for nothing
+        shares = state.shares.statistics()
+        return WorkerStatistics(
+            total=shares.total,
+            held=shares.held,
+            waiting=shares.waiting,
+            idle=state.idle,
+            cold_starts=state.cold_starts,
+            spares=state.spares,
+        )
 
     @asynccontextmanager
     async def worker(self, plan: Plan) -> AsyncIterator[_Slot]:
-        """A slot of the current caller's share, with a worker already started for it.
+        """A worker for the current caller's target, already started: waits for the pool's
+        fair share (:class:`~._shares.FairShares`), then for a worker process to start.
 
         Starting a worker process (and loading its libraries) takes a second or more on a
         loaded machine; it happens here, bounded by :data:`WORKER_START`, so the target's
-        processing deadline counts its processing only.
+        processing deadline counts its processing only. On cancellation, while waiting or
+        after, the caller's slot is given back (to the next waiter) and a worker being
+        started is killed.
         """
-        async with self._caller_share(current_caller()) as limiter:
-            state = self._state()
+        state = self._state()
+        async with state.shares.hold(current_caller()):
+            limiter = state.limiter
             await self._start_if_none_idle(state, limiter, plan)
+            _keep_a_spare(state, plan)
             slot = _Slot(limiter)
             try:
                 yield slot
@@ -132,9 +176,12 @@ class WorkerPool:
         if now - state.last_used > _IDLE_TRUSTED:
             state.idle = 0  # trio-parallel may have retired them
         state.last_used = now
+        if not state.idle and state.spare is not None:
+            await state.spare.wait()  # started before this target asked: sooner than a new one
         if state.idle:
             state.idle -= 1  # that worker is this target's
             return
+        state.cold_starts += 1
         with trio.move_on_after(WORKER_START):
             try:
                 await trio_parallel.run_sync(
@@ -148,6 +195,46 @@ class WorkerPool:
             hint="the machine is overloaded or short of memory; try again later",
             retryable=True,
         )
+
+
+def _keep_a_spare(state: _PoolState, plan: Plan) -> None:
+    """Start a spare worker in the background if the pool is full (``workers`` busy or more)
+    with none idle and room under the ceiling: the next caller holding none takes it.
+
+    One at a time. A system task: it outlives the target that started it, and is cancelled
+    (its worker killed) when the trio run ends. It starts in trio-parallel's default context,
+    where targets' workers run; a system task does not see a ``trio_parallel.cache_scope``,
+    so under one the spare is idle elsewhere and the target counting on it starts a worker
+    inside its processing deadline (as when another user of trio-parallel took an idle one).
+    """
+    shares = state.shares
+    if state.idle or state.spare is not None or not shares.soft <= shares.total < shares.ceiling:
+        return
+    state.spare = trio.Event()
+    state.spares += 1
+    try:
+        trio.lowlevel.spawn_system_task(_start_spare, state, plan, name="trio_batch spare worker")
+    except RuntimeError:  # the run is ending: no spare is needed
+        state.spare = None
+
+
+async def _start_spare(state: _PoolState, plan: Plan) -> None:
+    """Start one worker and count it idle (within :data:`WORKER_START`); then, or if it
+    fails (that only loses the head start), wake the targets waiting for it."""
+    assert state.spare is not None
+    done = state.spare
+    try:
+        with trio.move_on_after(WORKER_START):
+            await trio_parallel.run_sync(
+                _load_processing_libraries, plan, kill_on_cancel=True, limiter=state.limiter
+            )
+            state.idle += 1
+            state.last_used = trio.current_time()
+    except Exception as exc:  # a system task must not raise: the next target starts its own
+        _log.debug("a spare processing worker did not start: %r", exc)
+    finally:
+        state.spare = None
+        done.set()
 
 
 #: Seconds a new worker process may take to start and load its libraries.
@@ -189,16 +276,19 @@ class _Slot:
 
 
 class _PoolState:
-    """A pool's limits in one trio run, and how many of its workers are known to be idle."""
+    """A pool's shares in one trio run, and how many of its workers are known to be idle."""
 
-    __slots__ = ("callers", "idle", "last_used", "limiter")
+    __slots__ = ("cold_starts", "idle", "last_used", "limiter", "shares", "spare", "spares")
 
-    def __init__(
-        self, limiter: trio.CapacityLimiter, callers: dict[str | None, trio.CapacityLimiter]
-    ) -> None:
-        self.limiter = limiter
-        self.callers = callers
+    def __init__(self, shares: FairShares) -> None:
+        self.shares = shares
+        # trio-parallel's own limit on its calls: never the bound (the shares and the one
+        # spare are), so never waited on; its default (the cores) would undo the burst.
+        self.limiter = trio.CapacityLimiter(shares.ceiling + 1)
         self.idle = 0
+        self.spare: trio.Event | None = None  # set once the spare being started is ready
+        self.cold_starts = 0
+        self.spares = 0
         self.last_used = float("-inf")
 
 

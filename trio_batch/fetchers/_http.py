@@ -103,9 +103,13 @@ class HttpFetcher:
       (``RLIMIT_AS``); past it the target fails with :class:`ContentError`.
     - ``max_output``: largest text processing may make of a body, in UTF-8 bytes (default
       ``max_bytes``); past it the target fails with :class:`OutputTooLarge`, nothing stored.
-    - ``process_workers``, ``process_workers_per_caller``: worker processes for processing in
-      all (default: the cores plus two) and for one caller at once (default: half of them),
-      so one caller's costly patterns cannot hold every worker (see ``_bounded``).
+    - ``process_workers``, ``process_workers_per_caller``, ``process_workers_ceiling``:
+      worker processes for processing busy at once as a rule (default: the cores plus two),
+      for one caller at once (default: half of them), and ever (default: twice
+      ``process_workers``; plus one spare started ahead while the pool is full). Past
+      ``process_workers`` a worker is started only for a caller that holds none, so a caller
+      with nothing running is served at once however busy the others are; a freed worker
+      goes to the waiting caller that holds the fewest (see ``_bounded``).
     - ``context_lines``: how many lines either side of a match ``context: true`` keeps.
     - ``user_agent``: the ``User-Agent`` header.
     - ``trust_env``: honour ``HTTP(S)_PROXY``/``NO_PROXY`` and ``SSL_CERT_FILE`` as httpx does.
@@ -156,6 +160,7 @@ class HttpFetcher:
         max_output: int | None = None,
         process_workers: int | None = None,
         process_workers_per_caller: int | None = None,
+        process_workers_ceiling: int | None = None,
         context_lines: int = 1,
         user_agent: str = f"trio-batch/{__version__}",
         trust_env: bool = True,
@@ -193,7 +198,9 @@ class HttpFetcher:
         self.process_timeout = process_timeout
         self.process_memory = process_memory
         self.max_output = max_bytes if max_output is None else max_output
-        self.workers = WorkerPool(process_workers, process_workers_per_caller)
+        self.workers = WorkerPool(
+            process_workers, process_workers_per_caller, process_workers_ceiling
+        )
         self.context_lines = context_lines
         self.user_agent = user_agent
         self.trust_env = trust_env
