@@ -168,12 +168,17 @@ class JobStore(Protocol):
         ...
 
     async def get_outcomes(
-        self, job_id: str, start: int, *, now: float, limit: int
+        self, job_id: str, start: int, *, now: float, limit: int, max_bytes: int | None = None
     ) -> tuple[Job, list[TargetStatus]] | None:
         """The job and, in ``idx`` order, up to ``limit`` of its targets from ``start`` on that
         have an outcome (``done`` or ``failed``), with their results, from one snapshot; None
         as ``get_job``. What a watcher reads: only what it has not seen, so following a job
-        costs each outcome one read however many targets the job has."""
+        costs each outcome one read however many targets the job has.
+
+        ``max_bytes``: as :meth:`get_targets_after`'s, the page also ends with the target
+        whose result takes the page's results past this many characters (the first target
+        always comes), so a page of big results holds about ``max_bytes``, not ``limit`` of
+        them."""
         ...
 
     async def list_jobs(

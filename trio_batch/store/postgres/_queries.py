@@ -407,11 +407,6 @@ LATEST_RETRY = (
     f"SELECT {JOB_COLUMNS} FROM jobs WHERE parent_id = %s AND caller = %s "
     "AND expires_at > %s ORDER BY created_at DESC LIMIT 1"
 )
-#: A page of a job's targets that have an outcome, from an index on (a watcher's next read).
-GET_OUTCOMES_FROM = (
-    f"SELECT {TARGET_COLUMNS} FROM targets WHERE job_id = %s AND idx >= %s "
-    "AND status IN ('done', 'failed') ORDER BY idx LIMIT %s"
-)
 #: A job to forget, locked against a concurrent outcome write or cancel.
 GET_JOB_FOR_UPDATE = f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = %s AND expires_at > %s FOR UPDATE"
 #: Forget a terminal job (its targets go with it: ON DELETE CASCADE); a wait on it elsewhere
@@ -477,25 +472,6 @@ MIGRATE_V14_LIVE_JOBS = (
     "DELETE FROM live_jobs",
     f"INSERT INTO live_jobs SELECT id, caller, created_at FROM jobs WHERE status IN {LIVE}",
 )
-
-
-def targets_after_query(*, results: bool, bounded: bool) -> str:
-    """A page of a job's targets after an index, in order, outcome or not (an export's next
-    read; parameters job_id, after, limit, then max_bytes if ``bounded``). Without
-    ``results`` each result reads as NULL. ``bounded``: the page ends with the row that takes
-    its results past max_bytes characters (the sizes summed in the database, so no row past
-    it is read into memory); the first row always comes."""
-    result = "result" if results else "NULL"
-    columns = f"idx, url, status, {result}, error, hint, options, finished_at, attempts, custom_id"
-    if not bounded:
-        return f"SELECT {columns} FROM targets WHERE job_id = %s AND idx > %s ORDER BY idx LIMIT %s"
-    return (
-        f"SELECT {columns} FROM (SELECT {columns}, "
-        "coalesce(length(result), 0) AS size, "
-        "sum(coalesce(length(result), 0)) OVER (ORDER BY idx) AS upto "
-        f"FROM targets WHERE job_id = %s AND idx > %s ORDER BY idx LIMIT %s) AS page "
-        f"WHERE upto - size < %s ORDER BY idx"
-    )
 
 
 #: A job's unexpired retries by the same caller, newest first (a merged export's overlays).

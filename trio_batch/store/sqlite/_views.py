@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from ..._model import Job, TargetStatus, is_job_id, is_target_index, with_running
+from .._pages import targets_page
 from .._rows import job_from_row
 from .._rows import target_from_row as _target
 from . import _queries as q
@@ -56,15 +57,18 @@ def one_target(
 
 
 def outcomes_from(
-    store: Store, job_id: str, start: int, *, now: float, limit: int
+    store: Store,
+    job_id: str,
+    start: int,
+    *,
+    now: float,
+    limit: int,
+    max_bytes: int | None = None,
 ) -> tuple[Job, list[TargetStatus]] | None:
-    """The job and up to ``limit`` of its targets from ``start`` on that have an outcome."""
-    found = _with_job(
-        store,
-        job_id,
-        now,
-        lambda: store.db.execute(q.GET_OUTCOMES_FROM, (job_id, start, limit)).fetchall(),
-    )
+    """The job and up to ``limit`` of its targets from ``start`` on that have an outcome;
+    ``max_bytes`` as :meth:`JobStore.get_outcomes`."""
+    sql, values = targets_page(job_id, start - 1, limit=limit, max_bytes=max_bytes, outcomes=True)
+    found = _with_job(store, job_id, now, lambda: store.db.execute(sql, values).fetchall())
     if found is None:
         return None
     job, rows = found
@@ -84,9 +88,7 @@ def targets_after(
     """The job and up to ``limit`` of its targets after index ``after``, in order, with their
     results (the one due next reads ``running``); ``max_bytes`` and ``results`` as
     :meth:`JobStore.get_targets_after`."""
-    bounded = max_bytes is not None and results  # without results nothing is loaded
-    sql = q.targets_after_query(results=results, bounded=bounded)
-    values = (job_id, after, limit, max_bytes) if bounded else (job_id, after, limit)
+    sql, values = targets_page(job_id, after, limit=limit, max_bytes=max_bytes, results=results)
     found = _with_job(store, job_id, now, lambda: store.db.execute(sql, values).fetchall())
     if found is None:
         return None
