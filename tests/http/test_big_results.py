@@ -8,12 +8,15 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import trio_batch.runner._waits
 from trio_batch import Config, Result, TargetState, TargetStatus
 from trio_batch.http import _bodies
 from trio_batch.http._events import INLINE_RESULT
+from trio_batch.store.sqlite._job_store import SQLiteJobStore
 
 from ..support.fakes import FakeClock, ScriptedFetch
 from ..support.http_fixtures import sse_events
@@ -95,3 +98,40 @@ def test_pieces_join_to_exactly_the_whole_json(
     assert b"".join(pieces).decode() == whole
     if len(content) > chunk:
         assert len(pieces) >= 3  # the head, the content in slices, the tail
+
+
+async def test_the_event_stream_of_big_results_reads_pages_bounded_by_size(
+    tmp_path: Path, fetch: ScriptedFetch, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its watcher read 256 outcomes at once: 19 KB of events loaded 640 MB of results.
+    size = INLINE_RESULT + 1000  # each one linked, not sent
+    bound = 3 * size - 1  # three results fit under it, a fourth does not
+    names = [f"big{i}" for i in range(8)]
+    for i, name in enumerate(names):
+        fetch.custom[f"https://example.test/{name}"] = lambda i=i: Result(chr(97 + i) * size)
+    pages: list[list[int]] = []
+    real = SQLiteJobStore.get_outcomes
+
+    async def recorded(self: SQLiteJobStore, *args: Any, **kwargs: Any) -> Any:
+        found = await real(self, *args, **kwargs)
+        if found is not None:
+            pages.append([len(t.result.to_json_text()) for t in found[1] if t.result])
+        return found
+
+    monkeypatch.setattr(SQLiteJobStore, "get_outcomes", recorded)
+    monkeypatch.setattr(trio_batch.runner._waits, "WATCH_PAGE_BYTES", bound)
+    config = Config(ttl=100, targets_per_job=8, jobs_per_caller=1, jobs_total=2)
+    async with running(tmp_path, fetch, clock, config=config) as svc:
+        r = await svc.client.post("/v1/batches", json=body(*names), headers=auth())
+        job_id = r.json()["id"]
+        await svc.wait_done(job_id)
+        pages.clear()  # the stream below reads a finished job: every outcome is stored
+        async with svc.client.stream("GET", f"/v1/batches/{job_id}/events", headers=auth()) as r:
+            events = [e async for e in sse_events(r)]
+    targets = [e["data"] for e in events if e["event"] == "target"]
+    assert [t["idx"] for t in targets] == list(range(8))
+    assert all(t["result"] is None and t["result_size"] > INLINE_RESULT for t in targets)
+    assert events[-1]["event"] == "job" and events[-1]["data"]["status"] == "done"
+    # Each read stopped at the bound (the row that took it past comes last): 3 + 3 + 2.
+    assert [len(p) for p in pages] == [3, 3, 2]
+    assert all(sum(p[:-1]) < bound for p in pages), pages
