@@ -21,6 +21,7 @@ from .._errors import (
     RunnerClosed,
     StoreError,
     TooManyTargets,
+    WebhookConflict,
 )
 from ._headers import API_HEADERS
 
@@ -93,6 +94,7 @@ PROBLEMS: Mapping[type[BatchError], ProblemType] = {
     CallerBusy: ProblemType(429, "caller-busy", "Caller busy"),
     Busy: ProblemType(429, "busy", "Service busy"),
     JobLive: ProblemType(409, "job-live", "Conflict"),
+    WebhookConflict: ProblemType(409, "webhook-conflict", "Conflict"),
     JobGone: ProblemType(404, "not-found", "Not found"),
     RunnerClosed: ProblemType(503, "shutting-down", "Shutting down"),
     StoreError: ProblemType(503, "store-unavailable", "Service error"),

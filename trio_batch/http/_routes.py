@@ -30,7 +30,7 @@ from ._events import EventStream
 from ._problems import Problem, not_found, problem_for
 from ._service import Service
 from ._snapshots import snapshots_of
-from ._webhooks import check_reused_webhook, delivery_json, parse_webhook
+from ._webhooks import delivery_json, parse_webhook
 
 __all__ = [
     "batch_resource",
@@ -70,8 +70,6 @@ async def submit(request: Request) -> Response:
             )
     except BatchError as exc:
         raise problem_for(exc, retry_after=service.retry_after) from None
-    if reused and webhook is not None:
-        await check_reused_webhook(service, job_id, webhook)
     status = await runner.status(job_id)
     if status is None:
         raise not_found("the job lapsed as soon as it was created")
