@@ -18,7 +18,7 @@ from trio_batch.http import _bodies
 from trio_batch.http._events import INLINE_RESULT
 from trio_batch.store.sqlite._job_store import SQLiteJobStore
 
-from ..support.fakes import FakeClock, ScriptedFetch
+from ..support.fakes import Boom, FakeClock, ScriptedFetch
 from ..support.http_fixtures import sse_events
 from .test_http import auth, body, running
 
@@ -28,6 +28,10 @@ CONFIG = Config(ttl=100, targets_per_job=4, jobs_per_caller=1, jobs_total=2)
 
 def _big_fetch(fetch: ScriptedFetch, content: str, meta: dict[str, Any]) -> None:
     fetch.custom["https://example.test/big"] = lambda: Result(content, meta)
+
+
+def _big_fetch_url(fetch: ScriptedFetch, url: str) -> None:
+    fetch.custom[url] = lambda: Result("y" * (INLINE_RESULT + 1))
 
 
 async def test_a_big_result_is_sent_in_pieces_and_reads_back_whole(
@@ -135,3 +139,58 @@ async def test_the_event_stream_of_big_results_reads_pages_bounded_by_size(
     # Each read stopped at the bound (the row that took it past comes last): 3 + 3 + 2.
     assert [len(p) for p in pages] == [3, 3, 2]
     assert all(sum(p[:-1]) < bound for p in pages), pages
+
+
+async def test_a_resubmit_a_retry_and_a_cancel_answer_without_reading_a_result(
+    tmp_path: Path, fetch: ScriptedFetch, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Their answers count the job's targets by status: reading the whole job for that loaded
+    # every result of a reused job (64 of 10 MB: 640 MB for a 200 with a few counts).
+    for name in ("big0", "big1", "big2"):
+        _big_fetch_url(fetch, f"https://example.test/{name}")
+    loaded: list[int] = []
+    for name in ("get_status", "get_overview", "get_target", "get_outcomes", "get_targets_after"):
+        real = getattr(SQLiteJobStore, name)
+
+        async def recorded(self: SQLiteJobStore, *args: Any, _real: Any = real, **kw: Any) -> Any:
+            found = await _real(self, *args, **kw)
+            if found is not None:
+                targets = found[1] if isinstance(found[1], list) else [found[1]]
+                loaded.extend(t.idx for t in targets if t.result is not None)
+            return found
+
+        monkeypatch.setattr(SQLiteJobStore, name, recorded)
+    calls = 0
+
+    def flaky() -> Result:  # fails once, then has a big result: its retry stores one
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise Boom("not yet")
+        return Result("z" * (INLINE_RESULT + 1))
+
+    fetch.custom["https://example.test/flaky"] = flaky
+    config = Config(ttl=100, targets_per_job=4, jobs_per_caller=3, jobs_total=3)
+    async with running(tmp_path, fetch, clock, config=config) as svc:
+        first = await svc.client.post("/v1/batches", json=body("big0", "flaky"), headers=auth())
+        job_id = first.json()["id"]
+        await svc.wait_done(job_id)  # its event stream reads the results, as it should
+        loaded.clear()
+        await svc.client.get(f"/v1/batches/{job_id}/targets/0", headers=auth())
+        assert loaded == [0]  # a read of the result itself does load it
+        retried = await svc.client.post(f"/v1/batches/{job_id}/retry", json={}, headers=auth())
+        assert retried.status_code == 201, retried.text
+        assert (await svc.wait_done(retried.json()["id"]))["status"] == "done"
+        loaded.clear()
+        again = await svc.client.post("/v1/batches", json=body("big0", "flaky"), headers=auth())
+        assert (again.status_code, again.json()["counts"]["done"]) == (200, 1)
+        retried = await svc.client.post(f"/v1/batches/{job_id}/retry", json={}, headers=auth())
+        assert (retried.status_code, retried.json()["counts"]["done"]) == (200, 1)
+        assert loaded == []
+        started, release = fetch.gate("https://example.test/big2")
+        live = (await svc.submit("big1", "big2"))["id"]
+        await started.wait()  # big1 is stored
+        cancelled = await svc.client.post(f"/v1/batches/{live}/cancel", headers=auth())
+        assert cancelled.json()["status"] == "cancelled"
+        release.set()
+        assert loaded == []

@@ -217,11 +217,11 @@ async def retry_batch(request: Request) -> Response:
     if found is None:
         raise not_found()  # another caller's job reads exactly like an unknown one
     job_id, reused = found
-    status = await runner.status(job_id)
-    if status is None:
+    overview = await runner.overview(job_id)  # statuses only, as a submit's answer
+    if overview is None:
         raise not_found("the job lapsed as soon as it was created")
     return JSONResponse(
-        {**job_json(*status), "reused": reused},
+        {**job_json(overview[0], overview[1]), "reused": reused},
         status_code=200 if reused else 201,
         headers={"Location": f"/v1/batches/{job_id}"},
     )

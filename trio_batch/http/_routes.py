@@ -70,10 +70,11 @@ async def submit(request: Request) -> Response:
             )
     except BatchError as exc:
         raise problem_for(exc, retry_after=service.retry_after) from None
-    status = await runner.status(job_id)
-    if status is None:
+    # Statuses only: a reused job's results may be megabytes each, and the answer counts them.
+    found = await runner.overview(job_id)
+    if found is None:
         raise not_found("the job lapsed as soon as it was created")
-    job, stored = status
+    job, stored, _ = found
     return JSONResponse(
         {**job_json(job, stored), "reused": reused},
         status_code=200 if reused else 201,
@@ -151,10 +152,10 @@ async def cancel_batch(request: Request) -> Response:
         raise conflict
     if not await service.runner.cancel(job.id):
         raise conflict  # it finished meanwhile
-    status = await service.runner.status(job.id)
-    if status is None:
+    found = await service.runner.overview(job.id)  # statuses only, as a submit's answer
+    if found is None:
         raise not_found()
-    return JSONResponse(job_json(*status))
+    return JSONResponse(job_json(found[0], found[1]))
 
 
 async def forget_batch(request: Request) -> Response:
