@@ -176,9 +176,8 @@ class JobStore(Protocol):
         costs each outcome one read however many targets the job has.
 
         ``max_bytes``: as :meth:`get_targets_after`'s, the page also ends with the target
-        whose result takes the page's results past this many characters (the first target
-        always comes), so a page of big results holds about ``max_bytes``, not ``limit`` of
-        them."""
+        whose result takes the page's results past this size (the first target always
+        comes), so a page of big results holds about ``max_bytes``, not ``limit`` of them."""
         ...
 
     async def list_jobs(
@@ -221,8 +220,9 @@ class JobStore(Protocol):
         reads: page after page, so its memory is one page's whatever the job's size.
 
         ``max_bytes``: the page also ends with the target whose result takes the page's
-        results past this many characters (the first target always comes), so a page's
-        memory is bounded by size, not only by count; its sizes are summed in the database.
+        results past this size (the first target always comes), so a page's memory is bounded
+        by size, not only by count, and no result past it is read: SQLite counts characters
+        as it reads each row, PostgreSQL the stored bytes, summed in the query.
         ``results=False``: every ``result`` reads as None and none is loaded (a read that
         needs the statuses only)."""
         ...
