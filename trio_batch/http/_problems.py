@@ -133,6 +133,8 @@ def problem_for(exc: BatchError, *, retry_after: int) -> Problem:
         extra["hint"] = hint
     if isinstance(exc, CallerBusy) and exc.job_id is not None:
         extra["job"] = f"/v1/batches/{exc.job_id}"  # the live job that blocks the caller
+    elif isinstance(exc, WebhookConflict):
+        extra["job"] = f"/v1/batches/{exc.job_id}"  # the caller's job a reuse would return
     detail = str(exc)
     if status >= 500 and not isinstance(exc, RunnerClosed):
         _log.error("store error: %s", exc)
