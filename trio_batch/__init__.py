@@ -27,6 +27,7 @@ from ._errors import (
     StoreLocked,
     StoreUnavailable,
     TooManyTargets,
+    WebhookConflict,
 )
 from ._event import Delivery, JobEvent
 from ._model import (
@@ -99,6 +100,7 @@ __all__ = [
     "TargetStatus",
     "TooManyTargets",
     "Tracing",
+    "WebhookConflict",
     "WebhookDeliverer",
     "idem_key",
     "open_runner",

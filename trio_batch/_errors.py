@@ -10,6 +10,7 @@
     ├── CallerBusy               the caller holds jobs_per_caller live jobs
     ├── Busy                     jobs_total live jobs in all
     ├── JobLive                  a live job cannot be forgotten
+    ├── WebhookConflict          a resubmit's reused job has another webhook, or none
     ├── RunnerClosed             the runner has shut down
     └── StoreError               the database cannot be used as asked
         ├── SchemaVersionError   written by a newer trio_batch, or not ours
@@ -38,6 +39,7 @@ __all__ = [
     "StoreLocked",
     "StoreUnavailable",
     "TooManyTargets",
+    "WebhookConflict",
 ]
 
 
@@ -106,6 +108,23 @@ class Busy(BatchError):
 class JobLive(BatchError):
     """The job is live (or still storing its in-flight target), so it cannot be forgotten.
     HTTP 409: cancel it, wait for it to end, then forget it."""
+
+
+class WebhookConflict(BatchError):
+    """A resubmit (the same caller, targets, metadata and parent as a job whose lease holds)
+    asked for a webhook, and that job, which a reuse would return, has another webhook URL or
+    none: the webhook asked for would never be told. Nothing is created. HTTP 409: resubmit
+    with the job's own webhook (or none) to get that job, or set other metadata to make a new
+    one.
+
+    ``job_id`` names the job that would have been reused; ``webhook`` is its webhook URL
+    (None: it has none).
+    """
+
+    def __init__(self, message: str, *, job_id: str, webhook: str | None) -> None:
+        super().__init__(message)
+        self.job_id = job_id
+        self.webhook = webhook
 
 
 class JobGone(BatchError):

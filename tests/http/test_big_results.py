@@ -8,14 +8,17 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import trio_batch.runner._waits
 from trio_batch import Config, Result, TargetState, TargetStatus
 from trio_batch.http import _bodies
 from trio_batch.http._events import INLINE_RESULT
+from trio_batch.store.sqlite._job_store import SQLiteJobStore
 
-from ..support.fakes import FakeClock, ScriptedFetch
+from ..support.fakes import Boom, FakeClock, ScriptedFetch
 from ..support.http_fixtures import sse_events
 from .test_http import auth, body, running
 
@@ -25,6 +28,10 @@ CONFIG = Config(ttl=100, targets_per_job=4, jobs_per_caller=1, jobs_total=2)
 
 def _big_fetch(fetch: ScriptedFetch, content: str, meta: dict[str, Any]) -> None:
     fetch.custom["https://example.test/big"] = lambda: Result(content, meta)
+
+
+def _big_fetch_url(fetch: ScriptedFetch, url: str) -> None:
+    fetch.custom[url] = lambda: Result("y" * (INLINE_RESULT + 1))
 
 
 async def test_a_big_result_is_sent_in_pieces_and_reads_back_whole(
@@ -95,3 +102,95 @@ def test_pieces_join_to_exactly_the_whole_json(
     assert b"".join(pieces).decode() == whole
     if len(content) > chunk:
         assert len(pieces) >= 3  # the head, the content in slices, the tail
+
+
+async def test_the_event_stream_of_big_results_reads_pages_bounded_by_size(
+    tmp_path: Path, fetch: ScriptedFetch, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its watcher read 256 outcomes at once: 19 KB of events loaded 640 MB of results.
+    size = INLINE_RESULT + 1000  # each one linked, not sent
+    bound = 3 * size - 1  # three results fit under it, a fourth does not
+    names = [f"big{i}" for i in range(8)]
+    for i, name in enumerate(names):
+        fetch.custom[f"https://example.test/{name}"] = lambda i=i: Result(chr(97 + i) * size)
+    pages: list[list[int]] = []
+    real = SQLiteJobStore.get_outcomes
+
+    async def recorded(self: SQLiteJobStore, *args: Any, **kwargs: Any) -> Any:
+        found = await real(self, *args, **kwargs)
+        if found is not None:
+            pages.append([len(t.result.to_json_text()) for t in found[1] if t.result])
+        return found
+
+    monkeypatch.setattr(SQLiteJobStore, "get_outcomes", recorded)
+    monkeypatch.setattr(trio_batch.runner._waits, "WATCH_PAGE_BYTES", bound)
+    config = Config(ttl=100, targets_per_job=8, jobs_per_caller=1, jobs_total=2)
+    async with running(tmp_path, fetch, clock, config=config) as svc:
+        r = await svc.client.post("/v1/batches", json=body(*names), headers=auth())
+        job_id = r.json()["id"]
+        await svc.wait_done(job_id)
+        pages.clear()  # the stream below reads a finished job: every outcome is stored
+        async with svc.client.stream("GET", f"/v1/batches/{job_id}/events", headers=auth()) as r:
+            events = [e async for e in sse_events(r)]
+    targets = [e["data"] for e in events if e["event"] == "target"]
+    assert [t["idx"] for t in targets] == list(range(8))
+    assert all(t["result"] is None and t["result_size"] > INLINE_RESULT for t in targets)
+    assert events[-1]["event"] == "job" and events[-1]["data"]["status"] == "done"
+    # Each read stopped at the bound (the row that took it past comes last): 3 + 3 + 2.
+    assert [len(p) for p in pages] == [3, 3, 2]
+    assert all(sum(p[:-1]) < bound for p in pages), pages
+
+
+async def test_a_resubmit_a_retry_and_a_cancel_answer_without_reading_a_result(
+    tmp_path: Path, fetch: ScriptedFetch, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Their answers count the job's targets by status: reading the whole job for that loaded
+    # every result of a reused job (64 of 10 MB: 640 MB for a 200 with a few counts).
+    for name in ("big0", "big1", "big2"):
+        _big_fetch_url(fetch, f"https://example.test/{name}")
+    loaded: list[int] = []
+    for name in ("get_status", "get_overview", "get_target", "get_outcomes", "get_targets_after"):
+        real = getattr(SQLiteJobStore, name)
+
+        async def recorded(self: SQLiteJobStore, *args: Any, _real: Any = real, **kw: Any) -> Any:
+            found = await _real(self, *args, **kw)
+            if found is not None:
+                targets = found[1] if isinstance(found[1], list) else [found[1]]
+                loaded.extend(t.idx for t in targets if t.result is not None)
+            return found
+
+        monkeypatch.setattr(SQLiteJobStore, name, recorded)
+    calls = 0
+
+    def flaky() -> Result:  # fails once, then has a big result: its retry stores one
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise Boom("not yet")
+        return Result("z" * (INLINE_RESULT + 1))
+
+    fetch.custom["https://example.test/flaky"] = flaky
+    config = Config(ttl=100, targets_per_job=4, jobs_per_caller=3, jobs_total=3)
+    async with running(tmp_path, fetch, clock, config=config) as svc:
+        first = await svc.client.post("/v1/batches", json=body("big0", "flaky"), headers=auth())
+        job_id = first.json()["id"]
+        await svc.wait_done(job_id)  # its event stream reads the results, as it should
+        loaded.clear()
+        await svc.client.get(f"/v1/batches/{job_id}/targets/0", headers=auth())
+        assert loaded == [0]  # a read of the result itself does load it
+        retried = await svc.client.post(f"/v1/batches/{job_id}/retry", json={}, headers=auth())
+        assert retried.status_code == 201, retried.text
+        assert (await svc.wait_done(retried.json()["id"]))["status"] == "done"
+        loaded.clear()
+        again = await svc.client.post("/v1/batches", json=body("big0", "flaky"), headers=auth())
+        assert (again.status_code, again.json()["counts"]["done"]) == (200, 1)
+        retried = await svc.client.post(f"/v1/batches/{job_id}/retry", json={}, headers=auth())
+        assert (retried.status_code, retried.json()["counts"]["done"]) == (200, 1)
+        assert loaded == []
+        started, release = fetch.gate("https://example.test/big2")
+        live = (await svc.submit("big1", "big2"))["id"]
+        await started.wait()  # big1 is stored
+        cancelled = await svc.client.post(f"/v1/batches/{live}/cancel", headers=auth())
+        assert cancelled.json()["status"] == "cancelled"
+        release.set()
+        assert loaded == []

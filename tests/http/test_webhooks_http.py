@@ -201,6 +201,7 @@ async def test_a_resubmit_with_a_new_or_changed_webhook_is_a_409_not_a_silent_re
         assert first.status_code == 201, first.text
         added = problem(await submit(webhook={"url": receiver.url}), 409, "webhook-conflict")
         assert first.json()["id"] in added["detail"] and "no webhook" in added["detail"]
+        assert added["job"] == f"/v1/batches/{first.json()['id']}"
         hooked = await submit(metadata={"k": "v"}, webhook={"url": receiver.url})
         assert hooked.status_code == 201, hooked.text
         same = await submit(metadata={"k": "v"}, webhook={"url": receiver.url})

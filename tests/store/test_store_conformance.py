@@ -561,6 +561,35 @@ async def test_outcomes_are_read_in_pages_from_an_index_on(job_store: JobStore) 
     assert await job_store.get_outcomes(job.id, 0, now=T0 + 10 * TTL, limit=10) is None  # lapsed
 
 
+async def test_a_watchers_page_is_bounded_by_its_results_size(job_store: JobStore) -> None:
+    # With 10 MB results a page of 256 outcomes held 2.5 GB: the size bounds it too.
+    job, _ = await _create(job_store, n=5, targets_per_job=5)
+    await job_store.record_outcome(_ok(job.id, 0, "y" * 3000), ttl=TTL, now=T0)
+    await job_store.record_outcome(_err(job.id, 1), ttl=TTL, now=T0)  # no result: size 0
+    await job_store.record_outcome(_ok(job.id, 2, "y" * 1000), ttl=TTL, now=T0)
+    await job_store.record_outcome(_ok(job.id, 3, "y" * 1000), ttl=TTL, now=T0)
+
+    async def idxs(start: int, max_bytes: int | None, limit: int = 8) -> list[int]:
+        page = await job_store.get_outcomes(job.id, start, now=T0, limit=limit, max_bytes=max_bytes)
+        assert page is not None
+        return [t.idx for t in page[1]]
+
+    # The first outcome comes even past the bound; then each until one takes it past.
+    assert await idxs(0, 5) == [0]
+    assert await idxs(0, 3100) == [0, 1, 2]
+    assert await idxs(1, 1000) == [1, 2]
+    assert await idxs(1, 1500) == [1, 2, 3]
+    assert await idxs(1, 1500, limit=2) == [1, 2]  # the count still bounds it
+    assert await idxs(4, 1) == []  # target 4 is still pending
+    assert await idxs(0, None) == [0, 1, 2, 3]
+    page = await job_store.get_outcomes(job.id, 2, now=T0, limit=8, max_bytes=10**9)
+    assert page is not None and [t.result for t in page[1]] == [
+        Result("y" * 1000, {"n": 2}),
+        Result("y" * 1000, {"n": 3}),
+    ]
+    assert await job_store.get_outcomes("A" * 22, 0, now=T0, limit=8, max_bytes=1) is None
+
+
 async def test_a_callers_jobs_come_in_stable_pages_newest_first(job_store: JobStore) -> None:
     ids = []
     for i in range(5):

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import sys
 import time
@@ -33,10 +34,11 @@ from collections.abc import Sequence
 import trio
 
 from .._config import Config
-from .._errors import BatchError, JobLive
+from .._errors import BatchError, JobGone, JobLive
 from .._model import Job, TargetStatus, is_job_id
-from .._text import parse_count
+from .._text import parse_count, printable_json
 from .._version import __version__
+from ..runner import export_targets
 from ..store import JobStore
 from ._batch_data import MAX_INDEX, add_export_parser, add_job_filters, cmd_export, job_filter
 from ._common import (
@@ -54,7 +56,6 @@ from ._common import (
     report_error,
     stderr_console,
     stdout_console,
-    targets_json,
     whole_number,
 )
 from ._logs import add_log_format_argument
@@ -442,17 +443,46 @@ def _cmd_status(store: JobStore, args: argparse.Namespace) -> int:
 
 
 def _cmd_results(store: JobStore, args: argparse.Namespace) -> int:
+    """``trio-batch results JOB``: each target's outcome, read a page at a time as an export
+    reads it (pages bounded by their results' size), so a job of big results is never held
+    whole; 1 for an unknown job, or one deleted while it was read."""
     from . import _console
 
-    found = _get(store, args.job)
-    if found is None:
+    job = ask(store, lambda s: s.get_job(args.job, now=time.time()))
+    if job is None:
+        report_error(f"no job {args.job} in {store.location} (unknown id, or its lease has lapsed)")
         return EXIT_FAILED
-    job, targets = found
-    if args.json:
-        print_json({"job": job.to_json(), "targets": targets_json(targets)})
-    else:
-        _console.print_results(stdout_console(), targets)
+    out = stdout_console()
+
+    async def each() -> None:
+        assert job is not None
+        # --json: the document print_json would make of the whole job, a target at a time.
+        if args.json:
+            sys.stdout.write('{\n  "job": ' + _json_at(job.to_json(), 2) + ',\n  "targets": [')
+        first = True
+        async for _, target in export_targets(store, job, now=time.time()):
+            if args.json:
+                sys.stdout.write(
+                    ("\n" if first else ",\n") + "    " + _json_at(target.to_json(), 4)
+                )
+            else:
+                _console.print_results(out, [target])
+            first = False
+        if args.json:
+            sys.stdout.write(("]" if first else "\n  ]") + "\n}\n")
+
+    try:
+        trio.run(each)
+    except JobGone as exc:
+        report_error(f"{exc}: the results shown are incomplete")
+        return EXIT_FAILED
     return EXIT_DONE
+
+
+def _json_at(obj: object, indent: int) -> str:
+    """``obj`` as ``print_json`` writes it, for a place ``indent`` spaces in."""
+    text = printable_json(json.dumps(obj, ensure_ascii=False, indent=2))
+    return text.replace("\n", "\n" + " " * indent)
 
 
 def _cmd_jobs(store: JobStore, args: argparse.Namespace) -> int:

@@ -279,9 +279,10 @@ async def _run_job(
                 if found is None:
                     raise BatchError(f"no job {retry[0]} (unknown id, or its lease has lapsed)")
                 job_id, reused = found
-                status = await runner.status(job_id)
-                assert status is not None  # just created, with a lease of at least --ttl
-                targets = [Target(t.url, t.options, t.custom_id) for t in status[1]]
+                # Statuses only: a reused retry's results may be big, and only URLs are used.
+                overview = await runner.overview(job_id)
+                assert overview is not None  # just created, with a lease of at least --ttl
+                targets = [Target(t.url, t.options, t.custom_id) for t in overview[1]]
             outcome = _Outcome(job_id, reused, interrupted=False)
             if reused:
                 return outcome

@@ -26,7 +26,7 @@ from ._bodies import job_json, parse_json, read_body, require_json
 from ._metrics import StreamCut
 from ._problems import not_found, problem_for
 from ._service import Service
-from ._webhooks import check_reused_webhook, parse_webhook
+from ._webhooks import parse_webhook
 
 __all__ = [
     "FILTER_KEYS",
@@ -217,13 +217,11 @@ async def retry_batch(request: Request) -> Response:
     if found is None:
         raise not_found()  # another caller's job reads exactly like an unknown one
     job_id, reused = found
-    if reused and isinstance(webhook, str):
-        await check_reused_webhook(service, job_id, webhook)
-    status = await runner.status(job_id)
-    if status is None:
+    overview = await runner.overview(job_id)  # statuses only, as a submit's answer
+    if overview is None:
         raise not_found("the job lapsed as soon as it was created")
     return JSONResponse(
-        {**job_json(*status), "reused": reused},
+        {**job_json(overview[0], overview[1]), "reused": reused},
         status_code=200 if reused else 201,
         headers={"Location": f"/v1/batches/{job_id}"},
     )

@@ -223,7 +223,10 @@ def batch_data_paths(
                     },
                     **body_problems,
                     "404": responses["not_found"],
-                    "409": problem("The job is live: wait for it to end."),
+                    "409": problem(
+                        "The job is live: wait for it to end; or the same retry was made "
+                        "with another webhook (or none): the webhook is never dropped silently."
+                    ),
                     "422": problem("A bad only, no such target to retry, or too many."),
                     "429": problem("The caller, or the service, has no free job slot."),
                     **common,

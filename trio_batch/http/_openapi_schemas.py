@@ -88,7 +88,8 @@ SCHEMAS: dict[str, Any] = {
             },
             "job": {
                 "type": "string",
-                "description": "For caller-busy: the path of the live job that blocks the caller.",
+                "description": "For caller-busy: the path of the live job that blocks the "
+                "caller; for webhook-conflict: the path of the job a reuse would return.",
             },
         },
     },

@@ -21,6 +21,7 @@ from .._errors import (
     RunnerClosed,
     StoreError,
     TooManyTargets,
+    WebhookConflict,
 )
 from ._headers import API_HEADERS
 
@@ -93,6 +94,7 @@ PROBLEMS: Mapping[type[BatchError], ProblemType] = {
     CallerBusy: ProblemType(429, "caller-busy", "Caller busy"),
     Busy: ProblemType(429, "busy", "Service busy"),
     JobLive: ProblemType(409, "job-live", "Conflict"),
+    WebhookConflict: ProblemType(409, "webhook-conflict", "Conflict"),
     JobGone: ProblemType(404, "not-found", "Not found"),
     RunnerClosed: ProblemType(503, "shutting-down", "Shutting down"),
     StoreError: ProblemType(503, "store-unavailable", "Service error"),
@@ -131,6 +133,8 @@ def problem_for(exc: BatchError, *, retry_after: int) -> Problem:
         extra["hint"] = hint
     if isinstance(exc, CallerBusy) and exc.job_id is not None:
         extra["job"] = f"/v1/batches/{exc.job_id}"  # the live job that blocks the caller
+    elif isinstance(exc, WebhookConflict):
+        extra["job"] = f"/v1/batches/{exc.job_id}"  # the caller's job a reuse would return
     detail = str(exc)
     if status >= 500 and not isinstance(exc, RunnerClosed):
         _log.error("store error: %s", exc)

@@ -30,7 +30,7 @@ from ._events import EventStream
 from ._problems import Problem, not_found, problem_for
 from ._service import Service
 from ._snapshots import snapshots_of
-from ._webhooks import check_reused_webhook, delivery_json, parse_webhook
+from ._webhooks import delivery_json, parse_webhook
 
 __all__ = [
     "batch_resource",
@@ -70,12 +70,11 @@ async def submit(request: Request) -> Response:
             )
     except BatchError as exc:
         raise problem_for(exc, retry_after=service.retry_after) from None
-    if reused and webhook is not None:
-        await check_reused_webhook(service, job_id, webhook)
-    status = await runner.status(job_id)
-    if status is None:
+    # Statuses only: a reused job's results may be megabytes each, and the answer counts them.
+    found = await runner.overview(job_id)
+    if found is None:
         raise not_found("the job lapsed as soon as it was created")
-    job, stored = status
+    job, stored, _ = found
     return JSONResponse(
         {**job_json(job, stored), "reused": reused},
         status_code=200 if reused else 201,
@@ -153,10 +152,10 @@ async def cancel_batch(request: Request) -> Response:
         raise conflict
     if not await service.runner.cancel(job.id):
         raise conflict  # it finished meanwhile
-    status = await service.runner.status(job.id)
-    if status is None:
+    found = await service.runner.overview(job.id)  # statuses only, as a submit's answer
+    if found is None:
         raise not_found()
-    return JSONResponse(job_json(*status))
+    return JSONResponse(job_json(found[0], found[1]))
 
 
 async def forget_batch(request: Request) -> Response:

@@ -20,7 +20,7 @@ from ._bodies import require_json
 from ._problems import Problem, not_found
 from ._service import Service
 
-__all__ = ["check_reused_webhook", "delivery_json", "parse_webhook", "webhook_routes"]
+__all__ = ["delivery_json", "parse_webhook", "webhook_routes"]
 
 
 def parse_webhook(obj: dict[str, Any]) -> str | None:
@@ -41,23 +41,6 @@ def parse_webhook(obj: dict[str, Any]) -> str | None:
     if not isinstance(url, str):
         raise InvalidRequest("webhook.url must be a string")
     return url
-
-
-async def check_reused_webhook(service: Service, job_id: str, webhook: str) -> None:
-    """Raise a 409 problem if the reused job ``job_id`` tells another webhook (or none) than
-    the ``webhook`` its resubmit asked for: reuse never drops a webhook without a sign."""
-    delivery = await service.runner.delivery(job_id)
-    stored = None if delivery is None else delivery.url
-    if stored == webhook:
-        return
-    told = "no webhook" if stored is None else "another webhook URL"
-    raise Problem(
-        409,
-        "webhook-conflict",
-        "Conflict",
-        f"these targets were already submitted as job {job_id}, which has {told}; resubmit "
-        "with the same webhook to get that job, or set other metadata to make a new job",
-    )
 
 
 async def delivery_json(service: Service, job_id: str) -> dict[str, Any] | None:

@@ -15,7 +15,14 @@ from types import EllipsisType
 import trio
 
 from .._config import Config
-from .._errors import Busy, CallerBusy, JobLive, RunnerClosed, StoreUnavailable
+from .._errors import (
+    Busy,
+    CallerBusy,
+    JobLive,
+    RunnerClosed,
+    StoreUnavailable,
+    WebhookConflict,
+)
 from .._event import Delivery
 from .._model import (
     Job,
@@ -152,15 +159,18 @@ class Runner:
 
         ``webhook``: a URL the job's terminal event is sent to (signed, at least once; see
         :mod:`trio_batch.runner._deliveries`), checked by the runner's webhook sender; a
-        runner without one raises :class:`InvalidRequest`. A reused job keeps its own.
+        runner without one raises :class:`InvalidRequest`. A job that would be reused but has
+        another webhook, or none, raises :class:`WebhookConflict` (nothing is created, the
+        webhook asked for is never dropped without a sign); without ``webhook`` a reused job
+        keeps its own.
 
         Raises :class:`InvalidTargets` (an empty list, a non-target, a repeated target, or one
         the fetch function's ``check_target`` hook refused, see ``_check``: nothing stored),
         :class:`InvalidRequest` (a bad caller name, metadata or parent id),
-        :class:`TooManyTargets`, :class:`CallerBusy`, :class:`Busy`, :class:`StoreUnavailable`
-        if the database refuses the write (or its answer was lost: the job may exist, and the
-        runner's poll then drains it, see :meth:`ClusterStore.undrained_jobs`), or
-        :class:`RunnerClosed` after shutdown.
+        :class:`TooManyTargets`, :class:`CallerBusy`, :class:`Busy`, :class:`WebhookConflict`,
+        :class:`StoreUnavailable` if the database refuses the write (or its answer was lost:
+        the job may exist, and the runner's poll then drains it, see
+        :meth:`ClusterStore.undrained_jobs`), or :class:`RunnerClosed` after shutdown.
 
         Cancellation: once the job is being created, the creation and the start of its drain
         task complete even if this call is cancelled (``Cancelled`` is then raised at the
@@ -183,6 +193,8 @@ class Runner:
             job, reused = await self._store.create_job(request, now=self._now())
             if reused:
                 self._on_reuse(job)
+                if webhook is not None:
+                    await self._check_reused_webhook(job, webhook)
                 return job.id, True
             if self._closed:
                 # Shutdown began while the job was being created; shutdown marks it failed.
@@ -207,6 +219,26 @@ class Runner:
         if self._log.isEnabledFor(logging.INFO):
             self._log.info("job submitted", extra=_submit_extra(job))
         return job.id, False
+
+    async def _check_reused_webhook(self, job: Job, webhook: str) -> None:
+        """Raise :class:`WebhookConflict` if the reused ``job`` has another webhook than the
+        (checked) ``webhook`` its resubmit asked for, or none: a reuse never drops one
+        without a sign. A job's webhook is written with the job and never changes, so what is
+        read here is what it was reused with."""
+        delivery = await self._store.get_delivery(job.id, now=self._now())
+        stored = None if delivery is None else delivery.url
+        if stored == webhook:
+            return
+        if delivery is None and await self._store.get_job(job.id, now=self._now()) is None:
+            return  # forgotten or lapsed since it was reused: answered as a reuse of it is
+        told = "no webhook" if stored is None else "another webhook URL"
+        raise WebhookConflict(
+            f"these targets were already submitted as job {job.id}, which has {told}; "
+            "resubmit with the same webhook (or none) to get that job, or set other metadata "
+            "to make a new job",
+            job_id=job.id,
+            webhook=stored,
+        )
 
     def _on_reuse(self, job: Job) -> None:
         if self._log.isEnabledFor(logging.INFO):  # no log context built for nothing

@@ -13,13 +13,17 @@ import trio
 
 from .._model import Job, JobState, TargetStatus
 from ..store import JobStore, cluster_of
+from ._batch_ops import EXPORT_PAGE_BYTES
 from ._cluster import ChangedElsewhere, wait_at_most, wait_elsewhere, watch
 from ._drains import Drains
 
-__all__ = ["WATCH_PAGE", "Waits"]
+__all__ = ["WATCH_PAGE", "WATCH_PAGE_BYTES", "Waits"]
 
-#: Most outcomes a watcher reads at once (a page of results held in memory).
+#: Most outcomes a watcher reads at once.
 WATCH_PAGE = 256
+#: Most characters of results a watcher's page holds (past it the page ends early), as an
+#: export's: with 10 MB results a page of 256 held 2.5 GB.
+WATCH_PAGE_BYTES = EXPORT_PAGE_BYTES
 
 
 class Waits:
@@ -104,7 +108,7 @@ class Waits:
                 # Only the outcomes not seen yet: re-reading the whole job at every outcome
                 # made following a job of n targets cost n^2 rows.
                 found = await self._store.get_outcomes(
-                    job_id, seen, now=self._now(), limit=WATCH_PAGE
+                    job_id, seen, now=self._now(), limit=WATCH_PAGE, max_bytes=WATCH_PAGE_BYTES
                 )
                 if found is None:
                     return
@@ -112,7 +116,11 @@ class Waits:
                 for target in targets:
                     yield target
                     seen = target.idx + 1
-                if len(targets) == WATCH_PAGE:
+                # Outcomes are stored in idx order, and the job, read in the same snapshot,
+                # counts them: fewer seen means the page ended early, cut by count or by
+                # size (its length alone cannot tell the latter). An empty read never reads
+                # on at once, whatever the counts say.
+                if targets and seen < job.targets_done:
                     continue  # more were stored than one page holds: read on at once
                 cluster = self._cluster
                 if drain is None:

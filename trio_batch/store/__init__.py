@@ -3,9 +3,10 @@
 - :class:`JobStore` (``_protocol``): every operation the runner and the front ends use;
   :class:`ClusterStore`: what a store that several runners share adds.
 - :func:`open_store` (``_open``): a store from a path or URL.
-- ``_thread``, ``_face`` and ``_rows``: the store thread (every call of a backend runs
-  there, and its outcome writes are group-committed there), the shared part of the
-  backends' async faces, and the row mapping that every backend shares.
+- ``_thread``, ``_face``, ``_rows`` and ``_pages``: the store thread (every call of a
+  backend runs there, and its outcome writes are group-committed there), the shared part of
+  the backends' async faces, and the row mapping and the SQL of a page of targets (bounded by
+  count and by size) that every backend shares.
 - :mod:`.sqlite`: the SQLite backend, the embedded default (one runner per database file).
 - :mod:`.postgres`: the PostgreSQL backend, for several runners on several hosts (the
   ``postgres`` extra; imported only when a ``postgresql://`` URL is opened, so the core never

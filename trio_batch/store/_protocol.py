@@ -168,12 +168,16 @@ class JobStore(Protocol):
         ...
 
     async def get_outcomes(
-        self, job_id: str, start: int, *, now: float, limit: int
+        self, job_id: str, start: int, *, now: float, limit: int, max_bytes: int | None = None
     ) -> tuple[Job, list[TargetStatus]] | None:
         """The job and, in ``idx`` order, up to ``limit`` of its targets from ``start`` on that
         have an outcome (``done`` or ``failed``), with their results, from one snapshot; None
         as ``get_job``. What a watcher reads: only what it has not seen, so following a job
-        costs each outcome one read however many targets the job has."""
+        costs each outcome one read however many targets the job has.
+
+        ``max_bytes``: as :meth:`get_targets_after`'s, the page also ends with the target
+        whose result takes the page's results past this size (the first target always
+        comes), so a page of big results holds about ``max_bytes``, not ``limit`` of them."""
         ...
 
     async def list_jobs(
@@ -216,8 +220,9 @@ class JobStore(Protocol):
         reads: page after page, so its memory is one page's whatever the job's size.
 
         ``max_bytes``: the page also ends with the target whose result takes the page's
-        results past this many characters (the first target always comes), so a page's
-        memory is bounded by size, not only by count; its sizes are summed in the database.
+        results past this size (the first target always comes), so a page's memory is bounded
+        by size, not only by count, and no result past it is read: SQLite counts characters
+        as it reads each row, PostgreSQL the stored bytes, summed in the query.
         ``results=False``: every ``result`` reads as None and none is loaded (a read that
         needs the statuses only)."""
         ...

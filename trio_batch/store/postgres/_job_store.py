@@ -316,10 +316,12 @@ class PostgresJobStore(StoreFace):
         return await self._call(PostgresStore.get_target, job_id, idx, now=now)
 
     async def get_outcomes(
-        self, job_id: str, start: int, *, now: float, limit: int
+        self, job_id: str, start: int, *, now: float, limit: int, max_bytes: int | None = None
     ) -> tuple[Job, list[TargetStatus]] | None:
         """:meth:`PostgresStore.get_outcomes`, from one snapshot."""
-        return await self._call(PostgresStore.get_outcomes, job_id, start, now=now, limit=limit)
+        return await self._call(
+            PostgresStore.get_outcomes, job_id, start, now=now, limit=limit, max_bytes=max_bytes
+        )
 
     async def list_caller_jobs(
         self,

@@ -470,11 +470,6 @@ LATEST_RETRY = (
     f"SELECT {JOB_COLUMNS} FROM {JOBS_NOW} AS jobs WHERE parent_id = %s AND caller = %s "
     "AND expires_at > %s ORDER BY created_at DESC LIMIT 1"
 )
-#: A page of a job's targets that have an outcome, from an index on (a watcher's next read).
-GET_OUTCOMES_FROM = (
-    f"SELECT {TARGET_COLUMNS} FROM targets WHERE job_id = %s AND idx >= %s "
-    "AND status IN ('done', 'failed') ORDER BY idx LIMIT %s"
-)
 #: A job to forget, locked against a concurrent outcome write or cancel.
 GET_JOB_FOR_UPDATE = (
     f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = %s AND {LEASE_NOW} > %s FOR UPDATE OF jobs"
@@ -503,25 +498,6 @@ MIGRATE_V7_TERMINAL_LEASE = (
     "WHERE terminal_expires_at IS NOT NULL",
     "DROP INDEX IF EXISTS jobs_expiry",
 )
-
-
-def targets_after_query(*, results: bool, bounded: bool) -> str:
-    """A page of a job's targets after an index, in order, outcome or not (an export's next
-    read; parameters job_id, after, limit, then max_bytes if ``bounded``). Without
-    ``results`` each result reads as NULL. ``bounded``: the page ends with the row that takes
-    its results past max_bytes characters (the sizes summed in the database, so no row past
-    it is read into memory); the first row always comes."""
-    result = "result" if results else "NULL"
-    columns = f"idx, url, status, {result}, error, hint, options, finished_at, attempts, custom_id"
-    if not bounded:
-        return f"SELECT {columns} FROM targets WHERE job_id = %s AND idx > %s ORDER BY idx LIMIT %s"
-    return (
-        f"SELECT {columns} FROM (SELECT {columns}, "
-        "coalesce(length(result), 0) AS size, "
-        "sum(coalesce(length(result), 0)) OVER (ORDER BY idx) AS upto "
-        f"FROM targets WHERE job_id = %s AND idx > %s ORDER BY idx LIMIT %s) AS page "
-        f"WHERE upto - size < %s ORDER BY idx"
-    )
 
 
 #: A job's unexpired retries by the same caller, newest first (a merged export's overlays).

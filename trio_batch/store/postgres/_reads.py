@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 from ..._errors import JobLive
 from ..._model import Job, JobState, TargetStatus, is_job_id, is_target_index, with_running
 from .._filters import EVERY_JOB, JobFilter, filtered_queries, merge_pages
+from .._pages import sized_targets_page, targets_page
 from .._protocol import StoreCounts
 from .._rows import job_from_row, target_from_row
 from . import _queries as q
@@ -172,14 +173,18 @@ class PostgresReads(PostgresConnection):
         return job, with_running(job, [target_from_row(row)])[0]
 
     def get_outcomes(
-        self, job_id: str, start: int, *, now: float, limit: int
+        self, job_id: str, start: int, *, now: float, limit: int, max_bytes: int | None = None
     ) -> tuple[Job, list[TargetStatus]] | None:
         """The job and a page of its targets with an outcome, from ``start``; see ``JobStore``."""
-        found = self._with_job(
-            job_id,
-            now,
-            lambda c: c.execute(q.GET_OUTCOMES_FROM, (job_id, start, limit)).fetchall(),
-        )
+        if max_bytes is None:
+            sql, values = targets_page(
+                job_id, start - 1, limit=limit, outcomes=True, placeholder="%s"
+            )
+        else:
+            sql, values = sized_targets_page(
+                job_id, start - 1, limit=limit, max_bytes=max_bytes, outcomes=True
+            )
+        found = self._with_job(job_id, now, lambda c: c.execute(sql, values).fetchall())
         if found is None:
             return None
         job, rows = found
@@ -229,9 +234,12 @@ class PostgresReads(PostgresConnection):
         results: bool = True,
     ) -> tuple[Job, list[TargetStatus]] | None:
         """The job and a page of its targets after ``after``, in order; see ``JobStore``."""
-        bounded = max_bytes is not None and results  # without results nothing is loaded
-        sql = q.targets_after_query(results=results, bounded=bounded)
-        values = (job_id, after, limit, max_bytes) if bounded else (job_id, after, limit)
+        if max_bytes is None or not results:  # without results nothing is loaded
+            sql, values = targets_page(
+                job_id, after, limit=limit, results=results, placeholder="%s"
+            )
+        else:
+            sql, values = sized_targets_page(job_id, after, limit=limit, max_bytes=max_bytes)
         found = self._with_job(job_id, now, lambda c: c.execute(sql, values).fetchall())
         if found is None:
             return None

@@ -157,10 +157,12 @@ class SQLiteJobStore(StoreFace):
         return await self._on_thread(one_target, job_id, idx, now=now)
 
     async def get_outcomes(
-        self, job_id: str, start: int, *, now: float, limit: int
+        self, job_id: str, start: int, *, now: float, limit: int, max_bytes: int | None = None
     ) -> tuple[Job, list[TargetStatus]] | None:
         """:func:`outcomes_from`, on the store thread (results may be large to decode)."""
-        return await self._on_thread(outcomes_from, job_id, start, now=now, limit=limit)
+        return await self._on_thread(
+            outcomes_from, job_id, start, now=now, limit=limit, max_bytes=max_bytes
+        )
 
     async def list_caller_jobs(
         self,

@@ -130,11 +130,6 @@ LATEST_RETRY = (
     f"SELECT {JOB_COLUMNS} FROM jobs WHERE parent_id = ? AND caller = ? "
     "AND expires_at > ? ORDER BY created_at DESC LIMIT 1"
 )
-#: A page of a job's targets that have an outcome, from an index on (a watcher's next read).
-GET_OUTCOMES_FROM = (
-    f"SELECT {TARGET_COLUMNS} FROM targets WHERE job_id = ? AND idx >= ? "
-    "AND status IN ('done', 'failed') ORDER BY idx LIMIT ?"
-)
 LIST_JOBS = f"SELECT {JOB_COLUMNS} FROM jobs WHERE expires_at > ? ORDER BY expires_at DESC LIMIT ?"
 LIST_JOBS_OF_CALLER = (
     f"SELECT {JOB_COLUMNS} FROM jobs WHERE caller = ? AND expires_at > ? "
@@ -270,25 +265,6 @@ REDELIVER = (
 NEXT_DUE = "SELECT min(due_at) FROM outbox WHERE due_at IS NOT NULL"
 DELETE_OUTBOX_OF = "DELETE FROM outbox WHERE job_id IN (SELECT value FROM json_each(?))"
 FORGET_OUTBOX = "DELETE FROM outbox WHERE job_id = ?"
-
-
-def targets_after_query(*, results: bool, bounded: bool) -> str:
-    """A page of a job's targets after an index, in order, outcome or not (an export's next
-    read; parameters job_id, after, limit, then max_bytes if ``bounded``). Without
-    ``results`` each result reads as NULL. ``bounded``: the page ends with the row that takes
-    its results past max_bytes characters (the sizes summed in the database, so no row past
-    it is read into memory); the first row always comes."""
-    result = "result" if results else "NULL"
-    columns = f"idx, url, status, {result}, error, hint, options, finished_at, attempts, custom_id"
-    if not bounded:
-        return f"SELECT {columns} FROM targets WHERE job_id = ? AND idx > ? ORDER BY idx LIMIT ?"
-    return (
-        f"SELECT {columns} FROM (SELECT {columns}, "
-        "coalesce(length(result), 0) AS size, "
-        "sum(coalesce(length(result), 0)) OVER (ORDER BY idx) AS upto "
-        f"FROM targets WHERE job_id = ? AND idx > ? ORDER BY idx LIMIT ?) AS page "
-        f"WHERE upto - size < ? ORDER BY idx"
-    )
 
 
 #: A job's unexpired retries by the same caller, newest first (a merged export's overlays).

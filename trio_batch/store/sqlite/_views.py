@@ -8,10 +8,11 @@ flat however big the results are.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from ..._model import Job, TargetStatus, is_job_id, is_target_index, with_running
+from .._pages import rows_within, targets_page
 from .._rows import job_from_row
 from .._rows import target_from_row as _target
 from . import _queries as q
@@ -56,15 +57,18 @@ def one_target(
 
 
 def outcomes_from(
-    store: Store, job_id: str, start: int, *, now: float, limit: int
+    store: Store,
+    job_id: str,
+    start: int,
+    *,
+    now: float,
+    limit: int,
+    max_bytes: int | None = None,
 ) -> tuple[Job, list[TargetStatus]] | None:
-    """The job and up to ``limit`` of its targets from ``start`` on that have an outcome."""
-    found = _with_job(
-        store,
-        job_id,
-        now,
-        lambda: store.db.execute(q.GET_OUTCOMES_FROM, (job_id, start, limit)).fetchall(),
-    )
+    """The job and up to ``limit`` of its targets from ``start`` on that have an outcome;
+    ``max_bytes`` as :meth:`JobStore.get_outcomes`."""
+    sql, values = targets_page(job_id, start - 1, limit=limit, outcomes=True)
+    found = _with_job(store, job_id, now, lambda: _read_within(store, sql, values, max_bytes))
     if found is None:
         return None
     job, rows = found
@@ -84,10 +88,9 @@ def targets_after(
     """The job and up to ``limit`` of its targets after index ``after``, in order, with their
     results (the one due next reads ``running``); ``max_bytes`` and ``results`` as
     :meth:`JobStore.get_targets_after`."""
-    bounded = max_bytes is not None and results  # without results nothing is loaded
-    sql = q.targets_after_query(results=results, bounded=bounded)
-    values = (job_id, after, limit, max_bytes) if bounded else (job_id, after, limit)
-    found = _with_job(store, job_id, now, lambda: store.db.execute(sql, values).fetchall())
+    sql, values = targets_page(job_id, after, limit=limit, results=results)
+    bound = max_bytes if results else None  # without results nothing is loaded
+    found = _with_job(store, job_id, now, lambda: _read_within(store, sql, values, bound))
     if found is None:
         return None
     job, rows = found
@@ -110,6 +113,17 @@ def retries(store: Store, job_id: str, caller: str, *, now: float, limit: int) -
     with store._locked():
         rows = store.db.execute(q.RETRIES, (job_id, caller, now, limit)).fetchall()
     return [job_from_row(row) for row in rows]
+
+
+def _read_within(
+    store: Store, sql: str, values: tuple[str | int, ...], max_bytes: int | None
+) -> list[Sequence[Any]]:
+    """The rows of ``sql``, read one at a time until their results pass ``max_bytes``."""
+    cursor = store.db.conn.execute(sql, values)
+    try:
+        return rows_within(cursor, max_bytes)
+    finally:
+        cursor.close()  # the rows past the bound are never read
 
 
 def _with_job(store: Store, job_id: str, now: float, read: Callable[[], T]) -> tuple[Job, T] | None:
