@@ -449,19 +449,22 @@ async def test_a_writer_waiting_for_its_commit_cannot_be_cancelled() -> None:
     comes at its next checkpoint."""
     batches = _Batches()
     got: list[str] = []
+    # The writer's own scope: cancelling the test's scope would cancel the test's waits too,
+    # and the write would only end when the held call timed out.
+    scope = trio.CancelScope()
+
+    async def waiting_writer() -> None:
+        with scope:
+            got.append((await thread.run_grouped(batches, "a"))[0])
+            await trio.lowlevel.checkpoint()
+
     with _held_thread() as (thread, release):
-        with trio.CancelScope() as scope:
-            async with trio.open_nursery() as nursery:
-
-                async def waiting_writer() -> None:
-                    got.append((await thread.run_grouped(batches, "a"))[0])
-                    await trio.lowlevel.checkpoint()
-
-                nursery.start_soon(waiting_writer)
-                await wait_all_tasks_blocked()
-                scope.cancel()
-                await wait_all_tasks_blocked()
-                assert got == []  # still waiting: the cancel did not cut it
-                release.set()
-        assert scope.cancelled_caught
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(waiting_writer)
+            await wait_all_tasks_blocked()
+            scope.cancel()
+            await wait_all_tasks_blocked()
+            assert got == []  # still waiting: the cancel did not cut it
+            release.set()
+    assert scope.cancelled_caught
     assert got == ["A"]
