@@ -22,7 +22,7 @@ from trio_batch.cli import main
 from trio_batch.store import NewJob
 from trio_batch.store.sqlite._job_store import SQLiteJobStore
 
-from .test_cli import TIMEOUT, cli, db
+from .test_cli import TIMEOUT, cli, cli_process, db
 
 __all__ = ["db"]  # the fixture, imported for pytest
 
@@ -116,7 +116,7 @@ def test_a_link_to_stdout_is_written_to(db: Path, job: str, tmp_path: Path) -> N
     # replace it if the export were wrong).
     stdout = tmp_path / "stdout"
     stdout.symlink_to("/proc/self/fd/1")
-    proc = cli("export", job, "--db", str(db), "-o", str(stdout))
+    proc = cli_process("export", job, "--db", str(db), "-o", str(stdout))  # a real fd 1
     assert proc.returncode == 0, proc.stderr
     assert _idx(proc.stdout) == [0, 1, 2]
     assert stdout.is_symlink() and os.readlink(stdout) == "/proc/self/fd/1"
