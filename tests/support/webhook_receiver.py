@@ -92,6 +92,7 @@ class Receiver(ThreadingHTTPServer):
 
 
 class _Handler(BaseHTTPRequestHandler):
+    disable_nagle_algorithm = True  # as local_server.py: no 40 ms wait for a delayed ACK
     server: Receiver
 
     def log_message(self, format: str, *args: object) -> None:
