@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ import trustme
 
 from trio_batch.fetchers import DestinationPolicy, WebhookSender
 
+from ..support.cli_runner import run_cli
 from ..support.fakes import FakeClock, ScriptedFetch
 from ..support.http_fixtures import ALICE, BOB, start_server, stop_server
 from ..support.webhook_receiver import Receiver, receiving
@@ -168,21 +168,8 @@ def test_serve_with_a_webhook_secret_file_posts_signed_events(
 def test_serve_refuses_a_bad_webhook_secret_file(tmp_path: Path) -> None:
     secret = tmp_path / "webhook-secret"
     secret.write_text("not-a-secret\n")
-    done = subprocess.run(
-        [
-            str(Path(sys.executable).with_name("trio-batch")),
-            "serve",
-            "--db",
-            str(tmp_path / "jobs.db"),
-            "--caller-header",
-            "X-User",
-            "--webhook-secret-file",
-            str(secret),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    args = ["serve", "--db", str(tmp_path / "jobs.db"), "--caller-header", "X-User"]
+    done = run_cli([*args, "--webhook-secret-file", str(secret)], stdin=None, env=os.environ)
     assert done.returncode == 2
     assert "whsec_" in done.stderr and "not-a-secret" not in done.stderr
 

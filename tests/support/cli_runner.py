@@ -39,9 +39,9 @@ def _text(stream: io.TextIOWrapper) -> str:
 
 @contextlib.contextmanager
 def _environment(env: Mapping[str, str]) -> Iterator[None]:
-    saved = dict(os.environ)
+    saved, wanted = dict(os.environ), dict(env)  # env may be os.environ itself
     os.environ.clear()
-    os.environ.update(env)
+    os.environ.update(wanted)
     try:
         yield
     finally:
