@@ -7,6 +7,8 @@ import datetime
 import json
 import os
 import re
+import socket
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -248,3 +250,22 @@ async def test_a_retry_tells_its_parents_webhook_or_the_one_its_body_sets(
         again = await retry(parent, webhook={"url": receiver.url})
         problem(again, 409, "webhook-conflict")
         assert await webhook_of(await retry(await ended("e", "f/fail"), webhook=None)) is None
+
+
+def test_the_receiver_stops_with_a_client_that_never_said_hello(webhook_ca: trustme.CA) -> None:
+    """The receiver's TLS handshake ran in its accept loop: a delivery cut between its TCP
+    connect and its TLS hello (a service stopped at the end of a test) held the receiver's
+    shutdown for ever, until pytest-timeout failed the test."""
+    stopped = threading.Event()
+
+    def serve_then_stop() -> None:
+        with receiving(webhook_ca) as receiver:
+            silent = socket.create_connection(("127.0.0.1", receiver.server_address[1]))
+            with receiver.changed:
+                assert receiver.changed.wait_for(lambda: receiver.connections >= 1, 60)
+        silent.close()
+        stopped.set()
+
+    thread = threading.Thread(target=serve_then_stop, daemon=True)
+    thread.start()
+    assert stopped.wait(60), "the receiver never stopped"  # a bound against a hang only
