@@ -29,8 +29,13 @@ typecheck: $(STAMP)
 system-packages:
 	bash scripts/system-packages
 
+# Bytecode caches on, even where the environment turns them off: without them every run
+# recompiles the package in each process it starts, and pytest rewrites the asserts of every
+# test module again (about 5 s of CPU for each xdist worker).
+PYTEST := PYTHONDONTWRITEBYTECODE= $(BIN)/pytest
+
 pytest: $(STAMP) system-packages
-	$(BIN)/pytest
+	$(PYTEST)
 
 # The inner loop: the suite without what needs PostgreSQL, PgBouncer or a browser, and
 # without the slow suites (tests/support/markers.py sets the markers), spread over the
@@ -39,7 +44,7 @@ pytest: $(STAMP) system-packages
 FAST := not postgres and not pgbouncer and not browser and not slow
 
 test-fast: $(STAMP)
-	$(BIN)/pytest -n auto -m "$(FAST)" $(ARGS)
+	$(PYTEST) -n auto -m "$(FAST)" $(ARGS)
 
 # The hardening suites at full size (200 SIGKILLs, thousands of Hypothesis examples, a bigger
 # load); each prints its figures at the end. About 10 minutes on a 2-core machine.
@@ -48,7 +53,7 @@ SOAK_SUITES := tests/runner/test_crash_campaign.py tests/runner/test_crash_campa
 	tests/test_hostile_input.py tests/store/test_store_model.py tests/http/test_load.py
 
 soak: $(STAMP) system-packages
-	TRIO_BATCH_SOAK=1 $(BIN)/pytest --durations=12 $(SOAK_SUITES)
+	TRIO_BATCH_SOAK=1 $(PYTEST) --durations=12 $(SOAK_SUITES)
 
 # The documentation site (docs/, Sphinx + MyST): warnings are errors, so a broken reference or
 # a docstring that does not parse fails `make test`; tests/test_docs.py runs its examples.

@@ -8,6 +8,7 @@ built by ``make docs`` (part of ``make test``) with warnings as errors.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -65,12 +66,15 @@ def _passes_under_pytest(where: str, code: str, tmp_path: Path) -> None:
     suite would, and check that every test in it passed."""
     (tmp_path / "test_example.py").write_text(code)
     pytest = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    # Only pytest-trio, as a user's suite has: not this suite's other plugins (Hypothesis,
+    # schemathesis, xdist...), whose loading tripled the run's start.
     proc = subprocess.run(
-        [*pytest, "-o", "trio_mode=true", "test_example.py"],
+        [*pytest, "-p", "pytest_trio.plugin", "-o", "trio_mode=true", "test_example.py"],
         cwd=tmp_path,
         capture_output=True,
         text=True,
         timeout=120,
+        env={**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"},
     )
     assert proc.returncode == 0, f"{where} failed:\n{proc.stdout}{proc.stderr}"
     assert re.search(r"\b\d+ passed\b", proc.stdout) and "skipped" not in proc.stdout, proc.stdout

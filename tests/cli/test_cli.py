@@ -1,4 +1,6 @@
-"""The ``trio-batch`` command, run for real in a subprocess against a local HTTP server."""
+"""The ``trio-batch`` command against a local HTTP server: in this process where only its output
+and exit code matter, in a subprocess where the process is the point (signals, a terminal,
+the console script)."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import pytest
 
 from trio_batch import JobState, Store, TargetState
 
+from ..support.cli_runner import run_cli
 from ..support.local_server import LocalServer, server
 
 __all__ = ["server"]  # the fixture, imported for pytest
@@ -41,7 +44,18 @@ def _cmd(*args: str) -> list[str]:
 def cli(
     *args: str, stdin: str | None = None, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``trio-batch ARGS`` to completion; stdout and stderr are captured."""
+    """Run ``trio-batch ARGS`` to completion in this process; stdout and stderr are captured.
+
+    ``serve`` is run here only to be refused: one that started would serve until the test's
+    timeout (``timeout`` in pyproject.toml) failed it.
+    """
+    return run_cli(args, stdin=stdin, env=env or _env())
+
+
+def cli_process(
+    *args: str, stdin: str | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m trio_batch ARGS`` to completion; stdout and stderr are captured."""
     return subprocess.run(
         _cmd(*args),
         input=stdin,
@@ -320,7 +334,9 @@ def test_status_results_jobs_and_gc(server: LocalServer, tmp_path: Path, db: Pat
         tmp_path / "batch.jsonl",
         [{"url": server.url("/data.json"), "options": {"jq": ".name"}}, server.url("/error")],
     )
-    run = json.loads(cli("run", str(batch), "--db", str(db), "--json", "--caller", "ann").stdout)
+    # No retries: the 500 fails at once instead of after the policy's 1 s and 2 s waits.
+    ran = cli("run", str(batch), "--db", str(db), "--json", "--caller", "ann", "--retries", "0")
+    run = json.loads(ran.stdout)
     job_id = run["job"]["id"]
 
     status = cli("status", job_id, "--db", str(db))
@@ -378,7 +394,9 @@ def test_a_library_warning_does_not_print_as_trio_batch(
     assert m is not None
     damaged = tmp_path / "damaged.pdf"  # a wrong startxref: pypdf warns, then recovers
     damaged.write_bytes(data[: m.start(1)] + str(int(m.group(1)) + 7).encode() + data[m.end(1) :])
-    proc = cli(
+    # In a process of its own: the PDF is read in a worker process, whose stderr is the
+    # command's only when the command is a process.
+    proc = cli_process(
         "run", write_batch(tmp_path / "b.txt", [damaged.as_uri()]).as_posix(), "--db", str(db)
     )
     assert proc.returncode == 0, proc.stderr

@@ -162,3 +162,12 @@ def test_on_postgresql_snapshots_live_in_the_shared_snapshot_dir(
     result = out["targets"][0]["result"]  # type: ignore[index]
     assert result["content"] == "The second paragraph mentions pears."
     assert result["meta"]["replayed"] is True
+
+
+def test_the_help_names_the_snapshot_stores_own_default() -> None:
+    # The option's default is the store's (None on the command line), so the help says it.
+    from trio_batch.fetchers._snapshots import DEFAULT_MAX_BYTES
+
+    assert DEFAULT_MAX_BYTES == 1024**3
+    shown = " ".join(cli("run", "--help").stdout.split())  # as wrapped for any width
+    assert f"(default: {DEFAULT_MAX_BYTES}, 1 GiB)" in shown

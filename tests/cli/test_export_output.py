@@ -4,6 +4,7 @@ a killed export is removed by the next one."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -22,7 +23,7 @@ from trio_batch.cli import main
 from trio_batch.store import NewJob
 from trio_batch.store.sqlite._job_store import SQLiteJobStore
 
-from .test_cli import TIMEOUT, cli, db
+from .test_cli import TIMEOUT, cli, cli_process, db
 
 __all__ = ["db"]  # the fixture, imported for pytest
 
@@ -102,9 +103,12 @@ def test_a_fifo_is_written_to_and_stays_a_fifo(db: Path, job: str, tmp_path: Pat
     reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
     reader.start()
     proc = cli("export", job, "--db", str(db), "-o", str(fifo))
-    if not got and stat.S_ISFIFO(fifo.lstat().st_mode):
-        with open(fifo, "wb"):  # the export never opened it: let the reader end
-            pass
+    if stat.S_ISFIFO(fifo.lstat().st_mode):
+        # Should the export never have opened it, the reader still waits in open(): let it
+        # end. Not a blocking open: a reader that has read its end of file (and not yet
+        # stored it) no longer holds the FIFO, and that open would wait for ever (ENXIO).
+        with contextlib.suppress(OSError):
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
     reader.join(TIMEOUT)
     assert proc.returncode == 0, proc.stderr
     assert stat.S_ISFIFO(fifo.lstat().st_mode)
@@ -116,7 +120,7 @@ def test_a_link_to_stdout_is_written_to(db: Path, job: str, tmp_path: Path) -> N
     # replace it if the export were wrong).
     stdout = tmp_path / "stdout"
     stdout.symlink_to("/proc/self/fd/1")
-    proc = cli("export", job, "--db", str(db), "-o", str(stdout))
+    proc = cli_process("export", job, "--db", str(db), "-o", str(stdout))  # a real fd 1
     assert proc.returncode == 0, proc.stderr
     assert _idx(proc.stdout) == [0, 1, 2]
     assert stdout.is_symlink() and os.readlink(stdout) == "/proc/self/fd/1"

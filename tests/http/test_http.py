@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import signal
-import subprocess
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from trio_batch import Config, JobState, Store, TargetState
 from trio_batch.http import Caller, HeaderAuth, TokenAuth, create_app, load_fetch, serve
 from trio_batch.http._openapi import openapi_document
 
+from ..support.cli_runner import run_cli
 from ..support.fakes import T0, FakeClock, ScriptedFetch
 from ..support.http_fixtures import ALICE, BOB, sse_events, start_server
 from ..support.local_server import LocalServer, server
@@ -730,13 +730,10 @@ def test_the_command_retries_a_transient_failure(tmp_path: Path, server: LocalSe
         (["--db", "x.db", "--caller-header", "bad header"], "not a valid header name"),
     ],
 )
-def test_the_command_refuses_bad_arguments(tmp_path: Path, args: list[str], message: str) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "trio_batch", "serve", *args],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+def test_the_command_refuses_bad_arguments(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], message: str
+) -> None:
+    monkeypatch.chdir(tmp_path)  # x.db, should it be made, is made there
+    proc = run_cli(["serve", *args], stdin=None, env=os.environ)
     assert proc.returncode == 2
     assert message in proc.stderr

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,8 +20,9 @@ from trio_batch.http import Caller, HeaderAuth, TokenAuth
 from trio_batch.http._dashboard import DASHBOARD_HEADERS
 from trio_batch.http._headers import API_HEADERS
 
+from ..support.cli_runner import run_cli
 from ..support.fakes import FakeClock, ScriptedFetch
-from ..support.http_fixtures import ALICE, BOB, REPO, sse_events, start_server
+from ..support.http_fixtures import ALICE, BOB, sse_events, start_server
 from ..support.tls_server import until
 from .test_http import auth, body, problem, running
 
@@ -134,22 +135,11 @@ async def test_a_client_leaving_mid_body_is_counted_and_logged_quietly(
 
 
 def _serve_once(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """Run ``trio-batch serve`` expecting it to fail at start-up (it would serve otherwise)."""
+    """Run ``trio-batch serve`` in this process, expecting it to fail at start-up (one that
+    served would run until the test's timeout failed it)."""
     tokens = tmp_path / "tokens"
     tokens.write_text(f"{ALICE} alice user\n")
-    return subprocess.run(
-        [
-            str(Path(sys.executable).with_name("trio-batch")),
-            "serve",
-            "--tokens",
-            str(tokens),
-            *args,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=REPO,
-    )
+    return run_cli(["serve", "--tokens", str(tokens), *args], stdin=None, env=os.environ)
 
 
 def test_serve_with_a_database_held_by_another_runner_fails_in_one_line(tmp_path: Path) -> None:

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import re
-import subprocess
-import sys
+import socket
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import trustme
 
 from trio_batch.fetchers import DestinationPolicy, WebhookSender
 
+from ..support.cli_runner import run_cli
 from ..support.fakes import FakeClock, ScriptedFetch
 from ..support.http_fixtures import ALICE, BOB, start_server, stop_server
 from ..support.webhook_receiver import Receiver, receiving
@@ -168,21 +170,8 @@ def test_serve_with_a_webhook_secret_file_posts_signed_events(
 def test_serve_refuses_a_bad_webhook_secret_file(tmp_path: Path) -> None:
     secret = tmp_path / "webhook-secret"
     secret.write_text("not-a-secret\n")
-    done = subprocess.run(
-        [
-            str(Path(sys.executable).with_name("trio-batch")),
-            "serve",
-            "--db",
-            str(tmp_path / "jobs.db"),
-            "--caller-header",
-            "X-User",
-            "--webhook-secret-file",
-            str(secret),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    args = ["serve", "--db", str(tmp_path / "jobs.db"), "--caller-header", "X-User"]
+    done = run_cli([*args, "--webhook-secret-file", str(secret)], stdin=None, env=os.environ)
     assert done.returncode == 2
     assert "whsec_" in done.stderr and "not-a-secret" not in done.stderr
 
@@ -262,3 +251,22 @@ async def test_a_retry_tells_its_parents_webhook_or_the_one_its_body_sets(
         again = await retry(parent, webhook={"url": receiver.url})
         problem(again, 409, "webhook-conflict")
         assert await webhook_of(await retry(await ended("e", "f/fail"), webhook=None)) is None
+
+
+def test_the_receiver_stops_with_a_client_that_never_said_hello(webhook_ca: trustme.CA) -> None:
+    """The receiver's TLS handshake ran in its accept loop: a delivery cut between its TCP
+    connect and its TLS hello (a service stopped at the end of a test) held the receiver's
+    shutdown for ever, until pytest-timeout failed the test."""
+    stopped = threading.Event()
+
+    def serve_then_stop() -> None:
+        with receiving(webhook_ca) as receiver:
+            silent = socket.create_connection(("127.0.0.1", receiver.server_address[1]))
+            with receiver.changed:
+                assert receiver.changed.wait_for(lambda: receiver.connections >= 1, 60)
+        silent.close()
+        stopped.set()
+
+    thread = threading.Thread(target=serve_then_stop, daemon=True)
+    thread.start()
+    assert stopped.wait(60), "the receiver never stopped"  # a bound against a hang only

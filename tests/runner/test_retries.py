@@ -282,10 +282,12 @@ async def test_the_fetcher_retries_a_503_until_the_server_recovers(
     store: Store, server: LocalServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-    # The server asks for 1 s; max_delay caps it to 10 ms, so the test stays quick.
+    # The server asks for 1 s; max_delay caps the retry's wait and max_host_pause the host's
+    # pause to 10 ms, so the test stays quick.
     policy = RetryPolicy(attempts=4, first_delay=0.001, max_delay=0.01, jitter=0)
     url = server.url("/flaky?fail=2&status=503&after=1")
-    async with open_runner(store, HttpFetcher(), Config(retry=policy)) as runner:
+    fetcher = HttpFetcher(max_host_pause=0.01)
+    async with open_runner(store, fetcher, Config(retry=policy)) as runner:
         job_id, _ = await runner.submit("alice", "user", [Target(url)])
         job = await runner.wait(job_id)
         status = await runner.status(job_id)

@@ -51,6 +51,8 @@ def otlp_receiver() -> Iterator[tuple[str, Received]]:
     received = Received()
 
     class Handler(BaseHTTPRequestHandler):
+        disable_nagle_algorithm = True  # as local_server.py: no 40 ms wait for a delayed ACK
+
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
             if self.headers.get("Content-Encoding") == "gzip":

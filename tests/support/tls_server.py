@@ -111,6 +111,7 @@ class TLSServer(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # as local_server.py: no 40 ms wait for a delayed ACK
     server: TLSServer
 
     def setup(self) -> None:

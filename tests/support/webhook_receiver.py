@@ -49,11 +49,12 @@ class Receiver(ThreadingHTTPServer):
     def __init__(self, ca: trustme.CA, *, tls: bool = True) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.tls = tls
+        self.context: ssl.SSLContext | None = None
         if tls:
             cert = ca.issue_cert("127.0.0.1", "localhost")
-            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-            cert.configure_cert(context)
-            self.socket = context.wrap_socket(self.socket, server_side=True)
+            self.context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            cert.configure_cert(self.context)
+        self.connections = 0  # accepted, under ``changed``
         self.secret = "whsec_" + b64encode(secrets.token_bytes(32)).decode()
         self.verifier = Webhook(self.secret)
         self.client_context = ssl.create_default_context()
@@ -66,6 +67,18 @@ class Receiver(ThreadingHTTPServer):
         self.hold = threading.Event()
         self.hold.set()
         self.changed = threading.Condition()
+
+    def get_request(self) -> tuple[Any, Any]:
+        sock, addr = self.socket.accept()
+        with self.changed:
+            self.connections += 1
+            self.changed.notify_all()
+        if self.context is None:
+            return sock, addr
+        # The handshake runs in the connection's own thread (_Handler.setup), not here: in the
+        # accept loop, a client that connected and never said hello (a delivery cut at the
+        # end of a test) held the loop, and shutdown() with it, for ever.
+        return self.context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False), addr
 
     @property
     def url(self) -> str:
@@ -92,7 +105,17 @@ class Receiver(ThreadingHTTPServer):
 
 
 class _Handler(BaseHTTPRequestHandler):
+    disable_nagle_algorithm = True  # as local_server.py: no 40 ms wait for a delayed ACK
     server: Receiver
+
+    def setup(self) -> None:
+        if self.server.context is not None:
+            try:
+                self.request.do_handshake()
+            except (OSError, ssl.SSLError):
+                self.request.close()
+                raise
+        super().setup()
 
     def log_message(self, format: str, *args: object) -> None:
         pass

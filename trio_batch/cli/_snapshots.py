@@ -10,13 +10,18 @@ from __future__ import annotations
 
 import argparse
 import time
+from typing import TYPE_CHECKING
 
 from .._model import is_job_id
 from .._text import parse_count
-from ..fetchers._recording import Recording
-from ..fetchers._snapshots import DEFAULT_MAX_BYTES, SnapshotStore, snapshot_root
 from ..store import JobStore
 from ._common import EXIT_DONE, EXIT_FAILED, UsageError, ask, default_db, report_error
+
+if TYPE_CHECKING:
+    # The fetchers (httpx, the worker pool) load when a command uses snapshots, not when the
+    # command line starts: ``status`` and ``jobs`` start without them.
+    from ..fetchers._recording import Recording
+    from ..fetchers._snapshots import SnapshotStore
 
 __all__ = [
     "add_recording_options",
@@ -47,9 +52,9 @@ def add_snapshot_dir(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--snapshot-max-bytes",
         type=_bytes,
-        default=DEFAULT_MAX_BYTES,
+        default=None,  # the SnapshotStore's own default, DEFAULT_MAX_BYTES
         metavar="N",
-        help="bodies kept in the snapshot directory, at most (default: %(default)s, 1 GiB); "
+        help="bodies kept in the snapshot directory, at most (default: 1073741824, 1 GiB); "
         "a response past it fails its target with SnapshotFull",
     )
 
@@ -83,6 +88,8 @@ def add_recording_options(parser: argparse.ArgumentParser) -> None:
 
 def recording(args: argparse.Namespace) -> Recording:
     """What ``run``'s options ask of every target; raises :class:`UsageError`."""
+    from ..fetchers._recording import Recording
+
     replay = args.replay or ""
     if replay and not is_job_id(replay):
         raise UsageError(f"--replay takes a job id, not {replay!r}")
@@ -98,13 +105,16 @@ def snapshot_store(args: argparse.Namespace, *, required: bool = False) -> Snaps
 
     From the ``--db`` the user gave, never the store's ``location``: that is a display text
     (a PostgreSQL store's names its host and database, not its URL)."""
+    from ..fetchers._snapshots import DEFAULT_MAX_BYTES, SnapshotStore, snapshot_root
+
     location = str(args.db if args.db is not None else default_db())
     root = snapshot_root(location, getattr(args, "snapshot_dir", None))
     if root is None:
         if required:
             raise UsageError("a PostgreSQL store keeps snapshots in --snapshot-dir DIR; name it")
         return None
-    return SnapshotStore(root, max_bytes=getattr(args, "snapshot_max_bytes", DEFAULT_MAX_BYTES))
+    max_bytes = getattr(args, "snapshot_max_bytes", None)
+    return SnapshotStore(root, max_bytes=DEFAULT_MAX_BYTES if max_bytes is None else max_bytes)
 
 
 def cmd_pin(store: JobStore, args: argparse.Namespace, *, pinned: bool) -> int:

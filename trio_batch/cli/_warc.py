@@ -11,16 +11,12 @@ import tempfile
 from pathlib import Path
 
 from .._text import printable
-from ..fetchers import HttpFetcher
 from ..store import JobStore
 from ._common import EXIT_DONE, EXIT_FAILED, UsageError, report_error
 from ._run import default_caller
 from ._snapshots import add_snapshot_dir, snapshot_store
 
 __all__ = ["add_import_parser", "cmd_export_warc", "cmd_import_warc"]
-
-#: Largest body ``import-warc`` takes from one record unless told otherwise: the fetcher's.
-DEFAULT_IMPORT_MAX_BYTES = HttpFetcher().max_bytes
 
 
 def _needs_warcio() -> None:
@@ -49,7 +45,7 @@ def add_import_parser(sub: argparse._SubParsersAction, db: argparse.ArgumentPars
 
 def cmd_import_warc(args: argparse.Namespace) -> int:
     """``trio-batch import-warc FILE``: 0 and the snapshot's id, 2 for a file refused."""
-    from ..fetchers import SnapshotError
+    from ..fetchers import HttpFetcher, SnapshotError
     from ..fetchers._warc import WarcError, import_warc
 
     _needs_warcio()
@@ -57,7 +53,9 @@ def cmd_import_warc(args: argparse.Namespace) -> int:
     assert snaps is not None
     caller = args.caller if args.caller is not None else default_caller()
     try:
-        job_id, count = import_warc(snaps, args.file, caller, max_bytes=DEFAULT_IMPORT_MAX_BYTES)
+        # The largest body taken from one record: the fetcher's.
+        max_bytes = HttpFetcher().max_bytes
+        job_id, count = import_warc(snaps, args.file, caller, max_bytes=max_bytes)
     except (WarcError, SnapshotError) as exc:
         raise UsageError(str(exc)) from None
     except OSError as exc:
