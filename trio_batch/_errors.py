@@ -10,6 +10,7 @@
     ├── CallerBusy               the caller holds jobs_per_caller live jobs
     ├── Busy                     jobs_total live jobs in all
     ├── JobLive                  a live job cannot be forgotten
+    ├── JobGone                  the job was deleted while it was read page by page
     ├── WebhookConflict          a resubmit's reused job has another webhook, or none
     ├── RunnerClosed             the runner has shut down
     └── StoreError               the database cannot be used as asked
