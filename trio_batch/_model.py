@@ -279,6 +279,10 @@ class TargetStatus:
     finished_at: float | None = None
     attempts: int = 0
     custom_id: str | None = None
+    #: Characters of the stored result when a read left it unread, being larger than it asked
+    #: for (see :meth:`Runner.watch <trio_batch.Runner.watch>`'s ``results_up_to``); then
+    #: ``result`` is None. None when ``result`` holds the result, or there is none.
+    result_size: int | None = None
 
     @property
     def is_finished(self) -> bool:

@@ -12,7 +12,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import trio_batch.runner._waits
 from trio_batch import Config, Result, TargetState, TargetStatus
 from trio_batch.http import _bodies
 from trio_batch.http._events import INLINE_RESULT
@@ -104,41 +103,47 @@ def test_pieces_join_to_exactly_the_whole_json(
         assert len(pieces) >= 3  # the head, the content in slices, the tail
 
 
-async def test_the_event_stream_of_big_results_reads_pages_bounded_by_size(
+async def test_the_event_stream_links_big_results_without_reading_them(
     tmp_path: Path, fetch: ScriptedFetch, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Its watcher read 256 outcomes at once: 19 KB of events loaded 640 MB of results.
-    size = INLINE_RESULT + 1000  # each one linked, not sent
-    bound = 3 * size - 1  # three results fit under it, a fourth does not
-    names = [f"big{i}" for i in range(8)]
+    # Its watcher read every result to send most of them as links: 19 KB of events loaded
+    # 640 MB of results.
+    size = INLINE_RESULT + 1000  # each big one linked, not sent
+    names = [f"big{i}" if i % 2 == 0 else f"small{i}" for i in range(8)]
     for i, name in enumerate(names):
-        fetch.custom[f"https://example.test/{name}"] = lambda i=i: Result(chr(97 + i) * size)
-    pages: list[list[int]] = []
+        text = chr(97 + i) * (size if i % 2 == 0 else 10)
+        fetch.custom[f"https://example.test/{name}"] = lambda text=text: Result(text)
+    loaded: list[int] = []  # the size of every result the store read for the stream
     real = SQLiteJobStore.get_outcomes
 
     async def recorded(self: SQLiteJobStore, *args: Any, **kwargs: Any) -> Any:
         found = await real(self, *args, **kwargs)
         if found is not None:
-            pages.append([len(t.result.to_json_text()) for t in found[1] if t.result])
+            loaded.extend(len(t.result.to_json_text()) for t in found[1] if t.result)
         return found
 
     monkeypatch.setattr(SQLiteJobStore, "get_outcomes", recorded)
-    monkeypatch.setattr(trio_batch.runner._waits, "WATCH_PAGE_BYTES", bound)
     config = Config(ttl=100, targets_per_job=8, jobs_per_caller=1, jobs_total=2)
     async with running(tmp_path, fetch, clock, config=config) as svc:
         r = await svc.client.post("/v1/batches", json=body(*names), headers=auth())
         job_id = r.json()["id"]
         await svc.wait_done(job_id)
-        pages.clear()  # the stream below reads a finished job: every outcome is stored
+        loaded.clear()  # the stream below reads a finished job: every outcome is stored
         async with svc.client.stream("GET", f"/v1/batches/{job_id}/events", headers=auth()) as r:
             events = [e async for e in sse_events(r)]
+        view = (await svc.client.get(f"/v1/batches/{job_id}", headers=auth())).json()
     targets = [e["data"] for e in events if e["event"] == "target"]
     assert [t["idx"] for t in targets] == list(range(8))
-    assert all(t["result"] is None and t["result_size"] > INLINE_RESULT for t in targets)
     assert events[-1]["event"] == "job" and events[-1]["data"]["status"] == "done"
-    # Each read stopped at the bound (the row that took it past comes last): 3 + 3 + 2.
-    assert [len(p) for p in pages] == [3, 3, 2]
-    assert all(sum(p[:-1]) < bound for p in pages), pages
+    big, small = targets[0::2], targets[1::2]
+    assert all(t["result"] is None for t in big)
+    # A link tells the size the job view tells, and where to read the result.
+    sizes = {t["idx"]: t["result_size"] for t in view["targets"]}
+    assert all(t["result_size"] == sizes[t["idx"]] > INLINE_RESULT for t in big)
+    assert all(t["result_url"] == f"/v1/batches/{job_id}/targets/{t['idx']}" for t in big)
+    assert all(t["result"]["content"] == chr(97 + t["idx"]) * 10 for t in small)
+    # Only the small results were read from the store; no big one was, even to be sized.
+    assert len(loaded) == 4 and max(loaded) <= INLINE_RESULT, loaded
 
 
 async def test_a_resubmit_a_retry_and_a_cancel_answer_without_reading_a_result(

@@ -590,6 +590,33 @@ async def test_a_watchers_page_is_bounded_by_its_results_size(job_store: JobStor
     assert await job_store.get_outcomes("A" * 22, 0, now=T0, limit=8, max_bytes=1) is None
 
 
+async def test_a_watcher_reads_no_result_over_its_cut_only_the_results_length(
+    job_store: JobStore,
+) -> None:
+    # The event stream sends a big result as a link: loading it only to size it cost a
+    # stream of 10 MB results 10 MB a target.
+    job, _ = await _create(job_store, n=3, targets_per_job=3)
+    big, small = _ok(job.id, 0, "é" * 3000), _ok(job.id, 2, "y" * 10)
+    for write in (big, _err(job.id, 1), small):
+        await job_store.record_outcome(write, ttl=TTL, now=T0)
+    stored = {}
+    for write in (big, small):
+        assert write.result is not None
+        stored[write.idx] = len(write.result.to_json_text())  # characters, as the cut counts
+    for max_bytes in (None, 10**9):  # the cut holds with or without a size bound
+        page = await job_store.get_outcomes(
+            job.id, 0, now=T0, limit=8, max_bytes=max_bytes, results_up_to=stored[2]
+        )
+        assert page is not None
+        first, failed, last = page[1]
+        assert (first.result, first.result_size) == (None, stored[0])
+        assert (failed.result, failed.result_size, failed.error) == (None, None, "Boom: no")
+        assert (last.result, last.result_size) == (small.result, None)  # at the cut: read
+    whole = await job_store.get_outcomes(job.id, 0, now=T0, limit=8)
+    assert whole is not None and whole[1][0].result == big.result
+    assert whole[1][0].result_size is None
+
+
 async def test_a_callers_jobs_come_in_stable_pages_newest_first(job_store: JobStore) -> None:
     ids = []
     for i in range(5):

@@ -2,8 +2,8 @@
 
 A result of more than :data:`INLINE_RESULT` characters (its JSON) is not sent in the event:
 the event carries ``result: null`` with the result's ``result_size`` and the ``result_url`` to
-read it from, as the job view does. A stream of 50 MB results would otherwise be encoded on
-the event loop and sent to every watcher whether it wants them or not.
+read it from, as the job view does. Such a result is not even read from the store: a stream
+of 50 MB results would otherwise load each one to send every watcher a link.
 """
 
 from __future__ import annotations
@@ -44,13 +44,11 @@ def _cheap(result: Result) -> bool:
 
 
 def _target_event(job_id: str, target: TargetStatus) -> bytes:
-    """The ``target`` event: the result inline if it is small, else a link to it."""
-    result = target.result
-    if result is not None and not _cheap(result):
-        size = len(result.to_json_text())
-        if size > INLINE_RESULT:
-            linked = {**target_summary_json(job_id, target, size), "result": None}
-            return _sse("target", linked, str(target.idx))
+    """The ``target`` event: the result inline, or a link to it if the store left it unread
+    for being larger than :data:`INLINE_RESULT` (the watch asks for that)."""
+    if target.result_size is not None:
+        linked = {**target_summary_json(job_id, target, target.result_size), "result": None}
+        return _sse("target", linked, str(target.idx))
     return _sse("target", target.to_json(), str(target.idx))
 
 
@@ -101,7 +99,7 @@ class EventStream(Response):
 
         async def watch() -> None:
             async with send_items:
-                async for item in self._runner.watch(self._job_id):
+                async for item in self._runner.watch(self._job_id, results_up_to=INLINE_RESULT):
                     await send_items.send(item)
 
         async with trio.open_nursery() as nursery:
@@ -122,7 +120,7 @@ class EventStream(Response):
                     elif item.idx > self._after:
                         if item.result is None or _cheap(item.result):
                             event = _target_event(self._job_id, item)
-                        else:  # sized and encoded on a worker thread, off the event loop
+                        else:  # encoded on a worker thread, off the event loop
                             event = await trio.to_thread.run_sync(_target_event, self._job_id, item)
                         await write(event)
             nursery.cancel_scope.cancel()

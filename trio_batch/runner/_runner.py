@@ -327,7 +327,9 @@ class Runner:
             return None
         return await self._waits.wait(job_id)
 
-    async def watch(self, job_id: str) -> AsyncIterator[TargetStatus | Job]:
+    async def watch(
+        self, job_id: str, *, results_up_to: int | None = None
+    ) -> AsyncIterator[TargetStatus | Job]:
         """Yield each stored outcome of the job in ``idx`` order, then the terminal job.
 
         Outcomes stored before the call come first, then each new one as soon as it is stored;
@@ -339,12 +341,16 @@ class Runner:
         iterator stops with what is stored). Targets left ``pending`` (after a
         cancel, a restart or a shutdown) are not yielded.
 
+        ``results_up_to``: a result of more characters than that (its JSON) is not read from
+        the store; its target comes with ``result`` None and the length in ``result_size``,
+        for a watcher that shows big results as a link to :meth:`target`.
+
         Cancellation: safe at any point; the iterator simply stops.
         """
         self._check_running()
         if not is_job_id(job_id):
             return
-        async for item in self._waits.watch(job_id):
+        async for item in self._waits.watch(job_id, results_up_to):
             yield item
 
     # ----------------------------------------------------------------------------------------

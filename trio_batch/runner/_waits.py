@@ -91,7 +91,9 @@ class Waits:
                 job = dataclasses.replace(job, status=JobState.FAILED, error="shutdown")
         return job
 
-    async def watch(self, job_id: str) -> AsyncIterator[TargetStatus | Job]:
+    async def watch(
+        self, job_id: str, results_up_to: int | None = None
+    ) -> AsyncIterator[TargetStatus | Job]:
         """See :meth:`Runner.watch <trio_batch.Runner.watch>`."""
         seen = 0  # targets are drained in idx order: the outcomes below this were yielded
         watched = False  # another runner drains it and was asked to notify its end
@@ -108,7 +110,12 @@ class Waits:
                 # Only the outcomes not seen yet: re-reading the whole job at every outcome
                 # made following a job of n targets cost n^2 rows.
                 found = await self._store.get_outcomes(
-                    job_id, seen, now=self._now(), limit=WATCH_PAGE, max_bytes=WATCH_PAGE_BYTES
+                    job_id,
+                    seen,
+                    now=self._now(),
+                    limit=WATCH_PAGE,
+                    max_bytes=WATCH_PAGE_BYTES,
+                    results_up_to=results_up_to,
                 )
                 if found is None:
                     return

@@ -38,23 +38,39 @@ def targets_page(
     results: bool = True,
     outcomes: bool = False,
     placeholder: str = "?",
+    results_up_to: int | None = None,
 ) -> tuple[str, tuple[str | int, ...]]:
     """The SQL and its parameters for up to ``limit`` of a job's targets with an index above
     ``after``, in ``idx`` order, unbounded by size (SQLite cuts it with :func:`rows_within`).
 
     ``outcomes``: only targets with an outcome (``done`` or ``failed``, what a watcher reads);
     else every target (an export's read). Without ``results`` each result reads as NULL and
-    none is loaded. ``placeholder``: ``"?"`` for SQLite, ``"%s"`` for PostgreSQL."""
-    return _query(results, False, outcomes, placeholder), (job_id, after, limit)
+    none is loaded. ``results_up_to``: a result longer than that reads as NULL, and the row
+    ends with its length (see :func:`~._rows.target_from_row`). ``placeholder``: ``"?"`` for
+    SQLite, ``"%s"`` for PostgreSQL."""
+    sql = _query(results, False, outcomes, results_up_to is not None, placeholder)
+    return sql, _values(results_up_to, job_id, after, limit)
 
 
 def sized_targets_page(
-    job_id: str, after: int, *, limit: int, max_bytes: int, outcomes: bool = False
+    job_id: str,
+    after: int,
+    *,
+    limit: int,
+    max_bytes: int,
+    outcomes: bool = False,
+    results_up_to: int | None = None,
 ) -> tuple[str, tuple[str | int, ...]]:
     """PostgreSQL's :func:`targets_page` with its results, bounded in the query: the page ends
     with the row whose result takes the page's results past ``max_bytes`` bytes (their
     ``octet_length``, read from each TOASTed value's header, not from the value)."""
-    return _query(True, True, outcomes, "%s"), (job_id, after, limit, max_bytes)
+    sql = _query(True, True, outcomes, results_up_to is not None, "%s")
+    return sql, _values(results_up_to, job_id, after, limit, max_bytes)
+
+
+def _values(results_up_to: int | None, *values: str | int) -> tuple[str | int, ...]:
+    # The cut's bound comes first: it is in the select list, before the WHERE clause.
+    return values if results_up_to is None else (results_up_to, results_up_to, *values)
 
 
 def rows_within(rows: Iterable[Sequence[Any]], max_bytes: int | None) -> list[Sequence[Any]]:
@@ -75,18 +91,26 @@ def rows_within(rows: Iterable[Sequence[Any]], max_bytes: int | None) -> list[Se
 
 
 @functools.cache
-def _query(results: bool, bounded: bool, outcomes: bool, placeholder: str) -> str:
-    columns = _COLUMNS.format(result="result" if results else "NULL")
+def _query(results: bool, bounded: bool, outcomes: bool, cut: bool, placeholder: str) -> str:
+    result = "result" if results else "NULL"
+    # A result over the cut is left unread; its length says what a link to it shows.
+    wanted = (
+        _COLUMNS.format(result="CASE WHEN length(result) > ? THEN NULL ELSE result END")
+        + ", CASE WHEN length(result) > ? THEN length(result) END"
+        if cut
+        else _COLUMNS.format(result=result)
+    )
+    columns = _COLUMNS.format(result=result)
     where = "job_id = ? AND idx > ?"
     if outcomes:
         where += " AND status IN ('done', 'failed')"
     if not bounded:
-        sql = f"SELECT {columns} FROM targets WHERE {where} ORDER BY idx LIMIT ?"
+        sql = f"SELECT {wanted} FROM targets WHERE {where} ORDER BY idx LIMIT ?"
     else:
         # The result goes through the window as it is stored (a TOAST pointer), read only
         # for the rows the page keeps.
         sql = (
-            f"SELECT {columns} FROM (SELECT {columns}, "
+            f"SELECT {wanted} FROM (SELECT {columns}, "
             "coalesce(octet_length(result), 0) AS size, "
             "sum(coalesce(octet_length(result), 0)) OVER (ORDER BY idx) AS upto "
             f"FROM targets WHERE {where} ORDER BY idx LIMIT ?) AS page "

@@ -168,7 +168,14 @@ class JobStore(Protocol):
         ...
 
     async def get_outcomes(
-        self, job_id: str, start: int, *, now: float, limit: int, max_bytes: int | None = None
+        self,
+        job_id: str,
+        start: int,
+        *,
+        now: float,
+        limit: int,
+        max_bytes: int | None = None,
+        results_up_to: int | None = None,
     ) -> tuple[Job, list[TargetStatus]] | None:
         """The job and, in ``idx`` order, up to ``limit`` of its targets from ``start`` on that
         have an outcome (``done`` or ``failed``), with their results, from one snapshot; None
@@ -177,7 +184,9 @@ class JobStore(Protocol):
 
         ``max_bytes``: as :meth:`get_targets_after`'s, the page also ends with the target
         whose result takes the page's results past this size (the first target always
-        comes), so a page of big results holds about ``max_bytes``, not ``limit`` of them."""
+        comes), so a page of big results holds about ``max_bytes``, not ``limit`` of them.
+        ``results_up_to``: a result of more characters than that is not read; its target
+        comes with ``result`` None and the result's length in ``result_size``."""
         ...
 
     async def list_jobs(

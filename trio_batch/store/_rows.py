@@ -83,8 +83,10 @@ def _metadata_cached(text: str) -> tuple[tuple[str, str], ...]:
 
 def target_from_row(row: Sequence[Any]) -> TargetStatus:
     """A :class:`TargetStatus` from ``idx, url, status, result, error, hint, options,
-    finished_at, attempts, custom_id``."""
-    idx, url, status, result, error, hint, options, finished_at, attempts, custom_id = row
+    finished_at, attempts, custom_id``, and the length of a result left unread if the row
+    has it (see :func:`~._pages.targets_page`'s ``results_up_to``)."""
+    idx, url, status, result, error, hint, options, finished_at, attempts, custom_id = row[:10]
+    unread = row[10] if len(row) > 10 else None
     return TargetStatus(
         idx,
         url,
@@ -97,6 +99,7 @@ def target_from_row(row: Sequence[Any]) -> TargetStatus:
         finished_at,
         attempts,
         custom_id,
+        None if unread is None else int(unread),
     )
 
 

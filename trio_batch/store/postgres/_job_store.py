@@ -316,11 +316,24 @@ class PostgresJobStore(StoreFace):
         return await self._call(PostgresStore.get_target, job_id, idx, now=now)
 
     async def get_outcomes(
-        self, job_id: str, start: int, *, now: float, limit: int, max_bytes: int | None = None
+        self,
+        job_id: str,
+        start: int,
+        *,
+        now: float,
+        limit: int,
+        max_bytes: int | None = None,
+        results_up_to: int | None = None,
     ) -> tuple[Job, list[TargetStatus]] | None:
         """:meth:`PostgresStore.get_outcomes`, from one snapshot."""
         return await self._call(
-            PostgresStore.get_outcomes, job_id, start, now=now, limit=limit, max_bytes=max_bytes
+            PostgresStore.get_outcomes,
+            job_id,
+            start,
+            now=now,
+            limit=limit,
+            max_bytes=max_bytes,
+            results_up_to=results_up_to,
         )
 
     async def list_caller_jobs(

@@ -173,16 +173,33 @@ class PostgresReads(PostgresConnection):
         return job, with_running(job, [target_from_row(row)])[0]
 
     def get_outcomes(
-        self, job_id: str, start: int, *, now: float, limit: int, max_bytes: int | None = None
+        self,
+        job_id: str,
+        start: int,
+        *,
+        now: float,
+        limit: int,
+        max_bytes: int | None = None,
+        results_up_to: int | None = None,
     ) -> tuple[Job, list[TargetStatus]] | None:
         """The job and a page of its targets with an outcome, from ``start``; see ``JobStore``."""
         if max_bytes is None:
             sql, values = targets_page(
-                job_id, start - 1, limit=limit, outcomes=True, placeholder="%s"
+                job_id,
+                start - 1,
+                limit=limit,
+                outcomes=True,
+                placeholder="%s",
+                results_up_to=results_up_to,
             )
         else:
             sql, values = sized_targets_page(
-                job_id, start - 1, limit=limit, max_bytes=max_bytes, outcomes=True
+                job_id,
+                start - 1,
+                limit=limit,
+                max_bytes=max_bytes,
+                outcomes=True,
+                results_up_to=results_up_to,
             )
         found = self._with_job(job_id, now, lambda c: c.execute(sql, values).fetchall())
         if found is None:

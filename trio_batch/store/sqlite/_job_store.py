@@ -157,11 +157,24 @@ class SQLiteJobStore(StoreFace):
         return await self._on_thread(one_target, job_id, idx, now=now)
 
     async def get_outcomes(
-        self, job_id: str, start: int, *, now: float, limit: int, max_bytes: int | None = None
+        self,
+        job_id: str,
+        start: int,
+        *,
+        now: float,
+        limit: int,
+        max_bytes: int | None = None,
+        results_up_to: int | None = None,
     ) -> tuple[Job, list[TargetStatus]] | None:
         """:func:`outcomes_from`, on the store thread (results may be large to decode)."""
         return await self._on_thread(
-            outcomes_from, job_id, start, now=now, limit=limit, max_bytes=max_bytes
+            outcomes_from,
+            job_id,
+            start,
+            now=now,
+            limit=limit,
+            max_bytes=max_bytes,
+            results_up_to=results_up_to,
         )
 
     async def list_caller_jobs(

@@ -64,10 +64,13 @@ def outcomes_from(
     now: float,
     limit: int,
     max_bytes: int | None = None,
+    results_up_to: int | None = None,
 ) -> tuple[Job, list[TargetStatus]] | None:
     """The job and up to ``limit`` of its targets from ``start`` on that have an outcome;
-    ``max_bytes`` as :meth:`JobStore.get_outcomes`."""
-    sql, values = targets_page(job_id, start - 1, limit=limit, outcomes=True)
+    ``max_bytes`` and ``results_up_to`` as :meth:`JobStore.get_outcomes`."""
+    sql, values = targets_page(
+        job_id, start - 1, limit=limit, outcomes=True, results_up_to=results_up_to
+    )
     found = _with_job(store, job_id, now, lambda: _read_within(store, sql, values, max_bytes))
     if found is None:
         return None
