@@ -1,6 +1,6 @@
-"""``trio-batch results JOB`` reads the job a page at a time, pages bounded by their results'
-size as an export's are: it read the whole job at once (64 results of 10 MB: 640 MB held to
-print them). Its output, text or ``--json``, is what it was."""
+"""``trio-batch results JOB`` and ``status JOB`` read the job a page at a time, pages bounded
+by their results' size as an export's are: they read the whole job at once (64 results of
+10 MB: 640 MB held to print them, or to show a line of each). Their output is what it was."""
 
 from __future__ import annotations
 
@@ -91,3 +91,34 @@ def test_results_as_text_are_read_in_pages(
     assert [h.split("]")[0] for h in headers] == [f"== [{i}" for i in range(TARGETS)]
     assert all(chr(97 + i) * 4000 in out for i in range(TARGETS - 1))
     assert "NetworkError: refused" in out
+
+
+def test_status_reads_the_job_in_pages_and_keeps_a_line_of_each_result(
+    db: Path, job: str, pages: list[list[int]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["status", job, "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    _bounded(pages)
+    assert out.count("4000 chars") == TARGETS - 1  # each result's size, as before
+    for i in range(TARGETS - 1):
+        assert chr(97 + i) * 20 in out and chr(97 + i) * 4000 not in out  # a line of it
+    assert "NetworkError: refused" in out and job in out
+
+
+def test_runs_report_reads_the_job_in_pages(
+    db: Path, tmp_path: Path, pages: list[list[int]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Its table shows a line of each result: the whole job was read for it.
+    files = []
+    for i in range(TARGETS):
+        path = tmp_path / f"page{i}.txt"
+        path.write_text(chr(97 + i) * 4000)
+        files.append(path.as_uri())
+    batch = tmp_path / "urls.txt"
+    batch.write_text("\n".join(files) + "\n")
+    assert main(["run", str(batch), "-q", "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert len(pages) >= 2 and all(sum(p[:-1]) < BOUND for p in pages), pages
+    assert sum(len(p) for p in pages) == TARGETS
+    assert all(chr(97 + i) * 20 in out for i in range(TARGETS))
+    assert f"{TARGETS} done, 0 failed" in out

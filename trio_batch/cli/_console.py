@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
@@ -30,18 +31,23 @@ from rich.text import Text
 from .._model import Job, Target, TargetState, TargetStatus
 from .._retry import RetryNotice
 from .._text import printable
+from ..runner import export_targets
+from ..store import JobStore
 
 __all__ = [
     "PlainProgress",
     "ProgressView",
     "RichProgress",
+    "TargetRow",
     "format_time",
     "job_details",
     "jobs_table",
     "print_results",
+    "read_rows",
     "results_table",
     "screenful",
     "summary_line",
+    "target_row",
     "worth_showing",
 ]
 
@@ -230,26 +236,63 @@ def _status(value: str) -> str:
     return f"[{_STYLES.get(value, '')}]{value}[/]" if _STYLES.get(value) else value
 
 
-def results_table(targets: Sequence[TargetStatus]) -> Table:
+@dataclass(frozen=True, slots=True)
+class TargetRow:
+    """What a results table shows of one target, printable: its result cut to a line, so a
+    table of many big results holds none of them."""
+
+    idx: int
+    status: TargetState
+    url: str
+    options: str
+    attempts: int
+    brief: str  # the result's metadata, or the error
+    note: str  # a failure's hint, or the result's first line; "" for neither
+
+
+def target_row(target: TargetStatus) -> TargetRow:
+    """``target`` as a row of :func:`results_table`."""
+    note = ""
+    if target.status == TargetState.FAILED and target.hint:
+        note = f"hint: {printable(target.hint)}"
+    elif target.result is not None:
+        note = _first_line(target.result.content)
+    return TargetRow(
+        target.idx,
+        target.status,
+        printable(target.url),
+        printable(_options(target)),
+        target.attempts,
+        _brief(target),
+        note,
+    )
+
+
+async def read_rows(store: JobStore, job: Job) -> list[TargetRow]:
+    """Every target of ``job`` as a :class:`TargetRow`, read a page at a time as an export
+    reads it (pages bounded by their results' size): a job of big results is never held
+    whole. Raises :class:`~trio_batch.JobGone` if the job is deleted meanwhile."""
+    return [target_row(t) async for _, t in export_targets(store, job, now=time.time())]
+
+
+def results_table(rows: Sequence[TargetRow]) -> Table:
     """The per-target table printed after a run and by ``status``."""
     table = Table(show_edge=False, pad_edge=False, expand=False)
     table.add_column("#", justify="right")
     table.add_column("status")
     table.add_column("url", overflow="fold")
     table.add_column("outcome", overflow="fold")
-    for t in targets:
-        outcome = escape(_brief(t))
-        if t.status == TargetState.FAILED and t.hint:
-            outcome += f"\n[dim]hint: {escape(printable(t.hint))}[/]"
-        elif t.result is not None and (preview := _first_line(t.result.content)):
-            outcome += f"\n[dim]{escape(preview)}[/]"
-        url = escape(printable(t.url))
-        if options := _options(t):
-            url += f"\n[dim]{escape(printable(options))}[/]"
-        status = _status(str(t.status))
-        if t.attempts > 1:  # retried: say how many attempts the outcome took
-            status += f"\n[dim]{t.attempts} attempts[/]"
-        table.add_row(str(t.idx), status, url, outcome)
+    for row in rows:
+        outcome = escape(row.brief)
+        if row.note:
+            outcome += f"\n[dim]{escape(row.note)}[/]"
+        url = escape(row.url)
+        if row.options:
+            url += f"\n[dim]{escape(row.options)}[/]"
+        status = _status(str(row.status))
+        if row.attempts > 1:  # retried: say how many attempts the outcome took
+            status += f"\n[dim]{row.attempts} attempts[/]"
+        table.add_row(str(row.idx), status, url, outcome)
     return table
 
 
@@ -264,7 +307,7 @@ def screenful(console: Console) -> int:
     return max(5, (console.size.height - 6) // 2)
 
 
-def worth_showing(targets: Sequence[TargetStatus], rows: int) -> list[TargetStatus]:
+def worth_showing(targets: Sequence[TargetRow], rows: int) -> list[TargetRow]:
     """At most ``rows`` of ``targets`` in ``idx`` order: the failed ones first, then the rest."""
     if len(targets) <= rows:
         return list(targets)
@@ -281,7 +324,7 @@ def retry_line(notice: RetryNotice) -> str:
     )
 
 
-def summary_line(job: Job, targets: Sequence[TargetStatus]) -> str:
+def summary_line(job: Job, targets: Sequence[TargetRow]) -> str:
     """``job ID: partial - 10 done, 2 failed, 0 not fetched`` (rich markup)."""
     pending = sum(t.status in (TargetState.PENDING, TargetState.RUNNING) for t in targets)
     ok = job.targets_succeeded

@@ -35,7 +35,7 @@ import trio
 
 from .._config import Config
 from .._errors import BatchError, JobGone, JobLive
-from .._model import Job, TargetStatus, is_job_id
+from .._model import Job, is_job_id
 from .._text import parse_count, printable_json
 from .._version import __version__
 from ..runner import export_targets
@@ -421,24 +421,29 @@ def _no_database(args: argparse.Namespace) -> int:
 # status, results, jobs, gc
 
 
-def _get(store: JobStore, job_id: str) -> tuple[Job, list[TargetStatus]] | None:
-    found = ask(store, lambda s: s.get_status(job_id, now=time.time()))
-    if found is None:
+def _get_job(store: JobStore, job_id: str) -> Job | None:
+    """The job, or None having said that there is none."""
+    job = ask(store, lambda s: s.get_job(job_id, now=time.time()))
+    if job is None:
         report_error(f"no job {job_id} in {store.location} (unknown id, or its lease has lapsed)")
-    return found
+    return job
 
 
 def _cmd_status(store: JobStore, args: argparse.Namespace) -> int:
     from . import _console
 
-    found = _get(store, args.job)
-    if found is None:
+    job = _get_job(store, args.job)
+    if job is None:
         return EXIT_FAILED
-    job, targets = found
+    try:
+        rows = ask(store, lambda s: _console.read_rows(s, job))
+    except JobGone as exc:
+        report_error(str(exc))
+        return EXIT_FAILED
     out = stdout_console()
     out.print(_console.job_details(job))
     out.print()
-    out.print(_console.results_table(targets))
+    out.print(_console.results_table(rows))
     return EXIT_DONE
 
 
@@ -448,9 +453,8 @@ def _cmd_results(store: JobStore, args: argparse.Namespace) -> int:
     whole; 1 for an unknown job, or one deleted while it was read."""
     from . import _console
 
-    job = ask(store, lambda s: s.get_job(args.job, now=time.time()))
+    job = _get_job(store, args.job)
     if job is None:
-        report_error(f"no job {args.job} in {store.location} (unknown id, or its lease has lapsed)")
         return EXIT_FAILED
     out = stdout_console()
 

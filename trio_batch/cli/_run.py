@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import getpass
 import logging
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from .._config import Config
-from .._errors import BatchError, InvalidRequest, InvalidTargets, StoreLocked
+from .._errors import BatchError, InvalidRequest, InvalidTargets, JobGone, StoreLocked
 from .._files import read_bounded
 from .._model import Job, JobState, Target, TargetStatus
 from .._retry import RetryNotice
@@ -46,6 +47,8 @@ from ._telemetry import setup_tracing
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+    from ._console import TargetRow
 
 
 __all__ = ["cmd_retry", "cmd_run", "default_caller", "fetch_job"]
@@ -175,14 +178,30 @@ def fetch_job(
             return EXIT_FAILED
         finally:
             flush_traces()
-        final = ask(store, lambda s: s.get_status(outcome.job_id, now=time.time()))
+        final = None
+        with contextlib.suppress(JobGone):  # deleted as it was read: as good as gone
+            final = ask(store, lambda s: _final(s, outcome.job_id, as_json=args.json))
         store_path = store.location
     if final is None:  # pragma: no cover - the lease is at least --ttl seconds
         report_error(f"job {outcome.job_id} is gone (its lease lapsed)")
         return EXIT_FAILED
-    job, statuses = final
-    _report(job, statuses, outcome, store_path=store_path, as_json=args.json)
+    job, statuses, rows = final
+    _report(job, statuses, rows, outcome, store_path=store_path, as_json=args.json)
     return _exit_code(job, outcome)
+
+
+async def _final(
+    store: JobStore, job_id: str, *, as_json: bool
+) -> tuple[Job, list[TargetStatus], list[TargetRow]] | None:
+    """The ended job for its report: with ``as_json`` every target with its result (the
+    JSON is the results), else the table's rows, read a page at a time; None if it is gone."""
+    from . import _console
+
+    if as_json:
+        found = await store.get_status(job_id, now=time.time())
+        return None if found is None else (found[0], found[1], [])
+    job = await store.get_job(job_id, now=time.time())
+    return None if job is None else (job, [], await _console.read_rows(store, job))
 
 
 def _check_options(targets: list[Target], lines: list[int], label: str) -> None:
@@ -358,6 +377,7 @@ def _reused_message(job: Job, store_path: str) -> str:
 def _report(
     job: Job,
     targets: list[TargetStatus],
+    rows: list[TargetRow],
     outcome: _Outcome,
     *,
     store_path: str,
@@ -374,15 +394,14 @@ def _report(
         )
         return
     out = stdout_console()
-    rows = _console.screenful(out)
-    shown = _console.worth_showing(targets, rows)
+    shown = _console.worth_showing(rows, _console.screenful(out))
     out.print(_console.results_table(shown))
-    if len(shown) < len(targets):
+    if len(shown) < len(rows):
         out.print(
-            f"[dim]{len(targets) - len(shown)} more target(s) not shown (failed ones first); "
+            f"[dim]{len(rows) - len(shown)} more target(s) not shown (failed ones first); "
             f"every one: trio-batch status {job.id} --db {_quote(store_path)}[/]"
         )
-    out.print(_console.summary_line(job, targets))
+    out.print(_console.summary_line(job, rows))
     out.print(
         f"[dim]full results: trio-batch results {job.id} --db {_quote(store_path)}[/]",
     )
