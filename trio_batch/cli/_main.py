@@ -25,22 +25,16 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import sys
-import time
 from collections.abc import Sequence
 
-import trio
-
 from .._config import Config
-from .._errors import BatchError, JobGone, JobLive
-from .._model import Job, is_job_id
-from .._text import parse_count, printable_json
+from .._errors import BatchError
+from .._model import is_job_id
+from .._text import parse_count
 from .._version import __version__
-from ..runner import export_targets
-from ..store import JobStore
-from ._batch_data import MAX_INDEX, add_export_parser, add_job_filters, cmd_export, job_filter
+from ._batch_data import MAX_INDEX, add_export_parser, add_job_filters, cmd_export
 from ._common import (
     EXIT_BUSY,
     EXIT_CANCELLED,
@@ -48,20 +42,18 @@ from ._common import (
     EXIT_FAILED,
     EXIT_USAGE,
     UsageError,
-    ask,
     db_target,
     default_db,
     open_db,
-    print_json,
     report_error,
     stderr_console,
-    stdout_console,
     whole_number,
 )
+from ._inspect import cmd_forget, cmd_gc, cmd_jobs, cmd_results, cmd_status
 from ._logs import add_log_format_argument
 from ._options import add_fetch_limits, add_politeness, add_store_options
-from ._run import DEFAULT_MAX_TARGETS, cmd_retry, cmd_run, default_caller
-from ._snapshots import add_recording_options, add_snapshot_dir, cmd_pin, collect_snapshots
+from ._run import DEFAULT_MAX_TARGETS, cmd_retry, cmd_run
+from ._snapshots import add_recording_options, add_snapshot_dir, cmd_pin
 from ._telemetry import add_otel_argument
 from ._warc import add_import_parser, cmd_export_warc, cmd_import_warc
 
@@ -74,10 +66,6 @@ __all__ = [
     "default_db",
     "main",
 ]
-
-
-#: Lapsed jobs deleted per transaction by `trio-batch gc`.
-GC_BATCH = 100
 
 
 _EPILOG = """\
@@ -368,18 +356,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             if store is None:
                 return _no_database(args)
             if args.command == "status":
-                return _cmd_status(store, args)
+                return cmd_status(store, args)
             if args.command == "results":
-                return _cmd_results(store, args)
+                return cmd_results(store, args)
             if args.command == "jobs":
-                return _cmd_jobs(store, args)
+                return cmd_jobs(store, args)
             if args.command == "forget":
-                return _cmd_forget(store, args)
+                return cmd_forget(store, args)
             if args.command == "export":
                 return cmd_export_warc(store, args) if args.warc else cmd_export(store, args)
             if args.command in ("pin", "unpin"):
                 return cmd_pin(store, args, pinned=args.command == "pin")
-            return _cmd_gc(store, args)
+            return cmd_gc(store, args)
     except UsageError as exc:
         report_error(str(exc))
         return EXIT_USAGE
@@ -410,133 +398,4 @@ def _no_database(args: argparse.Namespace) -> int:
             stderr_console().print(f"no jobs (there is no database at {db})", markup=False)
         return EXIT_DONE
     print("purged 0 expired job(s)")
-    return EXIT_DONE
-
-
-# --------------------------------------------------------------------------------------------
-# run
-
-
-# --------------------------------------------------------------------------------------------
-# status, results, jobs, gc
-
-
-def _get_job(store: JobStore, job_id: str) -> Job | None:
-    """The job, or None having said that there is none."""
-    job = ask(store, lambda s: s.get_job(job_id, now=time.time()))
-    if job is None:
-        report_error(f"no job {job_id} in {store.location} (unknown id, or its lease has lapsed)")
-    return job
-
-
-def _cmd_status(store: JobStore, args: argparse.Namespace) -> int:
-    from . import _console
-
-    job = _get_job(store, args.job)
-    if job is None:
-        return EXIT_FAILED
-    try:
-        rows = ask(store, lambda s: _console.read_rows(s, job))
-    except JobGone as exc:
-        report_error(str(exc))
-        return EXIT_FAILED
-    out = stdout_console()
-    out.print(_console.job_details(job))
-    out.print()
-    out.print(_console.results_table(rows))
-    return EXIT_DONE
-
-
-def _cmd_results(store: JobStore, args: argparse.Namespace) -> int:
-    """``trio-batch results JOB``: each target's outcome, read a page at a time as an export
-    reads it (pages bounded by their results' size), so a job of big results is never held
-    whole; 1 for an unknown job, or one deleted while it was read."""
-    from . import _console
-
-    job = _get_job(store, args.job)
-    if job is None:
-        return EXIT_FAILED
-    out = stdout_console()
-
-    async def each() -> None:
-        assert job is not None
-        # --json: the document print_json would make of the whole job, a target at a time.
-        if args.json:
-            sys.stdout.write('{\n  "job": ' + _json_at(job.to_json(), 2) + ',\n  "targets": [')
-        first = True
-        async for _, target in export_targets(store, job, now=time.time()):
-            if args.json:
-                sys.stdout.write(
-                    ("\n" if first else ",\n") + "    " + _json_at(target.to_json(), 4)
-                )
-            else:
-                _console.print_results(out, [target])
-            first = False
-        if args.json:
-            sys.stdout.write(("]" if first else "\n  ]") + "\n}\n")
-
-    try:
-        trio.run(each)
-    except JobGone as exc:
-        report_error(f"{exc}: the results shown are incomplete")
-        return EXIT_FAILED
-    return EXIT_DONE
-
-
-def _json_at(obj: object, indent: int) -> str:
-    """``obj`` as ``print_json`` writes it, for a place ``indent`` spaces in."""
-    text = printable_json(json.dumps(obj, ensure_ascii=False, indent=2))
-    return text.replace("\n", "\n" + " " * indent)
-
-
-def _cmd_jobs(store: JobStore, args: argparse.Namespace) -> int:
-    from . import _console
-
-    where = job_filter(args)
-    if where is None:
-        jobs = ask(
-            store, lambda s: s.list_jobs(caller=args.caller, limit=args.limit, now=time.time())
-        )
-    else:  # a caller's own jobs, newest first, read off the filter's index
-        caller = args.caller if args.caller is not None else default_caller()
-        jobs = ask(
-            store,
-            lambda s: s.list_caller_jobs(caller, now=time.time(), limit=args.limit, where=where),
-        )
-    if args.json:
-        print_json([job.to_json() for job in jobs])
-    elif not jobs:
-        stderr_console().print("no jobs", markup=False)
-    else:
-        stdout_console().print(_console.jobs_table(jobs))
-    return EXIT_DONE
-
-
-def _cmd_forget(store: JobStore, args: argparse.Namespace) -> int:
-    try:
-        job = ask(store, lambda s: s.forget_job(args.job, now=time.time()))
-    except JobLive as exc:
-        report_error(f"{exc} (trio-batch run is still working on it)")
-        return EXIT_FAILED
-    if job is None:
-        report_error(f"no job {args.job} in {store.location} (unknown id, or its lease has lapsed)")
-        return EXIT_FAILED
-    print(f"forgot job {job.id} ({job.status}, {job.targets_total} target(s))")
-    return EXIT_DONE
-
-
-def _cmd_gc(store: JobStore, args: argparse.Namespace) -> int:
-    async def purge() -> int:
-        purged = 0
-        while True:
-            batch = await store.purge_expired(now=time.time(), batch_size=GC_BATCH)
-            purged += batch
-            if batch < GC_BATCH:
-                return purged
-
-    purged = trio.run(purge)
-    print(f"purged {purged} expired job(s)")
-    collected = collect_snapshots(store, args)
-    if collected is not None:
-        print(f"deleted {collected[0]} snapshot(s) and {collected[1]} unused body file(s)")
     return EXIT_DONE
