@@ -18,6 +18,7 @@ from .._tracing import NO_TRACING, Tracing
 from ..store import HostLimits, JobStore, ReapedJob, SQLiteJobStore, Store, WriteObserver
 from ._cluster import poll_drain_changes
 from ._deliveries import WebhookDeliverer
+from ._purge import purge_periodically
 from ._runner import FetchFunc, Runner
 
 __all__ = ["open_runner", "otel_tracing"]
@@ -184,7 +185,13 @@ async def _running(
                 tracing=tracing,
                 webhooks=webhooks,
             )
-            nursery.start_soon(runner._purge_periodically, name="trio_batch purge")
+            nursery.start_soon(
+                purge_periodically,
+                runner.purge_expired,
+                config.purge_interval,
+                log,
+                name="trio_batch purge",
+            )
             if runner._deliveries.enabled:
                 nursery.start_soon(runner._deliveries.run, name="trio_batch deliveries")
             cluster, changes = runner._cluster, runner._elsewhere

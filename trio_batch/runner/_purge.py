@@ -7,14 +7,23 @@ waits for it, so the purge paces itself by the time its own batches take.
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import trio
 
+from .._errors import StoreUnavailable
+from .._outage_log import OutageLog
 from ..store import JobStore
 
-__all__ = ["PURGE_BATCH", "PURGE_PAUSE_BUSY", "PURGE_PAUSE_IDLE", "purge_lapsed"]
+__all__ = [
+    "PURGE_BATCH",
+    "PURGE_PAUSE_BUSY",
+    "PURGE_PAUSE_IDLE",
+    "purge_lapsed",
+    "purge_periodically",
+]
 
 #: Lapsed jobs deleted per purge transaction: keeps the write lock short (a few ms).
 PURGE_BATCH = 20
@@ -56,3 +65,22 @@ async def purge_lapsed(
         # purge pauses longer (docs/explanation/performance.md has the figures).
         pause = PURGE_PAUSE_BUSY if draining() else PURGE_PAUSE_IDLE
         await trio.sleep(pause * took)
+
+
+async def purge_periodically(
+    purge: Callable[[], Awaitable[int]], interval: float, log: logging.Logger
+) -> None:
+    """Call ``purge`` (a runner's :meth:`~trio_batch.Runner.purge_expired`) every ``interval``
+    seconds, for ever; a store out of reach is logged as an outage (once as it begins, once
+    as it ends), never raised. Cancellation: stops at once; a batch in progress completes."""
+    outage = OutageLog(log, "purge lapsed jobs")
+    while True:
+        try:
+            purged = await purge()
+        except StoreUnavailable as exc:
+            outage.refused(exc)
+        else:
+            outage.answered()
+            if purged:
+                log.info("lapsed jobs purged", extra={"jobs": purged})
+        await trio.sleep(interval)

@@ -21,7 +21,6 @@ from .._errors import (
     JobLive,
     RunnerClosed,
     StoreUnavailable,
-    WebhookConflict,
 )
 from .._event import Delivery
 from .._model import (
@@ -33,7 +32,6 @@ from .._model import (
     is_job_id,
     with_running,
 )
-from .._outage_log import OutageLog
 from .._retry import RetryNotice
 from .._tracing import NO_TRACING, Tracing
 from ..store import JobFilter, JobStore, cluster_of
@@ -49,7 +47,7 @@ from ._cluster import ChangedElsewhere
 from ._deliveries import Deliveries, WebhookDeliverer
 from ._drains import Drains
 from ._purge import purge_lapsed
-from ._submit import SubmitChecks
+from ._submit import SubmitChecks, check_reused_webhook, job_webhook
 from ._waits import Waits
 
 __all__ = ["FetchFunc", "Runner"]
@@ -194,7 +192,7 @@ class Runner:
             if reused:
                 self._on_reuse(job)
                 if webhook is not None:
-                    await self._check_reused_webhook(job, webhook)
+                    await check_reused_webhook(self._store, job, webhook, now=self._now())
                 return job.id, True
             if self._closed:
                 # Shutdown began while the job was being created; shutdown marks it failed.
@@ -219,26 +217,6 @@ class Runner:
         if self._log.isEnabledFor(logging.INFO):
             self._log.info("job submitted", extra=_submit_extra(job))
         return job.id, False
-
-    async def _check_reused_webhook(self, job: Job, webhook: str) -> None:
-        """Raise :class:`WebhookConflict` if the reused ``job`` has another webhook than the
-        (checked) ``webhook`` its resubmit asked for, or none: a reuse never drops one
-        without a sign. A job's webhook is written with the job and never changes, so what is
-        read here is what it was reused with."""
-        delivery = await self._store.get_delivery(job.id, now=self._now())
-        stored = None if delivery is None else delivery.url
-        if stored == webhook:
-            return
-        if delivery is None and await self._store.get_job(job.id, now=self._now()) is None:
-            return  # forgotten or lapsed since it was reused: answered as a reuse of it is
-        told = "no webhook" if stored is None else "another webhook URL"
-        raise WebhookConflict(
-            f"these targets were already submitted as job {job.id}, which has {told}; "
-            "resubmit with the same webhook (or none) to get that job, or set other metadata "
-            "to make a new job",
-            job_id=job.id,
-            webhook=stored,
-        )
 
     def _on_reuse(self, job: Job) -> None:
         if self._log.isEnabledFor(logging.INFO):  # no log context built for nothing
@@ -472,10 +450,9 @@ class Runner:
         limit, _ = self._config.limits_for(job.caller_class)
         targets = await retry_targets(self._store, job, kinds, now=self._now(), limit=limit)
         if webhook is ...:  # the ended job's, where this runner sends its jobs' events
-            delivery = None
+            webhook = None
             if self._sends_webhooks:
-                delivery = await self._store.get_delivery(job.id, now=self._now())
-            webhook = None if delivery is None else delivery.url
+                webhook = await job_webhook(self._store, job.id, now=self._now())
         try:
             return await self.submit(
                 job.caller,
@@ -529,19 +506,6 @@ class Runner:
         """
         self._check_running()
         return await purge_lapsed(self._store, self._now, draining=lambda: bool(self._drains))
-
-    async def _purge_periodically(self) -> None:
-        outage = OutageLog(self._log, "purge lapsed jobs")
-        while True:
-            try:
-                purged = await self.purge_expired()
-            except StoreUnavailable as exc:
-                outage.refused(exc)
-            else:
-                outage.answered()
-                if purged:
-                    self._log.info("lapsed jobs purged", extra={"jobs": purged})
-            await trio.sleep(self._config.purge_interval)
 
     # ----------------------------------------------------------------------------------------
     # Checks

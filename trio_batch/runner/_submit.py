@@ -1,7 +1,8 @@
 """A submit's checks and the request it makes, for :class:`~trio_batch.Runner`.
 
 Both run before anything of the job is stored. The checks raise what
-:meth:`~trio_batch.Runner.submit` says, and build nothing for the job.
+:meth:`~trio_batch.Runner.submit` says, and build nothing for the job. After a reuse,
+:func:`check_reused_webhook` checks that the reused job tells the webhook asked for.
 """
 
 from __future__ import annotations
@@ -9,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from .._config import Config
-from .._errors import InvalidRequest
+from .._errors import InvalidRequest, WebhookConflict
 from .._model import (
+    Job,
     JobState,
     Target,
     check_caller,
@@ -22,12 +24,12 @@ from .._model import (
 )
 from .._text import safe_text
 from .._tracing import Tracing
-from ..store import Admission, NewJob
+from ..store import Admission, JobStore, NewJob
 from ._check import CheckTarget, check_each
 from ._deliveries import WebhookDeliverer
 from ._drain import _Drain
 
-__all__ = ["SubmitChecks"]
+__all__ = ["SubmitChecks", "check_reused_webhook", "job_webhook"]
 
 
 class SubmitChecks:
@@ -115,3 +117,29 @@ class SubmitChecks:
             trace_context=self._tracing.trace_context(drain.span),
         )
         return drain, request
+
+
+async def job_webhook(store: JobStore, job_id: str, *, now: float) -> str | None:
+    """The webhook URL the job was submitted with, or None (none, or an unknown job)."""
+    delivery = await store.get_delivery(job_id, now=now)
+    return None if delivery is None else delivery.url
+
+
+async def check_reused_webhook(store: JobStore, job: Job, webhook: str, *, now: float) -> None:
+    """Raise :class:`WebhookConflict` if the reused ``job`` has another webhook than the
+    (checked) ``webhook`` its resubmit asked for, or none: a reuse never drops one without a
+    sign. A job's webhook is written with the job and never changes, so what is read here is
+    what it was reused with."""
+    stored = await job_webhook(store, job.id, now=now)
+    if stored == webhook:
+        return
+    if stored is None and await store.get_job(job.id, now=now) is None:
+        return  # forgotten or lapsed since it was reused: answered as a reuse of it is
+    told = "no webhook" if stored is None else "another webhook URL"
+    raise WebhookConflict(
+        f"these targets were already submitted as job {job.id}, which has {told}; "
+        "resubmit with the same webhook (or none) to get that job, or set other metadata "
+        "to make a new job",
+        job_id=job.id,
+        webhook=stored,
+    )
