@@ -19,12 +19,14 @@ import threading
 from base64 import b64encode
 from collections.abc import Iterator
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 
 import pytest
 import trustme
 from standardwebhooks import Webhook, WebhookVerificationError
+
+from .tls_server import HandshakeInHandler
 
 #: How long a held answer waits at most if a test never releases it (seconds).
 HOLD_TIMEOUT = 30.0
@@ -104,21 +106,8 @@ class Receiver(ThreadingHTTPServer):
             return list(self.received)
 
 
-class _Handler(BaseHTTPRequestHandler):
-    disable_nagle_algorithm = True  # as local_server.py: no 40 ms wait for a delayed ACK
+class _Handler(HandshakeInHandler):
     server: Receiver
-
-    def setup(self) -> None:
-        if self.server.context is not None:
-            try:
-                self.request.do_handshake()
-            except (OSError, ssl.SSLError):
-                self.request.close()
-                raise
-        super().setup()
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
 
     def do_POST(self) -> None:
         length = int(self.headers.get("content-length", "0"))
