@@ -24,6 +24,7 @@ import trio
 from trio_batch import Config, Job, JobState, OutcomeWrite, Result, open_runner, open_store
 from trio_batch.store import NewJob
 from trio_batch.store.postgres import PostgresJobStore, PostgresStore
+from trio_batch.store.postgres import _outcome_queries as wq
 from trio_batch.store.postgres import _queries as q
 from trio_batch.store.postgres._listen import (
     PROBE_PREFIX,
@@ -230,7 +231,7 @@ def test_a_wait_marked_beside_the_last_outcome_is_told_or_finds_the_job_ended(
         with psycopg.connect(dsn) as ending:  # one transaction, committed at the block's end
             if marked_first:
                 assert watcher.watch_job(job.id)
-            ended = ending.execute(q.RECORD_OUTCOME_CALL if pooled else q.RECORD_OUTCOME, values)
+            ended = ending.execute(wq.RECORD_OUTCOME_CALL if pooled else wq.RECORD_OUTCOME, values)
             assert ended.fetchone()[2] == "done"
             if not marked_first:
                 mark = threading.Thread(target=lambda: answers.append(watcher.watch_job(job.id)))

@@ -34,7 +34,7 @@ from trio_batch import (
 from trio_batch._model import final_status
 from trio_batch.store import NewJob
 from trio_batch.store.postgres import SCHEMA_VERSION, PostgresStore, _outcomes
-from trio_batch.store.postgres import _queries as q
+from trio_batch.store.postgres import _outcome_queries as wq
 
 from ..support.fakes import T0
 from ..support.markers import PGBOUNCER
@@ -88,7 +88,7 @@ def test_the_outcome_function_is_the_one_the_migrations_make() -> None:
     RECORD_OUTCOME (or the function around it) changes, a database migrated earlier still
     runs the old one. Change it only with a new schema version whose step creates it again
     (``CREATE OR REPLACE``), then update this digest."""
-    digest = hashlib.sha256(q.CREATE_RECORD_OUTCOME_FUNCTION.encode()).hexdigest()[:16]
+    digest = hashlib.sha256(wq.CREATE_RECORD_OUTCOME_FUNCTION.encode()).hexdigest()[:16]
     assert (digest, SCHEMA_VERSION) == ("4a29ad2abe851a9f", 15)
 
 
@@ -104,10 +104,10 @@ def test_the_plan_a_connection_keeps_reads_each_row_by_its_key(
     values = direct_store._outcome_values(
         OutcomeWrite(job.id, 3, result=Result("x")), ttl=TTL, now=T0 + 1
     )
-    types = [type_ for _, type_ in q._OUTCOME_ARGS]
-    names = [name for name, _ in q._OUTCOME_ARGS]
+    types = [type_ for _, type_ in wq._OUTCOME_ARGS]
+    names = [name for name, _ in wq._OUTCOME_ARGS]
     place = {name: i for i, name in enumerate(names, 1)}
-    numbered = re.sub(r"%\((\w+)\)s", lambda m: f"${place[m.group(1)]}", q.RECORD_OUTCOME)
+    numbered = re.sub(r"%\((\w+)\)s", lambda m: f"${place[m.group(1)]}", wq.RECORD_OUTCOME)
     statements = [(numbered, names, types)]
     plans = []
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
@@ -128,13 +128,13 @@ def test_through_a_pooler_the_write_is_the_function(
 ) -> None:
     store.connection()
     assert store.pooled is (dsn != pg_dsn)
-    assert store._outcome_sql == (q.RECORD_OUTCOME_CALL if store.pooled else q.RECORD_OUTCOME)
+    assert store._outcome_sql == (wq.RECORD_OUTCOME_CALL if store.pooled else wq.RECORD_OUTCOME)
 
 
 def test_the_terminal_status_sql_is_final_status(store: PostgresStore) -> None:
     """The SQL CASE the write sets the status with agrees with the model's rule everywhere."""
     cases = [(total, failed) for total in range(1, 8) for failed in range(total + 1)]
-    sql = "SELECT " + q.final_status_case("%(total)s::integer", "%(failed)s::integer")
+    sql = "SELECT " + wq.final_status_case("%(total)s::integer", "%(failed)s::integer")
     conn = store.connection()
     for total, failed in cases:
         row = conn.execute(sql, {"total": total, "failed": failed}).fetchone()

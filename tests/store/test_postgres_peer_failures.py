@@ -29,6 +29,7 @@ import trio
 from trio_batch import JobState, OutcomeWrite, Result, StoreUnavailable
 from trio_batch.store import NewJob, ReapedJob
 from trio_batch.store.postgres import PostgresJobStore, PostgresStore
+from trio_batch.store.postgres import _outcome_queries as wq
 from trio_batch.store.postgres import _queries as q
 
 from ..runner.test_postgres_cluster import _sql, _until
@@ -66,7 +67,7 @@ def test_a_reap_racing_the_last_outcome_leaves_the_job_done(pg_dsn: str) -> None
         # registration is found silent and B reaps.
         writer = psycopg.connect(pg_dsn)
         values = a._outcome_values(OutcomeWrite(job.id, 0, result=Result("x")), ttl=TTL, now=T0)
-        assert writer.execute(q.RECORD_OUTCOME, values).fetchone()[1] is not None  # type: ignore[index]
+        assert writer.execute(wq.RECORD_OUTCOME, values).fetchone()[1] is not None  # type: ignore[index]
         _sql(pg_dsn, "DELETE FROM runners WHERE id = %s", (a.runner_id,))
         reaped: list[list[ReapedJob]] = []
         reaper = threading.Thread(target=lambda: reaped.append(b.reap(30, now=T0 + 1)))

@@ -28,6 +28,7 @@ from trio_batch import (
 )
 from trio_batch.store import DrainChanges, NewJob
 from trio_batch.store.postgres import SCHEMA_VERSION, PostgresJobStore, PostgresStore
+from trio_batch.store.postgres import _outcome_queries as wq
 from trio_batch.store.postgres import _queries as q
 
 from ..support.fakes import T0, logged, urls
@@ -301,7 +302,9 @@ _UPDATES = "SELECT " + ", ".join(
 )
 
 
-@pytest.mark.parametrize("sql", [q.RECORD_OUTCOME, q.RECORD_OUTCOME_CALL], ids=["direct", "pooled"])
+@pytest.mark.parametrize(
+    "sql", [wq.RECORD_OUTCOME, wq.RECORD_OUTCOME_CALL], ids=["direct", "pooled"]
+)
 def test_an_outcome_updates_its_progress_row_in_place_and_the_job_row_once(
     pg_dsn: str, sql: str
 ) -> None:

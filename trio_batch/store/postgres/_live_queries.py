@@ -5,7 +5,8 @@ count, and ``live_progress`` (v15), what every outcome changes; both kept by tri
 
 from __future__ import annotations
 
-from ._queries import CREATE_RECORD_OUTCOME_FUNCTION, LIVE, PROGRESS
+from ._outcome_queries import CREATE_RECORD_OUTCOME_FUNCTION
+from ._queries import LIVE, PROGRESS
 
 __all__: list[str] = []  # imported as a module: ``from . import _live_queries as lq``
 

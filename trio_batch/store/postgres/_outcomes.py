@@ -16,6 +16,7 @@ import psycopg
 from ..._errors import OutcomeExists, StoreError, StoreUnavailable
 from ..._model import Job, JobState, OutcomeWrite
 from .._rows import job_from_row, write_values
+from . import _outcome_queries as wq
 from . import _queries as q
 from ._connection import Conn, Op, rollback
 from ._reads import PostgresReads
@@ -188,7 +189,7 @@ class PostgresOutcomes(PostgresReads):
     def _outcome_sql(self) -> str:
         """``RECORD_OUTCOME``, prepared on a direct connection; through a pooler (nothing
         prepared), the function that keeps its plan on the server."""
-        return q.RECORD_OUTCOME_CALL if self.pooled else q.RECORD_OUTCOME
+        return wq.RECORD_OUTCOME_CALL if self.pooled else wq.RECORD_OUTCOME
 
     def _writable(
         self,
@@ -244,9 +245,9 @@ class PostgresOutcomes(PostgresReads):
             return answer
         key = (write.job_id, write.idx)
         if alone:
-            stored = self._one(conn, Op.READ, q.GET_OUTCOME, key).fetchone()
+            stored = self._one(conn, Op.READ, wq.GET_OUTCOME, key).fetchone()
         else:
-            stored = conn.execute(q.GET_OUTCOME, key).fetchone()
+            stored = conn.execute(wq.GET_OUTCOME, key).fetchone()
         if stored != (values["status"], values["result"], values["error"], values["hint"]):
             return answer
         # The first attempt of this retried write committed before its answer was lost.

@@ -21,6 +21,7 @@ from . import _create_queries as cq
 from . import _host_queries as hq
 from . import _live_queries as lq
 from . import _outbox_queries as oq
+from . import _outcome_queries as wq
 from . import _queries as q
 from . import _schema_queries as sq
 
@@ -77,14 +78,14 @@ def migrate(
                 conn.execute(statement)
         if version < 6:
             # The outcome write as a function: its plan cached on the server, pooler or not.
-            conn.execute(q.CREATE_RECORD_OUTCOME_FUNCTION)
+            conn.execute(wq.CREATE_RECORD_OUTCOME_FUNCTION)
         if version < 7:
             # A terminal job's lease indexed, not every job's: outcomes' updates are HOT.
             for statement in q.MIGRATE_V7_TERMINAL_LEASE:
                 conn.execute(statement)
         if version < 8:
             # RECORD_OUTCOME's rows by key, so the function's kept plan reads no table whole.
-            conn.execute(q.CREATE_RECORD_OUTCOME_FUNCTION)
+            conn.execute(wq.CREATE_RECORD_OUTCOME_FUNCTION)
         if version < 11:
             # The submit as a function (v9), one statement, one round trip, pooler or not;
             # plain targets from their URLs alone (v10); the targets as JSON text (v11).
@@ -92,7 +93,7 @@ def migrate(
             conn.execute(cq.DROP_CREATE_JOB_FUNCTION)
         if version < 12:
             # Waits on other runners' jobs registered: a job's end notified only if awaited.
-            for statement in q.MIGRATE_V12_WAITS:
+            for statement in wq.MIGRATE_V12_WAITS:
                 conn.execute(statement)
         if version < 13:
             # The submit's function again: the creation lock tried first, so a submit that

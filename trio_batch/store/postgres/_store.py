@@ -45,6 +45,7 @@ from .._rows import dumps, job_from_row, options_from_text
 from . import _create_queries as cq
 from . import _host_queries as hq
 from . import _outbox_queries as oq
+from . import _outcome_queries as wq
 from . import _queries as q
 from ._connection import Conn, Op
 from ._outcomes import PostgresOutcomes
@@ -264,7 +265,9 @@ class PostgresStore(PostgresOutcomes):
 
         def finish(conn: Conn) -> Any:
             with self._tx(conn, Op.WRITE):
-                row = conn.execute(q.FINISH_JOB, (status.value, error, now, job_id, now)).fetchone()
+                row = conn.execute(
+                    wq.FINISH_JOB, (status.value, error, now, job_id, now)
+                ).fetchone()
                 if row is not None:
                     _emit(conn, [job_id], now)
                     _notify(conn, [job_id])  # the runner draining it learns of a cancel now
