@@ -26,11 +26,18 @@ def _config_page() -> str:
     for match in re.finditer(r"^    - ``(\w+)``: (.*?)(?=^    - ``|\Z)", doc, re.S | re.M):
         described[match.group(1)] = " ".join(match.group(2).split())
     rows = ["| field | type | default | meaning |", "|---|---|---|---|"]
+
+    def _python(value: object) -> str:
+        # A size in MiB reads as one: ``16 * 1024 * 1024``, the same value, as Python.
+        if type(value) is int and value >= 1 << 20 and value % (1 << 20) == 0:
+            return f"{value >> 20} * 1024 * 1024"
+        return repr(value)
+
     for f in dataclasses.fields(Config):
         if f.name not in described:
             raise ExtensionError(f"Config.{f.name} is not described in Config's docstring")
         if f.default is not dataclasses.MISSING:
-            default = repr(f.default)
+            default = _python(f.default)
         elif f.default_factory is not dataclasses.MISSING:
             default = repr(f.default_factory())
         else:
