@@ -1,20 +1,17 @@
-"""PostgreSQL's outcome write: one statement per outcome, several in one shared commit.
+"""PostgreSQL's outcome write: a shared commit's outcomes in one statement.
 
-Each outcome is one data-modifying statement (``RECORD_OUTCOME``) that stores the target only
-if it is pending and its job unexpired and this runner's, bumps the job and sets its terminal
-status with its last outcome. A refused write changes nothing and raises nothing, so a shared
-commit needs no savepoint per write; a write whose values the database refuses aborts the
-transaction, which is made again without it. A shared commit's writes go out together, in
-psycopg's pipeline mode. On a real throw-away server (see pg_server.py).
+The writes are one data-modifying statement (``RECORD_OUTCOMES``, through its function) that
+stores each target only if it is pending and its job unexpired and this runner's, bumps each
+job and sets its terminal status with its last outcome. A refused write changes nothing and
+raises nothing; values the database refuses abort the statement, which is then sent again a
+write at a time. On a real throw-away server (see pg_server.py).
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import logging
 import re
-import select
 from collections.abc import Iterator
 from typing import Any
 
@@ -33,7 +30,7 @@ from trio_batch import (
 )
 from trio_batch._model import final_status
 from trio_batch.store import NewJob
-from trio_batch.store.postgres import SCHEMA_VERSION, PostgresStore, _outcomes
+from trio_batch.store.postgres import SCHEMA_VERSION, PostgresStore
 from trio_batch.store.postgres import _outcome_queries as wq
 
 from ..support.fakes import T0
@@ -84,51 +81,34 @@ def stored_row(store: PostgresStore, job_id: str) -> tuple[Any, ...]:
 
 
 def test_the_outcome_function_is_the_one_the_migrations_make() -> None:
-    """Through a pooler the outcome write is a function the schema migration creates: once
-    RECORD_OUTCOME (or the function around it) changes, a database migrated earlier still
-    runs the old one. Change it only with a new schema version whose step creates it again
-    (``CREATE OR REPLACE``), then update this digest."""
-    digest = hashlib.sha256(wq.CREATE_RECORD_OUTCOME_FUNCTION.encode()).hexdigest()[:16]
-    assert (digest, SCHEMA_VERSION) == ("4a29ad2abe851a9f", 15)
+    """The outcome write is a function the schema migration creates: once RECORD_OUTCOMES
+    (or the function around it) changes, a database migrated earlier still runs the old one.
+    Change it only with a new schema version whose step creates it again (``CREATE OR
+    REPLACE``), then update this digest."""
+    digest = hashlib.sha256(wq.CREATE_RECORD_OUTCOMES_FUNCTION.encode()).hexdigest()[:16]
+    assert (digest, SCHEMA_VERSION) == ("c5207c4b92a8a524", 16)
 
 
-def test_the_plan_a_connection_keeps_reads_each_row_by_its_key(
-    direct_store: PostgresStore, pg_dsn: str
-) -> None:
-    # From its sixth run a prepared statement (or the function's) keeps a generic plan, made
-    # for any values: one that scanned targets whole would cost each outcome the table's size.
+def test_a_batch_reads_each_row_by_its_key(direct_store: PostgresStore, pg_dsn: str) -> None:
+    # The function plans each call for its values and the tables as they are: a few writes
+    # among many jobs. Sequential scans off: each arm can reach its rows by key, which the
+    # planner takes once a table is larger than a few pages.
     caps = {"ttl": TTL, "targets_per_job": 32, "jobs_per_caller": 1, "jobs_total": 20}
+    jobs = []
     for n in range(20):
         targets = [Target(f"https://c{n}.test/{i}") for i in range(32)]
-        job, _ = direct_store.create_job(NewJob(f"c{n}", "user", targets, **caps), now=T0)
-    values = direct_store._outcome_values(
-        OutcomeWrite(job.id, 3, result=Result("x")), ttl=TTL, now=T0 + 1
-    )
-    types = [type_ for _, type_ in wq._OUTCOME_ARGS]
-    names = [name for name, _ in wq._OUTCOME_ARGS]
-    place = {name: i for i, name in enumerate(names, 1)}
-    numbered = re.sub(r"%\((\w+)\)s", lambda m: f"${place[m.group(1)]}", wq.RECORD_OUTCOME)
-    statements = [(numbered, names, types)]
-    plans = []
+        jobs.append(direct_store.create_job(NewJob(f"c{n}", "user", targets, **caps), now=T0)[0])
+    writes = [OutcomeWrite(job.id, 3, result=Result("x")) for job in jobs[:3]]
+    params = direct_store._outcomes_params(writes, ttl=TTL, now=T0 + 1)
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute("SET plan_cache_mode = force_generic_plan")
-        for k, (sql, names, kinds) in enumerate(statements):
-            conn.execute(f"PREPARE record{k} ({', '.join(kinds)}) AS {sql}")
-            explain = f"EXPLAIN EXECUTE record{k} (" + ", ".join(["%s"] * len(names)) + ")"
-            params = [values[n] for n in names]
-            cur = psycopg.ClientCursor(conn).execute(explain, params)
-            plans.append("\n".join(row[0] for row in cur.fetchall()))
-    # But runners: a row per runner, read only by the outcome that ends a job (v12).
-    assert all("Seq Scan" not in p.replace("Seq Scan on runners", "") for p in plans), plans
-    assert {"jobs_pkey", "targets_pkey", "outbox_pkey"} <= set(plans[0].replace("\n", " ").split())
-
-
-def test_through_a_pooler_the_write_is_the_function(
-    store: PostgresStore, dsn: str, pg_dsn: str
-) -> None:
-    store.connection()
-    assert store.pooled is (dsn != pg_dsn)
-    assert store._outcome_sql == (wq.RECORD_OUTCOME_CALL if store.pooled else wq.RECORD_OUTCOME)
+        conn.execute("SET enable_seqscan = off")
+        types = dict(wq.OUTCOMES_ARGS)  # the function's argument types, as it binds them
+        sql = re.sub(r"%\((\w+)\)s", lambda m: f"{m[0]}::{types[m[1]]}", wq.RECORD_OUTCOMES)
+        cur = psycopg.ClientCursor(conn).execute("EXPLAIN " + sql, params)
+        plan = "\n".join(row[0] for row in cur.fetchall())
+    # But runners: a row per runner, read only by the outcome that ends a job.
+    assert "Seq Scan" not in plan.replace("Seq Scan on runners", ""), plan
+    assert {"jobs_pkey", "targets_pkey", "outbox_pkey"} <= set(plan.split()), plan
 
 
 def test_the_terminal_status_sql_is_final_status(store: PostgresStore) -> None:
@@ -253,40 +233,38 @@ def _runner_store(dsn: str) -> Iterator[PostgresStore]:
 
 
 @pytest.fixture
-def pipelines(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Counts the pipelines of outcome writes the store sends (one entry each); a submit's
-    are not counted."""
-    opened: list[int] = []
-    real = PostgresStore._record_pipelined
+def statements(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the outcome statements the store sends (the number of writes in each)."""
+    sent: list[int] = []
+    real = PostgresStore._one
 
-    def counting(self: PostgresStore, *args: Any) -> Any:
-        opened.append(1)
-        return real(self, *args)
+    def counting(self: PostgresStore, conn: Any, op: Any, sql: str, params: Any = None) -> Any:
+        if sql == wq.RECORD_OUTCOMES_CALL:
+            sent.append(len(params["job_ids"]))
+        return real(self, conn, op, sql, params)
 
-    monkeypatch.setattr(PostgresStore, "_record_pipelined", counting)
-    return opened
+    monkeypatch.setattr(PostgresStore, "_one", counting)
+    return sent
 
 
-def test_a_batch_goes_out_in_one_pipeline_and_each_write_gets_its_answer(
-    store: PostgresStore, pipelines: list[int]
+def test_a_batch_is_one_statement_and_each_write_gets_its_answer(
+    store: PostgresStore, statements: list[int]
 ) -> None:
-    """Several writes are sent together (pipeline mode), not each after the answer to the one
-    before; every answer is still the write's own: a job, OutcomeExists, None, a ValueError."""
+    """Every answer is still the write's own: a job, OutcomeExists, None, a ValueError."""
     a = create(store, "a", 2)
     b = create(store, "b", 1)
     store.record_outcomes([OutcomeWrite(a.id, 0, result=Result("a0"))], **_at(T0))
-    assert pipelines == []  # one write alone: one statement, nothing to pipeline
     answers = store.record_outcomes(
         [
             OutcomeWrite(a.id, 0, result=Result("again")),  # stored already
             OutcomeWrite(b.id, 0, error="boom"),
             OutcomeWrite("unknown-job-id-0000000", 0, result=Result("x")),
             OutcomeWrite(a.id, 1, result=Result("a1")),
-            OutcomeWrite(a.id, 1),  # neither a result nor an error
+            OutcomeWrite(a.id, 1),  # neither a result nor an error: not sent
         ],
         **_at(T0 + 1),
     )
-    assert pipelines == [1]
+    assert statements == [1, 4]
     assert isinstance(answers[0], OutcomeExists)
     assert isinstance(answers[1], Job) and answers[1].status == JobState.FAILED
     assert answers[2] is None
@@ -299,40 +277,25 @@ def test_a_batch_goes_out_in_one_pipeline_and_each_write_gets_its_answer(
     assert stored_row(store, b.id)[:3] == ("failed", 1, 1)
 
 
-def test_a_refused_value_in_a_pipeline_sends_the_batch_again_one_write_at_a_time(
-    store: PostgresStore, pipelines: list[int]
+def test_a_target_written_twice_in_a_batch_is_stored_once(
+    store: PostgresStore, statements: list[int]
 ) -> None:
     a = create(store, "a", 1)
-    b = create(store, "b", 1)
     answers = store.record_outcomes(
         [
-            OutcomeWrite(a.id, 0, result=Result("a0")),
-            OutcomeWrite(b.id, 0, result=Result("b0"), attempts=2**31),
+            OutcomeWrite(a.id, 0, result=Result("first")),
+            OutcomeWrite(a.id, 0, result=Result("second")),
+            OutcomeWrite("unknown-job-id-0000000", 0, result=Result("x")),
+            OutcomeWrite("unknown-job-id-0000000", 0, result=Result("x")),
         ],
         **_at(T0 + 1),
     )
-    assert pipelines == [1]  # tried together first, then one at a time
+    assert statements == [2]  # each target sent once
     assert isinstance(answers[0], Job) and answers[0].targets_done == 1
-    assert isinstance(answers[1], StoreError) and "refused this outcome" in str(answers[1])
-    assert stored_row(store, a.id)[:3] == ("done", 1, 0)  # stored once
-    assert stored_row(store, b.id)[:3] == ("running", 0, 0)
-
-
-def test_a_batch_with_a_write_in_doubt_goes_one_write_at_a_time(
-    store: PostgresStore, pipelines: list[int]
-) -> None:
-    """A retry in doubt may need its stored outcome read before its answer is known."""
-    a = create(store, "a", 1)
-    b = create(store, "b", 1)
-    write = OutcomeWrite(a.id, 0, result=Result("a0"))
-    store.record_outcomes([write], **_at(T0))
-    store._maybe_committed.add((a.id, 0))
-    answers = store.record_outcomes(
-        [write, OutcomeWrite(b.id, 0, result=Result("b0"))], **_at(T0 + 1)
-    )
-    assert pipelines == []
-    assert isinstance(answers[0], Job) and answers[0].targets_done == 1  # recognised, once
-    assert isinstance(answers[1], Job) and answers[1].targets_done == 1
+    assert isinstance(answers[1], OutcomeExists)
+    assert answers[2] is None and answers[3] is None
+    assert stored_row(store, a.id)[:3] == ("done", 1, 0)
+    assert stored_row(store, a.id)[-1][0][1] == Result("first").to_json_text()
 
 
 def _idle(store: PostgresStore) -> bool:
@@ -345,20 +308,16 @@ def _idle(store: PostgresStore) -> bool:
     [{0}, {2}, {4}, {0, 4}, {1, 2, 3}, {0, 1, 2, 3, 4}],
     ids=["first", "middle", "last", "first-and-last", "three", "all"],
 )
-def test_refused_values_anywhere_in_a_pipeline_fail_those_writes_alone(
-    store: PostgresStore,
-    pipelines: list[int],
-    refused: set[int],
-    caplog: pytest.LogCaptureFixture,
+def test_refused_values_anywhere_in_a_batch_fail_those_writes_alone(
+    store: PostgresStore, statements: list[int], refused: set[int]
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="psycopg")
     jobs = [create(store, caller, 1) for caller in "abcde"]
     writes = [
         OutcomeWrite(job.id, 0, result=Result("r"), attempts=2**31 if i in refused else 1)
         for i, job in enumerate(jobs)
     ]
     answers = store.record_outcomes(writes, **_at(T0 + 1))
-    assert pipelines == [1]
+    assert statements == [5, 1, 1, 1, 1, 1]  # together first, then each alone
     for i, (job, answer) in enumerate(zip(jobs, answers, strict=True)):
         if i in refused:
             assert isinstance(answer, StoreError) and "refused this outcome" in str(answer)
@@ -367,77 +326,32 @@ def test_refused_values_anywhere_in_a_pipeline_fail_those_writes_alone(
             assert isinstance(answer, Job) and answer.targets_done == 1
             assert stored_row(store, job.id)[:3] == ("done", 1, 0)
     assert _idle(store)
-    # Regression: psycopg logged "error ignored terminating Pipeline ... pipeline aborted" as a
-    # warning for each refusal, which the store handles.
-    assert _psycopg_warnings(caplog) == []
 
 
-def test_a_refusal_read_while_the_pipeline_is_still_sending_is_told_apart_too(
-    store: PostgresStore,
-    pipelines: list[int],
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
+def test_a_retry_in_doubt_in_a_batch_is_recognised_beside_the_others(
+    store: PostgresStore, statements: list[int]
 ) -> None:
-    """psycopg reads answers that have arrived whenever it sends: a refusal can be raised by
-    a later write's execute, not by a fetch. Here the server's refusal of the first write is
-    waited for before the second is sent, so it is always read there."""
-    caplog.set_level(logging.WARNING, logger="psycopg")
-    jobs = [create(store, caller, 1) for caller in "abc"]
-    writes = [
-        OutcomeWrite(job.id, 0, result=Result("r"), attempts=2**31 if i == 0 else 1)
-        for i, job in enumerate(jobs)
-    ]
-    conn = store.connection()
-    real_values = PostgresStore._outcome_values
-    seen: list[OutcomeWrite] = []
-
-    def values_after_the_refusal(self: PostgresStore, write: OutcomeWrite, **kw: Any) -> Any:
-        seen.append(write)
-        if len(seen) == 2 and conn._pipeline is not None:  # the first write is sent
-            # Bounded only so a broken server cannot hang the suite; not a speed assertion.
-            assert select.select([conn.fileno()], [], [], 30)[0], "the refusal never came"
-        return real_values(self, write, **kw)
-
-    raised_by_a_send: list[type[Exception]] = []
-    real_execute = psycopg.Connection.execute
-
-    def execute(self: psycopg.Connection[Any], *args: Any, **kwargs: Any) -> Any:
-        try:
-            return real_execute(self, *args, **kwargs)
-        except psycopg.Error as exc:
-            if self._pipeline is not None:
-                raised_by_a_send.append(type(exc))
-            raise
-
-    monkeypatch.setattr(PostgresStore, "_outcome_values", values_after_the_refusal)
-    monkeypatch.setattr(psycopg.Connection, "execute", execute)
-    answers = store.record_outcomes(writes, **_at(T0 + 1))
-    assert pipelines == [1]
-    assert raised_by_a_send == [psycopg.errors.NumericValueOutOfRange]  # by the second send
-    assert isinstance(answers[0], StoreError)
-    assert all(isinstance(a, Job) and a.targets_done == 1 for a in answers[1:])
-    assert _idle(store)
-    assert _psycopg_warnings(caplog) == []
+    a = create(store, "a", 1)
+    b = create(store, "b", 1)
+    write = OutcomeWrite(a.id, 0, result=Result("a0"))
+    store.record_outcomes([write], **_at(T0))
+    store._maybe_committed.add((a.id, 0))
+    answers = store.record_outcomes(
+        [write, OutcomeWrite(b.id, 0, result=Result("b0"))], **_at(T0 + 1)
+    )
+    assert statements == [1, 2]
+    assert isinstance(answers[0], Job) and answers[0].targets_done == 1  # recognised, once
+    assert isinstance(answers[1], Job) and answers[1].targets_done == 1
 
 
-def _psycopg_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name.startswith("psycopg")]
-
-
-@pytest.mark.parametrize("cut", ["sending", "committing", "answering"])
-def test_a_connection_lost_mid_pipeline_leaves_the_writes_in_doubt_and_a_retry_stores_each_once(
-    direct_store: PostgresStore,
-    pg_dsn: str,
-    pipelines: list[int],
-    monkeypatch: pytest.MonkeyPatch,
-    cut: str,
+@pytest.mark.parametrize("cut", ["before it is sent", "after it committed"])
+def test_a_connection_lost_around_the_statement_leaves_the_writes_in_doubt_and_a_retry_stores_each_once(  # noqa: E501
+    direct_store: PostgresStore, pg_dsn: str, monkeypatch: pytest.MonkeyPatch, cut: str
 ) -> None:
-    """The server ends the store's connection (pg_terminate_backend, as a restart does) while
-    the writes are being sent, or once they all are, before COMMIT: the call fails, nothing
-    is stored, every write is kept as maybe committed, and the retry goes one write at a
-    time. Once their answers are being read, COMMIT went out with them: the call either had
-    every answer already (it succeeds) or fails with the writes in doubt, committed or not;
-    either way, after the retry each outcome is stored and counted once."""
+    """The server ends the store's connection (pg_terminate_backend, as a restart does) just
+    before the statement goes out, or once it has committed and before its answer is taken:
+    the call fails with every write kept as maybe committed, and after the retry each outcome
+    is stored and counted once, a write found stored answering the job as it is now."""
     store = direct_store
     a = create(store, "a", 2)
     b = create(store, "b", 1)
@@ -447,56 +361,38 @@ def test_a_connection_lost_mid_pipeline_leaves_the_writes_in_doubt_and_a_retry_s
         OutcomeWrite(b.id, 0, result=Result("b0")),
     ]
     pid = store.connection().info.backend_pid
+    real = PostgresStore._one
     cuts: list[str] = []
 
-    def cut_off(where: str) -> None:
-        if where == cut and not cuts:
-            cuts.append(where)
-            with psycopg.connect(pg_dsn, autocommit=True) as admin:
-                # Waits (up to 10 s) until the server process is gone.
-                admin.execute("SELECT pg_terminate_backend(%s, 10000)", (pid,))
+    def terminate() -> None:
+        with psycopg.connect(pg_dsn, autocommit=True) as admin:
+            # Waits (up to 10 s) until the server process is gone.
+            admin.execute("SELECT pg_terminate_backend(%s, 10000)", (pid,))
 
-    real_values, real_execute = PostgresStore._outcome_values, psycopg.Connection.execute
+    def cut_off(self: PostgresStore, conn: Any, op: Any, sql: str, params: Any = None) -> Any:
+        if sql != wq.RECORD_OUTCOMES_CALL or cuts:
+            return real(self, conn, op, sql, params)
+        cuts.append(cut)
+        if cut == "before it is sent":
+            self._sent_write = True  # as _one marks a write before it goes out
+            terminate()
+            return real(self, conn, op, sql, params)
+        real(self, conn, op, sql, params)
+        terminate()
+        return conn.execute("SELECT 1")  # the answer is taken on a connection now gone
 
-    def values(self: PostgresStore, write: OutcomeWrite, **kw: Any) -> Any:
-        if write is writes[1]:
-            cut_off("sending")  # the first write is sent
-        return real_values(self, write, **kw)
-
-    def execute(self: psycopg.Connection[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
-        if query == "COMMIT" and self._pipeline is not None:
-            cut_off("committing")  # every write is sent, no answer read; COMMIT comes next
-        return real_execute(self, query, *args, **kwargs)
-
-    def answer(write: OutcomeWrite, row: Any) -> Any:
-        cut_off("answering")  # the first answer is read
-        return real_answer(write, row)
-
-    real_answer = _outcomes._outcome_answer
-    monkeypatch.setattr(PostgresStore, "_outcome_values", values)
-    monkeypatch.setattr(psycopg.Connection, "execute", execute)
-    monkeypatch.setattr(_outcomes, "_outcome_answer", answer)
-
-    try:
-        first: list[Any] | None = store.record_outcomes(writes, **_at(T0 + 1))
-    except StoreUnavailable as exc:
-        assert isinstance(exc.__cause__, psycopg.OperationalError)
-        first = None
+    monkeypatch.setattr(PostgresStore, "_one", cut_off)
+    with pytest.raises(StoreUnavailable) as lost:
+        store.record_outcomes(writes, **_at(T0 + 1))
+    assert isinstance(lost.value.__cause__, psycopg.OperationalError)
     assert cuts == [cut]
-    if first is not None:  # every answer had come before the server process went
-        assert cut == "answering"
-        assert [a.targets_done for a in first if isinstance(a, Job)] == [1, 2, 1]
-    else:
-        assert store._conn is None  # dropped: the next call reconnects
-        assert store._maybe_committed == {(w.job_id, w.idx) for w in writes}
-        committed = stored_row(store, a.id)[:3] != ("running", 0, 0)
-        assert not committed or cut == "answering"  # COMMIT was not sent before
-        opened = len(pipelines)
-        answers = store.record_outcomes(writes, **_at(T0 + 2))
-        assert len(pipelines) == opened  # in doubt: one write at a time
-        # A write found stored by its first attempt answers the job as it is now.
-        done = [a.targets_done for a in answers if isinstance(a, Job)]
-        assert done == ([2, 2, 1] if committed else [1, 2, 1])
+    assert store._conn is None  # dropped: the next call reconnects
+    assert store._maybe_committed == {(w.job_id, w.idx) for w in writes}
+    committed = cut == "after it committed"
+    assert (stored_row(store, a.id)[:3] != ("running", 0, 0)) is committed
+    answers = store.record_outcomes(writes, **_at(T0 + 2))
+    done = [x.targets_done for x in answers if isinstance(x, Job)]
+    assert done == ([2, 2, 1] if committed else [1, 2, 1])
     assert stored_row(store, a.id)[:3] == ("partial", 2, 1)
     assert stored_row(store, b.id)[:3] == ("done", 1, 0)
     assert store._maybe_committed == set()

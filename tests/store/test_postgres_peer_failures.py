@@ -66,8 +66,8 @@ def test_a_reap_racing_the_last_outcome_leaves_the_job_done(pg_dsn: str) -> None
         # A's last outcome is being written (its transaction holds the job's row) when A's
         # registration is found silent and B reaps.
         writer = psycopg.connect(pg_dsn)
-        values = a._outcome_values(OutcomeWrite(job.id, 0, result=Result("x")), ttl=TTL, now=T0)
-        assert writer.execute(wq.RECORD_OUTCOME, values).fetchone()[1] is not None  # type: ignore[index]
+        values = a._outcomes_params([OutcomeWrite(job.id, 0, result=Result("x"))], ttl=TTL, now=T0)
+        assert writer.execute(wq.RECORD_OUTCOMES_CALL, values).fetchone()[2]  # type: ignore[index]
         _sql(pg_dsn, "DELETE FROM runners WHERE id = %s", (a.runner_id,))
         reaped: list[list[ReapedJob]] = []
         reaper = threading.Thread(target=lambda: reaped.append(b.reap(30, now=T0 + 1)))

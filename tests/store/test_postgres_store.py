@@ -234,18 +234,25 @@ def test_a_version_4_database_gets_the_shared_per_host_tables(pg_dsn: str) -> No
     assert _sql(pg_dsn, "SELECT count(*) FROM host_state") == [(0,)]
 
 
-@pytest.mark.parametrize("version", [5, 7])
-def test_an_older_database_gets_the_outcome_function_that_reads_rows_by_key(
-    pg_dsn: str, version: int
+def test_a_version_15_database_gets_the_batch_outcome_function_in_place_of_the_old(
+    pg_dsn: str,
 ) -> None:
     PostgresStore.open(pg_dsn).close()
-    _sql(pg_dsn, "DROP FUNCTION trio_batch_record_outcome")
-    _sql(pg_dsn, "UPDATE trio_batch_schema SET version = %s", (version,))
+    _sql(pg_dsn, "DROP FUNCTION trio_batch_record_outcomes")
+    # Version 15's one-outcome function (its body does not matter here, its signature does).
+    _sql(
+        pg_dsn,
+        wq.MIGRATE_V16_OUTCOMES[0].replace("DROP FUNCTION IF EXISTS", "CREATE FUNCTION")
+        + " RETURNS void LANGUAGE sql AS ''",
+    )
+    _sql(pg_dsn, "UPDATE trio_batch_schema SET version = 15")
     PostgresStore.open(pg_dsn).close()
     assert _sql(pg_dsn, "SELECT version FROM trio_batch_schema") == [(SCHEMA_VERSION,)]
-    body = "SELECT prosrc FROM pg_proc WHERE proname = 'trio_batch_record_outcome'"
-    [(source,)] = _sql(pg_dsn, body)
-    assert "WHERE job_id = p_job_id AND idx = p_idx" in str(source)
+    functions = "SELECT proname, proconfig FROM pg_proc WHERE proname LIKE 'trio_batch_record%%'"
+    # Planned for each call's values: a batch's size, the tables as they are then.
+    assert _sql(pg_dsn, functions) == [
+        ("trio_batch_record_outcomes", ["plan_cache_mode=force_custom_plan"])
+    ]
 
 
 def _new(caller: str, *names: str) -> NewJob:
@@ -302,12 +309,7 @@ _UPDATES = "SELECT " + ", ".join(
 )
 
 
-@pytest.mark.parametrize(
-    "sql", [wq.RECORD_OUTCOME, wq.RECORD_OUTCOME_CALL], ids=["direct", "pooled"]
-)
-def test_an_outcome_updates_its_progress_row_in_place_and_the_job_row_once(
-    pg_dsn: str, sql: str
-) -> None:
+def test_an_outcome_updates_its_progress_row_in_place_and_the_job_row_once(pg_dsn: str) -> None:
     # Every outcome bumps the live job's narrow progress row, whose changed columns no index
     # covers: HOT (no index entry). The wide jobs row is written once, by the outcome that
     # ends the job; each target's own update is HOT too (no index covers its status).
@@ -317,9 +319,9 @@ def test_an_outcome_updates_its_progress_row_in_place_and_the_job_row_once(
         size = 0
         with psycopg.connect(pg_dsn) as conn:  # one transaction: its own counts
             for idx, jobs in ((0, 0), (1, 0), (2, 1)):
-                values = store._outcome_values(_ok(job.id, idx), ttl=TTL, now=T0 + 1 + idx)
-                size += values["size"]
-                assert conn.execute(sql, values).fetchone() is not None
+                values = store._outcomes_params([_ok(job.id, idx)], ttl=TTL, now=T0 + 1 + idx)
+                size += values["sizes"][0]
+                assert conn.execute(wq.RECORD_OUTCOMES_CALL, values).fetchone() is not None
                 n = idx + 1
                 assert conn.execute(_UPDATES).fetchone() == (n, n, jobs, 0, n, n)
         row = "SELECT status, targets_done, targets_failed, results_size, updated_at, "

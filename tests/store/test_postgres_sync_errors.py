@@ -23,7 +23,6 @@ from trio_batch import JobState, OutcomeWrite, Result, StoreError, StoreUnavaila
 from trio_batch.store import NewJob
 from trio_batch.store.postgres import PostgresStore
 from trio_batch.store.postgres import _queries as q
-from trio_batch.store.postgres._connection import Op
 
 from ..support.cuttable_proxy import CuttableProxy
 from ..support.fakes import T0, urls
@@ -56,7 +55,6 @@ def test_a_sync_create_that_waits_past_its_lock_timeout_raises_store_unavailable
 #: The store's plumbing, for its async face: a connection, the bounds, the in-doubt marks.
 PLUMBING = {
     "answered",
-    "bounds_values",
     "close",
     "connection",
     "idle_connection",
@@ -147,7 +145,6 @@ def _from_psycopg(exc: BaseException) -> bool:
 #: answer without it.
 PLUMBING_CALLS: dict[str, Callable[[PostgresStore], Any]] = {
     "answered": lambda s: s.answered([], []),
-    "bounds_values": lambda s: s.bounds_values(Op.READ),
     "close": lambda s: s.close(),
     "connection": lambda s: s.connection(),
     "idle_connection": lambda s: s.idle_connection(),

@@ -201,20 +201,6 @@ class PostgresConnection:
         statement, lock = self._bounds(op)
         return f"SET LOCAL statement_timeout = {statement}; SET LOCAL lock_timeout = {lock}; "
 
-    def _begin_pipelined(self, conn: Conn, op: Op) -> None:
-        """Queue, in the open pipeline, the ``BEGIN`` of a transaction with ``op``'s bounds
-        (one statement a message there, so the bounds are one ``SET_BOUNDS``). The caller
-        queues its statements and ``COMMIT`` after it, and rolls back if any of it fails."""
-        conn.execute("BEGIN", prepare=False)
-        conn.execute(q.SET_BOUNDS, self.bounds_values(op), prepare=False)
-        self._sent_write = op is not Op.READ  # what follows may write
-
-    def bounds_values(self, op: Op) -> tuple[str, str, str]:
-        """``SET_BOUNDS``'s parameters for ``op``: its statement, lock and
-        idle-in-transaction timeouts, in milliseconds, as text."""
-        statement, lock = self._bounds(op)
-        return str(statement), str(lock), str(_millis(self.store_timeout))
-
     @classmethod
     def open(
         cls,

@@ -5,7 +5,6 @@ count, and ``live_progress`` (v15), what every outcome changes; both kept by tri
 
 from __future__ import annotations
 
-from ._outcome_queries import CREATE_RECORD_OUTCOME_FUNCTION
 from ._queries import LIVE, PROGRESS
 
 __all__: list[str] = []  # imported as a module: ``from . import _live_queries as lq``
@@ -129,5 +128,4 @@ MIGRATE_V15_PROGRESS = (
     # The live jobs' progress as it stands, in their jobs rows (written by v14's outcomes).
     "DELETE FROM live_progress",
     f"INSERT INTO live_progress SELECT id, {', '.join(PROGRESS)} FROM jobs WHERE status IN {LIVE}",
-    CREATE_RECORD_OUTCOME_FUNCTION,
 )

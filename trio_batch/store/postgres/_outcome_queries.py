@@ -1,8 +1,8 @@
 """The PostgreSQL store's outcome writes and terminal statuses: their SQL, named.
 
-An outcome is one statement (``RECORD_OUTCOME``), prepared on a direct connection and run
-through a function of the same text on a pooled one (``RECORD_OUTCOME_CALL``); see
-:mod:`._outcomes` for the Python that sends it. All values are bound parameters.
+The outcomes of a shared commit are one statement (``RECORD_OUTCOMES``), whatever their
+number, run through a function of the same text (``RECORD_OUTCOMES_CALL``), pooler or not;
+see :mod:`._outcomes` for the Python that sends it. All values are bound parameters.
 """
 
 from __future__ import annotations
@@ -24,142 +24,148 @@ def final_status_case(total: str, failed: str) -> str:
     )
 
 
-#: Store one outcome in ONE statement (no savepoint, one round trip): the target, if it is still
-#: pending and its job unexpired and still this runner's (fencing: a reaped job has lost its
-#: owner); then the job's counts, results_size and lease, and its terminal status with its
-#: last outcome if it is still live (a cancelled job stays cancelled). A refused write changes
-#: nothing and raises nothing. One row, always: ``owned`` (the job is known, unexpired and
-#: this runner's), then the job's columns after the write, or NULLs if nothing was stored.
-#: So: a job row is success; owned without one, the target already has an outcome or does
-#: not exist; not owned, the job is unknown, lapsed or not ours.
-#:
-#: ``job`` locks the job row first: under READ COMMITTED a lock that waited (on a concurrent
-#: reap, cancel or forget) re-checks the conditions on the row as committed, so a reaped job
-#: reads as not owned. Holding that lock, the job's UPDATEs see no one else's change. Each
-#: arm names its row by key and checks the one before with ``EXISTS``, not ``IN``: a prepared
-#: statement's generic plan (kept from its sixth run on) then reads every row through its
-#: primary key, however small the tables were when it was made (the ``IN`` form's plan
-#: scanned ``targets`` whole at each outcome).
-#:
-#: A live job's counts and lease are bumped in its narrow ``live_progress`` row (schema v15),
-#: whose changed columns no index covers: the update is HOT, and a held xmin keeps a small
-#: version of it, not of the wide ``jobs`` row. ``jobs`` is written by the outcome that ends the job
-#: (its status, counts and lease, from the bumped live row), and by those of a job no longer
-#: live (a cancelled job's last outcomes in flight), which has no live row.
-#: The job's row, if it is unexpired and this runner's, locked (see ``RECORD_OUTCOME``).
-_LOCKED_JOB = (
-    "FROM jobs WHERE id = %(job_id)s AND owner IS NOT DISTINCT FROM %(runner)s "
-    f"AND {LEASE_NOW} > %(now)s FOR NO KEY UPDATE OF jobs"
+#: The writes, one row each in the order given (``n``): one array per column, each write's
+#: target and job distinct from the others' (the caller sends a repeated target once).
+_WRITES = (
+    "w AS (SELECT * FROM unnest(%(job_ids)s, %(idxs)s, %(statuses)s, %(results)s, "
+    "%(errors)s, %(hints)s, %(attempts)s, %(failed)s, %(sizes)s) WITH ORDINALITY "
+    "AS w(job_id, idx, status, result, error, hint, attempts, failed, size, n))"
 )
-#: The target's outcome, if it is pending and the ``job`` arm's condition (SQL of ours) holds.
-_STORE_TARGET = (
-    "UPDATE targets SET status = %(status)s, result = %(result)s, error = %(error)s, "
-    "hint = %(hint)s, finished_at = %(now)s, attempts = %(attempts)s "
-    "WHERE job_id = %(job_id)s AND idx = %(idx)s AND status = 'pending' "
-    "AND EXISTS (SELECT 1 FROM job{}) RETURNING job_id"
+#: Their jobs that are unexpired and this runner's (fencing: a reaped job has lost its owner),
+#: as they stand before the writes, locked in key order. Under READ COMMITTED a lock that
+#: waited (on a concurrent reap, cancel or forget) re-checks the conditions on the row as
+#: committed, so a reaped job reads as not owned; holding the locks, the job's updates below
+#: see no one else's change. A live job's progress is in its ``live_progress`` row (v15).
+_JOBS = (
+    "job AS (SELECT j.id, j.status, j.error, j.targets_total, "
+    "coalesce(l.targets_done, j.targets_done) AS targets_done, "
+    "coalesce(l.targets_failed, j.targets_failed) AS targets_failed, j.caller, "
+    "j.caller_class, j.idem_key, j.created_at, coalesce(l.updated_at, j.updated_at) AS "
+    "updated_at, coalesce(l.expires_at, j.expires_at) AS expires_at, j.metadata, j.parent_id, "
+    "j.waited FROM jobs AS j LEFT JOIN live_progress AS l ON l.job_id = j.id "
+    "WHERE j.id = ANY (%(job_ids)s) AND j.owner IS NOT DISTINCT FROM %(runner)s "
+    "AND coalesce(l.expires_at, j.expires_at) > %(now)s ORDER BY j.id FOR NO KEY UPDATE OF j)"
 )
-#: A live job's counts, results_size and lease, once the target is stored.
-_PROGRESS = (
-    "UPDATE live_progress SET targets_done = targets_done + 1, "
-    "targets_failed = targets_failed + %(failed)s, "
-    "results_size = results_size + %(size)s, updated_at = %(now)s, expires_at = %(expires)s "
-    "WHERE job_id = %(job_id)s AND EXISTS (SELECT 1 FROM stored) "
-    "RETURNING targets_done, targets_failed, results_size"
+#: Each outcome whose target is pending and whose job is one of those.
+_STORED = (
+    "stored AS (UPDATE targets AS t SET status = w.status, result = w.result, "
+    "error = w.error, hint = w.hint, finished_at = %(now)s, attempts = w.attempts "
+    "FROM w, job WHERE t.job_id = w.job_id AND t.idx = w.idx AND t.status = 'pending' "
+    "AND job.id = w.job_id RETURNING w.n, w.job_id, w.failed, w.size)"
+)
+#: What the stored outcomes add to each job.
+_ADDED = (
+    "added AS (SELECT job_id, count(*) AS done, sum(failed) AS failed, sum(size) AS size "
+    "FROM stored GROUP BY job_id)"
+)
+#: A live job's counts, results_size and lease, bumped in its narrow ``live_progress`` row,
+#: whose changed columns no index covers: the update is HOT wherever its page has room.
+_PROGRESSED = (
+    "progressed AS (UPDATE live_progress AS p SET targets_done = p.targets_done + a.done, "
+    "targets_failed = p.targets_failed + a.failed, results_size = p.results_size + a.size, "
+    "updated_at = %(now)s, expires_at = %(expires)s FROM added AS a WHERE p.job_id = a.job_id "
+    "RETURNING p.job_id, p.targets_done, p.targets_failed, p.results_size)"
 )
 
 
 def _after(column: str, delta: str) -> str:
-    """SQL for ``column`` of a job row after this outcome: the bumped live row's value, or,
-    for a job with none (no longer live), the row's own plus ``delta``."""
-    return f"coalesce((SELECT {column} FROM progressed), jobs.{column} + {delta})"
+    """SQL for ``column`` of a job row after the writes: its bumped live row's value, or, for
+    a job with none (no longer live), the row's own plus ``delta``."""
+    return f"coalesce(p.{column}, jobs.{column} + a.{delta})"
 
 
-#: The job's row, where its live row does not hold the outcome alone: the outcome ends the
-#: job, or the job has no live row.
-_BUMP_JOB = (
-    f"UPDATE jobs SET targets_done = {_after('targets_done', '1')}, "
-    f"targets_failed = {_after('targets_failed', '%(failed)s')}, "
-    f"results_size = {_after('results_size', '%(size)s')}, "
-    "updated_at = %(now)s, expires_at = %(expires)s"
-)
+#: The wide ``jobs`` row, written only where the live row does not hold the outcomes alone:
+#: they end the job (its status, from the last, if it is still live; a cancelled job stays
+#: cancelled), or the job has no live row. The end deletes the live row (a trigger of v15).
 _BUMPED = (
-    " WHERE id = %(job_id)s AND EXISTS (SELECT 1 FROM stored) "
-    "AND coalesce((SELECT targets_done FROM progressed) >= jobs.targets_total, true) "
-    f"RETURNING {JOB_COLUMNS}"
+    f"bumped AS (UPDATE jobs SET targets_done = {_after('targets_done', 'done')}, "
+    f"targets_failed = {_after('targets_failed', 'failed')}, "
+    f"results_size = {_after('results_size', 'size')}, "
+    "updated_at = %(now)s, expires_at = %(expires)s, "
+    f"status = CASE WHEN jobs.status IN {LIVE} "
+    f"AND {_after('targets_done', 'done')} >= jobs.targets_total "
+    f"THEN {final_status_case('jobs.targets_total', _after('targets_failed', 'failed'))} "
+    "ELSE jobs.status END "
+    "FROM added AS a LEFT JOIN progressed AS p ON p.job_id = a.job_id "
+    "WHERE jobs.id = a.job_id AND coalesce(p.targets_done >= jobs.targets_total, true) "
+    "RETURNING jobs.id, jobs.status, jobs.error, jobs.metadata, jobs.targets_total, "
+    "jobs.targets_done, jobs.targets_failed)"
 )
-#: The job after the write: the bumped row, or the locked one with its live row's counts.
-_ANSWER = (
-    f"answer AS (SELECT {JOB_COLUMNS} FROM bumped UNION ALL "
-    "SELECT j.id, j.status, j.error, j.targets_total, p.targets_done, p.targets_failed, "
-    "j.caller, j.caller_class, j.idem_key, j.created_at, %(now)s, %(expires)s, j.metadata, "
-    "j.parent_id FROM job AS j, progressed AS p WHERE NOT EXISTS (SELECT 1 FROM bumped)) "
+#: A job the writes ended: its event goes into the outbox with them.
+_EMITTED = (
+    "emitted AS (UPDATE outbox SET event = 'job.' || b.status, job_status = b.status, "
+    "job_error = b.error, job_metadata = b.metadata, targets_total = b.targets_total, "
+    "targets_done = b.targets_done, targets_failed = b.targets_failed, event_at = %(now)s, "
+    "round_from = %(now)s, due_at = %(now)s FROM bumped AS b "
+    f"WHERE outbox.job_id = b.id AND outbox.event IS NULL AND b.status NOT IN {LIVE})"
 )
-
-#: The last outcome ended the job: tell the listening runners, at the commit, if one waits on
-#: it (``WATCH_JOB``) or a runner that does not register its waits is registered. The answer's
-#: ``WHERE`` reads this arm, so it runs (a CTE that nothing reads is never run).
-_TELL_END = (
-    f"SELECT pg_notify('{CHANNEL}', b.id) FROM bumped AS b, job "
+#: A job the writes ended: tell the listening runners, at the commit, if one waits on it
+#: (``WATCH_JOB``) or a runner that does not register its waits is registered. The answer's
+#: ``WHERE`` reads this arm, so it runs (a query arm that nothing reads is never run).
+_TOLD = (
+    f"told AS (SELECT pg_notify('{CHANNEL}', b.id) FROM bumped AS b JOIN job ON job.id = b.id "
     f"WHERE b.status NOT IN {LIVE} AND b.targets_done >= b.targets_total "
-    "AND (job.waited OR EXISTS (SELECT 1 FROM runners WHERE NOT registers_waits))"
+    "AND (job.waited OR EXISTS (SELECT 1 FROM runners WHERE NOT registers_waits)))"
 )
 
-RECORD_OUTCOME = (
-    f"WITH job AS (SELECT {JOB_COLUMNS}, waited {_LOCKED_JOB}), "
-    f"stored AS ({_STORE_TARGET.format('')}), progressed AS ({_PROGRESS}), "
-    f"bumped AS ({_BUMP_JOB}, "
-    f"status = CASE WHEN status IN {LIVE} AND {_after('targets_done', '1')} >= targets_total "
-    f"THEN {final_status_case('targets_total', _after('targets_failed', '%(failed)s'))} "
-    f"ELSE status END{_BUMPED}"
-    "), emitted AS ("
-    # The last outcome made the job terminal: its event goes into the outbox with it.
-    "UPDATE outbox SET event = 'job.' || b.status, job_status = b.status, job_error = b.error, "
-    "job_metadata = b.metadata, "
-    "targets_total = b.targets_total, targets_done = b.targets_done, "
-    "targets_failed = b.targets_failed, event_at = %(now)s, round_from = %(now)s, "
-    "due_at = %(now)s FROM bumped AS b WHERE outbox.job_id = %(job_id)s AND outbox.event IS NULL "
-    f"AND b.status NOT IN {LIVE}"
-    f"), told AS ({_TELL_END}), {_ANSWER}"
-    "SELECT EXISTS (SELECT 1 FROM job), answer.* FROM (VALUES (1)) AS one "
-    "LEFT JOIN answer ON true WHERE (SELECT count(*) FROM told) >= 0"
+#: Store a batch of outcomes in ONE statement, each all-or-nothing: the target, if it is still
+#: pending and its job unexpired and this runner's; then each job's counts, results_size and
+#: lease, and its terminal status and event with its last outcome. A refused write changes
+#: nothing and raises nothing. One row per write, in order: ``n``, ``owned`` (the job is
+#: known, unexpired and this runner's), ``stored``, and the job's columns as they were
+#: before the batch (NULLs if not owned), from which each write's answer is made in order
+#: (see :mod:`._outcomes`).
+RECORD_OUTCOMES = (
+    f"WITH {_WRITES}, {_JOBS}, {_STORED}, {_ADDED}, {_PROGRESSED}, {_BUMPED}, {_EMITTED}, "
+    f"{_TOLD} SELECT w.n, job.id IS NOT NULL, s.n IS NOT NULL, job.id, job.status, job.error, "
+    "job.targets_total, job.targets_done, job.targets_failed, job.caller, job.caller_class, "
+    "job.idem_key, job.created_at, job.updated_at, job.expires_at, job.metadata, "
+    "job.parent_id FROM w LEFT JOIN job ON job.id = w.job_id "
+    "LEFT JOIN stored AS s ON s.n = w.n WHERE (SELECT count(*) FROM told) >= 0 ORDER BY w.n"
 )
-#: ``RECORD_OUTCOME``'s parameters and their types: the arguments of the function below.
-_OUTCOME_ARGS = (
-    ("job_id", "text"), ("idx", "integer"), ("now", "double precision"),
-    ("expires", "double precision"), ("runner", "text"), ("status", "text"),
-    ("result", "text"), ("error", "text"), ("hint", "text"), ("attempts", "integer"),
-    ("failed", "integer"), ("size", "bigint"),
+#: ``RECORD_OUTCOMES``'s parameters and their types: the arguments of the function below.
+OUTCOMES_ARGS = (
+    ("job_ids", "text[]"), ("idxs", "integer[]"), ("statuses", "text[]"),
+    ("results", "text[]"), ("errors", "text[]"), ("hints", "text[]"),
+    ("attempts", "integer[]"), ("failed", "integer[]"), ("sizes", "bigint[]"),
+    ("now", "double precision"), ("expires", "double precision"), ("runner", "text"),
 )  # fmt: skip
-#: Version 6: ``RECORD_OUTCOME`` as a PL/pgSQL function, for connections through a pooler in
-#: transaction mode, where no statement can stay prepared: parsing and planning the statement
-#: each time cost twice what running it does, and a PL/pgSQL function's plan is kept by each
-#: server connection, whichever client calls it. A change to ``RECORD_OUTCOME`` needs a
-#: migration that runs this again (a test holds the statement's digest).
-CREATE_RECORD_OUTCOME_FUNCTION = (
-    "CREATE OR REPLACE FUNCTION trio_batch_record_outcome("
-    + ", ".join(f"p_{name} {type_}" for name, type_ in _OUTCOME_ARGS)
-    + ") RETURNS TABLE (owned boolean, id text, status text, error text, targets_total integer, "
-    "targets_done integer, targets_failed integer, caller text, caller_class text, "
-    "idem_key text, created_at double precision, updated_at double precision, "
-    "expires_at double precision, metadata text, parent_id text) "
+#: Version 16: ``RECORD_OUTCOMES`` as a PL/pgSQL function, so that it is one statement to
+#: send whether or not a pooler is in the way (where nothing stays prepared): its text is
+#: parsed once per server connection. Planned for each call's values (a batch's size, the
+#: tables' as they are): a plan kept from a few small tables could read one whole. A change
+#: to ``RECORD_OUTCOMES`` needs a migration that runs this again (a test holds its digest).
+CREATE_RECORD_OUTCOMES_FUNCTION = (
+    "CREATE OR REPLACE FUNCTION trio_batch_record_outcomes("
+    + ", ".join(f"p_{name} {type_}" for name, type_ in OUTCOMES_ARGS)
+    + ") RETURNS TABLE (n bigint, owned boolean, stored boolean, id text, status text, "
+    "error text, targets_total integer, targets_done integer, targets_failed integer, "
+    "caller text, caller_class text, idem_key text, created_at double precision, "
+    "updated_at double precision, expires_at double precision, metadata text, "
+    "parent_id text) "
     # The table's columns win over the output columns of the same names.
-    "LANGUAGE plpgsql AS $body$ #variable_conflict use_column\nBEGIN RETURN QUERY "
-    + re.sub(r"%\((\w+)\)s", r"p_\1", RECORD_OUTCOME)
+    "LANGUAGE plpgsql SET plan_cache_mode = force_custom_plan "
+    "AS $body$ #variable_conflict use_column\nBEGIN RETURN QUERY "
+    + re.sub(r"%\((\w+)\)s", r"p_\1", RECORD_OUTCOMES)
     + "; END $body$"
 )
+#: Version 16: the one-outcome function of versions 6 to 15 gives way to the one above.
+MIGRATE_V16_OUTCOMES = (
+    "DROP FUNCTION IF EXISTS trio_batch_record_outcome(text, integer, double precision, "
+    "double precision, text, text, text, text, text, integer, integer, bigint)",
+    CREATE_RECORD_OUTCOMES_FUNCTION,
+)
 #: Version 12: waits registered, so that a job's end is notified only if a runner waits on
-#: it elsewhere (``WATCH_JOB``, ``RECORD_OUTCOME``); the outcome's function made again.
+#: it elsewhere (``WATCH_JOB``, ``RECORD_OUTCOMES``).
 MIGRATE_V12_WAITS = (
     "ALTER TABLE jobs ADD COLUMN IF NOT EXISTS waited boolean NOT NULL DEFAULT false",
     "ALTER TABLE runners ADD COLUMN IF NOT EXISTS registers_waits boolean NOT NULL DEFAULT false",
-    CREATE_RECORD_OUTCOME_FUNCTION,
 )
-
-#: ``RECORD_OUTCOME`` through that function: the same parameters, the same one row. Each cast
+#: ``RECORD_OUTCOMES`` through that function: the same parameters, the same rows. Each cast
 #: to its argument's type, so a value out of its range is refused as by the statement itself.
-RECORD_OUTCOME_CALL = (
-    "SELECT * FROM trio_batch_record_outcome("
-    + ", ".join(f"%({name})s::{type_}" for name, type_ in _OUTCOME_ARGS)
+RECORD_OUTCOMES_CALL = (
+    "SELECT * FROM trio_batch_record_outcomes("
+    + ", ".join(f"%({name})s::{type_}" for name, type_ in OUTCOMES_ARGS)
     + ")"
 )
 #: A target's stored outcome, to recognise a retried write whose first attempt committed.

@@ -59,12 +59,6 @@ XACT_LOCK = "SELECT pg_advisory_xact_lock(%s, %s)"
 #: True if this transaction now holds the reaper's lock; False at once if another has it.
 TRY_LOCK_REAPER = "SELECT pg_try_advisory_xact_lock(%s, %s)"
 
-#: An operation's bounds (milliseconds, as text) for the rest of its transaction, in one
-#: statement: what a pipeline, one statement a message, sends instead of ``SET LOCAL``.
-SET_BOUNDS = (
-    "SELECT set_config('statement_timeout', %s, true), set_config('lock_timeout', %s, true), "
-    "set_config('idle_in_transaction_session_timeout', %s, true)"
-)
 #: The server process serving this statement: through a pooler, not the one libpq was told of.
 BACKEND_PID = "SELECT pg_backend_pid()"
 
@@ -162,7 +156,7 @@ LISTEN = "LISTEN {}"
 #: or still owned (a terminal job's drain may be storing its last outcomes in flight).
 _DRAINING = f"targets_done < targets_total AND (status IN {LIVE} OR owner IS NOT NULL)"
 #: A runner waits on this job, which another runner drains: the outcome that ends it notifies
-#: (``RECORD_OUTCOME``'s ``told`` arm), a cancelled job's last outcome in flight included. No
+#: (``RECORD_OUTCOMES``'s ``told`` arm), a cancelled job's last outcome in flight included. No
 #: row: every outcome is stored (or the job is unknown), so it may have ended before the mark;
 #: read it again. Locking the row orders the mark against the ending outcome's own lock:
 #: whichever comes second sees the other's change. A job marked already is not written again

@@ -28,7 +28,7 @@ from . import _schema_queries as sq
 __all__ = ["SCHEMA_VERSION", "migrate"]
 
 #: The schema version this code writes.
-SCHEMA_VERSION = 15
+SCHEMA_VERSION = 16
 
 
 def migrate(
@@ -76,16 +76,10 @@ def migrate(
             # Per-host limits shared by the runners: leased request slots, pause and rate.
             for statement in hq.CREATE_HOST_LIMITS:
                 conn.execute(statement)
-        if version < 6:
-            # The outcome write as a function: its plan cached on the server, pooler or not.
-            conn.execute(wq.CREATE_RECORD_OUTCOME_FUNCTION)
         if version < 7:
             # A terminal job's lease indexed, not every job's: outcomes' updates are HOT.
             for statement in q.MIGRATE_V7_TERMINAL_LEASE:
                 conn.execute(statement)
-        if version < 8:
-            # RECORD_OUTCOME's rows by key, so the function's kept plan reads no table whole.
-            conn.execute(wq.CREATE_RECORD_OUTCOME_FUNCTION)
         if version < 11:
             # The submit as a function (v9), one statement, one round trip, pooler or not;
             # plain targets from their URLs alone (v10); the targets as JSON text (v11).
@@ -111,7 +105,12 @@ def migrate(
             for statement in lq.MIGRATE_V15_PROGRESS:
                 conn.execute(statement)
             conn.execute(cq.CREATE_CREATE_JOB_FUNCTION)
-        # Later versions add their steps here: `if version < 16: ...`.
+        if version < 16:
+            # A shared commit's outcomes in one statement: one function for them all, in
+            # place of one per outcome (versions 6 to 15 made that one; it is dropped).
+            for statement in wq.MIGRATE_V16_OUTCOMES:
+                conn.execute(statement)
+        # Later versions add their steps here: `if version < 17: ...`.
         conn.execute(sq.SET_VERSION, (SCHEMA_VERSION,))
 
 

@@ -101,7 +101,7 @@ class PostgresStore(PostgresOutcomes):
 
         One reaper at a time across the cluster: if another holds the reaper's lock, returns
         none at once. The listening runners are told of the runners removed, and of the jobs
-        failed that one waits on (``RECORD_OUTCOME``'s rule). ``now`` is the jobs'
+        failed that one waits on (``RECORD_OUTCOMES``'s rule). ``now`` is the jobs'
         ``updated_at`` (the database clock if None). One transaction: a reap cut off (the
         database killed mid-way) either committed whole or left nothing, and the next reap
         (every heartbeat) does it again.
@@ -181,7 +181,7 @@ class PostgresStore(PostgresOutcomes):
 
     def watch_job(self, job_id: str) -> bool:
         """Mark the job as waited on, so the outcome that ends it notifies the listening
-        runners (``RECORD_OUTCOME``); False if every outcome of the job is stored (or it is
+        runners (``RECORD_OUTCOMES``); False if every outcome of the job is stored (or it is
         unknown): it may have ended before the mark, so read it again. Idempotent."""
         row = self._run(lambda c: self._one(c, Op.WRITE, q.WATCH_JOB, {"id": job_id}).fetchone())
         return bool(row and row[0])
