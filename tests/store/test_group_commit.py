@@ -364,9 +364,17 @@ class _Batches:
 def _held_thread() -> Iterator[tuple[StoreThread, threading.Event]]:
     """A started store thread busy with a call until the event is set (as a commit or a
     read in flight holds it), then stopped."""
-    thread, release = StoreThread(), threading.Event()
+    thread, release, holding = StoreThread(), threading.Event(), threading.Event()
+
+    def hold() -> None:
+        holding.set()
+        release.wait(30)  # bounded, should the test fail first
+
     thread.start()
-    thread.run_soon(release.wait, 30)  # bounded, should the test fail first
+    thread.run_soon(hold)
+    # Taken from the queue before the test queues anything: else the thread could take the
+    # hold and the first call together, and the call would be a group of its own.
+    assert holding.wait(30)
     try:
         yield thread, release
     finally:
