@@ -26,6 +26,7 @@ from trio_batch.store import NewJob
 from trio_batch.store.postgres import PostgresJobStore, PostgresStore
 from trio_batch.store.postgres import _outcome_queries as wq
 from trio_batch.store.postgres import _queries as q
+from trio_batch.store.postgres._batch import OutcomeBatch
 from trio_batch.store.postgres._listen import (
     PROBE_PREFIX,
     listen_for_changes,
@@ -227,7 +228,7 @@ def test_a_wait_marked_beside_the_last_outcome_is_told_or_finds_the_job_ended(
         caps = {"ttl": 60.0, "targets_per_job": 1, "jobs_per_caller": 1, "jobs_total": 1}
         job, _ = store.create_job(NewJob("alice", "user", urls("only"), **caps), now=T0)
         write = OutcomeWrite(job.id, 0, result=Result("x"))
-        values = store._outcomes_params([write], ttl=60.0, now=T0 + 1)
+        values = store._outcomes_params(OutcomeBatch.of([write]).sent, ttl=60.0, now=T0 + 1)
         with psycopg.connect(dsn) as ending:  # one transaction, committed at the block's end
             if marked_first:
                 assert watcher.watch_job(job.id)

@@ -32,6 +32,7 @@ from trio_batch._model import final_status
 from trio_batch.store import NewJob
 from trio_batch.store.postgres import SCHEMA_VERSION, PostgresStore
 from trio_batch.store.postgres import _outcome_queries as wq
+from trio_batch.store.postgres._batch import OutcomeBatch
 
 from ..support.fakes import T0
 from ..support.markers import PGBOUNCER
@@ -99,7 +100,7 @@ def test_a_batch_reads_each_row_by_its_key(direct_store: PostgresStore, pg_dsn: 
         targets = [Target(f"https://c{n}.test/{i}") for i in range(32)]
         jobs.append(direct_store.create_job(NewJob(f"c{n}", "user", targets, **caps), now=T0)[0])
     writes = [OutcomeWrite(job.id, 3, result=Result("x")) for job in jobs[:3]]
-    params = direct_store._outcomes_params(writes, ttl=TTL, now=T0 + 1)
+    params = direct_store._outcomes_params(OutcomeBatch.of(writes).sent, ttl=TTL, now=T0 + 1)
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute("SET enable_seqscan = off")
         types = dict(wq.OUTCOMES_ARGS)  # the function's argument types, as it binds them

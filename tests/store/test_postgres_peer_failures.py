@@ -31,6 +31,7 @@ from trio_batch.store import NewJob, ReapedJob
 from trio_batch.store.postgres import PostgresJobStore, PostgresStore
 from trio_batch.store.postgres import _outcome_queries as wq
 from trio_batch.store.postgres import _queries as q
+from trio_batch.store.postgres._batch import OutcomeBatch
 
 from ..runner.test_postgres_cluster import _sql, _until
 from ..support.fakes import urls
@@ -66,7 +67,9 @@ def test_a_reap_racing_the_last_outcome_leaves_the_job_done(pg_dsn: str) -> None
         # A's last outcome is being written (its transaction holds the job's row) when A's
         # registration is found silent and B reaps.
         writer = psycopg.connect(pg_dsn)
-        values = a._outcomes_params([OutcomeWrite(job.id, 0, result=Result("x"))], ttl=TTL, now=T0)
+        values = a._outcomes_params(
+            OutcomeBatch.of([OutcomeWrite(job.id, 0, result=Result("x"))]).sent, ttl=TTL, now=T0
+        )
         assert writer.execute(wq.RECORD_OUTCOMES_CALL, values).fetchone()[2]  # type: ignore[index]
         _sql(pg_dsn, "DELETE FROM runners WHERE id = %s", (a.runner_id,))
         reaped: list[list[ReapedJob]] = []

@@ -30,6 +30,7 @@ from trio_batch.store import DrainChanges, NewJob
 from trio_batch.store.postgres import SCHEMA_VERSION, PostgresJobStore, PostgresStore
 from trio_batch.store.postgres import _outcome_queries as wq
 from trio_batch.store.postgres import _queries as q
+from trio_batch.store.postgres._batch import OutcomeBatch
 
 from ..support.fakes import T0, logged, urls
 from ..support.pg_versions import back_to_v14
@@ -319,7 +320,9 @@ def test_an_outcome_updates_its_progress_row_in_place_and_the_job_row_once(pg_ds
         size = 0
         with psycopg.connect(pg_dsn) as conn:  # one transaction: its own counts
             for idx, jobs in ((0, 0), (1, 0), (2, 1)):
-                values = store._outcomes_params([_ok(job.id, idx)], ttl=TTL, now=T0 + 1 + idx)
+                values = store._outcomes_params(
+                    OutcomeBatch.of([_ok(job.id, idx)]).sent, ttl=TTL, now=T0 + 1 + idx
+                )
                 size += values["sizes"][0]
                 assert conn.execute(wq.RECORD_OUTCOMES_CALL, values).fetchone() is not None
                 n = idx + 1

@@ -7,34 +7,26 @@ transaction whatever their number, each write all-or-nothing within it.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
 import psycopg
 
 from ..._errors import OutcomeExists, StoreError, StoreUnavailable
-from ..._model import Job, JobState, OutcomeWrite, final_status
-from .._rows import job_from_row, write_values
+from ..._model import Job, JobState, OutcomeWrite
+from .._rows import job_from_row
 from . import _outcome_queries as wq
 from . import _queries as q
+from ._batch import OutcomeBatch, Sent
 from ._connection import Conn, Op
 from ._reads import PostgresReads
 
 __all__ = ["PostgresOutcomes"]
 
+#: Where a job row (``JOB_COLUMNS``) has its counts and its times.
+_DONE, _FAILED, _UPDATED, _EXPIRES = 4, 5, 10, 11
 #: The statuses the last outcome of a job gives it.
 _FINAL_STATUSES = frozenset({JobState.DONE, JobState.FAILED, JobState.PARTIAL})
-
-#: A write to send: its index among the writes, the write, and its stored values (status,
-#: result text, error, hint).
-_Sent = tuple[int, OutcomeWrite, tuple[str, str | None, str | None, str | None]]
-
-
-def _exists(write: OutcomeWrite) -> OutcomeExists:
-    return OutcomeExists(
-        f"target {write.idx} of job {write.job_id} already has an outcome or does not exist"
-    )
 
 
 class PostgresOutcomes(PostgresReads):
@@ -55,44 +47,25 @@ class PostgresOutcomes(PostgresReads):
         a retry of such a write that finds its very outcome stored answers the job instead of
         :class:`OutcomeExists`, so nothing is lost or counted twice.
         """
-        answers: list[Job | Exception | None] = [None] * len(writes)
-        batch: list[_Sent] = []
-        first: dict[tuple[str, int], int] = {}  # each target's first write in the batch
-        repeats: list[tuple[int, int]] = []
-        for i, write in enumerate(writes):
-            try:
-                status, result, error, hint = write_values(write)
-            except ValueError as exc:  # refused before any SQL: nothing sent
-                answers[i] = exc
-                continue
-            key = (write.job_id, write.idx)
-            if key in first:
-                repeats.append((i, first[key]))
-                continue
-            first[key] = i
-            batch.append((i, write, (status.value, result, error, hint)))
+        batch = OutcomeBatch.of(writes)
         try:
-            self._store_batch(batch, answers, ttl, now)
+            self._store_batch(batch, batch.sent, ttl, now)
             if self.in_doubt(writes):
-                self._run(lambda conn: self._recognise_retries(conn, batch, answers, now))
+                self._run(lambda conn: self._recognise_retries(conn, batch, now))
         except StoreUnavailable:  # from a psycopg error (see _run)
             if self._conn is None:  # the connection was lost: the commit may have happened
                 self.lost_in_commit(writes)
             raise
-        for i, j in repeats:
-            earlier = answers[j]
-            answers[i] = None if earlier is None else _exists(writes[i])
+        answers = batch.done()
         self.answered(writes, answers)
         return answers
 
-    def _store_batch(
-        self, batch: list[_Sent], answers: list[Job | Exception | None], ttl: float, now: float
-    ) -> None:
-        """Send ``batch`` as one statement and put each write's answer in ``answers``; if the
-        database refuses a value, each write alone, that one answering a StoreError."""
-        if not batch:
+    def _store_batch(self, batch: OutcomeBatch, part: list[Sent], ttl: float, now: float) -> None:
+        """Send ``part`` of ``batch`` as one statement and answer its writes; if the database
+        refuses a value, each write alone, that one answering a StoreError."""
+        if not part:
             return
-        params = self._outcomes_params([write for _, write, _ in batch], ttl=ttl, now=now)
+        params = self._outcomes_params(part, ttl=ttl, now=now)
 
         def send(conn: Conn) -> list[Any] | psycopg.DataError:
             try:
@@ -101,77 +74,58 @@ class PostgresOutcomes(PostgresReads):
                 return exc
 
         rows = self._run(send)
-        if not isinstance(rows, psycopg.DataError):
-            self._answers(batch, rows, answers, ttl, now)
-        elif len(batch) == 1:  # the database refused this write's values
-            answers[batch[0][0]] = StoreError(f"the database refused this outcome: {rows}")
-        else:
-            for sent in batch:  # each alone, to tell which the database refused
-                self._store_batch([sent], answers, ttl, now)
-
-    @staticmethod
-    def _answers(
-        part: list[_Sent],
-        rows: list[Any],
-        answers: list[Job | Exception | None],
-        ttl: float,
-        now: float,
-    ) -> None:
-        """Each write's answer from ``RECORD_OUTCOMES``'s rows (its job before the batch),
-        in order: a job's second write in the batch answers the job as both left it."""
-        jobs: dict[str, Job] = {}
-        for (i, write, values), (_, owned, stored, *job_row) in zip(part, rows, strict=True):
-            if not stored:
-                answers[i] = _exists(write) if owned else None
+        if isinstance(rows, psycopg.DataError):
+            if len(part) > 1:
+                for sent in part:  # each alone, to tell which the database refused
+                    self._store_batch(batch, [sent], ttl, now)
+            else:
+                refused = StoreError(f"the database refused this outcome: {rows}")
+                batch.answers[part[0].at] = refused
+            return
+        # Each job as it was before the batch, with what the batch added: as it left it.
+        after: dict[str, list[Any]] = {}
+        stored: set[int] = set()
+        for sent, (_, owned, was_stored, *job_row) in zip(part, rows, strict=True):
+            if not was_stored:
+                batch.refuse(sent, job_known=owned)
                 continue
-            job = jobs.get(write.job_id) or job_from_row(job_row)
-            done, failed = job.targets_done + 1, job.targets_failed + (values[2] is not None)
-            status = job.status
-            if status.is_live and done >= job.targets_total:
-                status = final_status(job.targets_total, failed)
-            job = dataclasses.replace(
-                job,
-                status=status,
-                targets_done=done,
-                targets_failed=failed,
-                updated_at=now,
-                expires_at=now + ttl,
-            )
-            jobs[write.job_id] = answers[i] = job
+            stored.add(sent.at)
+            job_row = after.setdefault(sent.write.job_id, job_row)
+            job_row[_DONE] += 1
+            job_row[_FAILED] += sent.error is not None
+        for job_row in after.values():
+            job_row[_UPDATED], job_row[_EXPIRES] = now, now + ttl
+        # The statement stored the ends (status, event) itself.
+        batch.answer_stored(stored, {i: job_from_row(r) for i, r in after.items()})
 
-    def _recognise_retries(
-        self, conn: Conn, batch: list[_Sent], answers: list[Job | Exception | None], now: float
-    ) -> None:
+    def _recognise_retries(self, conn: Conn, batch: OutcomeBatch, now: float) -> None:
         """A retried write whose first attempt committed (its answer lost with the
         connection) finds its very outcome stored: it answers the job as it is now."""
-        for i, write, values in batch:
-            key = (write.job_id, write.idx)
-            if not isinstance(answers[i], OutcomeExists) or key not in self._maybe_committed:
+        for sent in batch.sent:
+            key = (sent.write.job_id, sent.write.idx)
+            answer = batch.answers[sent.at]
+            if not isinstance(answer, OutcomeExists) or key not in self._maybe_committed:
                 continue
-            if conn.execute(wq.GET_OUTCOME, key).fetchone() == values:
-                row = conn.execute(q.GET_JOB, (write.job_id, now)).fetchone()
-                answers[i] = None if row is None else job_from_row(row)
+            if conn.execute(wq.GET_OUTCOME, key).fetchone() == sent.values:
+                row = conn.execute(q.GET_JOB, (sent.write.job_id, now)).fetchone()
+                batch.answers[sent.at] = None if row is None else job_from_row(row)
 
-    def _outcomes_params(
-        self, writes: Sequence[OutcomeWrite], *, ttl: float, now: float
-    ) -> dict[str, Any]:
-        """``RECORD_OUTCOMES``'s parameters for ``writes`` (distinct targets); ValueError for
-        a write that cannot be stored (see :func:`write_values`)."""
-        columns: dict[str, list[Any]] = {
-            name: [] for name, _ in wq.OUTCOMES_ARGS if name not in ("now", "expires", "runner")
+    def _outcomes_params(self, sent: Sequence[Sent], *, ttl: float, now: float) -> dict[str, Any]:
+        """``RECORD_OUTCOMES``'s parameters for the writes ``sent``."""
+        return {
+            "job_ids": [s.write.job_id for s in sent],
+            "idxs": [s.write.idx for s in sent],
+            "statuses": [s.status for s in sent],
+            "results": [s.result for s in sent],
+            "errors": [s.error for s in sent],
+            "hints": [s.hint for s in sent],
+            "attempts": [s.write.attempts for s in sent],
+            "failed": [int(s.error is not None) for s in sent],
+            "sizes": [s.size for s in sent],
+            "now": now,
+            "expires": now + ttl,
+            "runner": self.runner_id,
         }
-        for write in writes:
-            status, result, error, hint = write_values(write)
-            columns["job_ids"].append(write.job_id)
-            columns["idxs"].append(write.idx)
-            columns["statuses"].append(status.value)
-            columns["results"].append(result)
-            columns["errors"].append(error)
-            columns["hints"].append(hint)
-            columns["attempts"].append(write.attempts)
-            columns["failed"].append(int(error is not None))
-            columns["sizes"].append(0 if result is None else len(result))
-        return {**columns, "now": now, "expires": now + ttl, "runner": self.runner_id}
 
     def answered(
         self, writes: Sequence[OutcomeWrite], answers: Sequence[Job | Exception | None]
