@@ -33,7 +33,7 @@ _log = logging.getLogger("trio_batch")
 
 @contextlib.asynccontextmanager
 async def claim_runner(
-    js: PostgresJobStore, *, heartbeat_interval: float, runner_timeout: float
+    js: PostgresJobStore, *, heartbeat_interval: float = 5.0, runner_timeout: float = 30.0
 ) -> AsyncIterator[None]:
     """Register a runner (a fresh id) for the block, heartbeating and reaping meanwhile.
 

@@ -15,7 +15,6 @@ and carries on as a fresh runner: its old jobs were failed and are fenced off (:
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Collection
@@ -160,21 +159,7 @@ class PostgresJobStore(StoreFace[PostgresStore]):
     # ----------------------------------------------------------------------------------------
     # The runner's claim: registration, heartbeats, reaping
 
-    def claim(
-        self, *, heartbeat_interval: float = 5.0, runner_timeout: float = 30.0
-    ) -> contextlib.AbstractAsyncContextManager[None]:
-        """Register a runner (a fresh id) for the block, heartbeating and reaping meanwhile
-        (:func:`~._claim.claim_runner`).
-
-        Never :class:`StoreLocked`: any number of runners share the database. Jobs created
-        through this store during the block are this runner's. Leaving the block (however it
-        is left) stops the heartbeats and removes the registration; if the process dies
-        instead, the other runners reap it once it has been silent for ``runner_timeout``.
-        Raises :class:`StoreUnavailable` if the registration cannot be written.
-        """
-        return claim_runner(
-            self, heartbeat_interval=heartbeat_interval, runner_timeout=runner_timeout
-        )
+    claim = claim_runner
 
     # ----------------------------------------------------------------------------------------
     # JobStore
