@@ -15,7 +15,6 @@ and carries on as a fresh runner: its old jobs were failed and are fenced off (:
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Concatenate, ParamSpec, TypeVar
@@ -44,8 +43,6 @@ __all__ = ["PostgresJobStore"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
-
-_log = logging.getLogger("trio_batch")
 
 #: Share of ``runner_timeout`` after the last successful heartbeat past which this runner
 #: starts no new target: the others may reap it soon.
