@@ -16,6 +16,7 @@ import trio
 import trio.testing
 
 from trio_batch import BatchError, Config, Job, Runner, Store, open_runner
+from trio_batch.store import ReapedJob
 
 from ..support.fakes import FakeClock, ScriptedFetch, urls
 
@@ -81,15 +82,15 @@ async def test_wait_during_shutdown_returns_a_terminal_job(
     token = trio.lowlevel.current_trio_token()
     marking = trio.Event()
     release = threading.Event()
-    real_mark = Store.mark_in_flight_failed
+    real_fail = Store.fail_live
 
-    def mark_in_flight_failed(self: Store, reason: str, now: float | None = None) -> int:
+    def fail_live(self: Store, reason: str, now: float | None = None) -> list[ReapedJob]:
         if reason == "shutdown":
             token.run_sync_soon(marking.set)
             release.wait()
-        return real_mark(self, reason, now)
+        return real_fail(self, reason, now)
 
-    monkeypatch.setattr(Store, "mark_in_flight_failed", mark_in_flight_failed)
+    monkeypatch.setattr(Store, "fail_live", fail_live)
     answers: list[Job | None] = []
     async with trio.open_nursery() as host:
 

@@ -2,9 +2,12 @@
 the write observer, and ``async with``.
 
 A backend's :class:`~trio_batch.store.JobStore` subclasses :class:`StoreFace` and supplies
-:meth:`StoreFace._store_outcomes` (on the store thread: one transaction for a batch of writes,
-one answer each), :meth:`StoreFace._outcome_on_thread` (its error translation around the
-hop) and :meth:`StoreFace.aclose`; the rest of the protocol is its own. An outcome write goes
+:meth:`StoreFace._on_thread` (one call of its sync store on the store thread, with its error
+translation and its bound), :meth:`StoreFace._store_outcomes` (on the store thread: one
+transaction for a batch of writes, one answer each), :meth:`StoreFace._outcome_on_thread` (its
+error translation around the hop) and :meth:`StoreFace.aclose`. An operation that only calls
+the sync store is a :class:`ThreadCall`; one that adds anything (an argument, an observer, a
+conversion) is a method of the backend's own. An outcome write goes
 :meth:`StoreFace.record_outcome` → the backend's ``_outcome_on_thread`` →
 :meth:`StoreThread.run_grouped <trio_batch.store._thread.StoreThread.run_grouped>` → on the
 thread, the backend's ``_store_outcomes`` with the writes queued beside it → its store's
@@ -15,10 +18,12 @@ made: the event loop never runs SQL.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import math
 import time
-from collections.abc import Callable
-from typing import Self
+from collections.abc import Callable, Coroutine
+from types import MethodType
+from typing import Any, Concatenate, Generic, ParamSpec, Self, TypeVar, overload
 
 import trio
 
@@ -27,7 +32,13 @@ from .._model import Job, OutcomeWrite
 from ._protocol import ReapObserver, WriteObserver
 from ._thread import Grouped, StoreThread
 
-__all__ = ["StoreFace", "TimedWrite"]
+__all__ = ["StoreFace", "ThreadCall", "TimedWrite"]
+
+P = ParamSpec("P")
+T = TypeVar("T")
+#: The backend's sync store. Covariant: a face of a ``Store`` runs the methods of its bases.
+S_co = TypeVar("S_co", covariant=True)
+S = TypeVar("S")
 
 #: An outcome write with the lease length, the time it was made at, and the deadline of its
 #: call (``time.monotonic()``, what a thread reads; ``math.inf`` where the backend bounds
@@ -35,8 +46,9 @@ __all__ = ["StoreFace", "TimedWrite"]
 TimedWrite = tuple[OutcomeWrite, float, float, float]
 
 
-class StoreFace:
-    """The shared part of a backend's async store; see the module docstring."""
+class StoreFace(Generic[S_co]):
+    """The shared part of a backend's async store over its sync store ``S_co``; see the
+    module docstring."""
 
     #: Where the store is, for messages (a path, or a URL without its password).
     location: str
@@ -57,6 +69,15 @@ class StoreFace:
 
     async def aclose(self) -> None:
         """Release the store's connections and threads; it answers no more calls."""
+        raise NotImplementedError
+
+    async def _on_thread(
+        self, fn: Callable[Concatenate[S_co, P], T], /, *args: P.args, **kwargs: P.kwargs
+    ) -> T:
+        """``fn(store, ...)`` on the store thread, the backend's store errors translated,
+        within its bound. Cancellation: as :meth:`StoreThread.run
+        <trio_batch.store._thread.StoreThread.run>`: once queued, the call completes (bounded),
+        and ``Cancelled`` is raised at the caller's next checkpoint."""
         raise NotImplementedError
 
     def _start(self) -> None:
@@ -124,3 +145,56 @@ class StoreFace:
             # An observer's bug must not fail a write that succeeded.
             with contextlib.suppress(Exception):
                 self.on_write(operation, time.perf_counter() - start)
+
+
+#: What a :class:`ThreadCall`'s docstring adds to its sync call's.
+_ON_THREAD = (
+    "Runs on the store thread. Cancellation: once queued, the call completes (bounded by the "
+    "store's timeout), and ``Cancelled`` is raised at the caller's next checkpoint."
+)
+
+
+class ThreadCall(Generic[S, P, T]):
+    """An operation of a face that is one call of its sync store, as it is:
+    ``get_job = ThreadCall(Store.get_job)`` makes ``face.get_job(job_id, now=now)`` await
+    ``face._on_thread(Store.get_job, job_id, now=now)``.
+
+    The method has ``fn``'s parameters after the store, typed (mypy checks its callers, and
+    the face against the store protocols, through them), and its docstring; a ``fn`` of
+    another backend's store is a type error. Cancellation: as :meth:`StoreFace._on_thread`.
+    """
+
+    def __init__(self, fn: Callable[Concatenate[S, P], T]) -> None:
+        async def call(face: StoreFace[S], /, *args: P.args, **kwargs: P.kwargs) -> T:
+            return await face._on_thread(fn, *args, **kwargs)
+
+        signature = inspect.signature(fn)
+        store, *params = signature.parameters.values()
+        call.__dict__["__signature__"] = signature.replace(
+            parameters=[store.replace(name="self", annotation=inspect.Parameter.empty), *params]
+        )
+        call.__doc__ = f"{inspect.cleandoc(fn.__doc__ or '')}\n\n{_ON_THREAD}"
+        self._call = call
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._call.__name__ = name
+        self._call.__qualname__ = f"{owner.__qualname__}.{name}"
+        self._call.__module__ = owner.__module__
+
+    @overload
+    def __get__(
+        self, face: None, owner: type | None = None
+    ) -> Callable[Concatenate[StoreFace[S], P], Coroutine[Any, Any, T]]: ...
+
+    @overload
+    def __get__(
+        self, face: StoreFace[S], owner: type | None = None
+    ) -> Callable[P, Coroutine[Any, Any, T]]: ...
+
+    # Any other object, such as the face of another backend: None, so that a ThreadCall of
+    # another store's function fails the type check where the face is used as a JobStore.
+    @overload
+    def __get__(self, face: object, owner: type | None = None) -> None: ...
+
+    def __get__(self, face: object, owner: type | None = None) -> Any:
+        return self._call if face is None else MethodType(self._call, face)

@@ -33,7 +33,7 @@ _log = logging.getLogger("trio_batch")
 
 @contextlib.asynccontextmanager
 async def claim_runner(
-    js: PostgresJobStore, *, heartbeat_interval: float, runner_timeout: float
+    js: PostgresJobStore, *, heartbeat_interval: float = 5.0, runner_timeout: float = 30.0
 ) -> AsyncIterator[None]:
     """Register a runner (a fresh id) for the block, heartbeating and reaping meanwhile.
 
@@ -53,7 +53,7 @@ async def claim_runner(
     js._runner_timeout = runner_timeout
     # Registered first: if that fails, there is no heartbeat thread or connection to undo.
     registering = trio.current_time()
-    js.store.runner_id = await js._call(PostgresStore.register_runner)
+    js.store.runner_id = await js._on_thread(PostgresStore.register_runner)
     js._beat_ok_at = registering
     # A heartbeat that hangs is a missed one; bounded by a quarter of runner_timeout too,
     # so one hung beat cannot last until the others reap this runner. Not by the interval:
@@ -82,7 +82,7 @@ async def claim_runner(
         with trio.CancelScope(shield=True):
             runner_id, js.store.runner_id = js.store.runner_id, None
             try:
-                await js._call(PostgresStore.unregister_runner, runner_id)
+                await js._on_thread(PostgresStore.unregister_runner, runner_id)
             except StoreUnavailable:
                 _log.warning(
                     "could not remove the runner's registration; it will be reaped",

@@ -15,24 +15,21 @@ and carries on as a fresh runner: its old jobs were failed and are fenced off (:
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import time
 from collections.abc import Callable, Collection
-from typing import Concatenate, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Concatenate, ParamSpec, TypeVar
 
 import trio
 
-from ..._event import Delivery, JobEvent
-from ..._model import Job, JobState, Target, TargetStatus
-from .._face import StoreFace, TimedWrite
-from .._filters import EVERY_JOB, JobFilter
+from ..._model import Job, Target
+from .._face import StoreFace, ThreadCall, TimedWrite
 from .._protocol import (
     ChangeObserver,
+    ClusterStore,
     DrainChanges,
+    HostLimits,
     NewJob,
     ReapedJob,
-    StoreCounts,
 )
 from .._thread import Grouped
 from . import _hosts, _outbox
@@ -47,14 +44,12 @@ __all__ = ["PostgresJobStore"]
 P = ParamSpec("P")
 T = TypeVar("T")
 
-_log = logging.getLogger("trio_batch")
-
 #: Share of ``runner_timeout`` after the last successful heartbeat past which this runner
 #: starts no new target: the others may reap it soon.
 FENCE_SHARE = 0.75
 
 
-class PostgresJobStore(StoreFace):
+class PostgresJobStore(StoreFace[PostgresStore]):
     """A PostgreSQL database as a :class:`~trio_batch.JobStore` that many runners share.
 
     Get one from :func:`~trio_batch.open_store` with a ``postgresql://`` URL, or
@@ -145,7 +140,7 @@ class PostgresJobStore(StoreFace):
         toward its bound."""
         return time.monotonic() + self.store.store_timeout
 
-    async def _call(
+    async def _on_thread(
         self, fn: Callable[Concatenate[PostgresStore, P], T], /, *args: P.args, **kwargs: P.kwargs
     ) -> T:
         """``fn(store, ...)`` on the store thread, within ``store_timeout`` of now (the time it
@@ -154,39 +149,14 @@ class PostgresJobStore(StoreFace):
         Cancellation: as :meth:`StoreThread.run`: once queued, the call completes (bounded by
         ``store_timeout``), and ``Cancelled`` is raised at the next checkpoint.
         """
-        return await self._call_by(time.monotonic() + self.store.store_timeout, fn, *args, **kwargs)
-
-    async def _call_by(
-        self,
-        deadline: float,
-        fn: Callable[Concatenate[PostgresStore, P], T],
-        /,
-        *args: P.args,
-        **kwargs: P.kwargs,
-    ) -> T:
-        """:meth:`_call`, by ``deadline`` (``time.monotonic()``): one a call before it set."""
         self._start()
         with translate_errors(self.store.store_timeout):
-            return await self._thread.run(self.store.within, deadline, fn, *args, **kwargs)
+            return await self._thread.run(self.store.within, self._deadline(), fn, *args, **kwargs)
 
     # ----------------------------------------------------------------------------------------
     # The runner's claim: registration, heartbeats, reaping
 
-    def claim(
-        self, *, heartbeat_interval: float = 5.0, runner_timeout: float = 30.0
-    ) -> contextlib.AbstractAsyncContextManager[None]:
-        """Register a runner (a fresh id) for the block, heartbeating and reaping meanwhile
-        (:func:`~._claim.claim_runner`).
-
-        Never :class:`StoreLocked`: any number of runners share the database. Jobs created
-        through this store during the block are this runner's. Leaving the block (however it
-        is left) stops the heartbeats and removes the registration; if the process dies
-        instead, the other runners reap it once it has been silent for ``runner_timeout``.
-        Raises :class:`StoreUnavailable` if the registration cannot be written.
-        """
-        return claim_runner(
-            self, heartbeat_interval=heartbeat_interval, runner_timeout=runner_timeout
-        )
+    claim = claim_runner
 
     # ----------------------------------------------------------------------------------------
     # JobStore
@@ -194,7 +164,7 @@ class PostgresJobStore(StoreFace):
     async def create_job(self, new: NewJob, *, now: float) -> tuple[Job, bool]:
         """:meth:`PostgresStore.create_job`: reuse, caps and insert serialised cluster-wide."""
         start = self._observe_start()
-        answer = await self._call(PostgresStore.create_job, new, now=now)
+        answer = await self._on_thread(PostgresStore.create_job, new, now=now)
         self._observe("create_job", start)
         return answer
 
@@ -211,20 +181,34 @@ class PostgresJobStore(StoreFace):
         writes = [timed[0] for timed in batch]
         return self.store.within(deadline, PostgresStore.record_outcomes, writes, ttl=ttl, now=now)
 
-    async def finish_job(
-        self, job_id: str, status: JobState, *, now: float, error: str | None = None
-    ) -> Job | None:
-        """:meth:`PostgresStore.finish_job` (any runner may cancel any job)."""
-        return await self._call(PostgresStore.finish_job, job_id, status, now=now, error=error)
-
     async def reap_orphans(self, *, now: float) -> list[ReapedJob]:
         """Fail (``"restart"``) the live jobs of runners silent past ``runner_timeout``, and of
         no runner; never those of a live runner. 0 if another runner is reaping right now."""
-        return await self._call(PostgresStore.reap, self._runner_timeout, now=now)
+        return await self._on_thread(PostgresStore.reap, self._runner_timeout, now=now)
 
-    async def fail_own_jobs(self, reason: str, *, now: float) -> int:
-        """Fail this runner's live jobs only."""
-        return await self._call(PostgresStore.fail_own_jobs, reason, now=now)
+    finish_job = ThreadCall(PostgresStore.finish_job)
+    fail_own_jobs = ThreadCall(PostgresStore.fail_own_jobs)
+    purge_expired = ThreadCall(PostgresStore.purge_expired)
+    forget_job = ThreadCall(PostgresStore.forget_job)
+    get_job = ThreadCall(PostgresStore.get_job)
+    get_status = ThreadCall(PostgresStore.get_status)
+    list_jobs = ThreadCall(PostgresStore.list_jobs)
+    counts = ThreadCall(PostgresStore.counts)
+    get_overview = ThreadCall(PostgresStore.get_overview)
+    get_target = ThreadCall(PostgresStore.get_target)
+    get_outcomes = ThreadCall(PostgresStore.get_outcomes)
+    list_caller_jobs = ThreadCall(PostgresStore.list_caller_jobs)
+    get_targets_after = ThreadCall(PostgresStore.get_targets_after)
+    latest_retry = ThreadCall(PostgresStore.latest_retry)
+    retries = ThreadCall(PostgresStore.retries)
+    claim_delivery = ThreadCall(_outbox.claim_delivery)
+    record_delivery = ThreadCall(_outbox.record_delivery)
+    get_delivery = ThreadCall(_outbox.get_delivery)
+    redeliver = ThreadCall(_outbox.redeliver)
+    next_delivery_due = ThreadCall(_outbox.next_due)
+
+    # ----------------------------------------------------------------------------------------
+    # ClusterStore
 
     def can_start_target(self) -> bool:
         """False once no heartbeat has succeeded for ``FENCE_SHARE`` of ``runner_timeout``
@@ -237,26 +221,20 @@ class PostgresJobStore(StoreFace):
         """Which of this runner's drains were cancelled elsewhere, or reaped (one query)."""
         if not job_ids:
             return DrainChanges()
-        cancelled, lost = await self._call(PostgresStore.drain_changes, list(job_ids))
+        cancelled, lost = await self._on_thread(PostgresStore.drain_changes, list(job_ids))
         return DrainChanges(frozenset(cancelled), frozenset(lost))
 
     async def undrained_jobs(
         self, draining: Collection[str], *, now: float, limit: int
     ) -> list[tuple[Job, tuple[Target, ...]]]:
         """:meth:`PostgresStore.undrained_jobs`: creates committed whose answer was lost."""
-        return await self._call(PostgresStore.undrained_jobs, list(draining), now=now, limit=limit)
+        return await self._on_thread(
+            PostgresStore.undrained_jobs, list(draining), now=now, limit=limit
+        )
 
-    async def release_job(self, job_id: str) -> None:
-        """:meth:`PostgresStore.release_job`: waiters on other runners see the drain over."""
-        await self._call(PostgresStore.release_job, job_id)
-
-    async def watch_job(self, job_id: str) -> bool:
-        """:meth:`PostgresStore.watch_job`: its end is notified to this runner's listener."""
-        return await self._call(PostgresStore.watch_job, job_id)
-
-    async def drain_over(self, job_id: str) -> bool:
-        """:meth:`PostgresStore.drain_over`."""
-        return await self._call(PostgresStore.drain_over, job_id)
+    release_job = ThreadCall(PostgresStore.release_job)
+    watch_job = ThreadCall(PostgresStore.watch_job)
+    drain_over = ThreadCall(PostgresStore.drain_over)
 
     async def listen_changes(self, on_change: ChangeObserver) -> None:
         """Until cancelled, ``on_change`` with the jobs any runner notifies (``_listen``), on
@@ -266,7 +244,7 @@ class PostgresJobStore(StoreFace):
         if self.listen:
 
             async def probe(payload: str) -> None:
-                await self._call(PostgresStore.notify_jobs, [payload])
+                await self._on_thread(PostgresStore.notify_jobs, [payload])
 
             await listen_for_changes(
                 self.listen_url,
@@ -277,157 +255,18 @@ class PostgresJobStore(StoreFace):
                 probe_interval=self.probe_interval,
             )
 
-    async def purge_expired(self, *, now: float, batch_size: int) -> int:
-        """One batch of lapsed jobs deleted; rows another runner is deleting are skipped."""
-        return await self._call(PostgresStore.purge_expired, now=now, batch_size=batch_size)
+    # ----------------------------------------------------------------------------------------
+    # HostLimits
 
-    async def get_job(self, job_id: str, *, now: float) -> Job | None:
-        """:meth:`PostgresStore.get_job`."""
-        return await self._call(PostgresStore.get_job, job_id, now=now)
+    acquire_host_slot = ThreadCall(_hosts.acquire_host_slot)
+    release_host_slot = ThreadCall(_hosts.release_host_slot)
+    pause_host = ThreadCall(_hosts.pause_host)
 
-    async def get_status(self, job_id: str, *, now: float) -> tuple[Job, list[TargetStatus]] | None:
-        """:meth:`PostgresStore.get_status`, from one snapshot."""
-        return await self._call(PostgresStore.get_status, job_id, now=now)
 
-    async def list_jobs(
-        self, *, now: float, caller: str | None = None, limit: int = 100
-    ) -> list[Job]:
-        """:meth:`PostgresStore.list_jobs`."""
-        return await self._call(PostgresStore.list_jobs, now=now, caller=caller, limit=limit)
+if TYPE_CHECKING:
+    # The runner finds the cluster's parts by isinstance (cluster_of): here mypy checks them.
+    def _cluster(face: PostgresJobStore) -> ClusterStore:
+        return face
 
-    async def counts(self, *, now: float) -> StoreCounts:
-        """:meth:`PostgresStore.counts`, from one snapshot."""
-        return await self._call(PostgresStore.counts, now=now)
-
-    async def forget_job(self, job_id: str, *, caller: str | None = None, now: float) -> Job | None:
-        """:meth:`PostgresStore.forget_job`."""
-        return await self._call(PostgresStore.forget_job, job_id, caller=caller, now=now)
-
-    async def get_overview(
-        self, job_id: str, *, now: float
-    ) -> tuple[Job, list[TargetStatus], list[int]] | None:
-        """:meth:`PostgresStore.get_overview`, from one snapshot."""
-        return await self._call(PostgresStore.get_overview, job_id, now=now)
-
-    async def get_target(
-        self, job_id: str, idx: int, *, now: float
-    ) -> tuple[Job, TargetStatus] | None:
-        """:meth:`PostgresStore.get_target`, from one snapshot."""
-        return await self._call(PostgresStore.get_target, job_id, idx, now=now)
-
-    async def get_outcomes(
-        self,
-        job_id: str,
-        start: int,
-        *,
-        now: float,
-        limit: int,
-        max_bytes: int | None = None,
-        results_up_to: int | None = None,
-    ) -> tuple[Job, list[TargetStatus]] | None:
-        """:meth:`PostgresStore.get_outcomes`, from one snapshot."""
-        return await self._call(
-            PostgresStore.get_outcomes,
-            job_id,
-            start,
-            now=now,
-            limit=limit,
-            max_bytes=max_bytes,
-            results_up_to=results_up_to,
-        )
-
-    async def list_caller_jobs(
-        self,
-        caller: str,
-        *,
-        now: float,
-        limit: int,
-        before: tuple[float, str] | None = None,
-        where: JobFilter = EVERY_JOB,
-    ) -> list[Job]:
-        """:meth:`PostgresStore.list_caller_jobs`."""
-        return await self._call(
-            PostgresStore.list_caller_jobs, caller, now=now, limit=limit, before=before, where=where
-        )
-
-    async def get_targets_after(
-        self,
-        job_id: str,
-        after: int,
-        *,
-        now: float,
-        limit: int,
-        max_bytes: int | None = None,
-        results: bool = True,
-    ) -> tuple[Job, list[TargetStatus]] | None:
-        """:meth:`PostgresStore.get_targets_after`, from one snapshot."""
-        return await self._call(
-            PostgresStore.get_targets_after,
-            job_id,
-            after,
-            now=now,
-            limit=limit,
-            max_bytes=max_bytes,
-            results=results,
-        )
-
-    async def claim_delivery(
-        self, *, now: float, lease: float, skip_urls: Collection[str] = ()
-    ) -> JobEvent | None:
-        """:func:`_outbox.claim_delivery`: one runner delivers an event at a time."""
-        return await self._call(_outbox.claim_delivery, now=now, lease=lease, skip_urls=skip_urls)
-
-    async def record_delivery(
-        self,
-        event: JobEvent,
-        *,
-        answer: str,
-        delivered: bool,
-        now: float,
-        next_at: float | None,
-    ) -> bool:
-        """:func:`_outbox.record_delivery`."""
-        return await self._call(
-            _outbox.record_delivery,
-            event,
-            answer=answer,
-            delivered=delivered,
-            now=now,
-            next_at=next_at,
-        )
-
-    async def get_delivery(self, job_id: str, *, now: float) -> Delivery | None:
-        """:func:`_outbox.get_delivery`."""
-        return await self._call(_outbox.get_delivery, job_id, now=now)
-
-    async def redeliver(self, job_id: str, *, now: float) -> Delivery | None:
-        """:func:`_outbox.redeliver`."""
-        return await self._call(_outbox.redeliver, job_id, now=now)
-
-    async def next_delivery_due(self) -> float | None:
-        """:func:`_outbox.next_due`."""
-        return await self._call(_outbox.next_due)
-
-    async def acquire_host_slot(
-        self, host: str, slot: str, *, cap: int, rate: float | None, lease: float
-    ) -> float | None:
-        """:func:`_hosts.acquire_host_slot`: per-host limits shared by the runners."""
-        return await self._call(
-            _hosts.acquire_host_slot, host, slot, cap=cap, rate=rate, lease=lease
-        )
-
-    async def release_host_slot(self, slot: str) -> None:
-        """:func:`_hosts.release_host_slot`."""
-        await self._call(_hosts.release_host_slot, slot)
-
-    async def pause_host(self, host: str, seconds: float) -> None:
-        """:func:`_hosts.pause_host`."""
-        await self._call(_hosts.pause_host, host, seconds)
-
-    async def latest_retry(self, job_id: str, *, caller: str, now: float) -> Job | None:
-        """:meth:`PostgresStore.latest_retry`."""
-        return await self._call(PostgresStore.latest_retry, job_id, caller=caller, now=now)
-
-    async def retries(self, job_id: str, *, caller: str, now: float, limit: int) -> list[Job]:
-        """:meth:`PostgresStore.retries`."""
-        return await self._call(PostgresStore.retries, job_id, caller=caller, now=now, limit=limit)
+    def _host_limits(face: PostgresJobStore) -> HostLimits:
+        return face

@@ -13,17 +13,15 @@ import secrets
 from collections.abc import AsyncIterator, Callable, Collection
 from typing import Concatenate, ParamSpec, TypeVar
 
-from ..._event import Delivery, JobEvent
-from ..._model import Job, JobState, TargetStatus
-from .._face import StoreFace, TimedWrite
-from .._filters import EVERY_JOB, JobFilter
-from .._protocol import NewJob, ReapedJob, StoreCounts
+from ..._event import JobEvent
+from ..._model import Job
+from .._face import StoreFace, ThreadCall, TimedWrite
+from .._protocol import NewJob, ReapedJob
 from .._thread import Grouped
-from . import _outbox
+from . import _outbox, _views
 from ._errors import translate_errors
 from ._lock import RunnerLock
 from ._store import Store
-from ._views import job_overview, latest_retry, one_target, outcomes_from, retries, targets_after
 
 __all__ = ["SQLiteJobStore"]
 
@@ -31,7 +29,7 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 
-class SQLiteJobStore(StoreFace):
+class SQLiteJobStore(StoreFace[Store]):
     """A :class:`~trio_batch.Store` (one SQLite database) as a :class:`~trio_batch.JobStore`.
 
     Get one from :func:`~trio_batch.open_store`, or wrap a store you opened yourself:
@@ -108,121 +106,13 @@ class SQLiteJobStore(StoreFace):
         _, ttl, now, _ = batch[0]
         return self.store.record_outcomes([timed[0] for timed in batch], ttl=ttl, now=now)
 
-    async def finish_job(
-        self, job_id: str, status: JobState, *, now: float, error: str | None = None
-    ) -> Job | None:
-        """:meth:`Store.finish_job`."""
-        return await self._on_thread(Store.finish_job, job_id, status, error=error, now=now)
-
     async def reap_orphans(self, *, now: float) -> list[ReapedJob]:
         """Fail every live job as ``"restart"``: with the claim held, no runner drains them."""
         return await self._on_thread(Store.fail_live, "restart", now)
 
-    async def fail_own_jobs(self, reason: str, *, now: float) -> int:
-        """Fail every live job: with the claim held, they are all this runner's."""
-        return await self._on_thread(Store.mark_in_flight_failed, reason, now)
-
     async def purge_expired(self, *, now: float, batch_size: int) -> int:
         """One batch of :meth:`Store.purge_expired`, on the store thread."""
         return await self._on_thread(Store.purge_expired, now, batch_size=batch_size, max_batches=1)
-
-    async def forget_job(self, job_id: str, *, caller: str | None = None, now: float) -> Job | None:
-        """:meth:`Store.forget_job`, on the store thread (a delete may wait for the lock)."""
-        return await self._on_thread(Store.forget_job, job_id, caller=caller, now=now)
-
-    async def get_job(self, job_id: str, *, now: float) -> Job | None:
-        """:meth:`Store.get_job`."""
-        return await self._on_thread(Store.get_job, job_id, now=now)
-
-    async def get_status(self, job_id: str, *, now: float) -> tuple[Job, list[TargetStatus]] | None:
-        """:meth:`Store.get_status`."""
-        return await self._on_thread(Store.get_status, job_id, now=now)
-
-    async def list_jobs(
-        self, *, now: float, caller: str | None = None, limit: int = 100
-    ) -> list[Job]:
-        """:meth:`Store.list_jobs`, on the store thread."""
-        return await self._on_thread(Store.list_jobs, caller=caller, limit=limit, now=now)
-
-    async def get_overview(
-        self, job_id: str, *, now: float
-    ) -> tuple[Job, list[TargetStatus], list[int]] | None:
-        """:func:`job_overview`, on the store thread."""
-        return await self._on_thread(job_overview, job_id, now=now)
-
-    async def get_target(
-        self, job_id: str, idx: int, *, now: float
-    ) -> tuple[Job, TargetStatus] | None:
-        """:func:`one_target`, on the store thread (a result may be large to decode)."""
-        return await self._on_thread(one_target, job_id, idx, now=now)
-
-    async def get_outcomes(
-        self,
-        job_id: str,
-        start: int,
-        *,
-        now: float,
-        limit: int,
-        max_bytes: int | None = None,
-        results_up_to: int | None = None,
-    ) -> tuple[Job, list[TargetStatus]] | None:
-        """:func:`outcomes_from`, on the store thread (results may be large to decode)."""
-        return await self._on_thread(
-            outcomes_from,
-            job_id,
-            start,
-            now=now,
-            limit=limit,
-            max_bytes=max_bytes,
-            results_up_to=results_up_to,
-        )
-
-    async def list_caller_jobs(
-        self,
-        caller: str,
-        *,
-        now: float,
-        limit: int,
-        before: tuple[float, str] | None = None,
-        where: JobFilter = EVERY_JOB,
-    ) -> list[Job]:
-        """:meth:`Store.list_caller_jobs`, on the store thread."""
-        return await self._on_thread(
-            Store.list_caller_jobs, caller, now=now, limit=limit, before=before, where=where
-        )
-
-    async def get_targets_after(
-        self,
-        job_id: str,
-        after: int,
-        *,
-        now: float,
-        limit: int,
-        max_bytes: int | None = None,
-        results: bool = True,
-    ) -> tuple[Job, list[TargetStatus]] | None:
-        """:func:`targets_after`, on the store thread (results may be large to decode)."""
-        return await self._on_thread(
-            targets_after,
-            job_id,
-            after,
-            now=now,
-            limit=limit,
-            max_bytes=max_bytes,
-            results=results,
-        )
-
-    async def latest_retry(self, job_id: str, *, caller: str, now: float) -> Job | None:
-        """:func:`latest_retry`, on the store thread."""
-        return await self._on_thread(latest_retry, job_id, caller, now=now)
-
-    async def retries(self, job_id: str, *, caller: str, now: float, limit: int) -> list[Job]:
-        """:func:`retries`, on the store thread."""
-        return await self._on_thread(retries, job_id, caller, now=now, limit=limit)
-
-    async def counts(self, *, now: float) -> StoreCounts:
-        """:meth:`Store.counts`, on the store thread."""
-        return await self._on_thread(Store.counts, now=now)
 
     async def claim_delivery(
         self, *, now: float, lease: float, skip_urls: Collection[str] = ()
@@ -252,14 +142,21 @@ class SQLiteJobStore(StoreFace):
             next_at=next_at,
         )
 
-    async def get_delivery(self, job_id: str, *, now: float) -> Delivery | None:
-        """:func:`_outbox.get_delivery`."""
-        return await self._on_thread(_outbox.get_delivery, job_id, now=now)
-
-    async def redeliver(self, job_id: str, *, now: float) -> Delivery | None:
-        """:func:`_outbox.redeliver`, on the store thread."""
-        return await self._on_thread(_outbox.redeliver, job_id, now=now)
-
-    async def next_delivery_due(self) -> float | None:
-        """:func:`_outbox.next_due`."""
-        return await self._on_thread(_outbox.next_due)
+    finish_job = ThreadCall(Store.finish_job)
+    # With the claim held, every live job is this runner's.
+    fail_own_jobs = ThreadCall(Store.mark_in_flight_failed)
+    forget_job = ThreadCall(Store.forget_job)
+    get_job = ThreadCall(Store.get_job)
+    get_status = ThreadCall(Store.get_status)
+    list_jobs = ThreadCall(Store.list_jobs)
+    get_overview = ThreadCall(_views.job_overview)
+    get_target = ThreadCall(_views.one_target)
+    get_outcomes = ThreadCall(_views.outcomes_from)
+    list_caller_jobs = ThreadCall(Store.list_caller_jobs)
+    get_targets_after = ThreadCall(_views.targets_after)
+    latest_retry = ThreadCall(_views.latest_retry)
+    retries = ThreadCall(_views.retries)
+    counts = ThreadCall(Store.counts)
+    get_delivery = ThreadCall(_outbox.get_delivery)
+    redeliver = ThreadCall(_outbox.redeliver)
+    next_delivery_due = ThreadCall(_outbox.next_due)
