@@ -10,6 +10,7 @@ from typing import Any
 
 import trio
 from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
 
 from .._config import Config
 from .._errors import InvalidRequest, InvalidTargets, TooManyTargets
@@ -24,12 +25,14 @@ from .._model import (
     is_job_id,
 )
 from .._text import parse_count, unknown_keys
+from ..runner import Runner
 from ._auth import DEFAULT_CALLER_CLASS, Caller
-from ._problems import Problem
+from ._problems import Problem, not_found
 
 __all__ = [
     "DEFAULT_PAGE",
     "MAX_PAGE",
+    "created",
     "job_json",
     "page_json",
     "parse_json",
@@ -68,6 +71,21 @@ def job_json(job: Job, targets: Sequence[TargetStatus] | None = None) -> dict[st
     out = job.to_json()
     out["counts"] = _counts(job, targets)
     return out
+
+
+async def created(runner: Runner, job_id: str, reused: bool) -> Response:
+    """The answer to a submit or a retry that made job ``job_id`` (201) or found it again
+    (200): the job with its counts, from its statuses only (a reused job's results may be
+    megabytes each)."""
+    found = await runner.overview(job_id)
+    if found is None:
+        raise not_found("the job lapsed as soon as it was created")
+    job, stored, _ = found
+    return JSONResponse(
+        {**job_json(job, stored), "reused": reused},
+        status_code=200 if reused else 201,
+        headers={"Location": f"/v1/batches/{job_id}"},
+    )
 
 
 def target_summary_json(job_id: str, target: TargetStatus, size: int) -> dict[str, Any]:
