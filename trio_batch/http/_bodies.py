@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from json.encoder import encode_basestring
@@ -14,7 +13,7 @@ from starlette.responses import JSONResponse, Response
 
 from .._config import Config
 from .._errors import InvalidRequest, InvalidTargets, TooManyTargets
-from .._json import STRICT_JSON
+from .._json import STRICT_JSON, compact_json
 from .._model import (
     Job,
     Target,
@@ -101,7 +100,6 @@ def target_summary_json(job_id: str, target: TargetStatus, size: int) -> dict[st
 
 #: Characters of a result's content encoded at once when a target is sent in pieces.
 CONTENT_CHUNK = 1024 * 1024
-_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
 def target_json_chunks(target: TargetStatus, chunk: int = CONTENT_CHUNK) -> Iterator[bytes]:
@@ -111,17 +109,17 @@ def target_json_chunks(target: TargetStatus, chunk: int = CONTENT_CHUNK) -> Iter
     out = target.to_json()
     result = out["result"]
     if result is None or len(result["content"]) <= chunk:
-        yield _COMPACT.encode(out).encode()
+        yield compact_json(out).encode()
         return
     before = {k: out[k] for k in list(out)[: list(out).index("result")]}
     after = {k: out[k] for k in list(out)[list(out).index("result") + 1 :]}
-    yield (_COMPACT.encode(before)[:-1] + ',"result":{"content":"').encode()
+    yield (compact_json(before)[:-1] + ',"result":{"content":"').encode()
     content: str = result["content"]
     for start in range(0, len(content), chunk):
         # A slice's JSON is its characters' escapes: the slices' together are the whole's.
         yield encode_basestring(content[start : start + chunk])[1:-1].encode()
-    tail = _COMPACT.encode(after)
-    yield ('","meta":' + _COMPACT.encode(result["meta"]) + "}," + tail[1:]).encode()
+    tail = compact_json(after)
+    yield ('","meta":' + compact_json(result["meta"]) + "}," + tail[1:]).encode()
 
 
 def parse_page(
