@@ -1,4 +1,5 @@
-"""Options that ``trio-batch run`` and ``trio-batch serve`` share, defined once for both."""
+"""Options that ``trio-batch run`` and ``trio-batch serve`` share, defined once for both, and
+the option types (whole numbers, positive numbers) every command checks its numbers with."""
 
 from __future__ import annotations
 
