@@ -10,7 +10,7 @@ import os
 import stat
 import tempfile
 from collections.abc import Iterator
-from typing import IO
+from typing import IO, Any
 
 __all__ = ["read_bounded", "replacing"]
 
@@ -43,8 +43,11 @@ _PART_SUFFIX = ".part"
 
 
 @contextlib.contextmanager
-def replacing(path: str | os.PathLike[str]) -> Iterator[tuple[IO[str], bool]]:
-    """Open ``path`` to be written as text; yields the stream and whether it is a regular file.
+def replacing(
+    path: str | os.PathLike[str], *, binary: bool = False
+) -> Iterator[tuple[IO[Any], bool]]:
+    """Open ``path`` to be written as text (as bytes if ``binary``); yields the stream and
+    whether it is a regular file.
 
     - A regular file (or a new one) is written beside it and renamed into place when the block
       ends without an exception: it is replaced whole or not at all, and keeps its mode (a new
@@ -58,13 +61,14 @@ def replacing(path: str | os.PathLike[str]) -> Iterator[tuple[IO[str], bool]]:
     writer holds an ``flock`` on its part. Raises OSError for what cannot be opened or written.
     """
     name = os.fspath(path)
+    open_mode, encoding = ("wb", None) if binary else ("w", "utf-8")
     try:
         now: os.stat_result | None = os.stat(name)  # follows links, as the write will
     except FileNotFoundError:
         now = None
     mode = None if now is None else now.st_mode
     if mode is not None and (stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)):
-        with open(name, "w", encoding="utf-8") as f:
+        with open(name, open_mode, encoding=encoding) as f:
             yield f, False
         return
     if mode is not None and stat.S_ISDIR(mode):
@@ -76,7 +80,7 @@ def replacing(path: str | os.PathLike[str]) -> Iterator[tuple[IO[str], bool]]:
     fd, part = _new_part(real)
     try:
         _take_mode(fd, now)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        with os.fdopen(fd, open_mode, encoding=encoding) as f:
             yield f, True
             f.flush()
             os.fsync(f.fileno())

@@ -171,3 +171,21 @@ def test_the_help_names_the_snapshot_stores_own_default() -> None:
     assert DEFAULT_MAX_BYTES == 1024**3
     shown = " ".join(cli("run", "--help").stdout.split())  # as wrapped for any width
     assert f"(default: {DEFAULT_MAX_BYTES}, 1 GiB)" in shown
+
+
+def test_export_warc_replaces_a_file_as_export_does(server: LocalServer, tmp_path: Path) -> None:
+    # Through the symlink to its target, the link kept, and with the file's own mode.
+    db = tmp_path / "batch.db"
+    batch = write_batch(tmp_path / "batch.txt", [server.url("/page.html")])
+    code, out, err = _run_json(str(batch), "--db", str(db), "--snapshot")
+    assert code == 0, err
+    recorded = out["job"]["id"]  # type: ignore[index]
+    warc = tmp_path / "job.warc.gz"
+    warc.write_bytes(b"old")
+    warc.chmod(0o644)
+    link = tmp_path / "link.warc.gz"
+    link.symlink_to(warc)
+    done = cli("export", recorded, "--warc", "-o", str(link), "--db", str(db))
+    assert done.returncode == 0, done.stderr
+    assert link.is_symlink() and warc.read_bytes()[:2] == b"\x1f\x8b"  # gzip
+    assert warc.stat().st_mode & 0o777 == 0o644

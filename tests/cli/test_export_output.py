@@ -205,6 +205,18 @@ def test_a_huge_number_is_a_usage_error(
     assert "Traceback" not in proc.stderr and flag in proc.stderr
 
 
+@pytest.mark.parametrize(("command", "flag"), [("export", "--after"), ("jobs", "--limit")])
+@pytest.mark.parametrize("number", ["\u0663", "\u00b2", "+1", " 1", "1_0"])
+def test_a_number_in_other_than_ascii_digits_is_a_usage_error(
+    db: Path, job: str, command: str, flag: str, number: str
+) -> None:
+    # int() reads an Arabic-Indic 3, a sign, spaces and underscores; the options take digits.
+    args = [job] if command == "export" else []
+    proc = cli(command, *args, "--db", str(db), flag, number)
+    assert proc.returncode == 2, proc.stderr
+    assert f"{flag}: expected a whole number from" in proc.stderr
+
+
 @pytest.mark.parametrize("command", ["export -o", "export", "retry"])
 def test_an_export_or_retry_whose_job_is_deleted_midway_fails_and_leaves_the_file(
     db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str

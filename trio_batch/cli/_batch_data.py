@@ -17,7 +17,8 @@ from .._files import replacing
 from .._model import JobState
 from ..runner import export_line, export_targets
 from ..store import JobFilter, JobStore
-from ._common import EXIT_DONE, EXIT_FAILED, UsageError, ask, report_error, whole_number
+from ._common import EXIT_DONE, EXIT_FAILED, UsageError, ask, report_error
+from ._options import whole_number
 
 __all__ = ["add_export_parser", "add_job_filters", "cmd_export", "job_filter"]
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import logging
@@ -41,7 +40,6 @@ __all__ = [
     "stderr_console",
     "stdout_console",
     "targets_json",
-    "whole_number",
 ]
 
 T = TypeVar("T")
@@ -76,23 +74,6 @@ def default_db() -> Path | str:
 def db_target(text: str) -> Path | str:
     """A ``--db`` value: a URL (``postgresql://...``, ``sqlite:...``) as given, else a path."""
     return text if "://" in text or text.startswith("sqlite:") else Path(text)
-
-
-def whole_number(low: int, high: int) -> Callable[[str], int]:
-    """An argparse ``type``: a whole number from ``low`` to ``high``, else a usage error (exit
-    2) naming the range, never a number too large for the store to bind."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"{text} is not from {low} to {high}")
-        return value
-
-    parse.__name__ = "whole number"
-    return parse
 
 
 class UsageError(Exception):

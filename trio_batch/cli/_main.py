@@ -47,11 +47,10 @@ from ._common import (
     open_db,
     report_error,
     stderr_console,
-    whole_number,
 )
 from ._inspect import cmd_forget, cmd_gc, cmd_jobs, cmd_results, cmd_status
 from ._logs import add_log_format_argument
-from ._options import add_fetch_limits, add_politeness, add_store_options
+from ._options import add_fetch_limits, add_politeness, add_store_options, whole_number
 from ._run import DEFAULT_MAX_TARGETS, cmd_retry, cmd_run
 from ._snapshots import add_recording_options, add_snapshot_dir, cmd_pin
 from ._telemetry import add_otel_argument

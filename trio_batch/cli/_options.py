@@ -1,9 +1,11 @@
-"""Options that ``trio-batch run`` and ``trio-batch serve`` share, defined once for both."""
+"""Options that ``trio-batch run`` and ``trio-batch serve`` share, defined once for both, and
+the option types (whole numbers, positive numbers) every command checks its numbers with."""
 
 from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Callable
 from typing import Any
 
 from .._config import COMMAND_TARGET_TIMEOUT, Config
@@ -16,7 +18,9 @@ __all__ = [
     "add_politeness",
     "add_store_options",
     "politeness",
+    "positive_number",
     "retry_policy",
+    "whole_number",
 ]
 
 #: Exit code of ``run`` and ``serve`` when another runner holds the database: nothing was
@@ -37,10 +41,38 @@ def retry_policy(retries: int) -> RetryPolicy | None:
     return RetryPolicy(attempts=retries + 1, first_delay=_FIRST_DELAY, max_delay=_MAX_DELAY)
 
 
-def _retries(text: str) -> int:
-    if not (text.isascii() and text.isdigit()) or int(text) > 100:
-        raise argparse.ArgumentTypeError(f"expected a whole number from 0 to 100, not {text!r}")
-    return int(text)
+def whole_number(low: int, high: int) -> Callable[[str], int]:
+    """An argparse ``type``: a whole number in ASCII digits (``-`` before them for a negative
+    one) from ``low`` to ``high``, else a usage error (exit 2) naming the range, never a
+    number too large for the store to bind."""
+
+    def parse(text: str) -> int:
+        digits = text.removeprefix("-")
+        if not (digits.isascii() and digits.isdigit()) or not low <= int(text) <= high:
+            raise argparse.ArgumentTypeError(
+                f"expected a whole number from {low} to {high}, not {text!r}"
+            )
+        return int(text)
+
+    parse.__name__ = "whole number"
+    return parse
+
+
+def positive_number(unit: str = "") -> Callable[[str], float]:
+    """An argparse ``type``: a positive, finite number (of ``unit``, as the error says)."""
+    what = f"a positive number of {unit}" if unit else "a positive number"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not (value > 0 and math.isfinite(value)):
+            raise argparse.ArgumentTypeError(f"expected {what}, not {text!r}")
+        return value
+
+    parse.__name__ = what
+    return parse
 
 
 def add_fetch_limits(parser: argparse.ArgumentParser) -> None:
@@ -55,7 +87,7 @@ def add_fetch_limits(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--retries",
-        type=_retries,
+        type=whole_number(0, 100),
         default=COMMAND_RETRIES,
         metavar="N",
         help="retry a target up to N times when an attempt fails with a transient error (a "
@@ -66,21 +98,11 @@ def add_fetch_limits(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, not {text!r}")
-    return value
-
-
 def add_store_options(parser: argparse.ArgumentParser) -> None:
     """``--store-timeout`` and ``--listen-db`` (PostgreSQL stores)."""
     parser.add_argument(
         "--store-timeout",
-        type=_seconds,
+        type=positive_number("seconds"),
         default=Config().store_timeout,
         metavar="SECONDS",
         help="PostgreSQL: the longest one database call may take before it fails "
@@ -99,27 +121,11 @@ def add_store_options(parser: argparse.ArgumentParser) -> None:
 PER_HOST_CONCURRENCY = 4
 
 
-def _concurrency(text: str) -> int:
-    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= 1000:
-        raise argparse.ArgumentTypeError(f"expected a whole number from 1 to 1000, not {text!r}")
-    return int(text)
-
-
-def _rate(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"expected a positive number, not {text!r}")
-    return value
-
-
 def add_politeness(parser: argparse.ArgumentParser) -> None:
     """The built-in fetcher's connection and per-host options (see ``politeness``)."""
     parser.add_argument(
         "--per-host-concurrency",
-        type=_concurrency,
+        type=whole_number(1, 1000),
         default=PER_HOST_CONCURRENCY,
         metavar="N",
         help="the built-in fetcher sends at most N requests at once to one host, over every "
@@ -129,7 +135,7 @@ def add_politeness(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--per-host-rate",
-        type=_rate,
+        type=positive_number(),
         default=None,
         metavar="PER_SECOND",
         help="start at most this many requests a second to one host (default: no limit)",

@@ -41,6 +41,18 @@ __all__ = ["add_serve_arguments", "run_serve", "serve_main", "serve_parser"]
 _log = logging.getLogger("trio_batch.http")
 
 
+#: The :class:`Config` fields that are options of their own, and what each says.
+_CONFIG_OPTIONS = {
+    "ttl": "seconds a job and its results are kept after its latest write",
+    "targets_per_job": "most targets in one job",
+    "jobs_per_caller": "most live jobs per caller",
+    "jobs_total": "most live jobs in all",
+    "heartbeat_interval": "seconds between heartbeats (runners sharing a PostgreSQL db)",
+    "runner_timeout": "seconds of silence after which a runner is taken for dead",
+    "poll_interval": "seconds between polls for other runners' cancels",
+}
+
+
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     """Add ``trio-batch serve``'s options to ``parser`` (for the command line to dispatch)."""
     parser.add_argument(
@@ -130,18 +142,10 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="how long a request body may take to arrive; past it, 408 (default: %(default)g)",
     )
-    for name, help_text in (
-        ("ttl", "seconds a job and its results are kept after its latest write"),
-        ("targets-per-job", "most targets in one job"),
-        ("jobs-per-caller", "most live jobs per caller"),
-        ("jobs-total", "most live jobs in all"),
-        ("heartbeat-interval", "seconds between heartbeats (runners sharing a PostgreSQL db)"),
-        ("runner-timeout", "seconds of silence after which a runner is taken for dead"),
-        ("poll-interval", "seconds between polls for other runners' cancels"),
-    ):
-        default = getattr(Config(), name.replace("-", "_"))
+    for name, help_text in _CONFIG_OPTIONS.items():
+        default = getattr(Config(), name)
         parser.add_argument(
-            f"--{name}",
+            f"--{name.replace('_', '-')}",
             type=type(default),
             default=default,
             help=f"{help_text} (default: {default:g})",
@@ -193,13 +197,7 @@ def run_serve(args: argparse.Namespace) -> int:
             )
         )
         config = Config(
-            ttl=args.ttl,
-            targets_per_job=args.targets_per_job,
-            jobs_per_caller=args.jobs_per_caller,
-            jobs_total=args.jobs_total,
-            heartbeat_interval=args.heartbeat_interval,
-            runner_timeout=args.runner_timeout,
-            poll_interval=args.poll_interval,
+            **{name: getattr(args, name) for name in _CONFIG_OPTIONS},
             store_timeout=args.store_timeout,
             target_timeout=args.target_timeout,
             cancel_grace=args.cancel_grace,

@@ -4,12 +4,9 @@ snapshot as a WARC/1.1 file, and a WARC file as a snapshot to replay (the ``warc
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import sys
-import tempfile
-from pathlib import Path
 
+from .._files import replacing
 from .._text import printable
 from ..store import JobStore
 from ._common import EXIT_DONE, EXIT_FAILED, UsageError, report_error
@@ -68,8 +65,8 @@ def cmd_import_warc(args: argparse.Namespace) -> int:
 
 
 def cmd_export_warc(store: JobStore, args: argparse.Namespace) -> int:
-    """``trio-batch export JOB --warc -o FILE``: FILE made whole or not at all; 1 for a job
-    with no snapshot."""
+    """``trio-batch export JOB --warc -o FILE``: FILE made whole or not at all (see
+    :func:`~trio_batch._files.replacing`); 1 for a job with no snapshot."""
     from ..fetchers._warc import warc_records
 
     _needs_warcio()
@@ -86,19 +83,10 @@ def cmd_export_warc(store: JobStore, args: argparse.Namespace) -> int:
             sys.stdout.buffer.write(record)
         sys.stdout.buffer.flush()
         return EXIT_DONE
-    path = Path(args.output)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
     try:
-        with os.fdopen(fd, "wb") as f:
+        with replacing(args.output, binary=True) as (out, _):
             for record in records:
-                f.write(record)
-        os.replace(tmp, path)
+                out.write(record)
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
         raise UsageError(f"cannot write {args.output}: {exc.strerror or exc}") from None
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
     return EXIT_DONE

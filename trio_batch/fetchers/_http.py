@@ -35,7 +35,6 @@ from ._errors import (
     FetchTimeout,
     NetworkError,
     RedirectError,
-    ResponseTooLarge,
     URLError,
 )
 from ._files import fetch_file
@@ -319,7 +318,7 @@ class HttpFetcher:
             if scheme == "file" and self.allow_file:
                 if self.check_url is not None:
                     await self.check_url(url)
-                return await self._fetch_file(url)
+                return await fetch_file(url, self.max_bytes)
             raise unsupported_scheme(url, scheme, allow_file=self.allow_file)
         assert scope.cancelled_caught
         raise FetchTimeout(
@@ -471,7 +470,7 @@ class HttpFetcher:
         would hold the event loop)."""
         length = parse_count(response.headers.get("content-length", ""), max_digits=30)
         if keep is None and length is not None and length > self.max_bytes:
-            raise self._too_large(str(response.url), f"{length} bytes")
+            raise response_too_large(str(response.url), f"{length} bytes", self.max_bytes)
         data = bytearray()
         hasher = hashlib.sha256()
         async for chunk in response.aiter_bytes():
@@ -481,14 +480,9 @@ class HttpFetcher:
                 return kept, hashlib.sha256(kept).hexdigest()
             hasher.update(chunk)
             if keep is None and len(data) > self.max_bytes:
-                raise self._too_large(str(response.url), f"more than {self.max_bytes} bytes")
+                size = f"more than {self.max_bytes} bytes"
+                raise response_too_large(str(response.url), size, self.max_bytes)
         return bytes(data), hasher.hexdigest()
-
-    def _too_large(self, url: str, size: str) -> ResponseTooLarge:
-        return response_too_large(url, size, self.max_bytes)
-
-    async def _fetch_file(self, url: str) -> Body:
-        return await fetch_file(url, self.max_bytes)
 
 
 #: The default fetcher: ``HttpFetcher()`` with its default limits (30 s, 10 MiB, 5 redirects).

@@ -136,7 +136,9 @@ def open_client(settings: ClientSettings) -> httpx.AsyncClient:
     """A new client: the given transport, or a pool (pinned when there is a policy)."""
     transport = settings.transport
     if transport is None and settings.policy is not None:
-        transport = _pinned_transport(settings)
+        transport = pinned_transport(
+            settings.policy, settings.verify, limits=settings.limits, http2=settings.http2
+        )
     return httpx.AsyncClient(
         timeout=settings.timeout,
         follow_redirects=False,
@@ -146,13 +148,6 @@ def open_client(settings: ClientSettings) -> httpx.AsyncClient:
         http2=settings.http2,
         trust_env=settings.trust_env,
         headers=settings.headers,
-    )
-
-
-def _pinned_transport(settings: ClientSettings) -> httpx.AsyncHTTPTransport:
-    assert settings.policy is not None
-    return pinned_transport(
-        settings.policy, settings.verify, limits=settings.limits, http2=settings.http2
     )
 
 

@@ -136,7 +136,8 @@ class SnapshotStore:
             raise ValueError(f"{job_id!r} is not a job id")
         return self.root / "jobs" / job_id
 
-    def _blob(self, sha: str) -> Path:
+    def blob_path(self, sha: str) -> Path:
+        """Where the body of sha256 ``sha`` is kept."""
         return self.root / "blobs" / sha[:2] / sha
 
     # ---------------------------------------------------------------------------------------
@@ -229,7 +230,7 @@ class SnapshotStore:
                 hint="replay with a fetcher whose max_bytes is at least the recording's",
             )
         try:
-            data = read_bounded(self._blob(entry.sha256), max_bytes)
+            data = read_bounded(self.blob_path(entry.sha256), max_bytes)
         except (OSError, ValueError) as exc:
             raise _damaged(job_id, url, f"its body is missing or unreadable ({exc})") from None
         if hashlib.sha256(data).hexdigest() != entry.sha256:
@@ -278,10 +279,6 @@ class SnapshotStore:
         for name in names:
             with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
                 yield Entry.from_json(json.loads(read_bounded(targets / name, _MAX_ENTRY_BYTES)))
-
-    def blob_path(self, sha: str) -> Path:
-        """Where the body of sha256 ``sha`` is kept."""
-        return self._blob(sha)
 
     def job_ids(self) -> list[str]:
         """The ids of the jobs that have a snapshot directory."""
@@ -335,7 +332,7 @@ class SnapshotStore:
     def keep_body(self, sha: str, data: bytes) -> bool:
         """Keep ``data``, whose sha256 is ``sha``, unless it is kept already; returns True if
         this call wrote it. Raises :class:`SnapshotFull` past the bound, OSError."""
-        path = self._blob(sha)
+        path = self.blob_path(sha)
         with self._lock:
             if path.exists():
                 os.utime(path)  # fresh again: the sweep's grace covers the entry to come
@@ -354,7 +351,7 @@ class SnapshotStore:
 
     def forget_body(self, sha: str) -> None:
         """Delete the body ``sha`` (an import that failed wrote it; nothing names it)."""
-        path = self._blob(sha)
+        path = self.blob_path(sha)
         with self._lock, contextlib.suppress(FileNotFoundError):
             size = path.stat().st_size
             path.unlink()

@@ -22,7 +22,7 @@ from .._model import JobState
 from .._text import json_type, parse_count, safe_text, unknown_keys
 from ..runner import export_line
 from ..store import JobFilter
-from ._bodies import job_json, parse_json, read_body, require_json
+from ._bodies import created, parse_json, read_body, require_json
 from ._metrics import StreamCut
 from ._problems import not_found, problem_for
 from ._service import Service
@@ -42,11 +42,6 @@ FILTER_KEYS = ("status", "label", "created_after")
 _CHUNK = 64 * 1024
 _NUMBER = re.compile(r"[0-9]{1,12}(?:\.[0-9]{1,9})?", re.ASCII)
 _STATES = {state.value: state for state in JobState}
-
-
-def _service(request: Request) -> Service:
-    service: Service = request.app.state.service
-    return service
 
 
 # ---------------------------------------------------------------------------------------------
@@ -129,7 +124,7 @@ def encode_line(line: dict[str, Any]) -> str:
 
 async def results_jsonl(request: Request) -> Response:
     """GET /v1/batches/{id}/results.jsonl: every target, one JSON object a line, in order."""
-    service = _service(request)
+    service = Service.of(request)
     caller = service.caller(request)
     query = request.query_params
     unknown = unknown_keys(dict(query), ("after", "merged"))
@@ -194,7 +189,7 @@ async def _body_object(request: Request, service: Service) -> dict[str, Any]:
 async def retry_batch(request: Request) -> Response:
     """POST /v1/batches/{id}/retry: a new job of the ended job's failed (and, with
     ``"only": ["failed", "pending"]``, unfinished) targets; 201, or 200 for the same retry."""
-    service = _service(request)
+    service = Service.of(request)
     caller = service.caller(request)
     obj = await _body_object(request, service)
     unknown = unknown_keys(obj, ("only", "webhook"))
@@ -216,15 +211,7 @@ async def retry_batch(request: Request) -> Response:
         raise problem_for(exc, retry_after=service.retry_after) from None
     if found is None:
         raise not_found()  # another caller's job reads exactly like an unknown one
-    job_id, reused = found
-    overview = await runner.overview(job_id)  # statuses only, as a submit's answer
-    if overview is None:
-        raise not_found("the job lapsed as soon as it was created")
-    return JSONResponse(
-        {**job_json(overview[0], overview[1]), "reused": reused},
-        status_code=200 if reused else 201,
-        headers={"Location": f"/v1/batches/{job_id}"},
-    )
+    return await created(runner, *found)
 
 
 def _listed(obj: dict[str, Any], key: str) -> list[object]:
@@ -236,7 +223,7 @@ async def cancel_matching(request: Request) -> Response:
     """POST /v1/batches/cancel: cancel the caller's live jobs that the body's filters list
     (``status``, ``label``, ``created_after``; at least one, or ``"all": true``); with
     ``"dry_run": true`` only count them."""
-    service = _service(request)
+    service = Service.of(request)
     caller = service.caller(request)
     obj = await _body_object(request, service)
     unknown = unknown_keys(obj, (*FILTER_KEYS, "all", "dry_run"))

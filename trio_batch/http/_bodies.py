@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from json.encoder import encode_basestring
@@ -10,10 +9,11 @@ from typing import Any
 
 import trio
 from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
 
 from .._config import Config
 from .._errors import InvalidRequest, InvalidTargets, TooManyTargets
-from .._json import STRICT_JSON
+from .._json import STRICT_JSON, compact_json
 from .._model import (
     Job,
     Target,
@@ -24,12 +24,14 @@ from .._model import (
     is_job_id,
 )
 from .._text import parse_count, unknown_keys
+from ..runner import Runner
 from ._auth import DEFAULT_CALLER_CLASS, Caller
-from ._problems import Problem
+from ._problems import Problem, not_found
 
 __all__ = [
     "DEFAULT_PAGE",
     "MAX_PAGE",
+    "created",
     "job_json",
     "page_json",
     "parse_json",
@@ -70,6 +72,21 @@ def job_json(job: Job, targets: Sequence[TargetStatus] | None = None) -> dict[st
     return out
 
 
+async def created(runner: Runner, job_id: str, reused: bool) -> Response:
+    """The answer to a submit or a retry that made job ``job_id`` (201) or found it again
+    (200): the job with its counts, from its statuses only (a reused job's results may be
+    megabytes each)."""
+    found = await runner.overview(job_id)
+    if found is None:
+        raise not_found("the job lapsed as soon as it was created")
+    job, stored, _ = found
+    return JSONResponse(
+        {**job_json(job, stored), "reused": reused},
+        status_code=200 if reused else 201,
+        headers={"Location": f"/v1/batches/{job_id}"},
+    )
+
+
 def target_summary_json(job_id: str, target: TargetStatus, size: int) -> dict[str, Any]:
     """A target in the job view: its status and outcome without the result's content, the
     stored result's size (characters of its compact JSON, content and meta together), and
@@ -83,7 +100,6 @@ def target_summary_json(job_id: str, target: TargetStatus, size: int) -> dict[st
 
 #: Characters of a result's content encoded at once when a target is sent in pieces.
 CONTENT_CHUNK = 1024 * 1024
-_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
 def target_json_chunks(target: TargetStatus, chunk: int = CONTENT_CHUNK) -> Iterator[bytes]:
@@ -93,17 +109,17 @@ def target_json_chunks(target: TargetStatus, chunk: int = CONTENT_CHUNK) -> Iter
     out = target.to_json()
     result = out["result"]
     if result is None or len(result["content"]) <= chunk:
-        yield _COMPACT.encode(out).encode()
+        yield compact_json(out).encode()
         return
     before = {k: out[k] for k in list(out)[: list(out).index("result")]}
     after = {k: out[k] for k in list(out)[list(out).index("result") + 1 :]}
-    yield (_COMPACT.encode(before)[:-1] + ',"result":{"content":"').encode()
+    yield (compact_json(before)[:-1] + ',"result":{"content":"').encode()
     content: str = result["content"]
     for start in range(0, len(content), chunk):
         # A slice's JSON is its characters' escapes: the slices' together are the whole's.
         yield encode_basestring(content[start : start + chunk])[1:-1].encode()
-    tail = _COMPACT.encode(after)
-    yield ('","meta":' + _COMPACT.encode(result["meta"]) + "}," + tail[1:]).encode()
+    tail = compact_json(after)
+    yield ('","meta":' + compact_json(result["meta"]) + "}," + tail[1:]).encode()
 
 
 def parse_page(

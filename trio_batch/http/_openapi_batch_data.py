@@ -12,6 +12,21 @@ from .._model import (
     MAX_METADATA_VALUE_LENGTH,
     JobState,
 )
+from ._openapi_parts import (
+    BODY_PROBLEMS,
+    JOB_ID,
+    LOCATION,
+    NOT_FOUND,
+    UNAUTHORIZED,
+    UNAVAILABLE,
+    answer,
+    json_body,
+    obj,
+    operation,
+    param,
+    problem,
+    ref,
+)
 
 __all__ = ["CUSTOM_ID", "LIST_FILTERS", "METADATA", "batch_data_paths", "batch_data_schemas"]
 
@@ -26,33 +41,23 @@ METADATA = {
 }
 _STATUS_LIST = {"type": "array", "items": {"type": "string", "enum": [str(s) for s in JobState]}}
 _LABELS = {"type": "array", "items": {"type": "string", "pattern": "^[^:]+:.*$"}}
-_WHEN = {
-    "anyOf": [{"type": "number", "minimum": 0}, {"type": "string"}],
-    "description": "Epoch seconds, or an ISO 8601 time (UTC without an offset).",
-}
+_WHEN_TEXT = "Epoch seconds, or an ISO 8601 time (UTC without an offset)."
+_WHEN = {"anyOf": [{"type": "number", "minimum": 0}, {"type": "string"}], "description": _WHEN_TEXT}
 #: The query parameters of a filtered GET /v1/batches.
 LIST_FILTERS: list[dict[str, Any]] = [
-    {
-        "name": "status",
-        "in": "query",
-        "required": False,
-        "description": "Only jobs of these statuses (repeat, or a comma-separated list).",
-        "schema": {"type": "string"},
-    },
-    {
-        "name": "label",
-        "in": "query",
-        "required": False,
-        "description": "key:value the job's metadata must hold (repeat: all must hold).",
-        "schema": {"type": "string"},
-    },
-    {
-        "name": "created_after",
-        "in": "query",
-        "required": False,
-        "description": _WHEN["description"],
-        "schema": {"type": "string"},
-    },
+    param(
+        "status",
+        "query",
+        {"type": "string"},
+        "Only jobs of these statuses (repeat, or a comma-separated list).",
+    ),
+    param(
+        "label",
+        "query",
+        {"type": "string"},
+        "key:value the job's metadata must hold (repeat: all must hold).",
+    ),
+    param("created_after", "query", {"type": "string"}, _WHEN_TEXT),
 ]
 
 
@@ -71,10 +76,7 @@ def batch_data_schemas() -> dict[str, Any]:
                     "failed); pending ones are those a cancel or a restart left unfetched.",
                 },
                 "webhook": {
-                    "oneOf": [
-                        {"$ref": "#/components/schemas/WebhookRequest"},
-                        {"type": "null"},
-                    ],
+                    "oneOf": [ref("WebhookRequest"), {"type": "null"}],
                     "description": "The retry's webhook; without it, the ended job's own "
                     "(null: none).",
                 },
@@ -93,136 +95,84 @@ def batch_data_schemas() -> dict[str, Any]:
                 "dry_run": {"type": "boolean", "description": "Count, cancel nothing."},
             },
         },
-        "BulkCancelled": {
-            "type": "object",
-            "required": ["dry_run", "count", "ids"],
-            "properties": {
+        "BulkCancelled": obj(
+            {
                 "dry_run": {"type": "boolean"},
                 "count": {"type": "integer", "minimum": 0},
                 "ids": {"type": "array", "items": {"type": "string"}},
-            },
-        },
+            }
+        ),
     }
 
 
-def batch_data_paths(
-    secured: list[dict[str, list[str]]], responses: dict[str, Any]
-) -> dict[str, Any]:
-    """The paths these routes add; ``responses`` holds the shared problem answers by name
-    (``job_id``, ``unauthorized``, ``not_found``, ``unavailable``, ``cross_site``,
-    ``problem``: a function of a description)."""
-    problem = responses["problem"]
-    job_id = responses["job_id"]
-    common = {
-        "401": responses["unauthorized"],
-        "503": responses["unavailable"],
-    }
-    body_problems = {
-        "400": problem("The body is not JSON."),
-        "403": responses["cross_site"],
-        "408": problem("The body did not arrive in time (--body-timeout)."),
-        "413": problem("The body is larger than the service accepts."),
-        "415": problem("A Content-Type was sent and it is not JSON."),
-    }
+def batch_data_paths() -> dict[str, Any]:
+    """The paths these routes add."""
+    common = {"401": UNAUTHORIZED, "503": UNAVAILABLE}
     return {
         "/v1/batches/cancel": {
-            "post": {
-                "operationId": "cancelBatches",
-                "summary": "Cancel the caller's live jobs that the filters list.",
-                "security": secured,
-                "requestBody": {
-                    "required": False,
-                    "content": {
-                        "application/json": {
-                            "schema": {"$ref": "#/components/schemas/BulkCancelRequest"}
-                        }
-                    },
-                },
-                "responses": {
-                    "200": {
-                        "description": "The jobs cancelled (or, with dry_run, that would be).",
-                        "content": {
-                            "application/json": {
-                                "schema": {"$ref": "#/components/schemas/BulkCancelled"}
-                            }
-                        },
-                    },
-                    **body_problems,
+            "post": operation(
+                "cancelBatches",
+                "Cancel the caller's live jobs that the filters list.",
+                {
+                    "200": answer(
+                        "The jobs cancelled (or, with dry_run, that would be).", "BulkCancelled"
+                    ),
+                    **BODY_PROBLEMS,
                     "422": problem("A bad filter, an unknown key, or no filter without all."),
                     **common,
                 },
-            }
+                body=json_body("BulkCancelRequest"),
+            )
         },
         "/v1/batches/{id}/results.jsonl": {
-            "get": {
-                "operationId": "exportBatch",
-                "summary": "Every target, one JSON object a line, in order (streamed).",
-                "security": secured,
-                "parameters": [
-                    job_id,
-                    {
-                        "name": "after",
-                        "in": "query",
-                        "required": False,
-                        "description": "Resume after this target index.",
-                        "schema": {"type": "integer", "minimum": 0},
-                    },
-                    {
-                        "name": "merged",
-                        "in": "query",
-                        "required": False,
-                        "description": "1: the outcomes of the job's retries in place (each "
-                        "line then has the job_id whose outcome it shows).",
-                        "schema": {"type": "string", "enum": ["0", "1", "true", "false"]},
-                    },
-                ],
-                "responses": {
-                    "200": {
-                        "description": "JSON Lines: idx, custom_id, url, status, then result "
-                        "or error and hint.",
-                        "content": {"application/jsonl": {"schema": {"type": "string"}}},
-                    },
-                    "404": responses["not_found"],
+            "get": operation(
+                "exportBatch",
+                "Every target, one JSON object a line, in order (streamed).",
+                {
+                    "200": answer(
+                        "JSON Lines: idx, custom_id, url, status, then result or error and hint.",
+                        {"type": "string"},
+                        media="application/jsonl",
+                    ),
+                    "404": NOT_FOUND,
                     "422": problem("A bad after or merged, or an unknown parameter."),
                     **common,
                 },
-            }
+                parameters=[
+                    JOB_ID,
+                    param(
+                        "after",
+                        "query",
+                        {"type": "integer", "minimum": 0},
+                        "Resume after this target index.",
+                    ),
+                    param(
+                        "merged",
+                        "query",
+                        {"type": "string", "enum": ["0", "1", "true", "false"]},
+                        "1: the outcomes of the job's retries in place (each line then has the "
+                        "job_id whose outcome it shows).",
+                    ),
+                ],
+            )
         },
         "/v1/batches/{id}/retry": {
-            "post": {
-                "operationId": "retryBatch",
-                "summary": "A new job of the ended job's failed (or unfetched) targets.",
-                "security": secured,
-                "parameters": [job_id],
-                "requestBody": {
-                    "required": False,
-                    "content": {
-                        "application/json": {
-                            "schema": {"$ref": "#/components/schemas/RetryRequest"}
-                        }
-                    },
-                },
-                "responses": {
-                    "201": {
-                        "description": "The retry job (parent_id names this job).",
-                        "headers": {"Location": {"schema": {"type": "string"}}},
-                        "content": {
-                            "application/json": {
-                                "schema": {"$ref": "#/components/schemas/BatchCreated"}
-                            }
-                        },
-                    },
-                    "200": {
-                        "description": "The same retry was already made: its job.",
-                        "headers": {"Location": {"schema": {"type": "string"}}},
-                        "content": {
-                            "application/json": {
-                                "schema": {"$ref": "#/components/schemas/BatchCreated"}
-                            }
-                        },
-                    },
-                    **body_problems,
-                    "404": responses["not_found"],
+            "post": operation(
+                "retryBatch",
+                "A new job of the ended job's failed (or unfetched) targets.",
+                {
+                    "201": answer(
+                        "The retry job (parent_id names this job).",
+                        "BatchCreated",
+                        headers=LOCATION,
+                    ),
+                    "200": answer(
+                        "The same retry was already made: its job.",
+                        "BatchCreated",
+                        headers=LOCATION,
+                    ),
+                    **BODY_PROBLEMS,
+                    "404": NOT_FOUND,
                     "409": problem(
                         "The job is live: wait for it to end; or the same retry was made "
                         "with another webhook (or none): the webhook is never dropped silently."
@@ -231,6 +181,8 @@ def batch_data_paths(
                     "429": problem("The caller, or the service, has no free job slot."),
                     **common,
                 },
-            }
+                parameters=[JOB_ID],
+                body=json_body("RetryRequest"),
+            )
         },
     }

@@ -5,6 +5,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._openapi_parts import (
+    BODY_PROBLEMS,
+    CROSS_SITE,
+    JOB_ID,
+    UNAUTHORIZED,
+    UNAVAILABLE,
+    answer,
+    json_body,
+    obj,
+    operation,
+    problem,
+)
+
 __all__ = ["FETCH_META", "SUBMIT_PROPERTIES", "snapshot_paths", "snapshot_schemas"]
 
 _JOB_ID_STRING = {"type": "string", "pattern": "^[A-Za-z0-9_-]{22}$"}
@@ -57,14 +70,8 @@ FETCH_META: dict[str, Any] = {
 def snapshot_schemas() -> dict[str, Any]:
     """The component schemas these parts add."""
     return {
-        "ReplayRequest": {
-            "type": "object",
-            "description": "Take each target's response from this job's snapshot, never the "
-            "network. The job must be the caller's own (its lease not lapsed), or pinned and "
-            "shared; otherwise 422, as for an unknown job.",
-            "required": ["job"],
-            "additionalProperties": False,
-            "properties": {
+        "ReplayRequest": obj(
+            {
                 "job": _JOB_ID_STRING,
                 "on_miss": {
                     "type": "string",
@@ -78,95 +85,76 @@ def snapshot_schemas() -> dict[str, Any]:
                     "reuses the kept bytes.",
                 },
             },
-        },
+            optional=("on_miss", "revalidate"),
+            description="Take each target's response from this job's snapshot, never the "
+            "network. The job must be the caller's own (its lease not lapsed), or pinned and "
+            "shared; otherwise 422, as for an unknown job.",
+            closed=True,
+        ),
         "PinRequest": {
             "type": "object",
             "additionalProperties": False,
             "properties": {"shared": {"type": "boolean"}},
         },
-        "Pinned": {
-            "type": "object",
-            "required": ["job", "pinned", "shared"],
-            "properties": {
+        "Pinned": obj(
+            {
                 "job": {"type": "string"},
                 "pinned": {"type": "boolean"},
                 "shared": {"type": "boolean"},
-            },
-        },
+            }
+        ),
     }
 
 
-def snapshot_paths(
-    secured: list[dict[str, list[str]]], responses: dict[str, Any]
-) -> dict[str, Any]:
-    """The paths these parts add; ``responses`` as for ``batch_data_paths``."""
-    problem = responses["problem"]
+def snapshot_paths() -> dict[str, Any]:
+    """The paths these parts add."""
+    no_snapshot = problem("No such job for this caller, or it has no snapshot.")
     common = {
-        "401": responses["unauthorized"],
-        "403": responses["cross_site"],
-        "404": problem("No such job for this caller, or it has no snapshot."),
+        "401": UNAUTHORIZED,
+        "403": CROSS_SITE,
+        "404": no_snapshot,
         "409": problem("The service keeps no snapshots."),
-        "503": responses["unavailable"],
+        "503": UNAVAILABLE,
     }
     return {
         "/v1/batches/{id}/pin": {
-            "post": {
-                "operationId": "pinSnapshot",
-                "summary": "Keep the job's snapshot past its lease; shared: any caller may "
-                "replay it.",
-                "security": secured,
-                "parameters": [responses["job_id"]],
-                "requestBody": {
-                    "required": False,
-                    "content": {
-                        "application/json": {"schema": {"$ref": "#/components/schemas/PinRequest"}}
-                    },
-                },
-                "responses": {
-                    "200": {
-                        "description": "The snapshot is pinned.",
-                        "content": {
-                            "application/json": {"schema": {"$ref": "#/components/schemas/Pinned"}}
-                        },
-                    },
-                    "400": problem("The body is not JSON."),
-                    "408": problem("The body did not arrive in time (--body-timeout)."),
-                    "413": problem("The body is larger than the service accepts."),
-                    "415": problem("A Content-Type was sent and it is not JSON."),
+            "post": operation(
+                "pinSnapshot",
+                "Keep the job's snapshot past its lease; shared: any caller may replay it.",
+                {
+                    "200": answer("The snapshot is pinned.", "Pinned"),
+                    **{k: v for k, v in BODY_PROBLEMS.items() if k != "403"},
                     "422": problem('The body is not {"shared": true|false}.'),
                     **common,
                 },
-            },
-            "delete": {
-                "operationId": "unpinSnapshot",
-                "summary": "Let the job's snapshot go with the job's lease.",
-                "security": secured,
-                "parameters": [responses["job_id"]],
-                "responses": {"204": {"description": "Unpinned."}, **common},
-            },
+                parameters=[JOB_ID],
+                body=json_body("PinRequest"),
+            ),
+            "delete": operation(
+                "unpinSnapshot",
+                "Let the job's snapshot go with the job's lease.",
+                {"204": {"description": "Unpinned."}, **common},
+                parameters=[JOB_ID],
+            ),
         },
         "/v1/batches/{id}/snapshot.warc.gz": {
-            "get": {
-                "operationId": "snapshotWarc",
-                "summary": "The job's snapshot as WARC/1.1 (gzip per record), streamed: a "
-                "request and a response record per kept response; payload digests are the "
-                "sha256 in each result's meta.",
-                "security": secured,
-                "parameters": [responses["job_id"]],
-                "responses": {
-                    "200": {
-                        "description": "The WARC file.",
-                        "content": {
-                            "application/gzip": {
-                                "schema": {"type": "string", "contentEncoding": "binary"}
-                            }
-                        },
-                    },
-                    "401": responses["unauthorized"],
-                    "404": problem("No such job for this caller, or it has no snapshot."),
+            "get": operation(
+                "snapshotWarc",
+                "The job's snapshot as WARC/1.1 (gzip per record), streamed: a request and a "
+                "response record per kept response; payload digests are the sha256 in each "
+                "result's meta.",
+                {
+                    "200": answer(
+                        "The WARC file.",
+                        {"type": "string", "contentEncoding": "binary"},
+                        media="application/gzip",
+                    ),
+                    "401": UNAUTHORIZED,
+                    "404": no_snapshot,
                     "501": problem("The service has no warc extra installed."),
-                    "503": responses["unavailable"],
+                    "503": UNAVAILABLE,
                 },
-            }
+                parameters=[JOB_ID],
+            )
         },
     }

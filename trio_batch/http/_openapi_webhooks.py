@@ -6,12 +6,19 @@ from __future__ import annotations
 from typing import Any
 
 from .._event import EVENT_TYPES, MAX_WEBHOOK_URL_LENGTH, DeliveryState
+from ._openapi_parts import (
+    CROSS_SITE,
+    JOB_ID,
+    UNAUTHORIZED,
+    UNAVAILABLE,
+    answer,
+    obj,
+    operation,
+    problem,
+    ref,
+)
 
 __all__ = ["WEBHOOKS", "WEBHOOK_SCHEMAS", "redeliver_path"]
-
-
-def _ref(name: str) -> dict[str, str]:
-    return {"$ref": f"#/components/schemas/{name}"}
 
 
 def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
@@ -25,6 +32,8 @@ _STATES = [
     DeliveryState.GAVE_UP,
 ]
 
+_DELIVERY_TIMES = ("last_attempt_at", "delivered_at", "next_attempt_at", "gave_up_at")
+
 WEBHOOK_SCHEMAS: dict[str, Any] = {
     "WebhookRequest": {
         "type": "object",
@@ -35,11 +44,8 @@ WEBHOOK_SCHEMAS: dict[str, Any] = {
         "--allow-private); the service must have been started with --webhook-secret-file.",
         "properties": {"url": {"type": "string", "maxLength": MAX_WEBHOOK_URL_LENGTH}},
     },
-    "Delivery": {
-        "type": "object",
-        "description": "Where the job's terminal event stands.",
-        "required": ["url", "event_id", "event", "state", "attempts"],
-        "properties": {
+    "Delivery": obj(
+        {
             "url": _nullable({"type": "string"}),
             "event_id": {
                 "type": "string",
@@ -49,25 +55,17 @@ WEBHOOK_SCHEMAS: dict[str, Any] = {
             "state": {"type": "string", "enum": _STATES},
             "attempts": {"type": "integer", "minimum": 0},
             "last_answer": _nullable({"type": "string"}),
-            "last_attempt_at": _nullable({"type": "number"}),
-            "delivered_at": _nullable({"type": "number"}),
-            "next_attempt_at": _nullable({"type": "number"}),
-            "gave_up_at": _nullable({"type": "number"}),
+            **{name: _nullable({"type": "number"}) for name in _DELIVERY_TIMES},
         },
-    },
-    "JobEvent": {
-        "type": "object",
-        "description": "The body of a webhook POST. Headers: webhook-id (the same for every "
-        "attempt), webhook-timestamp (Unix seconds), webhook-signature (v1,<base64 "
-        "HMAC-SHA256 of id.timestamp.body>); verify with the standardwebhooks library.",
-        "required": ["type", "timestamp", "data"],
-        "properties": {
+        optional=("last_answer", *_DELIVERY_TIMES),
+        description="Where the job's terminal event stands.",
+    ),
+    "JobEvent": obj(
+        {
             "type": {"type": "string", "enum": list(EVENT_TYPES)},
             "timestamp": {"type": "string", "format": "date-time"},
-            "data": {
-                "type": "object",
-                "required": ["id", "status", "error", "metadata", "counts", "links"],
-                "properties": {
+            "data": obj(
+                {
                     "id": {"type": "string"},
                     "status": {"type": "string"},
                     "error": _nullable({"type": "string"}),
@@ -91,10 +89,13 @@ WEBHOOK_SCHEMAS: dict[str, Any] = {
                             "events": {"type": "string"},
                         },
                     },
-                },
-            },
+                }
+            ),
         },
-    },
+        description="The body of a webhook POST. Headers: webhook-id (the same for every "
+        "attempt), webhook-timestamp (Unix seconds), webhook-signature (v1,<base64 "
+        "HMAC-SHA256 of id.timestamp.body>); verify with the standardwebhooks library.",
+    ),
 }
 
 WEBHOOKS: dict[str, Any] = {
@@ -102,30 +103,28 @@ WEBHOOKS: dict[str, Any] = {
         "post": {
             "summary": "A job reached its terminal status (at least once, retried with "
             "backoff for up to a day until a 2xx answer; redirects are not followed).",
-            "requestBody": {"content": {"application/json": {"schema": _ref("JobEvent")}}},
+            "requestBody": {"content": {"application/json": {"schema": ref("JobEvent")}}},
             "responses": {"2XX": {"description": "Taken; any other answer is retried."}},
         }
     }
 }
 
 
-def redeliver_path(
-    *, security: list[dict[str, list[str]]], job_id: dict[str, Any], problems: dict[str, Any]
-) -> dict[str, Any]:
-    """``POST /v1/batches/{id}/webhook/redeliver``, with the document's shared parts."""
+def redeliver_path() -> dict[str, Any]:
+    """``POST /v1/batches/{id}/webhook/redeliver``."""
     return {
-        "post": {
-            "operationId": "redeliverWebhook",
-            "summary": "Send the ended job's event again (same webhook-id): a new round of "
-            "attempts.",
-            "security": security,
-            "parameters": [job_id],
-            "responses": {
-                "202": {
-                    "description": "The delivery state, due now.",
-                    "content": {"application/json": {"schema": _ref("Delivery")}},
-                },
-                **problems,
+        "post": operation(
+            "redeliverWebhook",
+            "Send the ended job's event again (same webhook-id): a new round of attempts.",
+            {
+                "202": answer("The delivery state, due now.", "Delivery"),
+                "401": UNAUTHORIZED,
+                "403": CROSS_SITE,
+                "404": problem("No such job for this caller, or it has no webhook."),
+                "409": problem("The job is still live: its event is sent once it ends."),
+                "415": problem("A Content-Type was sent and it is not JSON."),
+                "503": UNAVAILABLE,
             },
-        }
+            parameters=[JOB_ID],
+        )
     }

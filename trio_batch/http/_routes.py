@@ -16,6 +16,7 @@ from ..fetchers import HttpFetcher
 from ..fetchers._recording import Recording, check_replays
 from ._batch_data import FILTER_KEYS, filter_from_query, filter_query
 from ._bodies import (
+    created,
     job_json,
     page_json,
     parse_json,
@@ -44,14 +45,9 @@ __all__ = [
 ]
 
 
-def _service(request: Request) -> Service:
-    service: Service = request.app.state.service
-    return service
-
-
 async def submit(request: Request) -> Response:
     """POST /v1/batches: submit a job; 201 for a new one, 200 for the same batch reused."""
-    service = _service(request)
+    service = Service.of(request)
     caller = service.caller(request)
     require_json(request)
     body = await read_body(request, service.max_body, seconds=service.body_timeout)
@@ -70,21 +66,12 @@ async def submit(request: Request) -> Response:
             )
     except BatchError as exc:
         raise problem_for(exc, retry_after=service.retry_after) from None
-    # Statuses only: a reused job's results may be megabytes each, and the answer counts them.
-    found = await runner.overview(job_id)
-    if found is None:
-        raise not_found("the job lapsed as soon as it was created")
-    job, stored, _ = found
-    return JSONResponse(
-        {**job_json(job, stored), "reused": reused},
-        status_code=200 if reused else 201,
-        headers={"Location": f"/v1/batches/{job_id}"},
-    )
+    return await created(runner, job_id, reused)
 
 
 async def list_batches(request: Request) -> Response:
     """GET /v1/batches: the caller's jobs, newest first, a page at a time."""
-    service = _service(request)
+    service = Service.of(request)
     caller = service.caller(request)
     limit, before = parse_page(request.query_params, FILTER_KEYS)  # InvalidRequest: 422
     where = filter_from_query(request.query_params)
@@ -103,7 +90,7 @@ async def batches(request: Request) -> Response:
 
 async def get_batch(request: Request) -> Response:
     """GET /v1/batches/{id}: the job, its counts and its targets' summaries."""
-    service = _service(request)
+    service = Service.of(request)
     caller = service.caller(request)
     # Whose job it is is known before its targets are read: another caller's job answers as
     # fast as an unknown id, and never costs a read of its targets.
@@ -120,7 +107,7 @@ async def get_batch(request: Request) -> Response:
 
 async def get_target(request: Request) -> Response:
     """GET /v1/batches/{id}/targets/{idx}: one target with its whole result."""
-    service = _service(request)
+    service = Service.of(request)
     caller = service.caller(request)
     idx = parse_count(request.path_params["idx"], max_digits=9)
     missing = "no such job or target"
@@ -141,7 +128,7 @@ async def get_target(request: Request) -> Response:
 
 async def cancel_batch(request: Request) -> Response:
     """POST /v1/batches/{id}/cancel: cancel a live job; 409 once it has finished."""
-    service = _service(request)
+    service = Service.of(request)
     caller = service.caller(request)
     require_json(request, body_expected=False)
     job = await service.owned_job(request, caller)
@@ -160,7 +147,7 @@ async def cancel_batch(request: Request) -> Response:
 
 async def forget_batch(request: Request) -> Response:
     """DELETE /v1/batches/{id}: forget a finished job and its results; 204."""
-    service = _service(request)
+    service = Service.of(request)
     caller = service.caller(request)
     job = await service.runner.forget(request.path_params["id"], caller=caller.name)
     if job is None:
@@ -177,7 +164,7 @@ async def batch_resource(request: Request) -> Response:
 
 async def events(request: Request) -> Response:
     """GET /v1/batches/{id}/events: Server-Sent Events, one per stored outcome."""
-    service = _service(request)
+    service = Service.of(request)
     caller = service.caller(request)
     job = await service.owned_job(request, caller)
     last = parse_count(request.headers.get("last-event-id", "").strip(), max_digits=9)
@@ -187,14 +174,14 @@ async def events(request: Request) -> Response:
 
 async def healthz(request: Request) -> Response:
     """GET /healthz: 200 while the runner is up, 503 while it shuts down."""
-    _service(request).runner  # noqa: B018 - raises RunnerClosed (503) while shutting down
+    Service.of(request).runner  # noqa: B018 - raises RunnerClosed (503) while shutting down
     return JSONResponse({"status": "ok"})
 
 
 async def metrics(request: Request) -> Response:
     """GET /metrics: Prometheus text, with the store's counts; OpenMetrics (which shows the
     exemplars' trace ids) when the scraper's Accept header asks for it."""
-    service = _service(request)
+    service = Service.of(request)
     runner = service.runner_
     if runner is not None:
         counts = await runner.store.counts(now=service.now())

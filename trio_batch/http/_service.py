@@ -45,6 +45,12 @@ class Service:
     runner_: Runner | None = None
     stopping: trio.Event = field(default_factory=trio.Event)
 
+    @staticmethod
+    def of(request: Request) -> Service:
+        """The service ``request``'s application holds."""
+        service: Service = request.app.state.service
+        return service
+
     @property
     def runner(self) -> Runner:
         """The running runner; raises :class:`RunnerClosed` (503) once shutdown has begun."""

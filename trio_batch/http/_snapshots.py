@@ -69,7 +69,7 @@ async def collect_periodically(
 
 async def pin(request: Request) -> Response:
     """POST /v1/batches/{id}/pin: pin the caller's job's snapshot; DELETE: unpin it."""
-    service: Service = request.app.state.service
+    service = Service.of(request)
     caller = service.caller(request)
     pinning = request.method == "POST"
     shared = False
@@ -101,7 +101,7 @@ async def pin(request: Request) -> Response:
 async def snapshot_warc(request: Request) -> Response:
     """GET /v1/batches/{id}/snapshot.warc.gz: the job's snapshot as WARC/1.1, streamed a
     record at a time (each made on a worker thread from its body file)."""
-    service: Service = request.app.state.service
+    service = Service.of(request)
     caller = service.caller(request)
     job_id = request.path_params["id"]
     snaps = snapshots_of(service.fetch)

@@ -53,7 +53,7 @@ async def delivery_json(service: Service, job_id: str) -> dict[str, Any] | None:
 async def redeliver(request: Request) -> Response:
     """POST /v1/batches/{id}/webhook/redeliver: send the ended job's event again (same
     ``webhook-id``), a new round of attempts; 202 with the delivery state."""
-    service: Service = request.app.state.service
+    service = Service.of(request)
     caller = service.caller(request)
     require_json(request, body_expected=False)
     job = await service.owned_job(request, caller)
