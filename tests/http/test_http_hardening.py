@@ -506,3 +506,21 @@ async def test_requests_the_server_cannot_parse_get_problems_with_the_api_header
     assert headers["content-type"] == "application/problem+json"
     problem = json.loads(content)
     assert problem["type"] == f"urn:trio-batch:problem:{kind}" and problem["status"] == status
+
+
+async def test_every_operation_documents_what_the_server_answers_a_request_it_cannot_parse(
+    tmp_path: Path, fetch: ScriptedFetch, clock: FakeClock
+) -> None:
+    # Regression: a generated request with a header no HTTP/1.1 parser takes
+    # (``Content-Length: j``) got Hypercorn's 400 on an operation whose document listed
+    # only 200, 401, 404 and 503. The server gives these answers on any path.
+    from trio_batch.http._openapi import openapi_document
+
+    bad_header = b"GET /v1/batches/x/targets/0 HTTP/1.1\r\nHost: x\r\nContent-Length: j\r\n\r\n"
+    async with running(tmp_path, fetch, clock) as svc:
+        got, _, _ = await _raw_answer(svc.url, bad_header)
+    paths = openapi_document()["paths"]
+    assert str(got) in paths["/v1/batches/{id}/targets/{idx}"]["get"]["responses"]
+    for path, operations in paths.items():
+        for method, op in operations.items():
+            assert {"400", "431"} <= set(op["responses"]), (method, path)

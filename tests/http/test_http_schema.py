@@ -27,6 +27,10 @@ from schemathesis.specs.openapi.checks import (
 
 from ..support.http_fixtures import ALICE, start_server, stop_server
 
+#: One worker runs the whole module (``--dist loadgroup``): its server is the module's, and
+#: the last test reads what the generated requests did to it.
+pytestmark = pytest.mark.xdist_group("schemathesis")
+
 #: Generated cases per operation and generation mode: enough to hit every status, kept short.
 EXAMPLES = 15
 CHECKS = [

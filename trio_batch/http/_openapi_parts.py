@@ -122,10 +122,17 @@ def operation(
         out["parameters"] = parameters
     if body is not None:
         out["requestBody"] = body
-    out["responses"] = responses
+    # The server's own answers to a request it cannot parse, on every path (see _serve.py).
+    out["responses"] = dict(sorted({**UNPARSABLE, **responses}.items()))
     return out
 
 
+#: What the server answers, on any path, to a request that is not valid HTTP/1.1 (a
+#: malformed header, say) or whose headers are too large, before any operation sees it.
+UNPARSABLE = {
+    "400": problem("The request is not valid HTTP/1.1."),
+    "431": problem("The request's headers are too large."),
+}
 RETRY_AFTER = {
     "description": "Seconds to wait before trying again.",
     "schema": {"type": "string", "pattern": "^[0-9]+$"},
