@@ -12,7 +12,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from .._errors import ResultTooLarge
+from .._errors import JobLive, ResultTooLarge
 from .._event import Delivery, JobEvent
 from .._model import (
     DEFAULT_OPTIONS,
@@ -27,9 +27,11 @@ from .._model import (
 from .._text import safe_text
 
 __all__ = [
+    "attempt_values",
     "delivery_from_row",
     "dumps",
     "event_from_row",
+    "forgettable",
     "job_from_row",
     "metadata_from_text",
     "options_from_text",
@@ -212,3 +214,32 @@ def event_from_row(row: Any) -> JobEvent:
 def delivery_from_row(row: Any) -> Delivery:
     """A :class:`Delivery` of a row of ``DELIVERY_COLUMNS`` (both backends' order)."""
     return Delivery(*row)
+
+
+def attempt_values(
+    event: JobEvent,
+    owner: str | None,
+    *,
+    answer: str,
+    delivered: bool,
+    now: float,
+    next_at: float | None,
+) -> tuple[str, float, float | None, float | None, float | None, str, str, str | None]:
+    """``RECORD_DELIVERY``'s parameters (both backends' order) for one attempt at ``event``
+    under ``owner``'s lease: the answer and the attempt's time, then ``delivered_at``, the
+    next attempt's due time and ``gave_up_at`` (delivered: none due; else due at
+    ``next_at``, or given up now without one), then the event's job, its id and the owner."""
+    due = None if delivered else next_at
+    gave_up = None if delivered or next_at is not None else now
+    delivered_at = now if delivered else None
+    return (answer, now, delivered_at, due, gave_up, event.job_id, event.id, owner)
+
+
+def forgettable(job: Job | None, caller: str | None) -> Job | None:
+    """``job`` (as stored, None if unknown or lapsed) if ``caller`` may forget it now: None
+    if it is unknown or another caller's; :class:`~trio_batch.JobLive` if it is still live."""
+    if job is None or (caller is not None and job.caller != caller):
+        return None
+    if job.status.is_live:
+        raise JobLive(f"job {job.id} is {job.status}; cancel it first, then forget it")
+    return job

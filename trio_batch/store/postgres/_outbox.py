@@ -12,7 +12,7 @@ from collections.abc import Collection
 
 from ..._event import Delivery, JobEvent
 from ..._model import is_job_id
-from .._rows import delivery_from_row, event_from_row
+from .._rows import attempt_values, delivery_from_row, event_from_row
 from . import _outbox_queries as oq
 from ._connection import Conn, Op
 from ._store import PostgresStore
@@ -50,15 +50,8 @@ def record_delivery(
     next_at: float | None,
 ) -> bool:
     """Record one attempt and end the lease; False if the lease is no longer this runner's."""
-    params = (
-        answer,
-        now,
-        now if delivered else None,
-        None if delivered else next_at,
-        None if delivered or next_at is not None else now,
-        event.job_id,
-        event.id,
-        store.runner_id,
+    params = attempt_values(
+        event, store.runner_id, answer=answer, delivered=delivered, now=now, next_at=next_at
     )
     return store._run(lambda c: store._one(c, Op.WRITE, oq.RECORD_DELIVERY, params).rowcount == 1)
 

@@ -11,12 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ..._errors import JobLive
 from ..._model import Job, JobState, TargetStatus, is_job_id, is_target_index, with_running
 from .._filters import EVERY_JOB, JobFilter, filtered_queries, merge_pages
 from .._pages import sized_targets_page, targets_page
 from .._protocol import StoreCounts
-from .._rows import job_from_row, target_from_row
+from .._rows import forgettable, job_from_row, target_from_row
 from . import _queries as q
 from ._connection import Conn, Op, PostgresConnection
 from ._tally import TerminalTally
@@ -132,12 +131,9 @@ class PostgresReads(PostgresConnection):
         def forget(conn: Conn) -> Job | None:
             with self._tx(conn, Op.WRITE):
                 row = conn.execute(q.GET_JOB_FOR_UPDATE, (job_id, now)).fetchone()
-                job = None if row is None else job_from_row(row)
-                if job is None or (caller is not None and job.caller != caller):
-                    return None
-                if job.status.is_live:
-                    raise JobLive(f"job {job_id} is {job.status}; cancel it first, then forget it")
-                conn.execute(q.FORGET_JOB, (job_id,))
+                job = forgettable(None if row is None else job_from_row(row), caller)
+                if job is not None:
+                    conn.execute(q.FORGET_JOB, (job_id,))
             return job
 
         forgotten = self._run(forget)

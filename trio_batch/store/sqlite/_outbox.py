@@ -12,7 +12,7 @@ from collections.abc import Collection
 
 from ..._event import Delivery, JobEvent
 from ..._model import is_job_id
-from .._rows import delivery_from_row, event_from_row
+from .._rows import attempt_values, delivery_from_row, event_from_row
 from . import _queries as q
 from ._store import Store
 
@@ -44,23 +44,11 @@ def record_delivery(
 ) -> bool:
     """Record one attempt at ``event`` and end ``owner``'s lease; False (nothing written) if the
     lease is no longer ``owner``'s (a redelivery dropped it)."""
+    values = attempt_values(
+        event, owner, answer=answer, delivered=delivered, now=now, next_at=next_at
+    )
     with store.transaction():
-        return (
-            store.db.execute(
-                q.RECORD_DELIVERY,
-                (
-                    answer,
-                    now,
-                    now if delivered else None,
-                    None if delivered else next_at,
-                    None if delivered or next_at is not None else now,
-                    event.job_id,
-                    event.id,
-                    owner,
-                ),
-            ).rowcount
-            == 1
-        )
+        return store.db.execute(q.RECORD_DELIVERY, values).rowcount == 1
 
 
 def get_delivery(store: Store, job_id: str, *, now: float) -> Delivery | None:

@@ -18,7 +18,6 @@ import json
 import time
 from typing import Any
 
-from ..._errors import JobLive
 from ..._event import new_event_id
 from ..._model import (
     Job,
@@ -27,7 +26,7 @@ from ..._model import (
 )
 from .._new_job import check_caps, new_job
 from .._protocol import Admission, NewJob, ReapedJob
-from .._rows import dumps
+from .._rows import dumps, forgettable
 from .._rows import job_from_row as _job
 from . import _queries as q
 from ._outcomes import StoreOutcomes
@@ -275,11 +274,9 @@ class Store(StoreOutcomes):
         now = time.time() if now is None else now
         with self.transaction():
             row = self.db.execute(q.GET_JOB, (job_id, now)).fetchone()
-            job = None if row is None else _job(row)
-            if job is None or (caller is not None and job.caller != caller):
+            job = forgettable(None if row is None else _job(row), caller)
+            if job is None:
                 return None
-            if job.status.is_live:
-                raise JobLive(f"job {job_id} is {job.status}; cancel it first, then forget it")
             self.db.execute(q.FORGET_TARGETS, (job_id,))
             self.db.execute(q.FORGET_LABELS, (job_id,))
             self.db.execute(q.FORGET_OUTBOX, (job_id,))
