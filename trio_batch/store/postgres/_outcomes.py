@@ -51,7 +51,7 @@ class PostgresOutcomes(PostgresReads):
         try:
             self._store_batch(batch, batch.sent, ttl, now)
             if self.in_doubt(writes):
-                self._run(lambda conn: self._recognise_retries(conn, batch, now))
+                self._run(lambda conn: self._recognise_retries(conn, batch, now), op=Op.READ)
         except StoreUnavailable:  # from a psycopg error (see _run)
             if self._conn is None:  # the connection was lost: the commit may have happened
                 self.lost_in_commit(writes)
@@ -106,8 +106,8 @@ class PostgresOutcomes(PostgresReads):
             answer = batch.answers[sent.at]
             if not isinstance(answer, OutcomeExists) or key not in self._maybe_committed:
                 continue
-            if conn.execute(wq.GET_OUTCOME, key).fetchone() == sent.values:
-                row = conn.execute(q.GET_JOB, (sent.write.job_id, now)).fetchone()
+            if self._one(conn, Op.READ, wq.GET_OUTCOME, key).fetchone() == sent.values:
+                row = self._one(conn, Op.READ, q.GET_JOB, (sent.write.job_id, now)).fetchone()
                 batch.answers[sent.at] = None if row is None else job_from_row(row)
 
     def _outcomes_params(self, sent: Sequence[Sent], *, ttl: float, now: float) -> dict[str, Any]:
