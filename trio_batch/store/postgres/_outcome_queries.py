@@ -25,7 +25,8 @@ def final_status_case(total: str, failed: str) -> str:
 
 
 #: The writes, one row each in the order given (``n``): one array per column, each write's
-#: target and job distinct from the others' (the caller sends a repeated target once).
+#: target distinct from the others' (the caller sends a repeated target once; a job may have
+#: several writes).
 _WRITES = (
     "w AS (SELECT * FROM unnest(%(job_ids)s, %(idxs)s, %(statuses)s, %(results)s, "
     "%(errors)s, %(hints)s, %(attempts)s, %(failed)s, %(sizes)s) WITH ORDINALITY "
