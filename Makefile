@@ -44,7 +44,7 @@ pytest: $(STAMP) system-packages
 FAST := not postgres and not pgbouncer and not browser and not slow
 
 test-fast: $(STAMP)
-	$(PYTEST) -n auto --dist loadgroup -m "$(FAST)" $(ARGS)
+	$(PYTEST) -n auto -m "$(FAST)" $(ARGS)
 
 # The hardening suites at full size (200 SIGKILLs, thousands of Hypothesis examples, a bigger
 # load); each prints its figures at the end. About 10 minutes on a 2-core machine.

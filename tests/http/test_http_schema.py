@@ -27,10 +27,6 @@ from schemathesis.specs.openapi.checks import (
 
 from ..support.http_fixtures import ALICE, start_server, stop_server
 
-#: One worker runs the whole module (``--dist loadgroup``): its server is the module's, and
-#: the last test reads what the generated requests did to it.
-pytestmark = pytest.mark.xdist_group("schemathesis")
-
 #: Generated cases per operation and generation mode: enough to hit every status, kept short.
 EXAMPLES = 15
 CHECKS = [
@@ -100,6 +96,14 @@ NO_INPUT = ("GET /healthz", "GET /metrics")
 def test_generated_requests_get_conforming_answers(
     schema: schemathesis.BaseSchema, server: str, label: str, mode: GenerationMode
 ) -> None:
+    _run_generated(schema, server, label, mode)
+
+
+def _run_generated(
+    schema: schemathesis.BaseSchema, server: str, label: str, mode: GenerationMode
+) -> None:
+    """``EXAMPLES`` generated requests of ``mode`` to the operation ``label``, each answer
+    checked against the document."""
     operation = schema.find_operation_by_label(label)
     assert operation is not None
     strategy = operation.as_strategy(generation_mode=mode)
@@ -121,10 +125,15 @@ def test_generated_requests_get_conforming_answers(
     run()
 
 
-def test_the_run_reached_past_validation(server: str) -> None:
-    """Runs after the generated requests (file order): they created jobs and were refused too."""
+def test_the_run_reached_past_validation(schema: schemathesis.BaseSchema, server: str) -> None:
+    """Generated requests create jobs and read them, and are refused too: the generation
+    reaches past validation. It makes its own (whichever worker runs it, and in whatever
+    order, it reads its own server's metrics after them)."""
     import httpx
 
+    for label in ("POST /v1/batches", "GET /v1/batches/{id}"):
+        _run_generated(schema, server, label, GenerationMode.POSITIVE)
+    _run_generated(schema, server, "POST /v1/batches", GenerationMode.NEGATIVE)
     text = httpx.get(f"{server}/metrics").text
     codes = {
         line.split('code="', 1)[1].split('"', 1)[0]
