@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -360,8 +360,8 @@ class _Batches:
         return [ValueError(item) if item == "boom" else item.upper() for item in items]
 
 
-@contextlib.contextmanager
-def _held_thread() -> Iterator[tuple[StoreThread, threading.Event]]:
+@contextlib.asynccontextmanager
+async def _held_thread() -> AsyncIterator[tuple[StoreThread, threading.Event]]:
     """A started store thread busy with a call until the event is set (as a commit or a
     read in flight holds it), then stopped."""
     thread, release, holding = StoreThread(), threading.Event(), threading.Event()
@@ -371,14 +371,17 @@ def _held_thread() -> Iterator[tuple[StoreThread, threading.Event]]:
         release.wait(30)  # bounded, should the test fail first
 
     thread.start()
-    thread.run_soon(hold)
-    # Taken from the queue before the test queues anything: else the thread could take the
-    # hold and the first call together, and the call would be a group of its own.
-    assert holding.wait(30)
     try:
-        yield thread, release
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(thread.run, hold)
+            # Taken from the queue before the test queues anything: else the thread could
+            # take the hold and the first call together, and make the call a group of its own.
+            assert await trio.to_thread.run_sync(holding.wait, 30)
+            try:
+                yield thread, release
+            finally:
+                release.set()
     finally:
-        release.set()
         thread.stop()
 
 
@@ -392,12 +395,11 @@ async def test_writes_queued_behind_a_busy_thread_share_one_commit() -> None:
         except Exception as exc:
             answers[item] = exc
 
-    with _held_thread() as (thread, release):
-        async with trio.open_nursery() as nursery:
-            for item in ("a", "boom", "c"):
-                nursery.start_soon(write, item)
-                await wait_all_tasks_blocked()  # each queued in a pass of its own
-            release.set()
+    async with _held_thread() as (thread, release), trio.open_nursery() as nursery:
+        for item in ("a", "boom", "c"):
+            nursery.start_soon(write, item)
+            await wait_all_tasks_blocked()  # each queued in a pass of its own
+        release.set()
     assert batches.batches == [["a", "boom", "c"]]  # one commit for the three
     assert answers["a"] == "A" and answers["c"] == "C"  # each its own answer
     assert isinstance(answers["boom"], ValueError)  # refused alone
@@ -416,13 +418,12 @@ async def test_a_commits_writers_are_woken_before_the_call_queued_behind_it_ends
         # True if the writer released it; False had it waited out its bound (5 s) first.
         answers.append(await thread.run(slow_read.wait, 5))
 
-    with _held_thread() as (thread, release):
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(write)
-            await wait_all_tasks_blocked()  # the write queued first, the read behind it
-            nursery.start_soon(read)
-            await wait_all_tasks_blocked()
-            release.set()
+    async with _held_thread() as (thread, release), trio.open_nursery() as nursery:
+        nursery.start_soon(write)
+        await wait_all_tasks_blocked()  # the write queued first, the read behind it
+        nursery.start_soon(read)
+        await wait_all_tasks_blocked()
+        release.set()
     assert answers == ["A", True]
 
 
@@ -448,7 +449,7 @@ async def test_a_failed_commit_fails_each_of_its_writes_and_the_next_goes_throug
         except Exception as exc:
             answers[item] = exc
 
-    with _held_thread() as (thread, release):
+    async with _held_thread() as (thread, release):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(write, "a")
             nursery.start_soon(write, "fail")
@@ -466,12 +467,11 @@ async def test_only_the_first_answer_of_a_commit_carries_its_time() -> None:
     async def write(item: str) -> None:
         timed.append((await thread.run_grouped(batches, item))[1])
 
-    with _held_thread() as (thread, release):
-        async with trio.open_nursery() as nursery:
-            for item in "abc":
-                nursery.start_soon(write, item)
-            await wait_all_tasks_blocked()
-            release.set()
+    async with _held_thread() as (thread, release), trio.open_nursery() as nursery:
+        for item in "abc":
+            nursery.start_soon(write, item)
+        await wait_all_tasks_blocked()
+        release.set()
     assert len(timed) == 3 and timed.count(None) == 2  # one observation per commit
 
 
@@ -488,13 +488,12 @@ async def test_a_writer_waiting_for_its_commit_cannot_be_cancelled() -> None:
             await trio.lowlevel.checkpoint()
             got.append("went on past the checkpoint")
 
-    with _held_thread() as (thread, release):
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(waiting_writer)
-            await wait_all_tasks_blocked()
-            scope.cancel()
-            await wait_all_tasks_blocked()
-            assert got == []  # still waiting: the cancel did not cut it
-            release.set()
+    async with _held_thread() as (thread, release), trio.open_nursery() as nursery:
+        nursery.start_soon(waiting_writer)
+        await wait_all_tasks_blocked()
+        scope.cancel()
+        await wait_all_tasks_blocked()
+        assert got == []  # still waiting: the cancel did not cut it
+        release.set()
     assert scope.cancelled_caught
     assert got == ["A"]

@@ -17,7 +17,6 @@ nothing depends on the order in which trio runs its tasks.
 from __future__ import annotations
 
 import contextlib
-import logging
 import queue
 import threading
 import time
@@ -35,16 +34,14 @@ T = TypeVar("T")
 #: grouped calls (outcome writes) one commit holds.
 MAX_BATCH = 64
 
-_log = logging.getLogger("trio_batch")
-
 
 @dataclass(slots=True)
 class _Call:
     fn: Callable[..., Any]
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
-    task: trio.lowlevel.Task | None  # None: nobody waits for the answer
-    token: trio.lowlevel.TrioToken | None  # the run the waiting task belongs to
+    task: trio.lowlevel.Task  # the task waiting for the answer
+    token: trio.lowlevel.TrioToken  # the run it belongs to
     grouped: bool = False  # fn takes a list of items (args[0] each) and answers a list
 
 
@@ -112,11 +109,6 @@ class StoreThread:
         answer: Grouped[T] = await self._call(call)
         return answer
 
-    def run_soon(self, fn: Callable[P, object], /, *args: P.args, **kwargs: P.kwargs) -> None:
-        """Queue ``fn(*args, **kwargs)`` without waiting for it; an error it raises is logged."""
-        if not self.stopped:
-            self._queue.put(_Call(fn, args, kwargs, None, None))
-
     async def _call(self, call: _Call) -> Any:
         if self.stopped:
             raise trio.ClosedResourceError("the store thread has stopped")
@@ -150,10 +142,7 @@ class StoreThread:
                 # queued behind it: a commit's writers never wait for a slow read after it.
                 done: dict[trio.lowlevel.TrioToken, list[tuple[trio.lowlevel.Task, Any]]] = {}
                 for call, answer in zip(group, outcomes, strict=True):
-                    if call.task is not None and call.token is not None:
-                        done.setdefault(call.token, []).append((call.task, answer))
-                    elif isinstance(answer, outcome.Error):
-                        _log.error("background store call failed", exc_info=answer.error)
+                    done.setdefault(call.token, []).append((call.task, answer))
                 for token, answers in done.items():
                     # A run that has finished has no task left waiting.
                     with contextlib.suppress(trio.RunFinishedError):
