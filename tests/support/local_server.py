@@ -14,11 +14,13 @@ import json
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+
+from .threaded_server import ThreadedServer
 
 #: How long a gated request waits at most if a test never releases it.
 GATE_TIMEOUT = 20.0
@@ -88,10 +90,8 @@ def make_pdf(pages: list[str]) -> bytes:
 PDF = make_pdf(["First page text", "Second page text", "Third page text"])
 
 
-class LocalServer(ThreadingHTTPServer):
+class LocalServer(ThreadedServer):
     """The server, with the events the gated routes use."""
-
-    daemon_threads = True
 
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)

@@ -31,7 +31,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -41,6 +41,8 @@ import trio
 import trustme
 
 from trio_batch.fetchers import DestinationPolicy
+
+from .threaded_server import ThreadedServer
 
 #: Host names the certificate covers besides localhost and 127.0.0.1.
 NAMES = ("a.test", "b.test", "site.test")
@@ -75,10 +77,8 @@ class HandshakeInHandler(BaseHTTPRequestHandler):
         pass
 
 
-class TLSServer(ThreadingHTTPServer):
+class TLSServer(ThreadedServer):
     """The server and its counters (read them under ``lock``, or through the helpers)."""
-
-    daemon_threads = True
 
     def __init__(self, ca: trustme.CA) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)

@@ -19,13 +19,13 @@ import threading
 from base64 import b64encode
 from collections.abc import Iterator
 from dataclasses import dataclass
-from http.server import ThreadingHTTPServer
 from typing import Any
 
 import pytest
 import trustme
 from standardwebhooks import Webhook, WebhookVerificationError
 
+from .threaded_server import ThreadedServer
 from .tls_server import HandshakeInHandler
 
 #: How long a held answer waits at most if a test never releases it (seconds).
@@ -43,10 +43,8 @@ class Received:
     answered: int
 
 
-class Receiver(ThreadingHTTPServer):
+class Receiver(ThreadedServer):
     """The server; its deliveries in :attr:`received`, in arrival order."""
-
-    daemon_threads = True
 
     def __init__(self, ca: trustme.CA, *, tls: bool = True) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
