@@ -4,7 +4,8 @@ HTTP/1.1 with keep-alive, one thread per connection. It counts connections accep
 per path, and requests in flight per ``Host`` name (the most it ever saw at once), so tests can
 check connection reuse and per-host limits from the server's side. Routes:
 
-- ``/page?n=I``: a small HTML page (``PAGE`` with ``I`` in it).
+- ``/page?n=I&delay=S``: a small HTML page (``PAGE`` with ``I`` in it), sent after ``S``
+  seconds (at most 1; default 0), as a real site takes time to answer.
 - ``/hold?status=C&after=S&to=URL``: waits until ``release`` is set, then answers ``C`` (200),
   with ``Retry-After: S`` and ``Location: URL`` if given.
 - ``/throttle?after=S&times=K``: the first ``K`` requests for this exact URL answer 429 (with
@@ -167,6 +168,7 @@ class _Handler(HandshakeInHandler):
         parts = urlsplit(self.path)
         query = {k: v[0] for k, v in parse_qs(parts.query).items()}
         if parts.path == "/page":
+            time.sleep(min(float(query.get("delay", "0")), 1.0))
             self._send(200, PAGE.format(n=query.get("n", "0")).encode())
         elif parts.path == "/hold":
             self.server.release.wait(HOLD_TIMEOUT)
