@@ -1,0 +1,205 @@
+"""A database trio_batch refuses (a newer schema version, or another program's) is left exactly
+as it was: the same bytes, the same journal mode, no file added or removed beside it.
+
+SQLite's ``journal_mode=WAL`` is written into the file's header, so it must not run before the
+refusal. Each way in is checked on real files: :meth:`Store.open` (with and without
+``create``), :func:`open_store` (the one ``trio-batch serve`` and the command line use), a
+read-only command, and :meth:`Store.reopen`. On PostgreSQL, the database's whole dump
+(``pg_dump``: schema and rows) is compared before and after.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import sqlite3
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import trio
+
+from trio_batch import SCHEMA_VERSION, SchemaVersionError, Store, open_store
+from trio_batch.store.postgres import SCHEMA_VERSION as PG_SCHEMA_VERSION
+from trio_batch.store.postgres import PostgresJobStore, PostgresStore
+
+from ..support.cli_runner import run_cli
+from ..support.pg_server import PgServer
+
+#: (the file's SHA-256, its journal mode, the names in its folder)
+State = tuple[str, str, list[str]]
+
+
+def _state(path: Path) -> State:
+    """The file's bytes and its folder's names first: reading the journal mode of a WAL file
+    makes -wal and -shm files for as long as the connection is open."""
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    names = sorted(os.listdir(path.parent))
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        mode = str(conn.execute("PRAGMA journal_mode").fetchone()[0])
+    return digest, mode, names
+
+
+def _sqlite(path: Path, *statements: str) -> None:
+    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as conn:
+        for statement in statements:
+            conn.execute(statement)
+
+
+def _foreign(path: Path) -> None:
+    """Another program's database, in SQLite's default rollback-journal mode."""
+    _sqlite(
+        path,
+        "CREATE TABLE jobs (name TEXT, every TEXT)",
+        "CREATE TABLE targets (host TEXT)",
+        "INSERT INTO jobs VALUES ('backup', 'daily')",
+    )
+
+
+def _newer(path: Path, journal_mode: str) -> None:
+    """One of ours, as a later trio_batch would leave it: a newer version, in ``journal_mode``."""
+    Store.open(path).close()
+    _sqlite(
+        path, f"PRAGMA journal_mode={journal_mode}", f"PRAGMA user_version={SCHEMA_VERSION + 1:d}"
+    )
+
+
+DATABASES: dict[str, tuple[Callable[[Path], None], str, str]] = {
+    # name: (how it is made, its journal mode, the refusal's words)
+    "foreign-rollback": (_foreign, "delete", "not a trio_batch database"),
+    "newer-rollback": (lambda p: _newer(p, "DELETE"), "delete", "newer than"),
+    "newer-wal": (lambda p: _newer(p, "WAL"), "wal", "newer than"),
+}
+
+
+def _store_open(path: Path) -> None:
+    Store.open(path).close()
+
+
+def _store_open_existing(path: Path) -> None:
+    Store.open(path, create=False).close()
+
+
+def _open_store(path: Path) -> None:
+    trio.run(open_store(str(path)).aclose)
+
+
+OPENERS: dict[str, Callable[[Path], None]] = {
+    "Store.open": _store_open,
+    "Store.open(create=False)": _store_open_existing,
+    "open_store": _open_store,
+}
+
+
+@pytest.mark.parametrize("opener", OPENERS)
+@pytest.mark.parametrize("database", DATABASES)
+def test_a_refused_sqlite_database_is_left_as_it_was(
+    tmp_path: Path, database: str, opener: str
+) -> None:
+    make, journal_mode, words = DATABASES[database]
+    path = tmp_path / "refused.db"
+    make(path)
+    before = _state(path)
+    assert (before[1], before[2]) == (journal_mode, ["refused.db"])
+    with pytest.raises(SchemaVersionError, match=words):
+        OPENERS[opener](path)
+    assert _state(path) == before
+
+
+@pytest.mark.parametrize("database", DATABASES)
+def test_a_read_only_command_leaves_a_refused_database_as_it_was(
+    tmp_path: Path, database: str
+) -> None:
+    make, _, words = DATABASES[database]
+    path = tmp_path / "refused.db"
+    make(path)
+    before = _state(path)
+    env = {k: v for k, v in os.environ.items() if k != "TRIO_BATCH_DB"}
+    done = run_cli(["jobs", "--db", str(path)], stdin=None, env=env)
+    assert done.returncode != 0 and words in done.stderr, done.stderr
+    assert _state(path) == before
+
+
+def test_a_reopen_refused_by_a_newer_version_leaves_the_file_as_it_was(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.db"
+    with Store.open(path) as store:
+        # A later trio_batch migrates the file while this store has it open.
+        _sqlite(path, f"PRAGMA user_version={SCHEMA_VERSION + 1:d}", "PRAGMA wal_checkpoint")
+        before = _state(path)
+        with pytest.raises(SchemaVersionError, match="newer than"):
+            store.reopen()
+        assert _state(path) == before
+
+
+# ------------------------------------------------------------------------------------------
+# PostgreSQL
+
+
+def _dump(pg_server: PgServer, dsn: str) -> str:
+    """The database's schema and rows, as ``pg_dump`` writes them (no random restrict key)."""
+    done = subprocess.run(
+        [os.path.join(pg_server.bin_dir, "pg_dump"), "--no-owner", "--dbname", dsn],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return "\n".join(
+        line
+        for line in done.stdout.splitlines()
+        if not line.startswith(("\\restrict", "\\unrestrict"))
+    )
+
+
+def _pg_newer(dsn: str) -> None:
+    import psycopg
+
+    PostgresStore.open(dsn).close(final=True)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("UPDATE trio_batch_schema SET version = %s", (PG_SCHEMA_VERSION + 1,))
+
+
+def _pg_foreign(dsn: str) -> None:
+    """Another program's table where one of ours would go (``runners``), with a row."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE runners (name text)")
+        conn.execute("INSERT INTO runners VALUES ('cron')")
+
+
+PG_DATABASES: dict[str, tuple[Callable[[str], None], str]] = {
+    "newer": (_pg_newer, "newer than"),
+    "foreign": (_pg_foreign, "not a trio_batch database"),
+}
+
+
+def _pg_store_open(dsn: str) -> None:
+    PostgresStore.open(dsn).close(final=True)
+
+
+def _pg_open_store(dsn: str) -> None:
+    trio.run(open_store(dsn).aclose)
+
+
+PG_OPENERS: dict[str, Callable[[str], None]] = {
+    "PostgresStore.open": _pg_store_open,
+    "PostgresJobStore.open": lambda dsn: trio.run(PostgresJobStore.open(dsn).aclose),
+    "open_store": _pg_open_store,
+}
+
+
+@pytest.mark.parametrize("opener", PG_OPENERS)
+@pytest.mark.parametrize("database", PG_DATABASES)
+def test_a_refused_postgres_database_is_left_as_it_was(
+    pg_server: PgServer, pg_dsn: str, database: str, opener: str
+) -> None:
+    make, words = PG_DATABASES[database]
+    make(pg_dsn)
+    before = _dump(pg_server, pg_dsn)
+    assert "CREATE TABLE" in before  # a dump of something: the comparison can fail
+    with pytest.raises(SchemaVersionError, match=words):
+        PG_OPENERS[opener](pg_dsn)
+    assert _dump(pg_server, pg_dsn) == before
