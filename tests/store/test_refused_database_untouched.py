@@ -21,9 +21,10 @@ from pathlib import Path
 import pytest
 import trio
 
-from trio_batch import SCHEMA_VERSION, SchemaVersionError, Store, open_store
+from trio_batch import SCHEMA_VERSION, SchemaVersionError, Store, StoreError, open_store
 from trio_batch.store.postgres import SCHEMA_VERSION as PG_SCHEMA_VERSION
 from trio_batch.store.postgres import PostgresJobStore, PostgresStore
+from trio_batch.store.sqlite._schema import TABLES
 
 from ..support.cli_runner import run_cli
 from ..support.pg_server import PgServer
@@ -58,6 +59,12 @@ def _foreign(path: Path) -> None:
     )
 
 
+def _foreign_outbox(path: Path) -> None:
+    """Another program's database with a table of a name a later migration of ours makes: its
+    creation would fail, but only after the file had been switched to WAL."""
+    _sqlite(path, "CREATE TABLE outbox (event TEXT)", "INSERT INTO outbox VALUES ('sent')")
+
+
 def _newer(path: Path, journal_mode: str) -> None:
     """One of ours, as a later trio_batch would leave it: a newer version, in ``journal_mode``."""
     Store.open(path).close()
@@ -69,6 +76,7 @@ def _newer(path: Path, journal_mode: str) -> None:
 DATABASES: dict[str, tuple[Callable[[Path], None], str, str]] = {
     # name: (how it is made, its journal mode, the refusal's words)
     "foreign-rollback": (_foreign, "delete", "not a trio_batch database"),
+    "foreign-outbox": (_foreign_outbox, "delete", "has a 'outbox' table"),
     "newer-rollback": (lambda p: _newer(p, "DELETE"), "delete", "newer than"),
     "newer-wal": (lambda p: _newer(p, "WAL"), "wal", "newer than"),
 }
@@ -106,6 +114,27 @@ def test_a_refused_sqlite_database_is_left_as_it_was(
     with pytest.raises(SchemaVersionError, match=words):
         OPENERS[opener](path)
     assert _state(path) == before
+
+
+def test_every_table_of_a_new_store_marks_a_database_as_ours(tmp_path: Path) -> None:
+    # A table a migration adds but TABLES forgets would let another program's table of that
+    # name through the check, to fail the migration after the switch to WAL.
+    path = tmp_path / "new.db"
+    Store.open(path).close()
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+    assert sorted(name for (name,) in rows) == sorted(TABLES)
+
+
+def test_a_file_that_is_not_a_database_is_left_as_it_was(tmp_path: Path) -> None:
+    path = tmp_path / "notes.db"
+    path.write_bytes(b"not a database, but somebody's notes\n" * 200)
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    for opener in OPENERS.values():
+        with pytest.raises(StoreError, match="not a database"):
+            opener(path)
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == digest
+    assert os.listdir(tmp_path) == ["notes.db"]
 
 
 @pytest.mark.parametrize("database", DATABASES)

@@ -21,6 +21,11 @@ __all__ = ["SCHEMA_VERSION", "check", "migrate"]
 #: The schema version this code writes, kept in ``PRAGMA user_version``.
 SCHEMA_VERSION = 5
 
+#: Every table the migrations make. A database with none of them and no version is new to us;
+#: one with any of them but no version is another program's, and is refused before anything
+#: is written (a migration stopped by its table would be too late: the file is in WAL by then).
+TABLES = ("jobs", "targets", "job_labels", "outbox")
+
 
 def migrate(store: Connection) -> None:
     """Create or upgrade ``store``'s schema to :data:`SCHEMA_VERSION`, idempotently.
@@ -52,9 +57,9 @@ def check(db: Database, path: str) -> int:
     """The schema version of ``db``, found by reading alone: nothing is written.
 
     Raises :class:`~trio_batch.SchemaVersionError` for a database this code must refuse:
-    written by a newer version, or with our table names but no version (another program's).
-    Run it before anything that writes, even a pragma such as ``journal_mode=WAL``, which
-    stays in the file: a refused database is to be left exactly as it was.
+    written by a newer version, or with one of our :data:`TABLES` but no version (another
+    program's). Run it before anything that writes, even a pragma such as
+    ``journal_mode=WAL``, which stays in the file: a refused database is left as it was.
     """
     version = _user_version(db)
     if version > SCHEMA_VERSION:
@@ -62,11 +67,14 @@ def check(db: Database, path: str) -> int:
             f"{path!r} has schema version {version}, newer than the {SCHEMA_VERSION} "
             "this trio_batch understands; upgrade trio_batch to open it"
         )
-    if version == 0 and {"jobs", "targets"} & set(db.table_names()):
-        raise SchemaVersionError(
-            f"{path!r} has jobs/targets tables but no trio_batch schema version; "
-            "it is not a trio_batch database"
-        )
+    if version == 0:
+        present = set(db.table_names())
+        found = [name for name in TABLES if name in present]
+        if found:
+            raise SchemaVersionError(
+                f"{path!r} has a {found[0]!r} table but no trio_batch schema version; "
+                "it is not a trio_batch database"
+            )
     return version
 
 
