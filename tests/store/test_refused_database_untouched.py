@@ -4,8 +4,8 @@ as it was: the same bytes, the same journal mode, no file added or removed besid
 SQLite's ``journal_mode=WAL`` is written into the file's header, so it must not run before the
 refusal. Each way in is checked on real files: :meth:`Store.open` (with and without
 ``create``), :func:`open_store` (the one ``trio-batch serve`` and the command line use), a
-read-only command, and :meth:`Store.reopen`. On PostgreSQL, the database's whole dump
-(``pg_dump``: schema and rows) is compared before and after.
+read-only command, ``serve`` itself, and :meth:`Store.reopen`. On PostgreSQL, the database's
+whole dump (``pg_dump``: schema and rows) is compared before and after.
 """
 
 from __future__ import annotations
@@ -137,16 +137,25 @@ def test_a_file_that_is_not_a_database_is_left_as_it_was(tmp_path: Path) -> None
     assert os.listdir(tmp_path) == ["notes.db"]
 
 
+#: Commands that open a store: a read-only one, and the service (refused at its start, it
+#: exits rather than serving).
+COMMANDS = {
+    "jobs": ["jobs"],
+    "serve": ["serve", "--caller-header", "X-Caller", "--bind", "127.0.0.1:0"],
+}
+
+
+@pytest.mark.parametrize("command", COMMANDS)
 @pytest.mark.parametrize("database", DATABASES)
-def test_a_read_only_command_leaves_a_refused_database_as_it_was(
-    tmp_path: Path, database: str
+def test_a_command_leaves_a_refused_database_as_it_was(
+    tmp_path: Path, database: str, command: str
 ) -> None:
     make, _, words = DATABASES[database]
     path = tmp_path / "refused.db"
     make(path)
     before = _state(path)
     env = {k: v for k, v in os.environ.items() if k != "TRIO_BATCH_DB"}
-    done = run_cli(["jobs", "--db", str(path)], stdin=None, env=env)
+    done = run_cli([*COMMANDS[command], "--db", str(path)], stdin=None, env=env)
     assert done.returncode != 0 and words in done.stderr, done.stderr
     assert _state(path) == before
 
@@ -199,9 +208,21 @@ def _pg_foreign(dsn: str) -> None:
         conn.execute("INSERT INTO runners VALUES ('cron')")
 
 
-PG_DATABASES: dict[str, tuple[Callable[[str], None], str]] = {
-    "newer": (_pg_newer, "newer than"),
-    "foreign": (_pg_foreign, "not a trio_batch database"),
+def _pg_foreign_outbox(dsn: str) -> None:
+    """Another program's table of a name a later version of ours makes: the migration fails on
+    it, and its transaction (DDL included) is rolled back."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE outbox (event text)")
+        conn.execute("INSERT INTO outbox VALUES ('sent')")
+
+
+PG_DATABASES: dict[str, tuple[Callable[[str], None], type[StoreError], str]] = {
+    # name: (how it is made, the refusal, its words)
+    "newer": (_pg_newer, SchemaVersionError, "newer than"),
+    "foreign": (_pg_foreign, SchemaVersionError, "not a trio_batch database"),
+    "foreign-outbox": (_pg_foreign_outbox, StoreError, "already exists"),
 }
 
 
@@ -225,10 +246,10 @@ PG_OPENERS: dict[str, Callable[[str], None]] = {
 def test_a_refused_postgres_database_is_left_as_it_was(
     pg_server: PgServer, pg_dsn: str, database: str, opener: str
 ) -> None:
-    make, words = PG_DATABASES[database]
+    make, refusal, words = PG_DATABASES[database]
     make(pg_dsn)
     before = _dump(pg_server, pg_dsn)
     assert "CREATE TABLE" in before  # a dump of something: the comparison can fail
-    with pytest.raises(SchemaVersionError, match=words):
+    with pytest.raises(refusal, match=words):
         PG_OPENERS[opener](pg_dsn)
     assert _dump(pg_server, pg_dsn) == before
