@@ -116,6 +116,27 @@ def test_a_refused_sqlite_database_is_left_as_it_was(
     assert _state(path) == before
 
 
+ACCEPTED: dict[str, Callable[[Path], None]] = {
+    "no file": lambda p: None,
+    "an empty file": lambda p: p.write_bytes(b""),
+    "tables of other names": lambda p: _sqlite(p, "CREATE TABLE notes (text TEXT)"),
+}
+
+
+@pytest.mark.parametrize("database", ACCEPTED)
+def test_what_is_not_refused_is_created_at_the_current_version_in_wal(
+    tmp_path: Path, database: str
+) -> None:
+    # The check before the pragmas refuses only what it must: the rest is switched to WAL and
+    # given the schema, as before.
+    path = tmp_path / "jobs.db"
+    ACCEPTED[database](path)
+    Store.open(path).close()
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+        assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
+
+
 def test_every_table_of_a_new_store_marks_a_database_as_ours(tmp_path: Path) -> None:
     # A table a migration adds but TABLES forgets would let another program's table of that
     # name through the check, to fail the migration after the switch to WAL.
