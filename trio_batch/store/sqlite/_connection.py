@@ -28,7 +28,7 @@ from sqlite_utils import Database
 
 from ..._errors import StoreError
 from ._errors import translated
-from ._schema import migrate
+from ._schema import check, migrate
 
 __all__ = ["Connection"]
 
@@ -105,6 +105,9 @@ class Connection:
             raise StoreError(f"cannot open the database {path!r}: {exc}") from exc
         try:
             db = Database(conn, execute_plugins=False)
+            # Refuse before the first pragma: journal_mode=WAL is written into the file, and a
+            # refused database is left as it was. migrate() checks again under the write lock.
+            check(db, path)
             if path != ":memory:" and not path.startswith("file::memory:"):
                 db.execute("PRAGMA journal_mode=WAL")  # see is_memory
                 # After a checkpoint restarts the WAL, cut the file back to this size.

@@ -16,31 +16,29 @@ from . import _queries as q
 if TYPE_CHECKING:
     from ._connection import Connection
 
-__all__ = ["SCHEMA_VERSION", "migrate"]
+__all__ = ["SCHEMA_VERSION", "check", "migrate"]
 
 #: The schema version this code writes, kept in ``PRAGMA user_version``.
 SCHEMA_VERSION = 5
+
+#: Every table the migrations make. A database with none of them and no version is new to us;
+#: one with any of them but no version is another program's, and is refused before anything
+#: is written (a migration stopped by its table would be too late: the file is in WAL by then).
+TABLES = ("jobs", "targets", "job_labels", "outbox")
 
 
 def migrate(store: Connection) -> None:
     """Create or upgrade ``store``'s schema to :data:`SCHEMA_VERSION`, idempotently.
 
     A database written by a newer version, or with our table names but no version, raises
-    :class:`~trio_batch.SchemaVersionError` and is left untouched.
+    :class:`~trio_batch.SchemaVersionError` and is left untouched (see :func:`check`).
     """
-    version = _user_version(store.db)
+    version = check(store.db, store.path)
     if version == SCHEMA_VERSION:
         return  # the common case takes no write lock, so readers can open beside a runner
-    _check_version(version, store.path)
     with store.transaction():
-        version = _user_version(store.db)  # another process may have migrated meanwhile
-        _check_version(version, store.path)
+        version = check(store.db, store.path)  # another process may have migrated meanwhile
         if version == 0:
-            if "jobs" in store.db.table_names() or "targets" in store.db.table_names():
-                raise SchemaVersionError(
-                    f"{store.path!r} has jobs/targets tables but no trio_batch schema "
-                    "version; it is not a trio_batch database"
-                )
             _create_schema_v1(store.db)
         if version < 2:
             _migrate_v2_attempts(store.db)
@@ -55,17 +53,34 @@ def migrate(store: Connection) -> None:
         store.db.execute(f"PRAGMA user_version={SCHEMA_VERSION:d}")
 
 
-def _user_version(db: Database) -> int:
-    row = db.execute("PRAGMA user_version").fetchone()
-    return int(row[0])
+def check(db: Database, path: str) -> int:
+    """The schema version of ``db``, found by reading alone: nothing is written.
 
-
-def _check_version(version: int, path: str) -> None:
+    Raises :class:`~trio_batch.SchemaVersionError` for a database this code must refuse:
+    written by a newer version, or with one of our :data:`TABLES` but no version (another
+    program's). Run it before anything that writes, even a pragma such as
+    ``journal_mode=WAL``, which stays in the file: a refused database is left as it was.
+    """
+    version = _user_version(db)
     if version > SCHEMA_VERSION:
         raise SchemaVersionError(
             f"{path!r} has schema version {version}, newer than the {SCHEMA_VERSION} "
             "this trio_batch understands; upgrade trio_batch to open it"
         )
+    if version == 0:
+        present = set(db.table_names())
+        found = [name for name in TABLES if name in present]
+        if found:
+            raise SchemaVersionError(
+                f"{path!r} has a {found[0]!r} table but no trio_batch schema version; "
+                "it is not a trio_batch database"
+            )
+    return version
+
+
+def _user_version(db: Database) -> int:
+    row = db.execute("PRAGMA user_version").fetchone()
+    return int(row[0])
 
 
 def _create_schema_v1(db: Database) -> None:
