@@ -132,6 +132,13 @@ def test_config_zero_means_default_and_negative_is_refused() -> None:
         Config(targets_per_job=2.5)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("name", ["ttl", "target_timeout", "cancel_grace", "store_retry_for"])
+def test_config_refuses_an_int_of_seconds_past_any_float(name: str) -> None:
+    # It used to pass, then raise OverflowError at the first submit or fetch.
+    with pytest.raises(ValueError, match=f"Config.{name} must be finite, not 1000"):
+        Config(**{name: 10**400})  # type: ignore[arg-type]
+
+
 def test_result_json_round_trip_and_refusals() -> None:
     result = Result("body", {"status": 200, "tags": ["a"]})
     assert Result.from_json_text(result.to_json_text()) == result

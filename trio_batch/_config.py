@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from ._event import JobEvent
 from ._retry import RetryPolicy
+from ._text import is_finite, safe_text
 
 __all__ = ["COMMAND_TARGET_TIMEOUT", "ClassLimits", "Config"]
 
@@ -27,8 +27,8 @@ def _check_number(owner: str, name: str, value: object, *, integer: bool) -> Non
             f"not {type(value).__name__}"
         )
     assert isinstance(value, int | float)
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError(f"{owner}.{name} must be finite, not {value}")
+    if not integer and not is_finite(value):
+        raise ValueError(f"{owner}.{name} must be finite, not {safe_text(value, 40)}")
     if value < 0:
         raise ValueError(f"{owner}.{name} must not be negative (got {value})")
 

@@ -1,12 +1,13 @@
 """Decoding JSON sent by users (request bodies, batch files): strict, with errors a person can
 act on.
 
-Python's decoder accepts ``NaN`` and ``Infinity`` (not JSON) and fails on an integer of more
-than 4300 digits with a message telling the reader to call ``sys.set_int_max_str_digits()``,
-advice meant for the service's programmer, not its caller. It also lets a repeated key pass
-silently (the last one wins, so ``{"url": a, "url": b}`` fetches b) and raises RecursionError
-on a deeply nested document. :data:`STRICT_JSON` refuses all of these with plain messages, as
-``json.JSONDecodeError`` (a ValueError) carrying the position.
+Python's decoder accepts ``NaN`` and ``Infinity`` (not JSON), reads ``1e400`` as infinity,
+and fails on an integer of more than 4300 digits with a message telling the reader to call
+``sys.set_int_max_str_digits()``, advice meant for the service's programmer, not its caller.
+It also lets a repeated key pass silently (the last one wins, so ``{"url": a, "url": b}``
+fetches b) and raises RecursionError on a deeply nested document. :data:`STRICT_JSON`
+refuses all of these with plain messages, as ``json.JSONDecodeError`` (a ValueError) carrying
+the position.
 
 :func:`compact_json` encodes a stored value (a result's ``meta``) with a C encoder made once
 per thread: ``JSONEncoder.encode`` builds one per call.
@@ -15,6 +16,7 @@ per thread: ``JSONEncoder.encode`` builds one per call.
 from __future__ import annotations
 
 import json
+import math
 
 __all__ = ["MAX_INT_DIGITS", "STRICT_JSON", "compact_json"]
 
@@ -24,6 +26,13 @@ MAX_INT_DIGITS = 4300
 
 def _refuse_constant(name: str) -> object:
     raise ValueError(f"{name} is not valid JSON")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"the number {text[:40]} is too large")
+    return value
 
 
 def _bounded_int(text: str) -> int:
@@ -60,7 +69,10 @@ class _StrictDecoder(json.JSONDecoder):
 
 #: The decoder for JSON from users: ``STRICT_JSON.decode(text)`` or ``.raw_decode(text, pos)``.
 STRICT_JSON = _StrictDecoder(
-    parse_constant=_refuse_constant, parse_int=_bounded_int, object_pairs_hook=_unique_keys
+    parse_constant=_refuse_constant,
+    parse_float=_finite_float,
+    parse_int=_bounded_int,
+    object_pairs_hook=_unique_keys,
 )
 
 

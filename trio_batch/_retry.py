@@ -7,9 +7,10 @@ A fetch function asks for a retry by raising :class:`RetryableError`, or any exc
 
 from __future__ import annotations
 
-import math
 import random
 from dataclasses import dataclass
+
+from ._text import is_finite, safe_text
 
 __all__ = ["RetryNotice", "RetryPolicy", "RetryableError", "is_retryable", "retry_after_of"]
 
@@ -48,7 +49,7 @@ def retry_after_of(exc: BaseException) -> float | None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    return float(value) if math.isfinite(value) and value >= 0 else None
+    return float(value) if is_finite(value) and value >= 0 else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,9 +80,10 @@ class RetryPolicy:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise ValueError(f"RetryPolicy.{name} must be a number, not {value!r}")
-            if not math.isfinite(value) or value < 0:
+            if not is_finite(value) or value < 0:
                 raise ValueError(
-                    f"RetryPolicy.{name} must be a finite, non-negative number, not {value}"
+                    f"RetryPolicy.{name} must be a finite, non-negative number, "
+                    f"not {safe_text(value, 40)}"
                 )
         if self.max_delay < self.first_delay:
             raise ValueError(

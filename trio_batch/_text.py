@@ -5,6 +5,7 @@ Pure functions of their arguments, with no knowledge of jobs or stores.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 __all__ = [
     "CONTROL_CHARACTER",
     "MAX_ERROR_LENGTH",
+    "is_finite",
     "json_type",
     "parse_count",
     "printable",
@@ -71,6 +73,15 @@ def parse_count(text: str, *, max_digits: int = 18) -> int | None:
 def unknown_keys(obj: Mapping[Any, Any], known: Sequence[str]) -> str:
     """The keys of ``obj`` outside ``known``, sorted and quoted for a message; "" if none."""
     return ", ".join(repr(k) for k in sorted(map(str, obj)) if k not in known)
+
+
+def is_finite(value: float) -> bool:
+    """True for a finite number; False for NaN, an infinity, or an int past any float (for
+    which ``math.isfinite`` raises OverflowError instead of answering)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def safe_text(value: object, limit: int = MAX_ERROR_LENGTH) -> str:

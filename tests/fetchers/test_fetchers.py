@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import socket
 from pathlib import Path
@@ -488,6 +489,16 @@ async def test_target_urls_stay_out_of_the_log(
 def test_fetcher_arguments_are_checked() -> None:
     with pytest.raises(ValueError):
         HttpFetcher(timeout=0)
+    # Every fetch has a deadline: no infinite timeout, nor an int past any float (which
+    # failed each fetch with OverflowError).
+    for seconds in (math.inf, math.nan, 10**400):
+        for name in ("timeout", "connect_timeout", "process_timeout"):
+            with pytest.raises(ValueError, match="positive, finite"):
+                HttpFetcher(**{name: seconds})  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="per-host rate"):
+        HttpFetcher(per_host_rate=10**400)
+    with pytest.raises(ValueError, match="finite max_pause"):
+        HttpFetcher(max_host_pause=10**400)
     with pytest.raises(ValueError):
         HttpFetcher(process_timeout=0)
     with pytest.raises(ValueError):

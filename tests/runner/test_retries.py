@@ -145,6 +145,17 @@ async def test_retry_after_is_a_floor_and_max_delay_a_cap(
     assert _gaps(next(iter(fetch.attempts.values()))) == [wait + 0.001]
 
 
+async def test_a_retry_after_too_large_for_a_float_is_ignored_and_the_target_retried(
+    store: Store, clock: FakeClock, autojump_clock: trio.testing.MockClock
+) -> None:
+    # An int past any float once failed the whole job ("could not store the outcome").
+    fetch = Flaky(fails=1, retry_after=10**400)
+    status, targets = await _run(store, fetch, clock, Config(retry=NO_JITTER), "a/x", "a/y")
+    assert status is JobState.DONE
+    assert targets == [("done", 2, None, None), ("done", 2, None, None)]
+    assert _gaps(fetch.attempts["https://example.test/a/x"]) == [1.001]  # the policy's own
+
+
 async def test_jitter_spreads_the_waits_within_its_bounds(
     store: Store, clock: FakeClock, autojump_clock: trio.testing.MockClock
 ) -> None:

@@ -24,6 +24,7 @@ from trio_batch._retry import is_retryable, retry_after_of
         ({"jitter": 1.5}, "fraction from 0 to 1"),
         ({"jitter": "0.1"}, "must be a number"),
         ({"jitter": math.nan}, "finite"),
+        ({"max_delay": 10**400}, "finite"),  # was OverflowError
     ],
 )
 def test_bad_values_are_refused_clearly(kwargs: dict[str, object], message: str) -> None:
@@ -73,3 +74,10 @@ def test_retryable_errors_and_attributes() -> None:
     assert not is_retryable(Hostile()) and retry_after_of(Hostile()) is None
     negative = RetryableError("x", retry_after=-3)
     assert retry_after_of(negative) is None
+
+
+@pytest.mark.parametrize(
+    "value", [10**400, math.inf, math.nan, -math.inf], ids=["int-past-floats", "inf", "nan", "-inf"]
+)
+def test_a_retry_after_past_any_finite_number_is_ignored(value: float) -> None:
+    assert retry_after_of(RetryableError("x", retry_after=value)) is None

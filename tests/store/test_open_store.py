@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -95,3 +96,16 @@ def test_a_file_that_is_not_a_database_is_a_store_error(tmp_path: Path) -> None:
     junk.write_bytes(b"this is not an SQLite database, not even close" * 100)
     with pytest.raises(StoreError, match="cannot open"):
         open_store(junk)
+
+
+@pytest.mark.parametrize(
+    "seconds",
+    [0, -1, math.inf, math.nan, 10**400],
+    ids=["0", "-1", "inf", "nan", "int-past-floats"],
+)
+def test_a_postgres_store_timeout_that_is_no_positive_finite_number_is_refused(
+    seconds: float,
+) -> None:
+    # Checked before any connection is tried; an int past any float raised OverflowError.
+    with pytest.raises(ValueError, match="store_timeout must be a positive number of seconds"):
+        open_store("postgresql://nobody@127.0.0.1:1/none", store_timeout=seconds)

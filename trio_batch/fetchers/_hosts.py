@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import trio
 
 from .._errors import StoreError
+from .._text import is_finite, safe_text
 from .._tracing import note
 from ..store import HostLimits
 from ._answers import parse_retry_after
@@ -60,9 +61,11 @@ class Politeness:
             )
         if not 1 <= self.concurrency <= 1000:
             raise ValueError(f"per-host concurrency must be from 1 to 1000, not {self.concurrency}")
-        if self.rate is not None and not (math.isfinite(self.rate) and self.rate > 0):
-            raise ValueError(f"per-host rate must be a positive number, not {self.rate!r}")
-        if not (0 < self.first_pause <= self.max_pause and math.isfinite(self.max_pause)):
+        if self.rate is not None and not (is_finite(self.rate) and self.rate > 0):
+            raise ValueError(
+                f"per-host rate must be a positive number, not {safe_text(self.rate, 40)}"
+            )
+        if not (0 < self.first_pause <= self.max_pause and is_finite(self.max_pause)):
             raise ValueError("first_pause must be positive and no more than a finite max_pause")
 
 

@@ -15,7 +15,7 @@ import httpx
 import trio
 
 from .._model import Result, Target
-from .._text import parse_count
+from .._text import is_finite, parse_count
 from .._version import __version__
 from ..store import HostLimits
 from ._answers import (
@@ -168,8 +168,10 @@ class HttpFetcher:
         now: Callable[[], float] = time.time,
         snapshots: SnapshotStore | None = None,
     ) -> None:
-        if not timeout > 0 or not connect_timeout > 0 or not process_timeout > 0:
-            raise ValueError("timeout, connect_timeout and process_timeout must be positive")
+        if not all(is_finite(t) and t > 0 for t in (timeout, connect_timeout, process_timeout)):
+            raise ValueError(
+                "timeout, connect_timeout and process_timeout must be positive, finite numbers"
+            )
         if process_memory < 64 * 1024 * 1024:
             raise ValueError("process_memory must be at least 64 MiB")
         if max_bytes < 0 or max_redirects < 0 or context_lines < 0 or (max_output or 0) < 0:

@@ -46,6 +46,7 @@ from psycopg import pq
 
 from ..._errors import StoreError, StoreUnavailable
 from ..._retry import RetryPolicy
+from ..._text import is_finite, safe_text
 from . import _queries as q
 from ._errors import connection_lost, translate_errors, unavailable
 from ._schema import migrate
@@ -149,9 +150,10 @@ class PostgresConnection:
         store_timeout: float = DEFAULT_STORE_TIMEOUT,
         connect_timeout: float | None = None,
     ) -> None:
-        if not (store_timeout > 0 and math.isfinite(store_timeout)):
+        if not (is_finite(store_timeout) and store_timeout > 0):
             raise ValueError(
-                f"store_timeout must be a positive number of seconds, not {store_timeout}"
+                "store_timeout must be a positive number of seconds, "
+                f"not {safe_text(store_timeout, 40)}"
             )
         self.conninfo = conninfo
         self.location = safe_location(conninfo)
