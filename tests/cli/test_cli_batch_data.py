@@ -3,6 +3,7 @@ user runs them: real processes against a local server."""
 
 from __future__ import annotations
 
+import datetime
 import json
 from pathlib import Path
 
@@ -81,7 +82,26 @@ def test_jobs_filters_list_one_callers_jobs_by_status_and_label(tmp_path: Path, 
     assert [j["id"] for j in json.loads(proc.stdout)] == [made[3]]
     assert json.loads(proc.stdout)[0]["metadata"] == {"run": "nightly"}
     bad = cli("jobs", "--db", str(db), "--label", "novalue")
-    assert bad.returncode == 2 and "KEY:VALUE" in bad.stderr
+    assert bad.returncode == 2 and "a label filter is key:value" in bad.stderr
+
+
+def test_jobs_created_after_takes_the_services_times_and_refuses_others(db: Path) -> None:
+    with Store.open(db) as store:
+        targets = [Target("https://example.test/")]
+        new = NewJob(
+            "me", "user", targets, ttl=3600, targets_per_job=4, jobs_per_caller=4, jobs_total=4
+        )
+        job = store.create_job(new)[0]
+    before = datetime.datetime.fromtimestamp(job.created_at - 60, datetime.UTC)
+    for when in (str(job.created_at - 60), before.isoformat(), before.strftime("%Y-%m-%dT%H:%M")):
+        proc = cli("jobs", "--db", str(db), "--caller", "me", "--created-after", when, "--json")
+        assert proc.returncode == 0, proc.stderr
+        assert [j["id"] for j in json.loads(proc.stdout)] == [job.id], when
+    # NaN, infinity and numbers past the year 9999 once passed as a float and listed nothing.
+    for bad in ("nan", "inf", "1e400", "-5", "soon"):
+        proc = cli("jobs", "--db", str(db), "--created-after", bad)
+        assert proc.returncode == 2, bad
+        assert "created_after must be epoch seconds" in proc.stderr, proc.stderr
 
 
 def test_retry_fetches_a_restart_killed_jobs_unfinished_targets_and_export_merges(

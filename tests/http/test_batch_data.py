@@ -209,3 +209,23 @@ async def test_a_big_result_in_the_export_is_encoded_off_the_event_loop(
         big,
     ]
     assert on_loop == [(0, True), (1, False)]
+
+
+async def test_a_created_after_no_time_can_be_is_a_422_not_a_server_error(
+    tmp_path: Path, fetch: ScriptedFetch, clock: FakeClock
+) -> None:
+    # An int past any float made the bulk cancel raise OverflowError: a 500.
+    async with running(tmp_path, fetch, clock, config=CONFIG) as s:
+        for bad in (10**400, -1, 1e300, "9999999999999"):
+            r = await s.client.post(
+                "/v1/batches/cancel", json={"created_after": bad}, headers=auth()
+            )
+            problem(r, 422, "invalid-request")
+            assert "created_after must be epoch seconds" in r.json()["detail"]
+        r = await s.client.get("/v1/batches?created_after=999999999999", headers=auth())
+        problem(r, 422, "invalid-request")
+        when = "2026-12-01T00:00:00Z"
+        r = await s.client.post(
+            "/v1/batches/cancel", json={"created_after": when, "dry_run": True}, headers=auth()
+        )
+        assert r.json() == {"dry_run": True, "count": 0, "ids": []}

@@ -16,13 +16,12 @@ from .._errors import InvalidRequest, JobGone
 from .._files import replacing
 from .._model import JobState
 from ..runner import export_line, export_targets
-from ..store import JobFilter, JobStore
+from ..store import JobFilter, JobStore, parse_filter
 from ._common import EXIT_DONE, EXIT_FAILED, UsageError, ask, report_error
 from ._options import whole_number
 
 __all__ = ["add_export_parser", "add_job_filters", "cmd_export", "job_filter"]
 
-_STATES = {state.value: state for state in JobState}
 #: The largest target index a store holds (a 32-bit column on PostgreSQL).
 MAX_INDEX = 2**31 - 1
 
@@ -62,7 +61,7 @@ def add_job_filters(jobs: argparse.ArgumentParser) -> None:
         "--status",
         action="append",
         default=[],
-        choices=list(_STATES),
+        choices=[state.value for state in JobState],
         help="only jobs of this status (repeat for several)",
     )
     jobs.add_argument(
@@ -73,7 +72,10 @@ def add_job_filters(jobs: argparse.ArgumentParser) -> None:
         help="only jobs whose metadata has KEY set to VALUE (repeat: all must hold)",
     )
     jobs.add_argument(
-        "--created-after", type=float, default=None, metavar="EPOCH", help="only jobs made later"
+        "--created-after",
+        default=None,
+        metavar="TIME",
+        help="only jobs made later: epoch seconds or an ISO 8601 time (UTC without an offset)",
     )
 
 
@@ -81,18 +83,8 @@ def job_filter(args: argparse.Namespace) -> JobFilter | None:
     """The filter ``jobs``' flags ask for, or None without any; UsageError for a bad one."""
     if not (args.status or args.label or args.created_after is not None):
         return None
-    labels = []
-    for label in args.label:
-        key, colon, value = label.partition(":")
-        if not colon:
-            raise UsageError(f"--label {label!r}: write it as KEY:VALUE")
-        labels.append((key, value))
     try:
-        return JobFilter(
-            statuses=frozenset(_STATES[s] for s in args.status),
-            labels=tuple(labels),
-            created_after=args.created_after,
-        )
+        return parse_filter(args.status, args.label, args.created_after)
     except InvalidRequest as exc:
         raise UsageError(str(exc)) from None
 

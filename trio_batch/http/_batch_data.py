@@ -4,10 +4,8 @@ as ``GET /v1/batches`` and ``POST /v1/batches/cancel`` read them."""
 
 from __future__ import annotations
 
-import datetime
 import json
-import re
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlencode
 
@@ -18,10 +16,9 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from .._errors import BatchError, InvalidRequest, JobGone
-from .._model import JobState
-from .._text import json_type, parse_count, safe_text, unknown_keys
+from .._text import json_type, parse_count, unknown_keys
 from ..runner import export_line
-from ..store import JobFilter
+from ..store import JobFilter, parse_filter
 from ._bodies import created, parse_json, read_body, require_json
 from ._metrics import StreamCut
 from ._problems import not_found, problem_for
@@ -40,56 +37,10 @@ __all__ = [
 FILTER_KEYS = ("status", "label", "created_after")
 #: Bytes of JSONL gathered before they are sent (one page of targets at most, usually).
 _CHUNK = 64 * 1024
-_NUMBER = re.compile(r"[0-9]{1,12}(?:\.[0-9]{1,9})?", re.ASCII)
-_STATES = {state.value: state for state in JobState}
 
 
 # ---------------------------------------------------------------------------------------------
 # Filters
-
-
-def _created_after(value: object) -> float:
-    """Epoch seconds, or an ISO 8601 time (with its offset; UTC if it has none)."""
-    if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
-        return float(value)
-    if isinstance(value, str):
-        if _NUMBER.fullmatch(value):
-            return float(value)
-        try:
-            when = datetime.datetime.fromisoformat(value)
-        except ValueError:
-            pass
-        else:
-            if when.tzinfo is None:
-                when = when.replace(tzinfo=datetime.UTC)
-            return when.timestamp()
-    raise InvalidRequest(
-        f"created_after must be epoch seconds or an ISO 8601 time, not {safe_text(value, 60)!r}"
-    )
-
-
-def _label(value: object) -> tuple[str, str]:
-    if not isinstance(value, str) or ":" not in value:
-        raise InvalidRequest(f"a label filter is key:value, not {safe_text(value, 80)!r}")
-    key, _, wanted = value.partition(":")
-    return key, wanted
-
-
-def _status(value: object) -> JobState:
-    if not isinstance(value, str) or value not in _STATES:
-        raise InvalidRequest(f"status {safe_text(value, 40)!r} is not one of {', '.join(_STATES)}")
-    return _STATES[value]
-
-
-def parse_filter(
-    statuses: Sequence[object], labels: Sequence[object], created_after: object | None
-) -> JobFilter:
-    """A :class:`JobFilter` from the values a query or a body gave; raises InvalidRequest."""
-    return JobFilter(
-        statuses=frozenset(_status(s) for s in statuses),
-        labels=tuple(_label(label) for label in labels),
-        created_after=None if created_after is None else _created_after(created_after),
-    )
 
 
 def filter_from_query(query: QueryParams) -> JobFilter:

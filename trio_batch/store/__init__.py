@@ -17,7 +17,7 @@ in one module of named statements), a URL scheme in :func:`open_store`, and a pa
 ``tests/test_store_conformance.py`` so that every check runs on it too.
 """
 
-from ._filters import JobFilter
+from ._filters import JobFilter, parse_filter
 from ._open import open_store
 from ._protocol import (
     Admission,
@@ -53,4 +53,5 @@ __all__ = [
     "WriteObserver",
     "cluster_of",
     "open_store",
+    "parse_filter",
 ]

@@ -8,19 +8,26 @@ fragments only; every value is a bound parameter.
 
 from __future__ import annotations
 
+import datetime
 import heapq
 import itertools
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .._errors import InvalidRequest
 from .._model import Job, JobState, check_metadata
+from .._text import safe_text
 
-__all__ = ["EVERY_JOB", "JobFilter", "filtered_queries", "merge_pages"]
+__all__ = ["EVERY_JOB", "JobFilter", "filtered_queries", "merge_pages", "parse_filter"]
 
 #: Most labels one filter may ask for (each is one more index lookup per job).
 MAX_FILTER_LABELS = 4
+#: The latest ``created_after`` a filter takes: 9999-12-31T23:59:59Z, in epoch seconds.
+_LATEST = 253_402_300_799
+_NUMBER = re.compile(r"[0-9]{1,12}(?:\.[0-9]{1,9})?", re.ASCII)
+_STATES = {state.value: state for state in JobState}
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +61,56 @@ class JobFilter:
 
 #: The filter of a plain list: every job.
 EVERY_JOB = JobFilter()
+
+
+def parse_filter(
+    statuses: Sequence[object], labels: Sequence[object], created_after: object | None
+) -> JobFilter:
+    """The :class:`JobFilter` a person asked for, in a query, a JSON body or command-line
+    flags: ``statuses`` by name, ``labels`` as ``key:value``, ``created_after`` as epoch
+    seconds (a number or its digits) or an ISO 8601 time (UTC without an offset).
+
+    Raises :class:`~trio_batch.InvalidRequest` naming the first value it cannot take.
+    """
+    return JobFilter(
+        statuses=frozenset(_status(s) for s in statuses),
+        labels=tuple(_label(label) for label in labels),
+        created_after=None if created_after is None else _created_after(created_after),
+    )
+
+
+def _status(value: object) -> JobState:
+    if not isinstance(value, str) or value not in _STATES:
+        raise InvalidRequest(f"status {safe_text(value, 40)!r} is not one of {', '.join(_STATES)}")
+    return _STATES[value]
+
+
+def _label(value: object) -> tuple[str, str]:
+    if not isinstance(value, str) or ":" not in value:
+        raise InvalidRequest(f"a label filter is key:value, not {safe_text(value, 80)!r}")
+    key, _, wanted = value.partition(":")
+    return key, wanted
+
+
+def _created_after(value: object) -> float:
+    if isinstance(value, str) and _NUMBER.fullmatch(value):
+        value = float(value)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if 0 <= value <= _LATEST:  # NaN fails both
+            return float(value)
+    elif isinstance(value, str):
+        try:
+            when = datetime.datetime.fromisoformat(value)
+        except ValueError:
+            pass
+        else:
+            if when.tzinfo is None:
+                when = when.replace(tzinfo=datetime.UTC)
+            return when.timestamp()
+    raise InvalidRequest(
+        "created_after must be epoch seconds (up to the year 9999) or an ISO 8601 time, "
+        f"not {safe_text(value, 60)!r}"
+    )
 
 
 def filtered_queries(
