@@ -235,16 +235,20 @@ def _runner_store(dsn: str) -> Iterator[PostgresStore]:
 
 @pytest.fixture
 def statements(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Counts the outcome statements the store sends (the number of writes in each)."""
+    """Counts the outcome statements the store sends (the number of writes in each), however
+    they go out: alone or inside a transaction, prepared or bound on the client."""
     sent: list[int] = []
-    real = PostgresStore._one
 
-    def counting(self: PostgresStore, conn: Any, op: Any, sql: str, params: Any = None) -> Any:
-        if sql == wq.RECORD_OUTCOMES_CALL:
-            sent.append(len(params["job_ids"]))
-        return real(self, conn, op, sql, params)
+    def counting(real: Any) -> Any:
+        def execute(self: Any, query: Any, params: Any = None, **kwargs: Any) -> Any:
+            if isinstance(query, str) and wq.RECORD_OUTCOMES_CALL in query:
+                sent.append(len(params["job_ids"]))
+            return real(self, query, params, **kwargs)
 
-    monkeypatch.setattr(PostgresStore, "_one", counting)
+        return execute
+
+    monkeypatch.setattr(psycopg.Connection, "execute", counting(psycopg.Connection.execute))
+    monkeypatch.setattr(psycopg.ClientCursor, "execute", counting(psycopg.ClientCursor.execute))
     return sent
 
 
@@ -398,3 +402,34 @@ def test_a_connection_lost_around_the_statement_leaves_the_writes_in_doubt_and_a
     assert stored_row(store, b.id)[:3] == ("done", 1, 0)
     assert store._maybe_committed == set()
     assert _idle(store)
+
+
+def test_a_write_stored_in_the_refused_values_fallback_is_not_lost_when_a_later_one_fails(
+    dsn: str, pg_dsn: str
+) -> None:
+    """The database refuses one write's values, so the writes are sent again one at a time;
+    one of those then fails (a lock another session holds on its target outlasts the lock
+    bound) and the call raises StoreUnavailable. A write the fallback already stored must not
+    answer its retry with OutcomeExists (a drain fails its job on that): the fallback is one
+    transaction, or its writes are in doubt."""
+    with contextlib.closing(PostgresStore.open(dsn, store_timeout=1.0)) as store:
+        a = create(store, "a", 1)
+        b = create(store, "b", 1)
+        c = create(store, "c", 1)
+        writes = [
+            OutcomeWrite(a.id, 0, result=Result("a0"), attempts=2**31),  # refused
+            OutcomeWrite(b.id, 0, result=Result("b0")),
+            OutcomeWrite(c.id, 0, result=Result("c0")),  # its target locked: times out
+        ]
+        with psycopg.connect(pg_dsn) as locker:  # a transaction holding c's target row
+            locker.execute("SELECT 1 FROM targets WHERE job_id = %s FOR UPDATE", (c.id,))
+            with pytest.raises(StoreUnavailable) as failed:
+                store.record_outcomes(writes, **_at(T0 + 1))
+            assert isinstance(failed.value.__cause__, psycopg.errors.LockNotAvailable)
+            locker.rollback()
+        answers = store.record_outcomes(writes[1:], **_at(T0 + 2))
+        assert [type(x) for x in answers] == [Job, Job], answers
+        assert [x.status for x in answers if isinstance(x, Job)] == [JobState.DONE] * 2
+        assert stored_row(store, b.id)[:3] == ("done", 1, 0)
+        assert stored_row(store, c.id)[:3] == ("done", 1, 0)
+        assert _idle(store)

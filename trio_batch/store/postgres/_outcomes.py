@@ -43,8 +43,9 @@ class PostgresOutcomes(PostgresReads):
         :class:`StoreError` for values the database refused). A write of a target the batch
         already writes is refused as the first is answered. The writes are one statement; if
         the database refuses one's values (and so the statement), each is sent again alone,
-        to tell which. If the connection is lost in the commit the writes may have committed:
-        a retry of such a write that finds its very outcome stored answers the job instead of
+        to tell which, all in one transaction (a failure there stores none of them). If the
+        connection is lost in the commit the writes may have committed: a retry of such a
+        write that finds its very outcome stored answers the job instead of
         :class:`OutcomeExists`, so nothing is lost or counted twice.
         """
         batch = OutcomeBatch.of(writes)
@@ -62,7 +63,7 @@ class PostgresOutcomes(PostgresReads):
 
     def _store_batch(self, batch: OutcomeBatch, part: list[Sent], ttl: float, now: float) -> None:
         """Send ``part`` of ``batch`` as one statement and answer its writes; if the database
-        refuses a value, each write alone, that one answering a StoreError."""
+        refuses a value, each write alone (see :meth:`_store_each`)."""
         if not part:
             return
         params = self._outcomes_params(part, ttl=ttl, now=now)
@@ -74,15 +75,45 @@ class PostgresOutcomes(PostgresReads):
                 return exc
 
         rows = self._run(send)
-        if isinstance(rows, psycopg.DataError):
-            if len(part) > 1:
-                for sent in part:  # each alone, to tell which the database refused
-                    self._store_batch(batch, [sent], ttl, now)
-            else:
-                refused = StoreError(f"the database refused this outcome: {rows}")
-                batch.answers[part[0].at] = refused
-            return
-        # Each job as it was before the batch, with what the batch added: as it left it.
+        if not isinstance(rows, psycopg.DataError):
+            self._answer_rows(batch, part, rows, ttl, now)
+        elif len(part) == 1:
+            refused = StoreError(f"the database refused this outcome: {rows}")
+            batch.answers[part[0].at] = refused
+        else:
+            for sent, answer in self._run(lambda conn: self._store_each(conn, part, ttl, now)):
+                if isinstance(answer, psycopg.DataError):
+                    refused = StoreError(f"the database refused this outcome: {answer}")
+                    batch.answers[sent.at] = refused
+                else:
+                    self._answer_rows(batch, [sent], [answer], ttl, now)
+
+    def _store_each(
+        self, conn: Conn, part: list[Sent], ttl: float, now: float
+    ) -> list[tuple[Sent, Any]]:
+        """The writes of ``part`` one statement each, in ONE transaction, each behind a
+        savepoint: one whose values the database refuses is rolled back alone (its
+        DataError is its answer; the others' rows theirs). Committed whole or not at all, so
+        a failure part way (a lock held past its bound) leaves none of it stored."""
+        answered: list[tuple[Sent, Any]] = []
+        with self._tx(conn, Op.WRITE):
+            for sent in part:
+                conn.execute("SAVEPOINT outcome", prepare=False)
+                params = self._outcomes_params([sent], ttl=ttl, now=now)
+                try:
+                    [row] = conn.execute(wq.RECORD_OUTCOMES_CALL, params).fetchall()
+                except psycopg.DataError as exc:
+                    conn.execute("ROLLBACK TO SAVEPOINT outcome", prepare=False)
+                    answered.append((sent, exc))
+                    continue
+                answered.append((sent, row))
+        return answered
+
+    def _answer_rows(
+        self, batch: OutcomeBatch, part: list[Sent], rows: list[Any], ttl: float, now: float
+    ) -> None:
+        """Answer the writes of ``part`` from the rows the statement that stored them gave."""
+        # Each job as it was before the statement, with what the statement added: as it left it.
         after: dict[str, list[Any]] = {}
         stored: set[int] = set()
         for sent, (_, owned, was_stored, *job_row) in zip(part, rows, strict=True):
