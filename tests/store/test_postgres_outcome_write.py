@@ -433,3 +433,40 @@ def test_a_write_stored_in_the_refused_values_fallback_is_not_lost_when_a_later_
         assert stored_row(store, b.id)[:3] == ("done", 1, 0)
         assert stored_row(store, c.id)[:3] == ("done", 1, 0)
         assert _idle(store)
+
+
+def test_writes_committed_before_their_retry_recognition_fails_are_kept_in_doubt(
+    dsn: str, pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch with a retry in doubt commits, then the read that recognises the retry fails
+    without losing the connection (a lock held past the read's bound): the call raises
+    though every write of it committed. Each must be kept in doubt, so that its retry finds
+    its outcome stored and answers the job, not OutcomeExists."""
+    with contextlib.closing(PostgresStore.open(dsn, store_timeout=1.0)) as store:
+        a = create(store, "a", 1)
+        b = create(store, "b", 1)
+        retried = OutcomeWrite(a.id, 0, result=Result("a0"))
+        store.record_outcomes([retried], **_at(T0))
+        store._maybe_committed.add((a.id, 0))  # as a commit cut off leaves it
+        writes = [retried, OutcomeWrite(b.id, 0, result=Result("b0"))]
+        real = PostgresStore._recognise_retries
+        with psycopg.connect(pg_dsn) as locker:
+
+            def locked_out(self: PostgresStore, *args: Any) -> None:
+                # After the commit: DDL elsewhere holds the table the read needs.
+                locker.execute("LOCK TABLE targets IN ACCESS EXCLUSIVE MODE")
+                real(self, *args)
+
+            monkeypatch.setattr(PostgresStore, "_recognise_retries", locked_out)
+            with pytest.raises(StoreUnavailable) as failed:
+                store.record_outcomes(writes, **_at(T0 + 1))
+            # Lock and statement bounds are equal for a read: either may end it.
+            timed_out = (psycopg.errors.LockNotAvailable, psycopg.errors.QueryCanceled)
+            assert isinstance(failed.value.__cause__, timed_out)
+            locker.rollback()
+        monkeypatch.setattr(PostgresStore, "_recognise_retries", real)
+        assert stored_row(store, b.id)[:3] == ("done", 1, 0)  # committed before the read
+        answers = store.record_outcomes(writes, **_at(T0 + 2))
+        assert [type(x) for x in answers] == [Job, Job], answers
+        assert store._maybe_committed == set()
+        assert _idle(store)

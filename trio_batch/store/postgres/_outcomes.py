@@ -51,12 +51,16 @@ class PostgresOutcomes(PostgresReads):
         batch = OutcomeBatch.of(writes)
         try:
             self._store_batch(batch, batch.sent, ttl, now)
-            if self.in_doubt(writes):
-                self._run(lambda conn: self._recognise_retries(conn, batch, now), op=Op.READ)
         except StoreUnavailable:  # from a psycopg error (see _run)
             if self._conn is None:  # the connection was lost: the commit may have happened
                 self.lost_in_commit(writes)
             raise
+        if self.in_doubt(writes):
+            try:
+                self._run(lambda conn: self._recognise_retries(conn, batch, now), op=Op.READ)
+            except BaseException:  # committed, its answers lost: a retry must recognise them
+                self.lost_in_commit(writes)
+                raise
         answers = batch.done()
         self.answered(writes, answers)
         return answers
