@@ -470,3 +470,19 @@ def test_writes_committed_before_their_retry_recognition_fails_are_kept_in_doubt
         assert [type(x) for x in answers] == [Job, Job], answers
         assert store._maybe_committed == set()
         assert _idle(store)
+
+
+def test_a_recognised_retry_does_not_count_its_job_finished_twice(store: PostgresStore) -> None:
+    """A retry in doubt is recognised and answers the job as it is now: ended, if a later
+    write of its batch ended it. The counts this store keeps of the jobs it finished must
+    count that job once (``counts`` reuses its tally of terminal jobs)."""
+    job = create(store, "a", 2)
+    first = OutcomeWrite(job.id, 0, result=Result("a0"))
+    store.record_outcomes([first], **_at(T0))
+    store._maybe_committed.add((job.id, 0))  # as a commit cut off leaves it
+    assert store.counts(now=T0 + 1).jobs["done"] == 0  # the tally, now held
+    answers = store.record_outcomes(
+        [first, OutcomeWrite(job.id, 1, result=Result("a1"))], **_at(T0 + 1)
+    )
+    assert [x.status for x in answers if isinstance(x, Job)] == [JobState.DONE] * 2
+    assert store.counts(now=T0 + 2).jobs["done"] == 1

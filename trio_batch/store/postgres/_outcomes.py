@@ -7,7 +7,7 @@ transaction whatever their number, each write all-or-nothing within it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import psycopg
@@ -55,14 +55,17 @@ class PostgresOutcomes(PostgresReads):
             if self._conn is None:  # the connection was lost: the commit may have happened
                 self.lost_in_commit(writes)
             raise
+        recognised: set[int] = set()
         if self.in_doubt(writes):
             try:
-                self._run(lambda conn: self._recognise_retries(conn, batch, now), op=Op.READ)
+                recognised = self._run(
+                    lambda conn: self._recognise_retries(conn, batch, now), op=Op.READ
+                )
             except BaseException:  # committed, its answers lost: a retry must recognise them
                 self.lost_in_commit(writes)
                 raise
         answers = batch.done()
-        self.answered(writes, answers)
+        self.answered(writes, answers, recognised)
         return answers
 
     def _store_batch(self, batch: OutcomeBatch, part: list[Sent], ttl: float, now: float) -> None:
@@ -133,9 +136,11 @@ class PostgresOutcomes(PostgresReads):
         # The statement stored the ends (status, event) itself.
         batch.answer_stored(stored, {i: job_from_row(r) for i, r in after.items()})
 
-    def _recognise_retries(self, conn: Conn, batch: OutcomeBatch, now: float) -> None:
+    def _recognise_retries(self, conn: Conn, batch: OutcomeBatch, now: float) -> set[int]:
         """A retried write whose first attempt committed (its answer lost with the
-        connection) finds its very outcome stored: it answers the job as it is now."""
+        connection) finds its very outcome stored: it answers the job as it is now. The
+        indexes of the writes so answered."""
+        recognised: set[int] = set()
         for sent in batch.sent:
             key = (sent.write.job_id, sent.write.idx)
             answer = batch.answers[sent.at]
@@ -144,6 +149,8 @@ class PostgresOutcomes(PostgresReads):
             if self._one(conn, Op.READ, wq.GET_OUTCOME, key).fetchone() == sent.values:
                 row = self._one(conn, Op.READ, q.GET_JOB, (sent.write.job_id, now)).fetchone()
                 batch.answers[sent.at] = None if row is None else job_from_row(row)
+                recognised.add(sent.at)
+        return recognised
 
     def _outcomes_params(self, sent: Sequence[Sent], *, ttl: float, now: float) -> dict[str, Any]:
         """``RECORD_OUTCOMES``'s parameters for the writes ``sent``."""
@@ -163,13 +170,19 @@ class PostgresOutcomes(PostgresReads):
         }
 
     def answered(
-        self, writes: Sequence[OutcomeWrite], answers: Sequence[Job | Exception | None]
+        self,
+        writes: Sequence[OutcomeWrite],
+        answers: Sequence[Job | Exception | None],
+        recognised: Collection[int] = (),
     ) -> None:
         """``writes`` were committed (or refused) with ``answers``: none is in doubt any more,
-        and the jobs they finished are counted."""
+        and the jobs they finished are counted. The writes at ``recognised`` answer their job
+        as it is now, which tells not which write ended it (an attempt lost, a later write):
+        a terminal one has the finished jobs counted afresh, never twice."""
         for write in writes:
             self._maybe_committed.discard((write.job_id, write.idx))
-        for answer in answers:
+        recount = False
+        for i, answer in enumerate(answers):
             # The write that stores a job's last outcome sets its final status (a cancelled
             # job was terminal before).
             if (
@@ -177,7 +190,12 @@ class PostgresOutcomes(PostgresReads):
                 and answer.status in _FINAL_STATUSES
                 and answer.targets_done >= answer.targets_total
             ):
-                self._count_finished(answer)
+                if i in recognised:
+                    recount = True
+                else:
+                    self._count_finished(answer)
+        if recount:
+            self._recount_finished()
 
     def in_doubt(self, writes: Sequence[OutcomeWrite]) -> bool:
         """Whether any of ``writes`` is a retry in doubt (its first attempt's commit was cut
