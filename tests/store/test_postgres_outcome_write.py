@@ -486,3 +486,28 @@ def test_a_recognised_retry_does_not_count_its_job_finished_twice(store: Postgre
     )
     assert [x.status for x in answers if isinstance(x, Job)] == [JobState.DONE] * 2
     assert store.counts(now=T0 + 2).jobs["done"] == 1
+
+
+def test_an_outcome_landing_on_a_job_failed_before_does_not_count_it_again(
+    store: PostgresStore,
+) -> None:
+    """A job its drain failed (``finish_job``) is counted finished then; an outcome still in
+    flight that lands after, its last, leaves it failed and must not count it again."""
+    job = create(store, "a", 1)
+    assert store.counts(now=T0 + 1).jobs["failed"] == 0  # the tally, now held
+    assert store.finish_job(job.id, JobState.FAILED, error="gave up", now=T0 + 1) is not None
+    [late] = store.record_outcomes([OutcomeWrite(job.id, 0, error="late")], **_at(T0 + 1))
+    assert isinstance(late, Job) and (late.status, late.targets_done) == (JobState.FAILED, 1)
+    assert store.counts(now=T0 + 2).jobs["failed"] == 1
+
+
+def test_an_outcome_landing_on_a_cancelled_job_shows_in_the_counts(store: PostgresStore) -> None:
+    """A cancelled job's outcome in flight lands after the cancel: the counts of the
+    terminal jobs (reused between reads) show it stored, not abandoned."""
+    job = create(store, "a", 2)
+    assert store.counts(now=T0 + 1).targets_done == 0  # the tally, now held
+    assert store.finish_job(job.id, JobState.CANCELLED, now=T0 + 1) is not None
+    [late] = store.record_outcomes([OutcomeWrite(job.id, 0, result=Result("r"))], **_at(T0 + 1))
+    assert isinstance(late, Job) and (late.status, late.targets_done) == (JobState.CANCELLED, 1)
+    counts = store.counts(now=T0 + 2)
+    assert (counts.jobs["cancelled"], counts.targets_done, counts.targets_abandoned) == (1, 1, 1)

@@ -53,6 +53,8 @@ class OutcomeBatch:
     sent: list[Sent] = field(default_factory=list)
     #: A later write of a target already sent: its index, and the first's.
     repeats: list[tuple[int, int]] = field(default_factory=list)
+    #: The writes that ended their job (its last outcome, the job live before).
+    ended: set[int] = field(default_factory=set)
 
     @classmethod
     def of(cls, writes: Sequence[OutcomeWrite]) -> OutcomeBatch:
@@ -96,6 +98,7 @@ class OutcomeBatch:
             elif job.status.is_live and job.targets_done >= job.targets_total:  # its last
                 final = final_status(job.targets_total, job.targets_failed)
                 job = dataclasses.replace(job, status=final)
+                self.ended.add(sent.at)
             later[job_id] = (done + 1, failed + (sent.error is not None))
             self.answers[sent.at] = job
 

@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 
 from ..._errors import OutcomeExists, StoreError, StoreUnavailable
-from ..._model import Job, JobState, OutcomeWrite
+from ..._model import Job, OutcomeWrite
 from .._rows import job_from_row
 from . import _outcome_queries as wq
 from . import _queries as q
@@ -25,8 +25,6 @@ __all__ = ["PostgresOutcomes"]
 
 #: Where a job row (``JOB_COLUMNS``) has its counts and its times.
 _DONE, _FAILED, _UPDATED, _EXPIRES = 4, 5, 10, 11
-#: The statuses the last outcome of a job gives it.
-_FINAL_STATUSES = frozenset({JobState.DONE, JobState.FAILED, JobState.PARTIAL})
 
 
 class PostgresOutcomes(PostgresReads):
@@ -55,17 +53,14 @@ class PostgresOutcomes(PostgresReads):
             if self._conn is None:  # the connection was lost: the commit may have happened
                 self.lost_in_commit(writes)
             raise
-        recognised: set[int] = set()
         if self.in_doubt(writes):
             try:
-                recognised = self._run(
-                    lambda conn: self._recognise_retries(conn, batch, now), op=Op.READ
-                )
+                self._run(lambda conn: self._recognise_retries(conn, batch, now), op=Op.READ)
             except BaseException:  # committed, its answers lost: a retry must recognise them
                 self.lost_in_commit(writes)
                 raise
         answers = batch.done()
-        self.answered(writes, answers, recognised)
+        self.answered(writes, answers, batch.ended)
         return answers
 
     def _store_batch(self, batch: OutcomeBatch, part: list[Sent], ttl: float, now: float) -> None:
@@ -136,11 +131,9 @@ class PostgresOutcomes(PostgresReads):
         # The statement stored the ends (status, event) itself.
         batch.answer_stored(stored, {i: job_from_row(r) for i, r in after.items()})
 
-    def _recognise_retries(self, conn: Conn, batch: OutcomeBatch, now: float) -> set[int]:
+    def _recognise_retries(self, conn: Conn, batch: OutcomeBatch, now: float) -> None:
         """A retried write whose first attempt committed (its answer lost with the
-        connection) finds its very outcome stored: it answers the job as it is now. The
-        indexes of the writes so answered."""
-        recognised: set[int] = set()
+        connection) finds its very outcome stored: it answers the job as it is now."""
         for sent in batch.sent:
             key = (sent.write.job_id, sent.write.idx)
             answer = batch.answers[sent.at]
@@ -149,8 +142,6 @@ class PostgresOutcomes(PostgresReads):
             if self._one(conn, Op.READ, wq.GET_OUTCOME, key).fetchone() == sent.values:
                 row = self._one(conn, Op.READ, q.GET_JOB, (sent.write.job_id, now)).fetchone()
                 batch.answers[sent.at] = None if row is None else job_from_row(row)
-                recognised.add(sent.at)
-        return recognised
 
     def _outcomes_params(self, sent: Sequence[Sent], *, ttl: float, now: float) -> dict[str, Any]:
         """``RECORD_OUTCOMES``'s parameters for the writes ``sent``."""
@@ -173,27 +164,22 @@ class PostgresOutcomes(PostgresReads):
         self,
         writes: Sequence[OutcomeWrite],
         answers: Sequence[Job | Exception | None],
-        recognised: Collection[int] = (),
+        ended: Collection[int] = (),
     ) -> None:
         """``writes`` were committed (or refused) with ``answers``: none is in doubt any more,
-        and the jobs they finished are counted. The writes at ``recognised`` answer their job
-        as it is now, which tells not which write ended it (an attempt lost, a later write):
-        a terminal one has the finished jobs counted afresh, never twice."""
+        and the jobs they finished are counted: those of the writes at ``ended`` (each its
+        live job's last outcome). Any other answer of a terminal job (an outcome landing on a
+        job cancelled or failed before, or a retry recognised, which cannot tell which write
+        ended its job) changed what the counted terminal jobs hold: they are counted afresh."""
         for write in writes:
             self._maybe_committed.discard((write.job_id, write.idx))
         recount = False
         for i, answer in enumerate(answers):
-            # The write that stores a job's last outcome sets its final status (a cancelled
-            # job was terminal before).
-            if (
-                isinstance(answer, Job)
-                and answer.status in _FINAL_STATUSES
-                and answer.targets_done >= answer.targets_total
-            ):
-                if i in recognised:
-                    recount = True
-                else:
+            if isinstance(answer, Job) and answer.is_terminal:
+                if i in ended:
                     self._count_finished(answer)
+                else:
+                    recount = True
         if recount:
             self._recount_finished()
 
