@@ -511,3 +511,30 @@ def test_an_outcome_landing_on_a_cancelled_job_shows_in_the_counts(store: Postgr
     assert isinstance(late, Job) and (late.status, late.targets_done) == (JobState.CANCELLED, 1)
     counts = store.counts(now=T0 + 2)
     assert (counts.jobs["cancelled"], counts.targets_done, counts.targets_abandoned) == (1, 1, 1)
+
+
+def test_a_target_written_again_after_the_database_refused_its_first_write_is_stored(
+    store: PostgresStore,
+) -> None:
+    """Made one after another, the first write of a target fails (a value out of the
+    column's range) and the second, a fine one, stores it: so in one batch too. A target
+    stored once is still refused the second time."""
+    a = create(store, "a", 1)
+    b = create(store, "b", 1)
+    answers = store.record_outcomes(
+        [
+            OutcomeWrite(a.id, 0, result=Result("first"), attempts=2**31),
+            OutcomeWrite(a.id, 0, result=Result("second")),
+            OutcomeWrite(b.id, 0, result=Result("b0")),
+            OutcomeWrite(b.id, 0, result=Result("b0 again")),
+        ],
+        **_at(T0 + 1),
+    )
+    assert isinstance(answers[0], StoreError) and "refused this outcome" in str(answers[0])
+    assert isinstance(answers[1], Job) and answers[1].status == JobState.DONE
+    assert isinstance(answers[2], Job) and answers[2].status == JobState.DONE
+    assert isinstance(answers[3], OutcomeExists)
+    assert stored_row(store, a.id)[:3] == ("done", 1, 0)
+    assert stored_row(store, b.id)[:3] == ("done", 1, 0)
+    assert stored_row(store, a.id)[-1][0][1] == Result("second").to_json_text()
+    assert _idle(store)

@@ -51,6 +51,8 @@ class OutcomeBatch:
     answers: list[Job | Exception | None]
     #: Each target's first write that can be stored, in order.
     sent: list[Sent] = field(default_factory=list)
+    #: Every write that can be stored, in order: a target's later writes too.
+    storable: list[Sent] = field(default_factory=list)
     #: A later write of a target already sent: its index, and the first's.
     repeats: list[tuple[int, int]] = field(default_factory=list)
     #: The writes that ended their job (its last outcome, the job live before).
@@ -68,22 +70,33 @@ class OutcomeBatch:
             except ValueError as exc:
                 batch.answers[i] = exc
                 continue
+            sent = Sent(i, write, status.value, result, error, hint)
+            batch.storable.append(sent)
             key = (write.job_id, write.idx)
             if key in first:
                 batch.repeats.append((i, first[key]))
                 continue
             first[key] = i
-            batch.sent.append(Sent(i, write, status.value, result, error, hint))
+            batch.sent.append(sent)
         return batch
 
-    def answer_stored(self, stored: Collection[int], after: Mapping[str, Job]) -> None:
-        """Answer the sent writes whose indexes are in ``stored``, from each one's job as the
-        batch left it (``after``: its counts and lease; its status as it was before, the
-        statement having stored the batch's end of it). A job's last write answers that
-        job, ended if it is the job's last outcome; one before it, the job less the writes
-        after it."""
+    def one_by_one(self) -> list[Sent]:
+        """Every write that can be stored, to send one at a time (the database refused a
+        value of the batch): each answered as it is made, a target's later writes too (one
+        after a first the database refused may store it)."""
+        self.repeats.clear()
+        return self.storable
+
+    def answer_stored(
+        self, part: Sequence[Sent], stored: Collection[int], after: Mapping[str, Job]
+    ) -> None:
+        """Answer the writes of ``part`` (sent in one statement) whose indexes are in
+        ``stored``, from each one's job as the statement left it (``after``: its counts and
+        lease; its status as it was before, the statement having stored its end itself). A
+        job's last write answers that job, ended if it is the job's last outcome; one before
+        it, the job less the writes after it."""
         later: dict[str, tuple[int, int]] = {}  # job id: outcomes, failures after this write
-        for sent in reversed(self.sent):
+        for sent in reversed(part):
             if sent.at not in stored:
                 continue
             job_id = sent.write.job_id

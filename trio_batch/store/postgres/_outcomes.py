@@ -48,7 +48,7 @@ class PostgresOutcomes(PostgresReads):
         """
         batch = OutcomeBatch.of(writes)
         try:
-            self._store_batch(batch, batch.sent, ttl, now)
+            self._store_batch(batch, ttl, now)
         except StoreUnavailable:  # from a psycopg error (see _run)
             if self._conn is None:  # the connection was lost: the commit may have happened
                 self.lost_in_commit(writes)
@@ -63,9 +63,10 @@ class PostgresOutcomes(PostgresReads):
         self.answered(writes, answers, batch.ended)
         return answers
 
-    def _store_batch(self, batch: OutcomeBatch, part: list[Sent], ttl: float, now: float) -> None:
-        """Send ``part`` of ``batch`` as one statement and answer its writes; if the database
-        refuses a value, each write alone (see :meth:`_store_each`)."""
+    def _store_batch(self, batch: OutcomeBatch, ttl: float, now: float) -> None:
+        """Send ``batch`` as one statement and answer its writes; if the database refuses a
+        value, each write alone (see :meth:`_store_each`)."""
+        part = batch.sent
         if not part:
             return
         params = self._outcomes_params(part, ttl=ttl, now=now)
@@ -79,11 +80,12 @@ class PostgresOutcomes(PostgresReads):
         rows = self._run(send)
         if not isinstance(rows, psycopg.DataError):
             self._answer_rows(batch, part, rows, ttl, now)
-        elif len(part) == 1:
+        elif len(batch.storable) == 1:
             refused = StoreError(f"the database refused this outcome: {rows}")
             batch.answers[part[0].at] = refused
         else:
-            for sent, answer in self._run(lambda conn: self._store_each(conn, part, ttl, now)):
+            each = batch.one_by_one()
+            for sent, answer in self._run(lambda conn: self._store_each(conn, each, ttl, now)):
                 if isinstance(answer, psycopg.DataError):
                     refused = StoreError(f"the database refused this outcome: {answer}")
                     batch.answers[sent.at] = refused
@@ -129,7 +131,7 @@ class PostgresOutcomes(PostgresReads):
         for job_row in after.values():
             job_row[_UPDATED], job_row[_EXPIRES] = now, now + ttl
         # The statement stored the ends (status, event) itself.
-        batch.answer_stored(stored, {i: job_from_row(r) for i, r in after.items()})
+        batch.answer_stored(part, stored, {i: job_from_row(r) for i, r in after.items()})
 
     def _recognise_retries(self, conn: Conn, batch: OutcomeBatch, now: float) -> None:
         """A retried write whose first attempt committed (its answer lost with the
