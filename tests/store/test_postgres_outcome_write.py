@@ -4,7 +4,7 @@ The writes are one data-modifying statement (``RECORD_OUTCOMES``, through its fu
 stores each target only if it is pending and its job unexpired and this runner's, bumps each
 job and sets its terminal status with its last outcome. A refused write changes nothing and
 raises nothing; values the database refuses abort the statement, which is then sent again a
-write at a time. On a real throw-away server (see pg_server.py).
+write at a time, in one transaction. On a real throw-away server (see pg_server.py).
 """
 
 from __future__ import annotations
