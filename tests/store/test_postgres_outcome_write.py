@@ -36,6 +36,7 @@ from trio_batch.store.postgres._batch import OutcomeBatch
 
 from ..support.fakes import T0
 from ..support.markers import PGBOUNCER
+from ..support.pg_versions import back_to_v15
 from .test_group_commit import TTL, create  # the same jobs as the shared-commit test
 
 
@@ -538,3 +539,40 @@ def test_a_target_written_again_after_the_database_refused_its_first_write_is_st
     assert stored_row(store, b.id)[:3] == ("done", 1, 0)
     assert stored_row(store, a.id)[-1][0][1] == Result("second").to_json_text()
     assert _idle(store)
+
+
+#: How a runner of schema 15 calls 15's one-outcome function (see ``back_to_v15``).
+_V15_CALL = (
+    "SELECT * FROM trio_batch_record_outcome(%(job_id)s::text, %(idx)s::integer, "
+    "%(now)s::double precision, %(expires)s::double precision, %(runner)s::text, "
+    "%(status)s::text, %(result)s::text, %(error)s::text, %(hint)s::text, "
+    "%(attempts)s::integer, %(failed)s::integer, %(size)s::bigint)"
+)
+
+
+def test_a_runner_of_version_15_keeps_storing_outcomes_across_the_upgrade(pg_dsn: str) -> None:
+    """A rolling upgrade: a runner started at schema 15 stores each outcome, through a
+    pooler, by calling 15's one-outcome function. Another runner opens the database at 16
+    and migrates it: the first one's next outcomes are stored as before, not refused for a
+    function gone (its drains would fail their jobs)."""
+    with contextlib.closing(PostgresStore.open(pg_dsn)) as store:
+        job = create(store, "a", 2)
+    back_to_v15(pg_dsn)
+    with psycopg.connect(pg_dsn, autocommit=True) as old:  # the runner of version 15
+
+        def v15_outcome(idx: int) -> tuple[Any, ...] | None:
+            values = {
+                "job_id": job.id, "idx": idx, "now": T0 + 1, "expires": T0 + 1 + TTL,
+                "runner": None, "status": "done", "result": "r", "error": None, "hint": None,
+                "attempts": 1, "failed": 0, "size": 1,
+            }  # fmt: skip
+            return old.execute(_V15_CALL, values).fetchone()
+
+        first = v15_outcome(0)
+        assert first is not None and first[:2] == (True, job.id)
+        with contextlib.closing(PostgresStore.open(pg_dsn)) as upgraded:  # migrates to 16
+            version = upgraded.connection().execute("SELECT version FROM trio_batch_schema")
+            assert version.fetchone() == (SCHEMA_VERSION,)
+            last = v15_outcome(1)
+            assert last is not None and last[:3] == (True, job.id, "done")
+            assert stored_row(upgraded, job.id)[:3] == ("done", 2, 0)
