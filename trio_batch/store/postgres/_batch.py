@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from ..._errors import OutcomeExists
-from ..._model import Job, OutcomeWrite, final_status
+from ..._model import Job, OutcomeWrite, final_status, is_job_id, is_target_index
 from .._rows import write_values
 
 __all__ = ["OutcomeBatch", "Sent"]
@@ -35,6 +35,12 @@ class Sent(NamedTuple):
     def values(self) -> tuple[str, str | None, str | None, str | None]:
         """The target's stored columns: status, result, error, hint."""
         return self.status, self.result, self.error, self.hint
+
+    @property
+    def idx(self) -> int:
+        """The target's index as sent: one no target can have (negative, or past what the
+        column holds, which could not even be bound) as -1, which no target has either."""
+        return self.write.idx if is_target_index(self.write.idx) else -1
 
     @property
     def size(self) -> int:
@@ -60,8 +66,9 @@ class OutcomeBatch:
 
     @classmethod
     def of(cls, writes: Sequence[OutcomeWrite]) -> OutcomeBatch:
-        """``writes`` checked (one that cannot be stored answers its ValueError, nothing
-        sent for it) and each target's first write kept to send."""
+        """``writes`` checked (one that cannot be stored answers its ValueError, one of no
+        job id's shape None, nothing sent for either) and each target's first write kept to
+        send."""
         batch = cls(writes, [None] * len(writes))
         first: dict[tuple[str, int], int] = {}
         for i, write in enumerate(writes):
@@ -69,6 +76,8 @@ class OutcomeBatch:
                 status, result, error, hint = write_values(write)
             except ValueError as exc:
                 batch.answers[i] = exc
+                continue
+            if not is_job_id(write.job_id):  # no such job (nor text the database takes)
                 continue
             sent = Sent(i, write, status.value, result, error, hint)
             batch.storable.append(sent)

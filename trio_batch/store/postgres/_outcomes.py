@@ -149,7 +149,7 @@ class PostgresOutcomes(PostgresReads):
         """``RECORD_OUTCOMES``'s parameters for the writes ``sent``."""
         return {
             "job_ids": [s.write.job_id for s in sent],
-            "idxs": [s.write.idx for s in sent],
+            "idxs": [s.idx for s in sent],
             "statuses": [s.status for s in sent],
             "results": [s.result for s in sent],
             "errors": [s.error for s in sent],
