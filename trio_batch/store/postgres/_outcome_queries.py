@@ -150,12 +150,11 @@ CREATE_RECORD_OUTCOMES_FUNCTION = (
     + re.sub(r"%\((\w+)\)s", r"p_\1", RECORD_OUTCOMES)
     + "; END $body$"
 )
-#: Version 16: the one-outcome function of versions 6 to 15 gives way to the one above.
-MIGRATE_V16_OUTCOMES = (
-    "DROP FUNCTION IF EXISTS trio_batch_record_outcome(text, integer, double precision, "
-    "double precision, text, text, text, text, text, integer, integer, bigint)",
-    CREATE_RECORD_OUTCOMES_FUNCTION,
-)
+#: Version 16: the function above. The one-outcome function of versions 6 to 15
+#: (``trio_batch_record_outcome``) stays: a runner of those versions still running through a
+#: pooler (a rolling upgrade) calls it for each outcome, and the tables it writes are as 16
+#: keeps them.
+MIGRATE_V16_OUTCOMES = (CREATE_RECORD_OUTCOMES_FUNCTION,)
 #: Version 12: waits registered, so that a job's end is notified only if a runner waits on
 #: it elsewhere (``WATCH_JOB``, ``RECORD_OUTCOMES``).
 MIGRATE_V12_WAITS = (

@@ -106,8 +106,8 @@ def migrate(
                 conn.execute(statement)
             conn.execute(cq.CREATE_CREATE_JOB_FUNCTION)
         if version < 16:
-            # A shared commit's outcomes in one statement: one function for them all, in
-            # place of one per outcome (versions 6 to 15 made that one; it is dropped).
+            # A shared commit's outcomes in one statement: one function for them all. The
+            # one-outcome function of 6 to 15 stays, for runners of those versions still up.
             for statement in wq.MIGRATE_V16_OUTCOMES:
                 conn.execute(statement)
         # Later versions add their steps here: `if version < 17: ...`.
