@@ -50,7 +50,8 @@ _JOBS = (
 #: Each outcome whose target is pending and whose job is one of those.
 _STORED = (
     "stored AS (UPDATE targets AS t SET status = w.status, result = w.result, "
-    "error = w.error, hint = w.hint, finished_at = %(now)s, attempts = w.attempts "
+    "error = w.error, hint = w.hint, finished_at = %(now)s, attempts = w.attempts, "
+    "result_size = w.size "
     "FROM w, job WHERE t.job_id = w.job_id AND t.idx = w.idx AND t.status = 'pending' "
     "AND job.id = w.job_id RETURNING w.n, w.job_id, w.failed, w.size)"
 )
@@ -155,6 +156,12 @@ CREATE_RECORD_OUTCOMES_FUNCTION = (
 #: pooler (a rolling upgrade) calls it for each outcome, and the tables it writes are as 16
 #: keeps them.
 MIGRATE_V16_OUTCOMES = (CREATE_RECORD_OUTCOMES_FUNCTION,)
+#: Version 17: each stored result's size (characters), written with it, so the job view need
+#: not read every result to size it (NULL on rows stored before: ``length(result)`` then).
+MIGRATE_V17_RESULT_SIZE = (
+    "ALTER TABLE targets ADD COLUMN IF NOT EXISTS result_size bigint",
+    CREATE_RECORD_OUTCOMES_FUNCTION,
+)
 #: Version 12: waits registered, so that a job's end is notified only if a runner waits on
 #: it elsewhere (``WATCH_JOB``, ``RECORD_OUTCOMES``).
 MIGRATE_V12_WAITS = (
