@@ -30,7 +30,7 @@ def _check_number(owner: str, name: str, value: object, *, integer: bool) -> Non
     if not integer and not is_finite(value):
         raise ValueError(f"{owner}.{name} must be finite, not {safe_text(value, 40)}")
     if value < 0:
-        raise ValueError(f"{owner}.{name} must not be negative (got {value})")
+        raise ValueError(f"{owner}.{name} must not be negative (got {safe_text(value, 40)})")
 
 
 @dataclass(frozen=True, slots=True)
