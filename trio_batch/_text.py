@@ -13,6 +13,11 @@ from typing import Any
 __all__ = [
     "CONTROL_CHARACTER",
     "MAX_ERROR_LENGTH",
+    "MAX_INT64",
+    "MAX_MILLISECONDS",
+    "MAX_SECONDS",
+    "check_seconds",
+    "check_whole",
     "is_finite",
     "json_type",
     "parse_count",
@@ -24,6 +29,14 @@ __all__ = [
 
 #: Longest error or hint text stored for a target.
 MAX_ERROR_LENGTH = 4096
+#: Most seconds a caller may give for a time (a century): a lease or timeout this long is
+#: "never" for any batch, and ``time.time()`` plus it is still a date every part can show.
+MAX_SECONDS = 100 * 365 * 86400
+#: Most seconds of a timeout handed on in whole milliseconds to a C ``int``: SQLite's busy
+#: timeout, PostgreSQL's ``statement_timeout`` (2**31 - 1 ms, about 24.8 days).
+MAX_MILLISECONDS = (2**31 - 1) / 1000
+#: The largest integer SQLite and PostgreSQL's ``bigint`` store, and a C ``long`` holds.
+MAX_INT64 = 2**63 - 1
 
 
 #: Characters that steer a terminal or reorder text rather than show: C0 and C1 controls, DEL,
@@ -82,6 +95,36 @@ def is_finite(value: float) -> bool:
         return math.isfinite(value)
     except OverflowError:
         return False
+
+
+def check_seconds(
+    name: str, value: object, *, high: float = MAX_SECONDS, zero: bool = True
+) -> float:
+    """``value`` if it is a number of seconds from 0 (exclusive unless ``zero``) to ``high``;
+    else TypeError (a bool, a non-number) or ValueError (NaN, an infinity, an int past any
+    float, out of range), naming ``name`` and the value, cut short."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__}")
+    if not is_finite(value):
+        raise ValueError(f"{name} must be finite, not {safe_text(value, 40)}")
+    if value < 0 or (value == 0 and not zero):
+        must = "must not be negative" if zero else "must be positive"
+        raise ValueError(f"{name} {must} (got {value:g})")
+    if value > high:
+        raise ValueError(f"{name} must be at most {high:g} seconds, not {value:g}")
+    return value
+
+
+def check_whole(name: str, value: object, *, low: int = 0, high: int = MAX_INT64) -> int:
+    """``value`` if it is an int (not a bool) from ``low`` to ``high``; else TypeError or
+    ValueError naming ``name`` and the value, cut short."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be a whole number, not {type(value).__name__}")
+    if not low <= value <= high:
+        raise ValueError(
+            f"{name} must be a whole number from {low} to {high}, not {safe_text(value, 40)}"
+        )
+    return value
 
 
 def safe_text(value: object, limit: int = MAX_ERROR_LENGTH) -> str:
