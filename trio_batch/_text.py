@@ -21,6 +21,7 @@ __all__ = [
     "is_finite",
     "json_type",
     "parse_count",
+    "parse_decimal",
     "printable",
     "printable_json",
     "safe_text",
@@ -81,6 +82,21 @@ def parse_count(text: str, *, max_digits: int = 18) -> int | None:
     if not 0 < len(text) <= max_digits or not text.isascii() or not text.isdigit():
         return None
     return int(text)
+
+
+#: A decimal number in ASCII: digits, a point, an exponent; no sign, space, "_", "nan".
+_DECIMAL = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
+
+
+def parse_decimal(text: str) -> float | None:
+    """The finite, non-negative number ``text`` spells in ASCII (``2.5``, ``1e3``), or None.
+
+    ``float`` alone also reads ``nan``, ``1_0``, `` 5 `` and other scripts' digits (``٣``),
+    and reads ``1e400`` as infinity; values from URLs and options are parsed with this."""
+    if len(text) > 400 or _DECIMAL.fullmatch(text) is None:
+        return None
+    value = float(text)
+    return value if math.isfinite(value) else None
 
 
 def unknown_keys(obj: Mapping[Any, Any], known: Sequence[str]) -> str:

@@ -4,14 +4,12 @@ the option types (whole numbers, positive numbers) every command checks its numb
 from __future__ import annotations
 
 import argparse
-import math
-import re
 from collections.abc import Callable
 from typing import Any
 
 from .._config import COMMAND_TARGET_TIMEOUT, Config
 from .._retry import RetryPolicy
-from .._text import MAX_MILLISECONDS, MAX_SECONDS, safe_text
+from .._text import MAX_MILLISECONDS, MAX_SECONDS, parse_decimal, safe_text
 
 __all__ = [
     "COMMAND_RETRIES",
@@ -60,11 +58,6 @@ def whole_number(low: int, high: int) -> Callable[[str], int]:
     return parse
 
 
-#: A number as these options take it: ASCII digits, a decimal point, an exponent. float()
-#: alone also reads "nan", "1_0", " 5 " and other scripts' digits ("٣").
-_DECIMAL = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
-
-
 def positive_number(unit: str = "", *, high: float | None = None) -> Callable[[str], float]:
     """An argparse ``type``: a positive, finite number (of ``unit``, as the error says) in
     ASCII digits, at most ``high``; a number of seconds at most :data:`MAX_SECONDS` unless
@@ -76,8 +69,8 @@ def positive_number(unit: str = "", *, high: float | None = None) -> Callable[[s
         what += f" up to {high:g}"
 
     def parse(text: str) -> float:
-        value = float(text) if _DECIMAL.fullmatch(text) else math.nan
-        if not (value > 0 and math.isfinite(value)) or (high is not None and value > high):
+        value = parse_decimal(text)
+        if value is None or value <= 0 or (high is not None and value > high):
             raise argparse.ArgumentTypeError(f"expected {what}, not {safe_text(text, 40)!r}")
         return value
 
