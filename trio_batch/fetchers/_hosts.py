@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import trio
 
 from .._errors import StoreError
-from .._text import is_finite, safe_text
+from .._text import MAX_SECONDS, is_finite, safe_text
 from .._tracing import note
 from ..store import HostLimits
 from ._answers import parse_retry_after
@@ -60,13 +60,17 @@ class Politeness:
                 f"per-host concurrency must be a whole number, not {self.concurrency!r}"
             )
         if not 1 <= self.concurrency <= 1000:
-            raise ValueError(f"per-host concurrency must be from 1 to 1000, not {self.concurrency}")
+            shown = safe_text(self.concurrency, 40)
+            raise ValueError(f"per-host concurrency must be from 1 to 1000, not {shown}")
         if self.rate is not None and not (is_finite(self.rate) and self.rate > 0):
             raise ValueError(
                 f"per-host rate must be a positive number, not {safe_text(self.rate, 40)}"
             )
-        if not (0 < self.first_pause <= self.max_pause and is_finite(self.max_pause)):
-            raise ValueError("first_pause must be positive and no more than a finite max_pause")
+        if not (0 < self.first_pause <= self.max_pause <= MAX_SECONDS):
+            raise ValueError(
+                f"first_pause must be positive and no more than a finite max_pause, at most "
+                f"{MAX_SECONDS:g} s"
+            )
 
 
 @dataclass(frozen=True, slots=True)
