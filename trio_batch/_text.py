@@ -13,6 +13,7 @@ from typing import Any
 __all__ = [
     "CONTROL_CHARACTER",
     "MAX_ERROR_LENGTH",
+    "MAX_INDEX",
     "MAX_INT64",
     "MAX_MILLISECONDS",
     "MAX_SECONDS",
@@ -36,6 +37,8 @@ MAX_SECONDS = 100 * 365 * 86400
 #: Most seconds of a timeout handed on in whole milliseconds to a C ``int``: SQLite's busy
 #: timeout, PostgreSQL's ``statement_timeout`` (2**31 - 1 ms, about 24.8 days).
 MAX_MILLISECONDS = (2**31 - 1) / 1000
+#: The largest target index a store holds (a 32-bit column on PostgreSQL).
+MAX_INDEX = 2**31 - 1
 #: The largest integer SQLite and PostgreSQL's ``bigint`` store, and a C ``long`` holds.
 MAX_INT64 = 2**63 - 1
 
@@ -131,14 +134,15 @@ def check_seconds(
     return value
 
 
-def check_whole(name: str, value: object, *, low: int = 0, high: int = MAX_INT64) -> int:
-    """``value`` if it is an int (not a bool) from ``low`` to ``high``; else TypeError or
-    ValueError naming ``name`` and the value, cut short."""
+def check_whole(name: str, value: object, *, low: int = 0, high: int | None = MAX_INT64) -> int:
+    """``value`` if it is an int (not a bool) from ``low`` to ``high`` (None: no bound); else
+    TypeError or ValueError naming ``name`` and the value, cut short."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be a whole number, not {type(value).__name__}")
-    if not low <= value <= high:
+    if value < low or (high is not None and value > high):
+        upto = "" if high is None else f" to {high}"
         raise ValueError(
-            f"{name} must be a whole number from {low} to {high}, not {safe_text(value, 40)}"
+            f"{name} must be a whole number from {low}{upto}, not {safe_text(value, 40)}"
         )
     return value
 

@@ -32,9 +32,9 @@ from collections.abc import Sequence
 from .._config import Config
 from .._errors import BatchError
 from .._model import is_job_id
-from .._text import parse_count
+from .._text import MAX_INDEX, parse_count
 from .._version import __version__
-from ._batch_data import MAX_INDEX, add_export_parser, add_job_filters, cmd_export
+from ._batch_data import add_export_parser, add_job_filters, cmd_export
 from ._common import (
     EXIT_BUSY,
     EXIT_CANCELLED,
