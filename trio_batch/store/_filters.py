@@ -49,6 +49,20 @@ class JobFilter:
         check_metadata(dict(self.labels))
         if len({key for key, _ in self.labels}) != len(self.labels):
             raise InvalidRequest("each label key may be filtered on once")
+        when = self.created_after
+        if when is not None:
+            # As parse_filter's: 10**400 raised OverflowError binding it in SQLite, and NaN
+            # listed nothing without a word.
+            if isinstance(when, bool) or not isinstance(when, int | float):
+                raise InvalidRequest(
+                    f"created_after must be epoch seconds, not {type(when).__name__}"
+                )
+            if not 0 <= when <= _LATEST:  # NaN fails both
+                raise InvalidRequest(
+                    "created_after must be epoch seconds up to the year 9999, "
+                    f"not {safe_text(when, 40)}"
+                )
+            object.__setattr__(self, "created_after", float(when))
 
     def matches(self, job: Job) -> bool:
         """True if ``job`` (the caller's) is one this filter lists."""
