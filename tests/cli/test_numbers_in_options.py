@@ -52,3 +52,27 @@ def test_jobs_and_status_show_a_stored_expiry_past_any_date(tmp_path: Path) -> N
         proc = cli(*args, "--db", str(db))
         assert proc.returncode == 0, proc.stderr
         assert "1e+300" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [
+        ("--body-timeout", "inf"),  # a trickled body was never cut off
+        ("--body-timeout", "1e400"),
+        ("--max-body", "\u0663"),  # int() read it as 3
+        ("--max-body", "1_0"),
+        ("--process-timeout", "1e308"),  # every processed body: OverflowError at setrlimit
+        ("--cancel-grace", "1_0"),
+        ("--ttl", "\u0663"),
+        ("--ttl", "1e300"),
+        ("--targets-per-job", "1_0"),
+        ("--jobs-total", "\u0663"),
+        ("--poll-interval", " 5"),
+    ],
+)
+def test_serve_refuses_numbers_before_it_serves(tmp_path: Path, flag: str, value: str) -> None:
+    # Run in this process: a serve that took the value would serve until the test's timeout.
+    proc = cli("serve", "--db", str(tmp_path / "s.db"), "--caller-header", "X-C", flag, value)
+    assert proc.returncode == 2, proc.stderr
+    assert flag in proc.stderr
+    assert not (tmp_path / "s.db").exists()

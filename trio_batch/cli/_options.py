@@ -58,19 +58,22 @@ def whole_number(low: int, high: int) -> Callable[[str], int]:
     return parse
 
 
-def positive_number(unit: str = "", *, high: float | None = None) -> Callable[[str], float]:
+def positive_number(
+    unit: str = "", *, high: float | None = None, zero: bool = False
+) -> Callable[[str], float]:
     """An argparse ``type``: a positive, finite number (of ``unit``, as the error says) in
     ASCII digits, at most ``high``; a number of seconds at most :data:`MAX_SECONDS` unless
-    told otherwise."""
+    told otherwise. ``zero``: 0 is taken too (an option whose 0 means its default)."""
     if high is None and unit == "seconds":
         high = MAX_SECONDS
-    what = f"a positive number of {unit}" if unit else "a positive number"
+    what = f"a {'non-negative' if zero else 'positive'} number"
+    what += f" of {unit}" if unit else ""
     if high is not None:
         what += f" up to {high:g}"
 
     def parse(text: str) -> float:
         value = parse_decimal(text)
-        if value is None or value <= 0 or (high is not None and value > high):
+        if value is None or (value <= 0 and not zero) or (high is not None and value > high):
             raise argparse.ArgumentTypeError(f"expected {what}, not {safe_text(text, 40)!r}")
         return value
 
