@@ -76,3 +76,19 @@ def test_serve_refuses_numbers_before_it_serves(tmp_path: Path, flag: str, value
     assert proc.returncode == 2, proc.stderr
     assert flag in proc.stderr
     assert not (tmp_path / "s.db").exists()
+
+
+@pytest.mark.parametrize(
+    "bind",
+    ["127.0.0.1:70000", "127.0.0.1:-1", "127.0.0.1:" + "9" * 20, "127.0.0.1:1_0000", "localhost"],
+)
+def test_serve_refuses_a_port_no_socket_takes_before_opening_anything(
+    tmp_path: Path, bind: str
+) -> None:
+    # 70000, -1 and 20 nines failed in a traceback (OverflowError from bind()) after the
+    # store was opened; "1_0000" (and Arabic-Indic digits) served on port 10000.
+    proc = cli("serve", "--db", str(tmp_path / "s.db"), "--caller-header", "X-C", "--bind", bind)
+    assert proc.returncode == 2, proc.stderr
+    assert "--bind: bind is HOST:PORT with a port from 0 to 65535" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "s.db").exists()

@@ -23,6 +23,7 @@ from ..fetchers import (
 )
 from ..http import Auth, HeaderAuth, TokenAuth, create_app, serve
 from ..http._app import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY
+from ..http._serve import check_bind
 from ._common import PrintableFormatter
 from ._logs import JsonFormatter, add_log_format_argument
 from ._options import (
@@ -55,6 +56,14 @@ _CONFIG_OPTIONS = {
 }
 
 
+def _bind(text: str) -> str:
+    """``--bind``'s type: a usage error before anything is opened, not a traceback after."""
+    try:
+        return check_bind(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     """Add ``trio-batch serve``'s options to ``parser`` (for the command line to dispatch)."""
     parser.add_argument(
@@ -65,6 +74,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--bind",
+        type=_bind,
         default="127.0.0.1:8000",
         metavar="HOST:PORT",
         help="where to listen (default: %(default)s; port 0 picks a free port)",
