@@ -134,12 +134,14 @@ def check_seconds(
     return value
 
 
-def check_whole(name: str, value: object, *, low: int = 0, high: int | None = MAX_INT64) -> int:
+def check_whole(
+    name: str, value: object, *, low: int | None = 0, high: int | None = MAX_INT64
+) -> int:
     """``value`` if it is an int (not a bool) from ``low`` to ``high`` (None: no bound); else
     TypeError or ValueError naming ``name`` and the value, cut short."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be a whole number, not {type(value).__name__}")
-    if value < low or (high is not None and value > high):
+    if (low is not None and value < low) or (high is not None and value > high):
         upto = "" if high is None else f" to {high}"
         raise ValueError(
             f"{name} must be a whole number from {low}{upto}, not {safe_text(value, 40)}"

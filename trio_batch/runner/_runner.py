@@ -33,7 +33,6 @@ from .._model import (
     with_running,
 )
 from .._retry import RetryNotice
-from .._text import MAX_INDEX, MAX_INT64, check_whole
 from .._tracing import NO_TRACING, Tracing
 from ..store import JobFilter, JobStore, cluster_of
 from ._attempts import Attempts, FetchFunc
@@ -327,9 +326,6 @@ class Runner:
         Cancellation: safe at any point; the iterator simply stops.
         """
         self._check_running()
-        if results_up_to is not None:
-            # Bound in SQL: past 2**63 - 1 SQLite raised OverflowError at the first read.
-            results_up_to = min(check_whole("results_up_to", results_up_to, high=None), MAX_INT64)
         if not is_job_id(job_id):
             return
         async for item in self._waits.watch(job_id, results_up_to):
@@ -479,12 +475,7 @@ class Runner:
         read a page at a time. ``merged``: each target that one of ``job``'s retries (up to 16,
         however deep) has an outcome for shows the newest such outcome and its retry's id.
         Cancellation: stops at once, nothing held. An ``after`` that is not an int raises
-        TypeError."""
-        # Bound in SQL, where both stores take indexes up to 2**31 - 1: 2**63 raised
-        # OverflowError in SQLite, and True read as an index there but not in PostgreSQL.
-        if isinstance(after, bool) or not isinstance(after, int):
-            raise TypeError(f"after must be a target index (an int), not {type(after).__name__}")
-        after = max(-1, min(after, MAX_INDEX))
+        TypeError (as the store's paging arguments do, see ``check_paging``)."""
         async for pair in export_targets(
             self._store, job, now=self._now(), after=after, merged=merged
         ):
