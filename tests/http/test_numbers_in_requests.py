@@ -34,3 +34,26 @@ async def test_the_next_link_the_service_gives_is_taken(
         second = await svc.client.get(first["next"], headers=auth())
         assert second.status_code == 200, second.text
         assert [j["id"] for j in second.json()["jobs"]] != [j["id"] for j in first["jobs"]]
+
+
+async def test_the_documented_bounds_of_numbers_in_requests_are_the_ones_the_service_keeps(
+    tmp_path: Path, fetch: ScriptedFetch, clock: FakeClock
+) -> None:
+    # The document said only "minimum": a created_after past the year 9999 and an after of
+    # eleven digits passed it, and were refused.
+    async with running(tmp_path, fetch, clock) as svc:
+        doc = (await svc.client.get("/openapi.json")).json()
+        when = doc["components"]["schemas"]["BulkCancelRequest"]["properties"]["created_after"]
+        latest = when["anyOf"][0]["maximum"]
+        lines = doc["paths"]["/v1/batches/{id}/results.jsonl"]["get"]["parameters"]
+        most = {p["name"]: p for p in lines}["after"]["schema"]["maximum"]
+        job_id = (await svc.submit("a"))["id"]
+        await svc.wait_done(job_id)
+        for after, status in ((latest, 200), (latest + 1, 422)):
+            cancel = {"created_after": after, "dry_run": True}
+            r = await svc.client.post("/v1/batches/cancel", json=cancel, headers=auth())
+            assert r.status_code == status, (after, r.text)
+        for index, status in ((most, 200), (most + 1, 422)):
+            url = f"/v1/batches/{job_id}/results.jsonl?after={index}"
+            r = await svc.client.get(url, headers=auth())
+            assert r.status_code == status, (index, r.text)
