@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from ..support.local_server import HTML, LocalServer, server
 from .test_cli import cli, write_batch
 
@@ -189,3 +191,24 @@ def test_export_warc_replaces_a_file_as_export_does(server: LocalServer, tmp_pat
     assert done.returncode == 0, done.stderr
     assert link.is_symlink() and warc.read_bytes()[:2] == b"\x1f\x8b"  # gzip
     assert warc.stat().st_mode & 0o777 == 0o644
+
+
+@pytest.mark.parametrize("to_file", [True, False], ids=["-o FILE", "stdout"])
+def test_export_warc_of_a_snapshot_missing_its_body_says_so(
+    server: LocalServer, tmp_path: Path, to_file: bool
+) -> None:
+    db = tmp_path / "batch.db"
+    batch = write_batch(tmp_path / "batch.txt", [server.url("/page.html")])
+    code, out, err = _run_json(str(batch), "--db", str(db), "--snapshot")
+    assert code == 0, err
+    recorded = out["job"]["id"]  # type: ignore[index]
+    [blob] = [p for p in tmp_path.rglob("blobs/*/*") if p.is_file()]
+    blob.unlink()  # a snapshot directory damaged by hand
+    warc = tmp_path / "job.warc.gz"
+    output = ["-o", str(warc)] if to_file else []
+    done = cli("export", recorded, "--warc", *output, "--db", str(db))
+    assert done.returncode == 1, done.stderr
+    assert f"the snapshot of job {recorded} cannot give" in done.stderr
+    assert "its body is missing or unreadable (No such file or directory)" in done.stderr
+    assert "cannot write" not in done.stderr and "Traceback" not in done.stderr
+    assert not warc.exists()

@@ -14,7 +14,7 @@ import pytest
 from warcio.archiveiterator import ArchiveIterator
 
 from trio_batch import Config, JobStore, Options, Runner, Target, open_runner, open_store
-from trio_batch.fetchers import HttpFetcher, SnapshotStore
+from trio_batch.fetchers import HttpFetcher, SnapshotError, SnapshotStore
 from trio_batch.fetchers._recording import Recording
 from trio_batch.fetchers._warc import WarcError, import_warc, warc_records
 
@@ -188,8 +188,20 @@ async def test_export_makes_one_record_pair_at_a_time(
     entries = sorted(snaps.entries(job_id), key=lambda e: (e.fetched_at, e.url))
     snaps.blob_path(entries[1].sha256).unlink()
     assert [r.rec_type for r in ArchiveIterator(io.BytesIO(first))] == ["response", "request"]
-    with pytest.raises(FileNotFoundError):
+    gone = f"the snapshot of job {job_id} cannot give .*: its body is missing"
+    with pytest.raises(SnapshotError, match=gone):
         next(records)
+
+
+async def test_export_of_a_snapshot_missing_a_body_fails_before_any_record(
+    recorded: tuple[SnapshotStore, str, dict[str, dict[str, object]]],
+) -> None:
+    snaps, job_id, _ = recorded
+    entries = sorted(snaps.entries(job_id), key=lambda e: (e.fetched_at, e.url))
+    snaps.blob_path(entries[1].sha256).unlink()
+    gone = r"its body is missing or unreadable \(No such file or directory\)"
+    with pytest.raises(SnapshotError, match=gone):
+        warc_records(snaps, job_id)
 
 
 def test_an_export_holds_one_record_in_memory_not_the_snapshot(tmp_path: Path) -> None:

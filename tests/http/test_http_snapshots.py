@@ -141,6 +141,24 @@ async def test_snapshot_warc_download_is_streamed_and_its_digests_match_meta(
     assert digest == "sha256:" + base64.b32encode(bytes.fromhex(meta["sha256"])).decode()
 
 
+def _lose_the_body(root: Path) -> None:
+    """Delete the one body file under ``root``: a snapshot directory damaged by hand."""
+    [blob] = [p for p in root.rglob("blobs/*/*") if p.is_file()]
+    blob.unlink()
+
+
+async def test_a_snapshot_missing_a_body_answers_a_problem_before_any_record(
+    server: LocalServer, tmp_path: Path, clock: FakeClock
+) -> None:
+    page = server.url("/page.html")
+    async with running(tmp_path, fetcher(tmp_path), clock) as svc:
+        recorded = await submitted(svc, {"targets": [{"url": page}], "snapshot": True})
+        await trio.to_thread.run_sync(_lose_the_body, tmp_path)
+        r = await svc.client.get(f"/v1/batches/{recorded}/snapshot.warc.gz", headers=auth())
+        problem(r, 500, "snapshot-damaged")
+        assert f"the snapshot of job {recorded} cannot give {page}: its body is missing" in r.text
+
+
 async def test_the_service_collects_lapsed_snapshots_every_purge_interval(
     tmp_path: Path, clock: FakeClock
 ) -> None:

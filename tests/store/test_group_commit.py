@@ -497,3 +497,53 @@ async def test_a_writer_waiting_for_its_commit_cannot_be_cancelled() -> None:
         release.set()
     assert scope.cancelled_caught
     assert got == ["A"]
+
+
+def test_a_successs_hint_is_stored_as_safe_text_and_fails_no_other_write(
+    sql_store: Store | PostgresStore,
+) -> None:
+    """A hint goes with a success too (the store keeps it): it is stored as every error and
+    hint is (bounded, no lone surrogate, no NUL), so one that the database cannot take
+    as it is neither fails that write nor the others sharing its commit."""
+    store = sql_store
+    a = create(store, "a", 1)
+    b = create(store, "b", 1)
+    answers = store.record_outcomes(
+        [
+            OutcomeWrite(a.id, 0, result=Result("a0")),
+            OutcomeWrite(b.id, 0, result=Result("b0"), hint="lone \ud800 and nul \x00"),
+        ],
+        ttl=TTL,
+        now=T0 + 1,
+    )
+    assert [type(x) for x in answers] == [Job, Job], answers
+    [(hint,)] = _read(store, "SELECT hint FROM targets WHERE job_id = ?", (b.id,))
+    assert hint == "lone \\ud800 and nul \\x00"
+    assert stored_row(store, a.id)[:3] == ("done", 1, 0)
+
+
+def test_a_write_naming_no_job_or_target_there_can_be_answers_as_for_an_unknown_one(
+    sql_store: Store | PostgresStore,
+) -> None:
+    """A job id of no job id's shape (text the database cannot even take) reads as an
+    unknown job, and an index past any target's as a target that does not exist: on every
+    backend alike, and without failing the other writes of the commit."""
+    store = sql_store
+    a = create(store, "a", 2)
+    answers = store.record_outcomes(
+        [
+            OutcomeWrite(a.id, 0, result=Result("a0")),
+            OutcomeWrite("\ud800" * 22, 0, result=Result("x")),
+            OutcomeWrite("nul\x00" + "x" * 18, 0, result=Result("x")),
+            OutcomeWrite(a.id, 2**31, result=Result("x")),
+            OutcomeWrite(a.id, -1, result=Result("x")),
+            OutcomeWrite(a.id, 1, error="boom"),
+        ],
+        ttl=TTL,
+        now=T0 + 1,
+    )
+    assert isinstance(answers[0], Job) and answers[0].targets_done == 1
+    assert answers[1:3] == [None, None]
+    assert [type(x) for x in answers[3:5]] == [OutcomeExists, OutcomeExists]
+    assert isinstance(answers[5], Job) and answers[5].status == JobState.PARTIAL
+    assert stored_row(store, a.id)[:3] == ("partial", 2, 1)

@@ -136,7 +136,7 @@ def test_the_submit_function_is_the_one_the_migrations_make() -> None:
     one. Change it only with a new schema version whose step creates it again (``CREATE OR
     REPLACE``), then update this digest."""
     digest = hashlib.sha256(cq.CREATE_CREATE_JOB_FUNCTION.encode()).hexdigest()[:16]
-    assert (digest, SCHEMA_VERSION) == ("cccd94b1ab8f9fba", 16)
+    assert (digest, SCHEMA_VERSION) == ("cccd94b1ab8f9fba", 17)
 
 
 def test_the_call_is_the_one_a_version_12_runner_sends() -> None:

@@ -4,7 +4,7 @@ The writes are one data-modifying statement (``RECORD_OUTCOMES``, through its fu
 stores each target only if it is pending and its job unexpired and this runner's, bumps each
 job and sets its terminal status with its last outcome. A refused write changes nothing and
 raises nothing; values the database refuses abort the statement, which is then sent again a
-write at a time. On a real throw-away server (see pg_server.py).
+write at a time, in one transaction. On a real throw-away server (see pg_server.py).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from trio_batch.store.postgres._batch import OutcomeBatch
 
 from ..support.fakes import T0
 from ..support.markers import PGBOUNCER
+from ..support.pg_versions import back_to_v15
 from .test_group_commit import TTL, create  # the same jobs as the shared-commit test
 
 
@@ -87,7 +88,7 @@ def test_the_outcome_function_is_the_one_the_migrations_make() -> None:
     Change it only with a new schema version whose step creates it again (``CREATE OR
     REPLACE``), then update this digest."""
     digest = hashlib.sha256(wq.CREATE_RECORD_OUTCOMES_FUNCTION.encode()).hexdigest()[:16]
-    assert (digest, SCHEMA_VERSION) == ("c5207c4b92a8a524", 16)
+    assert (digest, SCHEMA_VERSION) == ("f595ba96bab9c600", 17)
 
 
 def test_a_batch_reads_each_row_by_its_key(direct_store: PostgresStore, pg_dsn: str) -> None:
@@ -235,16 +236,20 @@ def _runner_store(dsn: str) -> Iterator[PostgresStore]:
 
 @pytest.fixture
 def statements(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Counts the outcome statements the store sends (the number of writes in each)."""
+    """Counts the outcome statements the store sends (the number of writes in each), however
+    they go out: alone or inside a transaction, prepared or bound on the client."""
     sent: list[int] = []
-    real = PostgresStore._one
 
-    def counting(self: PostgresStore, conn: Any, op: Any, sql: str, params: Any = None) -> Any:
-        if sql == wq.RECORD_OUTCOMES_CALL:
-            sent.append(len(params["job_ids"]))
-        return real(self, conn, op, sql, params)
+    def counting(real: Any) -> Any:
+        def execute(self: Any, query: Any, params: Any = None, **kwargs: Any) -> Any:
+            if isinstance(query, str) and wq.RECORD_OUTCOMES_CALL in query:
+                sent.append(len(params["job_ids"]))
+            return real(self, query, params, **kwargs)
 
-    monkeypatch.setattr(PostgresStore, "_one", counting)
+        return execute
+
+    monkeypatch.setattr(psycopg.Connection, "execute", counting(psycopg.Connection.execute))
+    monkeypatch.setattr(psycopg.ClientCursor, "execute", counting(psycopg.ClientCursor.execute))
     return sent
 
 
@@ -398,3 +403,176 @@ def test_a_connection_lost_around_the_statement_leaves_the_writes_in_doubt_and_a
     assert stored_row(store, b.id)[:3] == ("done", 1, 0)
     assert store._maybe_committed == set()
     assert _idle(store)
+
+
+def test_a_write_stored_in_the_refused_values_fallback_is_not_lost_when_a_later_one_fails(
+    dsn: str, pg_dsn: str
+) -> None:
+    """The database refuses one write's values, so the writes are sent again one at a time;
+    one of those then fails (a lock another session holds on its target outlasts the lock
+    bound) and the call raises StoreUnavailable. A write the fallback already stored must not
+    answer its retry with OutcomeExists (a drain fails its job on that): the fallback is one
+    transaction, or its writes are in doubt."""
+    with contextlib.closing(PostgresStore.open(dsn, store_timeout=1.0)) as store:
+        a = create(store, "a", 1)
+        b = create(store, "b", 1)
+        c = create(store, "c", 1)
+        writes = [
+            OutcomeWrite(a.id, 0, result=Result("a0"), attempts=2**31),  # refused
+            OutcomeWrite(b.id, 0, result=Result("b0")),
+            OutcomeWrite(c.id, 0, result=Result("c0")),  # its target locked: times out
+        ]
+        with psycopg.connect(pg_dsn) as locker:  # a transaction holding c's target row
+            locker.execute("SELECT 1 FROM targets WHERE job_id = %s FOR UPDATE", (c.id,))
+            with pytest.raises(StoreUnavailable) as failed:
+                store.record_outcomes(writes, **_at(T0 + 1))
+            assert isinstance(failed.value.__cause__, psycopg.errors.LockNotAvailable)
+            locker.rollback()
+        answers = store.record_outcomes(writes[1:], **_at(T0 + 2))
+        assert [type(x) for x in answers] == [Job, Job], answers
+        assert [x.status for x in answers if isinstance(x, Job)] == [JobState.DONE] * 2
+        assert stored_row(store, b.id)[:3] == ("done", 1, 0)
+        assert stored_row(store, c.id)[:3] == ("done", 1, 0)
+        assert _idle(store)
+
+
+def test_writes_committed_before_their_retry_recognition_fails_are_kept_in_doubt(
+    dsn: str, pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch with a retry in doubt commits, then the read that recognises the retry fails
+    without losing the connection (a lock held past the read's bound): the call raises
+    though every write of it committed. Each must be kept in doubt, so that its retry finds
+    its outcome stored and answers the job, not OutcomeExists."""
+    with contextlib.closing(PostgresStore.open(dsn, store_timeout=1.0)) as store:
+        a = create(store, "a", 1)
+        b = create(store, "b", 1)
+        retried = OutcomeWrite(a.id, 0, result=Result("a0"))
+        store.record_outcomes([retried], **_at(T0))
+        store._maybe_committed.add((a.id, 0))  # as a commit cut off leaves it
+        writes = [retried, OutcomeWrite(b.id, 0, result=Result("b0"))]
+        real = PostgresStore._recognise_retries
+        with psycopg.connect(pg_dsn) as locker:
+
+            def locked_out(self: PostgresStore, *args: Any) -> None:
+                # After the commit: DDL elsewhere holds the table the read needs.
+                locker.execute("LOCK TABLE targets IN ACCESS EXCLUSIVE MODE")
+                real(self, *args)
+
+            monkeypatch.setattr(PostgresStore, "_recognise_retries", locked_out)
+            with pytest.raises(StoreUnavailable) as failed:
+                store.record_outcomes(writes, **_at(T0 + 1))
+            # Lock and statement bounds are equal for a read: either may end it.
+            timed_out = (psycopg.errors.LockNotAvailable, psycopg.errors.QueryCanceled)
+            assert isinstance(failed.value.__cause__, timed_out)
+            locker.rollback()
+        monkeypatch.setattr(PostgresStore, "_recognise_retries", real)
+        assert stored_row(store, b.id)[:3] == ("done", 1, 0)  # committed before the read
+        answers = store.record_outcomes(writes, **_at(T0 + 2))
+        assert [type(x) for x in answers] == [Job, Job], answers
+        assert store._maybe_committed == set()
+        assert _idle(store)
+
+
+def test_a_recognised_retry_does_not_count_its_job_finished_twice(store: PostgresStore) -> None:
+    """A retry in doubt is recognised and answers the job as it is now: ended, if a later
+    write of its batch ended it. The counts this store keeps of the jobs it finished must
+    count that job once (``counts`` reuses its tally of terminal jobs)."""
+    job = create(store, "a", 2)
+    first = OutcomeWrite(job.id, 0, result=Result("a0"))
+    store.record_outcomes([first], **_at(T0))
+    store._maybe_committed.add((job.id, 0))  # as a commit cut off leaves it
+    assert store.counts(now=T0 + 1).jobs["done"] == 0  # the tally, now held
+    answers = store.record_outcomes(
+        [first, OutcomeWrite(job.id, 1, result=Result("a1"))], **_at(T0 + 1)
+    )
+    assert [x.status for x in answers if isinstance(x, Job)] == [JobState.DONE] * 2
+    assert store.counts(now=T0 + 2).jobs["done"] == 1
+
+
+def test_an_outcome_landing_on_a_job_failed_before_does_not_count_it_again(
+    store: PostgresStore,
+) -> None:
+    """A job its drain failed (``finish_job``) is counted finished then; an outcome still in
+    flight that lands after, its last, leaves it failed and must not count it again."""
+    job = create(store, "a", 1)
+    assert store.counts(now=T0 + 1).jobs["failed"] == 0  # the tally, now held
+    assert store.finish_job(job.id, JobState.FAILED, error="gave up", now=T0 + 1) is not None
+    [late] = store.record_outcomes([OutcomeWrite(job.id, 0, error="late")], **_at(T0 + 1))
+    assert isinstance(late, Job) and (late.status, late.targets_done) == (JobState.FAILED, 1)
+    assert store.counts(now=T0 + 2).jobs["failed"] == 1
+
+
+def test_an_outcome_landing_on_a_cancelled_job_shows_in_the_counts(store: PostgresStore) -> None:
+    """A cancelled job's outcome in flight lands after the cancel: the counts of the
+    terminal jobs (reused between reads) show it stored, not abandoned."""
+    job = create(store, "a", 2)
+    assert store.counts(now=T0 + 1).targets_done == 0  # the tally, now held
+    assert store.finish_job(job.id, JobState.CANCELLED, now=T0 + 1) is not None
+    [late] = store.record_outcomes([OutcomeWrite(job.id, 0, result=Result("r"))], **_at(T0 + 1))
+    assert isinstance(late, Job) and (late.status, late.targets_done) == (JobState.CANCELLED, 1)
+    counts = store.counts(now=T0 + 2)
+    assert (counts.jobs["cancelled"], counts.targets_done, counts.targets_abandoned) == (1, 1, 1)
+
+
+def test_a_target_written_again_after_the_database_refused_its_first_write_is_stored(
+    store: PostgresStore,
+) -> None:
+    """Made one after another, the first write of a target fails (a value out of the
+    column's range) and the second, a fine one, stores it: so in one batch too. A target
+    stored once is still refused the second time."""
+    a = create(store, "a", 1)
+    b = create(store, "b", 1)
+    answers = store.record_outcomes(
+        [
+            OutcomeWrite(a.id, 0, result=Result("first"), attempts=2**31),
+            OutcomeWrite(a.id, 0, result=Result("second")),
+            OutcomeWrite(b.id, 0, result=Result("b0")),
+            OutcomeWrite(b.id, 0, result=Result("b0 again")),
+        ],
+        **_at(T0 + 1),
+    )
+    assert isinstance(answers[0], StoreError) and "refused this outcome" in str(answers[0])
+    assert isinstance(answers[1], Job) and answers[1].status == JobState.DONE
+    assert isinstance(answers[2], Job) and answers[2].status == JobState.DONE
+    assert isinstance(answers[3], OutcomeExists)
+    assert stored_row(store, a.id)[:3] == ("done", 1, 0)
+    assert stored_row(store, b.id)[:3] == ("done", 1, 0)
+    assert stored_row(store, a.id)[-1][0][1] == Result("second").to_json_text()
+    assert _idle(store)
+
+
+#: How a runner of schema 15 calls 15's one-outcome function (see ``back_to_v15``).
+_V15_CALL = (
+    "SELECT * FROM trio_batch_record_outcome(%(job_id)s::text, %(idx)s::integer, "
+    "%(now)s::double precision, %(expires)s::double precision, %(runner)s::text, "
+    "%(status)s::text, %(result)s::text, %(error)s::text, %(hint)s::text, "
+    "%(attempts)s::integer, %(failed)s::integer, %(size)s::bigint)"
+)
+
+
+def test_a_runner_of_version_15_keeps_storing_outcomes_across_the_upgrade(pg_dsn: str) -> None:
+    """A rolling upgrade: a runner started at schema 15 stores each outcome, through a
+    pooler, by calling 15's one-outcome function. Another runner opens the database at 16
+    and migrates it: the first one's next outcomes are stored as before, not refused for a
+    function gone (its drains would fail their jobs)."""
+    with contextlib.closing(PostgresStore.open(pg_dsn)) as store:
+        job = create(store, "a", 2)
+    back_to_v15(pg_dsn)
+    with psycopg.connect(pg_dsn, autocommit=True) as old:  # the runner of version 15
+
+        def v15_outcome(idx: int) -> tuple[Any, ...] | None:
+            values = {
+                "job_id": job.id, "idx": idx, "now": T0 + 1, "expires": T0 + 1 + TTL,
+                "runner": None, "status": "done", "result": "r", "error": None, "hint": None,
+                "attempts": 1, "failed": 0, "size": 1,
+            }  # fmt: skip
+            return old.execute(_V15_CALL, values).fetchone()
+
+        first = v15_outcome(0)
+        assert first is not None and first[:2] == (True, job.id)
+        with contextlib.closing(PostgresStore.open(pg_dsn)) as upgraded:  # migrates to 16
+            version = upgraded.connection().execute("SELECT version FROM trio_batch_schema")
+            assert version.fetchone() == (SCHEMA_VERSION,)
+            last = v15_outcome(1)
+            assert last is not None and last[:3] == (True, job.id, "done")
+            assert stored_row(upgraded, job.id)[:3] == ("done", 2, 0)

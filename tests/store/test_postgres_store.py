@@ -33,7 +33,7 @@ from trio_batch.store.postgres import _queries as q
 from trio_batch.store.postgres._batch import OutcomeBatch
 
 from ..support.fakes import T0, logged, urls
-from ..support.pg_versions import back_to_v14
+from ..support.pg_versions import back_to_v14, back_to_v15
 
 TTL = 3600.0
 
@@ -235,24 +235,22 @@ def test_a_version_4_database_gets_the_shared_per_host_tables(pg_dsn: str) -> No
     assert _sql(pg_dsn, "SELECT count(*) FROM host_state") == [(0,)]
 
 
-def test_a_version_15_database_gets_the_batch_outcome_function_in_place_of_the_old(
+def test_a_version_15_database_gets_the_batch_outcome_function_beside_the_old(
     pg_dsn: str,
 ) -> None:
     PostgresStore.open(pg_dsn).close()
     _sql(pg_dsn, "DROP FUNCTION trio_batch_record_outcomes")
-    # Version 15's one-outcome function (its body does not matter here, its signature does).
-    _sql(
-        pg_dsn,
-        wq.MIGRATE_V16_OUTCOMES[0].replace("DROP FUNCTION IF EXISTS", "CREATE FUNCTION")
-        + " RETURNS void LANGUAGE sql AS ''",
-    )
-    _sql(pg_dsn, "UPDATE trio_batch_schema SET version = 15")
+    back_to_v15(pg_dsn)  # with 15's one-outcome function, which runners of 15 still call
     PostgresStore.open(pg_dsn).close()
     assert _sql(pg_dsn, "SELECT version FROM trio_batch_schema") == [(SCHEMA_VERSION,)]
-    functions = "SELECT proname, proconfig FROM pg_proc WHERE proname LIKE 'trio_batch_record%%'"
+    functions = (
+        "SELECT proname, proconfig FROM pg_proc WHERE proname LIKE 'trio_batch_record%%' "
+        "ORDER BY proname"
+    )
     # Planned for each call's values: a batch's size, the tables as they are then.
     assert _sql(pg_dsn, functions) == [
-        ("trio_batch_record_outcomes", ["plan_cache_mode=force_custom_plan"])
+        ("trio_batch_record_outcome", None),
+        ("trio_batch_record_outcomes", ["plan_cache_mode=force_custom_plan"]),
     ]
 
 

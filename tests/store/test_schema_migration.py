@@ -54,7 +54,7 @@ def test_a_version_1_database_is_upgraded_in_place_and_keeps_its_jobs(v1_copy: P
     assert targets[1].options.grep == "x"
     # Outcomes stored before retries existed took one attempt; a pending target has none.
     assert [t.attempts for t in targets] == [1, 1, 0]
-    assert _user_version(v1_copy) == SCHEMA_VERSION == 5
+    assert _user_version(v1_copy) == SCHEMA_VERSION == 6
 
 
 def test_an_upgraded_database_takes_new_jobs_with_attempts(v1_copy: Path) -> None:

@@ -3,12 +3,26 @@ the migration tests upgrade."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import psycopg
 
 from trio_batch.store.postgres import _live_queries as lq
 from trio_batch.store.postgres import _queries as q
 
-__all__ = ["back_to_v14"]
+__all__ = ["V15_OUTCOME_FUNCTION", "back_to_v14", "back_to_v15"]
+
+#: Schema 15's one-outcome function as 15 made it: what a runner of 15 calls for each outcome
+#: through a pooler.
+V15_OUTCOME_FUNCTION = Path(__file__).parent / "data" / "record_outcome_v15.sql"
+
+
+def back_to_v15(dsn: str) -> None:
+    """The database as version 15 left it: 15's one-outcome function in place (16 changed no
+    table)."""
+    with psycopg.connect(dsn, autocommit=True) as conn, conn.transaction():
+        conn.execute(V15_OUTCOME_FUNCTION.read_text())
+        conn.execute("UPDATE trio_batch_schema SET version = 15")
 
 
 def back_to_v14(dsn: str) -> None:

@@ -67,6 +67,7 @@ def cmd_import_warc(args: argparse.Namespace) -> int:
 def cmd_export_warc(store: JobStore, args: argparse.Namespace) -> int:
     """``trio-batch export JOB --warc -o FILE``: FILE made whole or not at all (see
     :func:`~trio_batch._files.replacing`); 1 for a job with no snapshot."""
+    from ..fetchers import SnapshotError
     from ..fetchers._warc import warc_records
 
     _needs_warcio()
@@ -77,16 +78,19 @@ def cmd_export_warc(store: JobStore, args: argparse.Namespace) -> int:
     if snaps.owner_sync(args.job) is None:
         report_error(f"no snapshot of job {args.job} in {snaps.root}")
         return EXIT_FAILED
-    records = warc_records(snaps, args.job)
-    if args.output is None:
-        for record in records:
-            sys.stdout.buffer.write(record)
-        sys.stdout.buffer.flush()
-        return EXIT_DONE
     try:
+        records = warc_records(snaps, args.job)
+        if args.output is None:
+            for record in records:
+                sys.stdout.buffer.write(record)
+            sys.stdout.buffer.flush()
+            return EXIT_DONE
         with replacing(args.output, binary=True) as (out, _):
             for record in records:
                 out.write(record)
+    except SnapshotError as exc:  # a body gone from the directory: no FILE is made
+        report_error(f"{exc}; {exc.hint}")
+        return EXIT_FAILED
     except OSError as exc:
         raise UsageError(f"cannot write {args.output}: {exc.strerror or exc}") from None
     return EXIT_DONE

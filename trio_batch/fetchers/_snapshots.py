@@ -217,11 +217,11 @@ class SnapshotStore:
         except FileNotFoundError:
             return None
         except (OSError, ValueError) as exc:
-            raise _damaged(job_id, url, str(exc)) from None
+            raise damaged(job_id, url, str(exc)) from None
         try:
             entry = Entry.from_json(json.loads(raw))
         except (ValueError, KeyError, TypeError) as exc:
-            raise _damaged(job_id, url, f"its entry is not one ({exc})") from None
+            raise damaged(job_id, url, f"its entry is not one ({exc})") from None
         if entry.url != url:  # two URLs of one hash: never in practice, never served wrong
             return None
         if entry.size > max_bytes:
@@ -233,9 +233,9 @@ class SnapshotStore:
         try:
             data = read_bounded(self.blob_path(entry.sha256), max_bytes)
         except (OSError, ValueError) as exc:
-            raise _damaged(job_id, url, f"its body is missing or unreadable ({exc})") from None
+            raise damaged(job_id, url, f"its body is missing or unreadable ({exc})") from None
         if hashlib.sha256(data).hexdigest() != entry.sha256:
-            raise _damaged(job_id, url, "its body does not match its sha256")
+            raise damaged(job_id, url, "its body does not match its sha256")
         return entry, data
 
     def owner_sync(self, job_id: str) -> Owner | None:
@@ -382,7 +382,8 @@ class SnapshotStore:
                     shutil.rmtree(staging, ignore_errors=True)
 
 
-def _damaged(job_id: str, url: str, why: str) -> SnapshotError:
+def damaged(job_id: str, url: str, why: str) -> SnapshotError:
+    """The error for ``job_id``'s snapshot failing to give ``url``'s response, and why."""
     return SnapshotError(
         f"the snapshot of job {job_id} cannot give {url}: {why}",
         hint="the snapshot directory was changed by hand or its disk is failing; record the "

@@ -37,7 +37,7 @@ from .._text import parse_count, safe_text
 from ._answers import split_content_type
 from ._provenance import FETCHER
 from ._snapshot_entry import Entry, url_key
-from ._snapshots import SnapshotError, SnapshotStore
+from ._snapshots import SnapshotError, SnapshotStore, damaged
 
 __all__ = ["WarcError", "import_warc", "warc_records"]
 
@@ -55,12 +55,28 @@ class WarcError(ValueError):
 def warc_records(snaps: SnapshotStore, job_id: str) -> Iterator[bytes]:
     """The WARC/1.1 file of ``job_id``'s snapshot, a gzip member (one record) at a time.
 
-    Reads each body from disk as it goes. Raises OSError if a body file is gone.
+    Blocking (disk). Every body file is checked first: one gone raises
+    :class:`SnapshotError` here, before a record is made, so nothing half-made goes out.
+    Each body is then read from disk as its record is made (one gone meanwhile raises
+    :class:`SnapshotError` from the iterator).
     """
+    entries = sorted(snaps.entries(job_id), key=lambda e: (e.fetched_at, e.url))
+    for entry in entries:
+        try:
+            os.stat(snaps.blob_path(entry.sha256))
+        except OSError as exc:
+            raise _lost_body(job_id, entry, exc) from None
+    return _records(snaps, job_id, entries)
+
+
+def _lost_body(job_id: str, entry: Entry, exc: OSError) -> SnapshotError:
+    return damaged(job_id, entry.url, f"its body is missing or unreadable ({exc.strerror})")
+
+
+def _records(snaps: SnapshotStore, job_id: str, entries: list[Entry]) -> Iterator[bytes]:
     from warcio.statusandheaders import StatusAndHeaders
     from warcio.warcwriter import WARCWriter
 
-    entries = sorted(snaps.entries(job_id), key=lambda e: (e.fetched_at, e.url))
     for entry in entries:
         buf = io.BytesIO()
         writer = WARCWriter(buf, gzip=True, warc_version="1.1")
@@ -74,7 +90,11 @@ def warc_records(snaps: SnapshotStore, job_id: str) -> Iterator[bytes]:
         headers.append(("Content-Length", str(entry.size)))
         status = f"{entry.status or 200} {entry.reason or 'OK'}".strip()
         digest = "sha256:" + base64.b32encode(bytes.fromhex(entry.sha256)).decode()
-        with open(snaps.blob_path(entry.sha256), "rb") as body:
+        try:
+            body = open(snaps.blob_path(entry.sha256), "rb")  # noqa: SIM115 - closed below
+        except OSError as exc:
+            raise _lost_body(job_id, entry, exc) from None
+        with body:
             response = writer.create_warc_record(
                 entry.final_url,
                 "response",

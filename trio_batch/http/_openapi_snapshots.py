@@ -151,6 +151,10 @@ def snapshot_paths() -> dict[str, Any]:
                     ),
                     "401": UNAUTHORIZED,
                     "404": no_snapshot,
+                    "500": problem(
+                        "A response body of the snapshot is gone from the service's snapshot "
+                        "directory (changed by hand or damaged): ``snapshot-damaged``."
+                    ),
                     "501": problem("The service has no warc extra installed."),
                     "503": UNAVAILABLE,
                 },

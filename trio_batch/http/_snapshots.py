@@ -22,7 +22,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from .._text import json_type
-from ..fetchers import SnapshotStore
+from ..fetchers import SnapshotError, SnapshotStore
 from ..store import JobStore
 from ._bodies import parse_json, read_body, require_json
 from ._problems import Problem, not_found
@@ -124,7 +124,11 @@ async def snapshot_warc(request: Request) -> Response:
         raise Problem(
             501, "no-warc", "Not implemented", "the service needs the warc extra for WARC files"
         ) from None
-    records = warc_records(snaps, job_id)
+    try:
+        records = await trio.to_thread.run_sync(warc_records, snaps, job_id)
+    except SnapshotError as exc:
+        detail = f"{exc}; {exc.hint}"
+        raise Problem(500, "snapshot-damaged", "Snapshot damaged", detail) from None
 
     async def chunks() -> AsyncIterator[bytes]:
         while True:

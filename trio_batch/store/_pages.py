@@ -93,14 +93,16 @@ def rows_within(rows: Iterable[Sequence[Any]], max_bytes: int | None) -> list[Se
 @functools.cache
 def _query(results: bool, bounded: bool, outcomes: bool, cut: bool, placeholder: str) -> str:
     result = "result" if results else "NULL"
-    # A result over the cut is left unread; its length says what a link to it shows.
+    # A result over the cut is left unread; its size says what a link to it shows. The size
+    # is its column, or for a row stored before the column, its length (which reads it).
+    size = "coalesce(result_size, length(result))"
     wanted = (
-        _COLUMNS.format(result="CASE WHEN length(result) > ? THEN NULL ELSE result END")
-        + ", CASE WHEN length(result) > ? THEN length(result) END"
+        _COLUMNS.format(result=f"CASE WHEN {size} > ? THEN NULL ELSE result END")
+        + f", CASE WHEN {size} > ? THEN {size} END"
         if cut
         else _COLUMNS.format(result=result)
     )
-    columns = _COLUMNS.format(result=result)
+    columns = _COLUMNS.format(result=result) + (", result_size" if cut else "")
     where = "job_id = ? AND idx > ?"
     if outcomes:
         where += " AND status IN ('done', 'failed')"

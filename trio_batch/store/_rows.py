@@ -170,14 +170,10 @@ def outcome_values(
                 "or raise Config.max_result_size"
             )
             result_text = None
+    hint = None if hint is None else safe_text(hint)  # a success may have one too
     if error is None:
         return TargetState.DONE, result_text, None, hint
-    return (
-        TargetState.FAILED,
-        result_text,
-        safe_text(error),
-        None if hint is None else safe_text(hint),
-    )
+    return TargetState.FAILED, result_text, safe_text(error), hint
 
 
 def write_values(

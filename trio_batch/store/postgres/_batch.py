@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from ..._errors import OutcomeExists
-from ..._model import Job, OutcomeWrite, final_status
+from ..._model import Job, OutcomeWrite, final_status, is_job_id, is_target_index
 from .._rows import write_values
 
 __all__ = ["OutcomeBatch", "Sent"]
@@ -37,6 +37,12 @@ class Sent(NamedTuple):
         return self.status, self.result, self.error, self.hint
 
     @property
+    def idx(self) -> int:
+        """The target's index as sent: one no target can have (negative, or past what the
+        column holds, which could not even be bound) as -1, which no target has either."""
+        return self.write.idx if is_target_index(self.write.idx) else -1
+
+    @property
     def size(self) -> int:
         """What the write adds to its job's ``results_size`` (characters)."""
         return 0 if self.result is None else len(self.result)
@@ -51,13 +57,18 @@ class OutcomeBatch:
     answers: list[Job | Exception | None]
     #: Each target's first write that can be stored, in order.
     sent: list[Sent] = field(default_factory=list)
+    #: Every write that can be stored, in order: a target's later writes too.
+    storable: list[Sent] = field(default_factory=list)
     #: A later write of a target already sent: its index, and the first's.
     repeats: list[tuple[int, int]] = field(default_factory=list)
+    #: The writes that ended their job (its last outcome, the job live before).
+    ended: set[int] = field(default_factory=set)
 
     @classmethod
     def of(cls, writes: Sequence[OutcomeWrite]) -> OutcomeBatch:
-        """``writes`` checked (one that cannot be stored answers its ValueError, nothing
-        sent for it) and each target's first write kept to send."""
+        """``writes`` checked (one that cannot be stored answers its ValueError, one of no
+        job id's shape None, nothing sent for either) and each target's first write kept to
+        send."""
         batch = cls(writes, [None] * len(writes))
         first: dict[tuple[str, int], int] = {}
         for i, write in enumerate(writes):
@@ -66,22 +77,35 @@ class OutcomeBatch:
             except ValueError as exc:
                 batch.answers[i] = exc
                 continue
+            if not is_job_id(write.job_id):  # no such job (nor text the database takes)
+                continue
+            sent = Sent(i, write, status.value, result, error, hint)
+            batch.storable.append(sent)
             key = (write.job_id, write.idx)
             if key in first:
                 batch.repeats.append((i, first[key]))
                 continue
             first[key] = i
-            batch.sent.append(Sent(i, write, status.value, result, error, hint))
+            batch.sent.append(sent)
         return batch
 
-    def answer_stored(self, stored: Collection[int], after: Mapping[str, Job]) -> None:
-        """Answer the sent writes whose indexes are in ``stored``, from each one's job as the
-        batch left it (``after``: its counts and lease; its status as it was before, the
-        statement having stored the batch's end of it). A job's last write answers that
-        job, ended if it is the job's last outcome; one before it, the job less the writes
-        after it."""
+    def one_by_one(self) -> list[Sent]:
+        """Every write that can be stored, to send one at a time (the database refused a
+        value of the batch): each answered as it is made, a target's later writes too (one
+        after a first the database refused may store it)."""
+        self.repeats.clear()
+        return self.storable
+
+    def answer_stored(
+        self, part: Sequence[Sent], stored: Collection[int], after: Mapping[str, Job]
+    ) -> None:
+        """Answer the writes of ``part`` (sent in one statement) whose indexes are in
+        ``stored``, from each one's job as the statement left it (``after``: its counts and
+        lease; its status as it was before, the statement having stored its end itself). A
+        job's last write answers that job, ended if it is the job's last outcome; one before
+        it, the job less the writes after it."""
         later: dict[str, tuple[int, int]] = {}  # job id: outcomes, failures after this write
-        for sent in reversed(self.sent):
+        for sent in reversed(part):
             if sent.at not in stored:
                 continue
             job_id = sent.write.job_id
@@ -96,6 +120,7 @@ class OutcomeBatch:
             elif job.status.is_live and job.targets_done >= job.targets_total:  # its last
                 final = final_status(job.targets_total, job.targets_failed)
                 job = dataclasses.replace(job, status=final)
+                self.ended.add(sent.at)
             later[job_id] = (done + 1, failed + (sent.error is not None))
             self.answers[sent.at] = job
 

@@ -50,7 +50,8 @@ _JOBS = (
 #: Each outcome whose target is pending and whose job is one of those.
 _STORED = (
     "stored AS (UPDATE targets AS t SET status = w.status, result = w.result, "
-    "error = w.error, hint = w.hint, finished_at = %(now)s, attempts = w.attempts "
+    "error = w.error, hint = w.hint, finished_at = %(now)s, attempts = w.attempts, "
+    "result_size = w.size "
     "FROM w, job WHERE t.job_id = w.job_id AND t.idx = w.idx AND t.status = 'pending' "
     "AND job.id = w.job_id RETURNING w.n, w.job_id, w.failed, w.size)"
 )
@@ -150,10 +151,15 @@ CREATE_RECORD_OUTCOMES_FUNCTION = (
     + re.sub(r"%\((\w+)\)s", r"p_\1", RECORD_OUTCOMES)
     + "; END $body$"
 )
-#: Version 16: the one-outcome function of versions 6 to 15 gives way to the one above.
-MIGRATE_V16_OUTCOMES = (
-    "DROP FUNCTION IF EXISTS trio_batch_record_outcome(text, integer, double precision, "
-    "double precision, text, text, text, text, text, integer, integer, bigint)",
+#: Version 16: the function above. The one-outcome function of versions 6 to 15
+#: (``trio_batch_record_outcome``) stays: a runner of those versions still running through a
+#: pooler (a rolling upgrade) calls it for each outcome, and the tables it writes are as 16
+#: keeps them.
+MIGRATE_V16_OUTCOMES = (CREATE_RECORD_OUTCOMES_FUNCTION,)
+#: Version 17: each stored result's size (characters), written with it, so the job view need
+#: not read every result to size it (NULL on rows stored before: ``length(result)`` then).
+MIGRATE_V17_RESULT_SIZE = (
+    "ALTER TABLE targets ADD COLUMN IF NOT EXISTS result_size bigint",
     CREATE_RECORD_OUTCOMES_FUNCTION,
 )
 #: Version 12: waits registered, so that a job's end is notified only if a runner waits on

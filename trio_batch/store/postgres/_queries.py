@@ -265,7 +265,8 @@ COUNT_TERMINAL_BY_STATUS = (
 #: A job's targets without their results, and each result's size (characters), last.
 GET_TARGETS_WITHOUT_RESULTS = (
     "SELECT idx, url, status, NULL, error, hint, options, finished_at, attempts, "
-    "custom_id, coalesce(length(result), 0) FROM targets WHERE job_id = %s ORDER BY idx"
+    "custom_id, coalesce(result_size, length(result), 0) FROM targets WHERE job_id = %s "
+    "ORDER BY idx"
 )
 GET_ONE_TARGET = f"SELECT {TARGET_COLUMNS} FROM targets WHERE job_id = %s AND idx = %s"
 #: A job's columns one by one, for the filtered lists (see store/_filters.py).

@@ -28,7 +28,7 @@ from . import _schema_queries as sq
 __all__ = ["SCHEMA_VERSION", "migrate"]
 
 #: The schema version this code writes.
-SCHEMA_VERSION = 16
+SCHEMA_VERSION = 17
 
 
 def migrate(
@@ -106,11 +106,15 @@ def migrate(
                 conn.execute(statement)
             conn.execute(cq.CREATE_CREATE_JOB_FUNCTION)
         if version < 16:
-            # A shared commit's outcomes in one statement: one function for them all, in
-            # place of one per outcome (versions 6 to 15 made that one; it is dropped).
+            # A shared commit's outcomes in one statement: one function for them all. The
+            # one-outcome function of 6 to 15 stays, for runners of those versions still up.
             for statement in wq.MIGRATE_V16_OUTCOMES:
                 conn.execute(statement)
-        # Later versions add their steps here: `if version < 17: ...`.
+        if version < 17:
+            # Each result's size beside it; the outcomes' function made again to write it.
+            for statement in wq.MIGRATE_V17_RESULT_SIZE:
+                conn.execute(statement)
+        # Later versions add their steps here: `if version < 18: ...`.
         conn.execute(sq.SET_VERSION, (SCHEMA_VERSION,))
 
 

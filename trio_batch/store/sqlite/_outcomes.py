@@ -12,7 +12,7 @@ import time
 from collections.abc import Sequence
 
 from ..._errors import OutcomeExists
-from ..._model import Job, JobState, OutcomeWrite, Result, final_status
+from ..._model import Job, JobState, OutcomeWrite, Result, final_status, is_job_id
 from .._rows import job_from_row as _job
 from .._rows import outcome_values
 from . import _queries as q
@@ -82,15 +82,17 @@ class StoreOutcomes(StoreReads):
         status, result_text, error, hint = outcome_values(
             w.result, w.error, w.hint, w.max_result_size
         )
+        if not is_job_id(w.job_id):  # no such job (nor, maybe, text SQLite takes)
+            return None
         conn = self.db.conn
-        values = (status.value, result_text, error, hint, now, w.attempts, w.job_id, w.idx)
+        size = 0 if result_text is None else len(result_text)
+        values = (status.value, result_text, error, hint, now, w.attempts, w.job_id, w.idx, size)
         if conn.execute(q.STORE_OUTCOME, values).rowcount != 1:
             if conn.execute(q.GET_JOB, (w.job_id, now)).fetchone() is None:
                 return None
             raise OutcomeExists(
                 f"target {w.idx} of job {w.job_id} already has an outcome or does not exist"
             )
-        size = 0 if result_text is None else len(result_text)
         bump = (int(error is not None), size, now, now + ttl, w.job_id, now)
         job = _job(conn.execute(q.BUMP_JOB, bump).fetchone())  # found unexpired just now
         if job.targets_done >= job.targets_total and job.status.is_live:

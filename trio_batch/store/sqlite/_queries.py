@@ -78,7 +78,7 @@ SET_STATUS = "UPDATE jobs SET status = ? WHERE id = ?"
 #: Store one outcome; never overwrites one (only a pending target matches).
 STORE_OUTCOME = (
     "UPDATE targets SET status = ?1, result = ?2, error = ?3, hint = ?4, finished_at = ?5, "
-    "attempts = ?6 WHERE job_id = ?7 AND idx = ?8 AND status = 'pending' "
+    "attempts = ?6, result_size = ?9 WHERE job_id = ?7 AND idx = ?8 AND status = 'pending' "
     "AND EXISTS (SELECT 1 FROM jobs WHERE id = ?7 AND expires_at > ?5)"
 )
 #: Move a live, unexpired job to a terminal status, once.
@@ -120,7 +120,8 @@ GET_TARGETS = f"SELECT {TARGET_COLUMNS} FROM targets WHERE job_id = ? ORDER BY i
 #: The targets with NULL for each result, and the result's size in characters last.
 GET_TARGETS_WITHOUT_RESULTS = (
     "SELECT idx, url, status, NULL, error, hint, options, finished_at, attempts, "
-    "custom_id, coalesce(length(result), 0) FROM targets WHERE job_id = ? ORDER BY idx"
+    "custom_id, coalesce(result_size, length(result), 0) FROM targets WHERE job_id = ? "
+    "ORDER BY idx"
 )
 GET_ONE_TARGET = f"SELECT {TARGET_COLUMNS} FROM targets WHERE job_id = ? AND idx = ?"
 #: A job's columns one by one, for the filtered lists (see store/_filters.py).
@@ -176,6 +177,9 @@ MIGRATE_V3_BATCH_DATA = (
 )
 #: Version 5: the job's trace context (a W3C traceparent), NULL when it was not traced.
 ADD_TRACE_CONTEXT = "ALTER TABLE jobs ADD COLUMN trace_context TEXT"
+#: Version 6: a stored result's size in characters, written with it (NULL on rows stored
+#: before, sized by ``length(result)``, which reads the whole value).
+ADD_RESULT_SIZE = "ALTER TABLE targets ADD COLUMN result_size INTEGER"
 
 # ---------------------------------------------------------------------------------------------
 # The outbox: jobs' terminal events and their deliveries (version 4)

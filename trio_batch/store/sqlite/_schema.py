@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 __all__ = ["SCHEMA_VERSION", "check", "migrate"]
 
 #: The schema version this code writes, kept in ``PRAGMA user_version``.
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 #: Every table the migrations make. A database with none of them and no version is new to us;
 #: one with any of them but no version is another program's, and is refused before anything
@@ -49,7 +49,10 @@ def migrate(store: Connection) -> None:
         if version < 5:
             # The job's trace context, for the runner that reaps it or delivers its event.
             store.db.execute(q.ADD_TRACE_CONTEXT)
-        # Later versions add their steps here: `if version < 6: ...`.
+        if version < 6:
+            # Each result's size, so the job view need not read every result to size it.
+            store.db.execute(q.ADD_RESULT_SIZE)
+        # Later versions add their steps here: `if version < 7: ...`.
         store.db.execute(f"PRAGMA user_version={SCHEMA_VERSION:d}")
 
 
