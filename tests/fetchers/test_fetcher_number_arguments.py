@@ -30,6 +30,9 @@ BAD = [
     ("timeout", 1e300),
     ("timeout", True),
     ("max_host_pause", 1e308),
+    ("max_host_pause", True),  # taken as a pause of 1 s
+    ("per_host_rate", True),  # taken as a rate of 1 a second
+    ("per_host_rate", "5"),  # TypeError from math.isfinite, naming no argument
 ]
 
 
