@@ -490,3 +490,48 @@ def test_plain_urls_are_those_of_targets_without_options_or_custom_ids() -> None
     for odd in (Target("https://c", Options(grep="x")), Target("https://c", custom_id="c")):
         assert plain_urls(check_targets([*plain, odd])) is None
         assert plain_urls([*plain, odd]) is None
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("ttl", 1e300), ("target_timeout", 1e18), ("poll_interval", 1e308), ("store_timeout", 1e7)],
+)
+def test_config_refuses_seconds_past_what_is_shown_or_sent_on(name: str, value: float) -> None:
+    # A ttl of 1e300 passed and was stored: every later listing of the job failed to show its
+    # expiry as a date (OverflowError). PostgreSQL takes a store timeout in milliseconds up
+    # to 2**31 - 1: 1e7 s was refused by the server at open, as if it were unreachable.
+    with pytest.raises(ValueError, match=f"Config.{name} must be at most"):
+        Config(**{name: value})
+
+
+def test_config_takes_a_century_and_a_store_timeout_of_24_days() -> None:
+    assert Config(ttl=100 * 365 * 86400).ttl == 100 * 365 * 86400
+    assert Config(store_timeout=2_147_483).store_timeout == 2_147_483
+
+
+def _nested(depth: int) -> Any:
+    value: Any = 0
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    ("meta", "stored"),
+    [
+        ({"n": _nested(254)}, True),  # with meta's own object: 255 levels
+        ({"n": _nested(255)}, False),
+        ({"s": "[" * 1000, "l": [[1]] * 300}, True),  # brackets in a string are text
+        ({'k\\"[[': "\\", "t": '"[' * 300, "l": [[1]] * 200}, True),  # escapes too
+        ({"s": '\\"' + "[" * 300, "n": _nested(300)}, False),
+    ],
+    ids=["255-deep", "256-deep", "brackets-in-text", "escapes", "deep-beside-text"],
+)
+def test_a_meta_is_stored_by_its_nesting_not_by_the_brackets_in_its_text(
+    meta: dict[str, Any], stored: bool
+) -> None:
+    if stored:
+        assert Result.from_json_text(Result("x", meta).to_json_text()).meta == meta
+    else:
+        with pytest.raises(ValueError, match="nests more than 255 levels"):
+            Result("x", meta).to_json_text()

@@ -9,7 +9,7 @@ from types import MappingProxyType
 
 from ._event import JobEvent
 from ._retry import RetryPolicy
-from ._text import is_finite, safe_text
+from ._text import MAX_MILLISECONDS, MAX_SECONDS, check_seconds, safe_text
 
 __all__ = ["COMMAND_TARGET_TIMEOUT", "ClassLimits", "Config"]
 
@@ -20,15 +20,15 @@ COMMAND_TARGET_TIMEOUT = 60.0
 
 
 def _check_number(owner: str, name: str, value: object, *, integer: bool) -> None:
-    kind = int if integer else int | float
-    if isinstance(value, bool) or not isinstance(value, kind):
-        raise TypeError(
-            f"{owner}.{name} must be {'an integer' if integer else 'a number'}, "
-            f"not {type(value).__name__}"
-        )
-    assert isinstance(value, int | float)
-    if not integer and not is_finite(value):
-        raise ValueError(f"{owner}.{name} must be finite, not {safe_text(value, 40)}")
+    if not integer:
+        # Past a century is refused here, not where it is used: a ttl of 1e300 was stored,
+        # and every later listing of the job failed to show its expiry as a date. A store
+        # timeout goes to PostgreSQL in milliseconds, which it takes up to 2**31 - 1.
+        high = MAX_MILLISECONDS if name == "store_timeout" else MAX_SECONDS
+        check_seconds(f"{owner}.{name}", value, high=high)
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{owner}.{name} must be an integer, not {type(value).__name__}")
     if value < 0:
         raise ValueError(f"{owner}.{name} must not be negative (got {safe_text(value, 40)})")
 
@@ -56,7 +56,9 @@ class ClassLimits:
 class Config:
     """Runner limits and timings, in seconds and counts.
 
-    A number given as 0 takes its default; a negative one raises ValueError.
+    A number given as 0 takes its default; a negative one raises ValueError, as does a number
+    of seconds that is not finite or is past a century (``store_timeout``: past 2**31 - 1
+    milliseconds, about 24.8 days, the most PostgreSQL takes).
 
     - ``ttl``: how long a job's lease lasts after its latest write (24 h).
     - ``targets_per_job``: most targets one job may have (32); past it, :class:`TooManyTargets`.

@@ -15,10 +15,11 @@ per thread: ``JSONEncoder.encode`` builds one per call.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 
-__all__ = ["MAX_INT_DIGITS", "STRICT_JSON", "compact_json"]
+__all__ = ["MAX_DEPTH", "MAX_INT_DIGITS", "STRICT_JSON", "compact_json", "nested_deeper_than"]
 
 #: Most digits an integer in user JSON may have (Python's own conversion limit).
 MAX_INT_DIGITS = 4300
@@ -83,3 +84,26 @@ _COMPACT = json.JSONEncoder(allow_nan=False, ensure_ascii=False, separators=(","
 def compact_json(value: object) -> str:
     """``value`` as :data:`_COMPACT` encodes it (a cycle is "Circular reference detected")."""
     return _COMPACT.encode(value)
+
+
+#: Deepest nesting of arrays and objects a stored value may have. Python's encoder and decoder
+#: recurse once a level, within a limit shared with the frames below them: a value stored from
+#: a shallow stack (the store thread's) failed to encode again deep in a server's (a
+#: RecursionError, a 500 halfway through an answer) past about 950 levels.
+MAX_DEPTH = 256
+
+#: Outside its strings, compact JSON holds only these besides brackets.
+_NOT_BRACKETS = str.maketrans("", "", "0123456789+-.eEtrufalsn,: \n\t\r")
+_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
+
+
+def nested_deeper_than(text: str, limit: int = MAX_DEPTH) -> bool:
+    """Whether the JSON ``text`` nests arrays and objects more than ``limit`` deep. Costs a
+    count of brackets for any text with fewer than ``limit`` of them (almost every one), and
+    string operations in C for the rest."""
+    if text.count("[") + text.count("{") <= limit:
+        return False
+    # Escapes are inside strings only; without them, every other '"' opens a string.
+    bare = text.replace("\\\\", "").replace('\\"', "")
+    brackets = "".join(bare.split('"')[::2]).translate(_NOT_BRACKETS)
+    return max(itertools.accumulate(_STEP[c] for c in brackets)) > limit

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from ._json import compact_json
+from ._json import MAX_DEPTH, compact_json, nested_deeper_than
 
 # What a caller submits lives in ._targets; importable from here too, as before.
 from ._targets import (
@@ -164,8 +164,8 @@ _EMPTY_RESULT_TEXT = '{"content":"","meta":{}}'
 class Result:
     """What a fetch function returns for one target: the content and free-form metadata.
 
-    ``meta`` must be JSON-serialisable (no NaN, sets or cycles); a result that is not fails its
-    target with a clear error instead of being stored.
+    ``meta`` must be JSON-serialisable (no NaN, sets or cycles) and nest at most 255 levels
+    deep; a result that is not fails its target with a clear error instead of being stored.
     """
 
     content: str
@@ -184,6 +184,8 @@ class Result:
             # In parts, to the whole object's text: a str goes straight to the C string encoder,
             # an empty meta costs nothing (the whole object set up the full encoder each time).
             meta_text = "{}" if type(meta) is dict and not meta else compact_json(meta)
+            if nested_deeper_than(meta_text, MAX_DEPTH - 1):  # meta is one level in
+                raise ValueError(f"Result.meta nests more than {MAX_DEPTH - 1} levels deep")
             text = '{"content":' + _encode_str(content) + ',"meta":' + meta_text + "}"
             text.encode("utf-8")
         except Exception as exc:  # whatever a hostile dict subclass or __str__ may raise

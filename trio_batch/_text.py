@@ -13,9 +13,16 @@ from typing import Any
 __all__ = [
     "CONTROL_CHARACTER",
     "MAX_ERROR_LENGTH",
+    "MAX_INDEX",
+    "MAX_INT64",
+    "MAX_MILLISECONDS",
+    "MAX_SECONDS",
+    "check_seconds",
+    "check_whole",
     "is_finite",
     "json_type",
     "parse_count",
+    "parse_decimal",
     "printable",
     "printable_json",
     "safe_text",
@@ -24,6 +31,16 @@ __all__ = [
 
 #: Longest error or hint text stored for a target.
 MAX_ERROR_LENGTH = 4096
+#: Most seconds a caller may give for a time (a century): a lease or timeout this long is
+#: "never" for any batch, and ``time.time()`` plus it is still a date every part can show.
+MAX_SECONDS = 100 * 365 * 86400
+#: Most seconds of a timeout handed on in whole milliseconds to a C ``int``: SQLite's busy
+#: timeout, PostgreSQL's ``statement_timeout`` (2**31 - 1 ms, about 24.8 days).
+MAX_MILLISECONDS = (2**31 - 1) / 1000
+#: The largest target index a store holds (a 32-bit column on PostgreSQL).
+MAX_INDEX = 2**31 - 1
+#: The largest integer SQLite and PostgreSQL's ``bigint`` store, and a C ``long`` holds.
+MAX_INT64 = 2**63 - 1
 
 
 #: Characters that steer a terminal or reorder text rather than show: C0 and C1 controls, DEL,
@@ -70,6 +87,21 @@ def parse_count(text: str, *, max_digits: int = 18) -> int | None:
     return int(text)
 
 
+#: A decimal number in ASCII: digits, a point, an exponent; no sign, space, "_", "nan".
+_DECIMAL = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
+
+
+def parse_decimal(text: str) -> float | None:
+    """The finite, non-negative number ``text`` spells in ASCII (``2.5``, ``1e3``), or None.
+
+    ``float`` alone also reads ``nan``, ``1_0``, `` 5 `` and other scripts' digits (``٣``),
+    and reads ``1e400`` as infinity; values from URLs and options are parsed with this."""
+    if len(text) > 400 or _DECIMAL.fullmatch(text) is None:
+        return None
+    value = float(text)
+    return value if math.isfinite(value) else None
+
+
 def unknown_keys(obj: Mapping[Any, Any], known: Sequence[str]) -> str:
     """The keys of ``obj`` outside ``known``, sorted and quoted for a message; "" if none."""
     return ", ".join(repr(k) for k in sorted(map(str, obj)) if k not in known)
@@ -82,6 +114,39 @@ def is_finite(value: float) -> bool:
         return math.isfinite(value)
     except OverflowError:
         return False
+
+
+def check_seconds(
+    name: str, value: object, *, high: float = MAX_SECONDS, zero: bool = True
+) -> float:
+    """``value`` if it is a number of seconds from 0 (exclusive unless ``zero``) to ``high``;
+    else TypeError (a bool, a non-number) or ValueError (NaN, an infinity, an int past any
+    float, out of range), naming ``name`` and the value, cut short."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__}")
+    if not is_finite(value):
+        raise ValueError(f"{name} must be finite, not {safe_text(value, 40)}")
+    if value < 0 or (value == 0 and not zero):
+        must = "must not be negative" if zero else "must be positive"
+        raise ValueError(f"{name} {must} (got {value:g})")
+    if value > high:
+        raise ValueError(f"{name} must be at most {high:g} seconds, not {value:g}")
+    return value
+
+
+def check_whole(
+    name: str, value: object, *, low: int | None = 0, high: int | None = MAX_INT64
+) -> int:
+    """``value`` if it is an int (not a bool) from ``low`` to ``high`` (None: no bound); else
+    TypeError or ValueError naming ``name`` and the value, cut short."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be a whole number, not {type(value).__name__}")
+    if (low is not None and value < low) or (high is not None and value > high):
+        upto = "" if high is None else f" to {high}"
+        raise ValueError(
+            f"{name} must be a whole number from {low}{upto}, not {safe_text(value, 40)}"
+        )
+    return value
 
 
 def safe_text(value: object, limit: int = MAX_ERROR_LENGTH) -> str:

@@ -184,6 +184,16 @@ async def test_snapshots_past_their_bound_fail_the_target_and_keep_nothing_of_it
     assert small.used_bytes() == len(HTML.encode())
 
 
+@pytest.mark.parametrize(
+    "bound", [float("nan"), float("inf"), 1.5, True], ids=["nan", "inf", "1.5", "True"]
+)
+def test_a_snapshot_bound_that_is_no_whole_number_is_refused(tmp_path: Path, bound: object) -> None:
+    # NaN passed "max_bytes < 0" and bounded nothing: no comparison with NaN is true, so
+    # every body was kept however full the directory.
+    with pytest.raises((TypeError, ValueError), match="max_bytes"):
+        SnapshotStore(tmp_path / "snaps", max_bytes=bound)  # type: ignore[arg-type]
+
+
 async def test_a_lapsed_jobs_snapshot_is_collected_unless_pinned(
     server: LocalServer, store: JobStore, snapshots: SnapshotStore, clock: FakeClock
 ) -> None:

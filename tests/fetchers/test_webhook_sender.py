@@ -197,3 +197,19 @@ async def test_a_host_rebound_after_the_check_is_never_connected_to(receiver: Re
         await sender.deliver(event_to(url))
     assert type(failed.value).__name__ == "DeliveryAnswer"
     assert receiver.arrivals == 0
+
+
+@pytest.mark.parametrize(
+    "timeout", [10**400, float("inf"), float("nan"), True], ids=["10**400", "inf", "nan", "True"]
+)
+def test_a_timeout_no_delivery_can_keep_is_refused_when_the_sender_is_made(
+    timeout: object,
+) -> None:
+    # 10**400 passed "timeout > 0" and failed every delivery with OverflowError (retried
+    # for a day); infinity let a receiver that never answers hold a delivery for ever.
+    with pytest.raises((TypeError, ValueError), match="timeout"):
+        WebhookSender("whsec_" + "A" * 43, DestinationPolicy(), timeout=timeout)  # type: ignore[arg-type]
+
+
+async def test_a_sender_with_a_big_finite_timeout_still_delivers(receiver: Receiver) -> None:
+    assert await sender_for(receiver, timeout=1e6).deliver(event_to(receiver.url)) == "HTTP 204"

@@ -15,15 +15,13 @@ import trio
 from .._errors import InvalidRequest, JobGone
 from .._files import replacing
 from .._model import JobState
+from .._text import MAX_INDEX
 from ..runner import export_line, export_targets
 from ..store import JobFilter, JobStore, parse_filter
 from ._common import EXIT_DONE, EXIT_FAILED, UsageError, ask, report_error
 from ._options import whole_number
 
 __all__ = ["add_export_parser", "add_job_filters", "cmd_export", "job_filter"]
-
-#: The largest target index a store holds (a 32-bit column on PostgreSQL).
-MAX_INDEX = 2**31 - 1
 
 
 def add_export_parser(

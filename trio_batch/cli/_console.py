@@ -171,7 +171,10 @@ def format_time(epoch: float | None) -> str:
     """Local time, to the second, for tables: ``2026-11-29 23:17:42``."""
     if epoch is None:
         return "-"
-    return datetime.fromtimestamp(epoch).strftime("%Y-%m-%d %H:%M:%S")
+    try:
+        return datetime.fromtimestamp(epoch).strftime("%Y-%m-%d %H:%M:%S")
+    except (OverflowError, OSError, ValueError):  # a time past any date (a database's own)
+        return f"{epoch:g}"
 
 
 def _first_line(text: str, width: int = 60) -> str:

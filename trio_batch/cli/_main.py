@@ -32,9 +32,9 @@ from collections.abc import Sequence
 from .._config import Config
 from .._errors import BatchError
 from .._model import is_job_id
-from .._text import parse_count
+from .._text import MAX_INDEX, parse_count
 from .._version import __version__
-from ._batch_data import MAX_INDEX, add_export_parser, add_job_filters, cmd_export
+from ._batch_data import add_export_parser, add_job_filters, cmd_export
 from ._common import (
     EXIT_BUSY,
     EXIT_CANCELLED,
@@ -50,7 +50,13 @@ from ._common import (
 )
 from ._inspect import cmd_forget, cmd_gc, cmd_jobs, cmd_results, cmd_status
 from ._logs import add_log_format_argument
-from ._options import add_fetch_limits, add_politeness, add_store_options, whole_number
+from ._options import (
+    add_fetch_limits,
+    add_politeness,
+    add_store_options,
+    positive_number,
+    whole_number,
+)
 from ._run import DEFAULT_MAX_TARGETS, cmd_retry, cmd_run
 from ._snapshots import add_recording_options, add_snapshot_dir, cmd_pin
 from ._telemetry import add_otel_argument
@@ -254,7 +260,7 @@ def _add_fetch_options(run: argparse.ArgumentParser) -> None:
     add_log_format_argument(run)
     run.add_argument(
         "--ttl",
-        type=float,
+        type=positive_number("seconds"),
         default=Config().ttl,
         metavar="SECONDS",
         help="how long the job and its results are kept after its last activity "

@@ -4,12 +4,12 @@ the option types (whole numbers, positive numbers) every command checks its numb
 from __future__ import annotations
 
 import argparse
-import math
 from collections.abc import Callable
 from typing import Any
 
 from .._config import COMMAND_TARGET_TIMEOUT, Config
 from .._retry import RetryPolicy
+from .._text import MAX_MILLISECONDS, MAX_SECONDS, parse_decimal, safe_text
 
 __all__ = [
     "COMMAND_RETRIES",
@@ -58,17 +58,23 @@ def whole_number(low: int, high: int) -> Callable[[str], int]:
     return parse
 
 
-def positive_number(unit: str = "") -> Callable[[str], float]:
-    """An argparse ``type``: a positive, finite number (of ``unit``, as the error says)."""
-    what = f"a positive number of {unit}" if unit else "a positive number"
+def positive_number(
+    unit: str = "", *, high: float | None = None, zero: bool = False
+) -> Callable[[str], float]:
+    """An argparse ``type``: a positive, finite number (of ``unit``, as the error says) in
+    ASCII digits, at most ``high``; a number of seconds at most :data:`MAX_SECONDS` unless
+    told otherwise. ``zero``: 0 is taken too (an option whose 0 means its default)."""
+    if high is None and unit == "seconds":
+        high = MAX_SECONDS
+    what = f"a {'non-negative' if zero else 'positive'} number"
+    what += f" of {unit}" if unit else ""
+    if high is not None:
+        what += f" up to {high:g}"
 
     def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            value = math.nan
-        if not (value > 0 and math.isfinite(value)):
-            raise argparse.ArgumentTypeError(f"expected {what}, not {text!r}")
+        value = parse_decimal(text)
+        if value is None or (value <= 0 and not zero) or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"expected {what}, not {safe_text(text, 40)!r}")
         return value
 
     parse.__name__ = what
@@ -79,7 +85,7 @@ def add_fetch_limits(parser: argparse.ArgumentParser) -> None:
     """``--target-timeout`` and ``--retries``."""
     parser.add_argument(
         "--target-timeout",
-        type=float,
+        type=positive_number("seconds"),
         default=COMMAND_TARGET_TIMEOUT,
         metavar="SECONDS",
         help="an attempt at a target taking longer fails with error 'timeout' "
@@ -102,7 +108,7 @@ def add_store_options(parser: argparse.ArgumentParser) -> None:
     """``--store-timeout`` and ``--listen-db`` (PostgreSQL stores)."""
     parser.add_argument(
         "--store-timeout",
-        type=positive_number("seconds"),
+        type=positive_number("seconds", high=MAX_MILLISECONDS),
         default=Config().store_timeout,
         metavar="SECONDS",
         help="PostgreSQL: the longest one database call may take before it fails "

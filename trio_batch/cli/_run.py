@@ -7,7 +7,6 @@ import contextlib
 import functools
 import getpass
 import logging
-import math
 import signal
 import sys
 import time
@@ -141,9 +140,6 @@ def fetch_job(
     """Submit ``targets`` as ``caller``'s job and fetch it, showing progress; or, with
     ``retry`` (a job id and what to retry), the retry of that job (``run``'s and ``retry``'s
     common part). Returns the exit code."""
-    for flag, value in (("--ttl", args.ttl), ("--target-timeout", args.target_timeout)):
-        if not (value > 0 and math.isfinite(value)):
-            raise UsageError(f"{flag} must be a positive number of seconds")
     try:
         tracing, flush_traces = setup_tracing(args.otel)
     except ValueError as exc:

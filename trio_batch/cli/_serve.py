@@ -13,7 +13,7 @@ import trio
 
 from .._config import Config
 from .._errors import StoreError, StoreLocked
-from .._text import printable
+from .._text import MAX_INT64, printable
 from ..fetchers import (
     DestinationPolicy,
     WebhookSender,
@@ -23,6 +23,7 @@ from ..fetchers import (
 )
 from ..http import Auth, HeaderAuth, TokenAuth, create_app, serve
 from ..http._app import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY
+from ..http._serve import check_bind
 from ._common import PrintableFormatter
 from ._logs import JsonFormatter, add_log_format_argument
 from ._options import (
@@ -31,7 +32,9 @@ from ._options import (
     add_politeness,
     add_store_options,
     politeness,
+    positive_number,
     retry_policy,
+    whole_number,
 )
 from ._snapshots import add_snapshot_dir, snapshot_store
 from ._telemetry import add_otel_argument, setup_tracing
@@ -53,6 +56,14 @@ _CONFIG_OPTIONS = {
 }
 
 
+def _bind(text: str) -> str:
+    """``--bind``'s type: a usage error before anything is opened, not a traceback after."""
+    try:
+        return check_bind(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     """Add ``trio-batch serve``'s options to ``parser`` (for the command line to dispatch)."""
     parser.add_argument(
@@ -63,6 +74,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--bind",
+        type=_bind,
         default="127.0.0.1:8000",
         metavar="HOST:PORT",
         help="where to listen (default: %(default)s; port 0 picks a free port)",
@@ -106,7 +118,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--process-timeout",
-        type=float,
+        type=positive_number("seconds"),
         default=10.0,
         metavar="SECONDS",
         help="the built-in fetcher's limit on processing one body (grep, jq, HTML, PDF), in "
@@ -114,7 +126,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--cancel-grace",
-        type=float,
+        type=positive_number("seconds", zero=True),
         default=5.0,
         metavar="SECONDS",
         help="after a cancel, how long the target being fetched may still run before it is "
@@ -130,14 +142,14 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--max-body",
-        type=int,
+        type=whole_number(1, MAX_INT64),
         default=DEFAULT_MAX_BODY,
         metavar="BYTES",
         help="largest request body (default: %(default)s)",
     )
     parser.add_argument(
         "--body-timeout",
-        type=float,
+        type=positive_number("seconds"),
         default=DEFAULT_BODY_TIMEOUT,
         metavar="SECONDS",
         help="how long a request body may take to arrive; past it, 408 (default: %(default)g)",
@@ -146,7 +158,12 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         default = getattr(Config(), name)
         parser.add_argument(
             f"--{name.replace('_', '-')}",
-            type=type(default),
+            # 0 takes the default, as Config does; int() and float() also read "٣" and "1_0".
+            type=(
+                whole_number(0, MAX_INT64)
+                if isinstance(default, int)
+                else positive_number("seconds", zero=True)
+            ),
             default=default,
             help=f"{help_text} (default: {default:g})",
         )

@@ -34,13 +34,18 @@ from dataclasses import dataclass
 import trio
 
 from .._errors import StoreError
-from .._text import is_finite, safe_text
+from .._text import MAX_SECONDS, is_finite, safe_text
 from .._tracing import note
 from ..store import HostLimits
 from ._answers import parse_retry_after
 from ._errors import FetchError
 
 __all__ = ["HostFigures", "Hosts", "Politeness", "Ticket"]
+
+
+def _is_number(value: object) -> bool:
+    """A finite int or float, not a bool."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and is_finite(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,13 +65,22 @@ class Politeness:
                 f"per-host concurrency must be a whole number, not {self.concurrency!r}"
             )
         if not 1 <= self.concurrency <= 1000:
-            raise ValueError(f"per-host concurrency must be from 1 to 1000, not {self.concurrency}")
-        if self.rate is not None and not (is_finite(self.rate) and self.rate > 0):
+            shown = safe_text(self.concurrency, 40)
+            raise ValueError(f"per-host concurrency must be from 1 to 1000, not {shown}")
+        # True passed both as 1 (a bool is an int), and a str raised math's TypeError.
+        if self.rate is not None and not (_is_number(self.rate) and self.rate > 0):
             raise ValueError(
                 f"per-host rate must be a positive number, not {safe_text(self.rate, 40)}"
             )
-        if not (0 < self.first_pause <= self.max_pause and is_finite(self.max_pause)):
-            raise ValueError("first_pause must be positive and no more than a finite max_pause")
+        if not (
+            _is_number(self.first_pause)
+            and _is_number(self.max_pause)
+            and 0 < self.first_pause <= self.max_pause <= MAX_SECONDS
+        ):
+            raise ValueError(
+                f"first_pause must be positive and no more than a finite max_pause, at most "
+                f"{MAX_SECONDS:g} s"
+            )
 
 
 @dataclass(frozen=True, slots=True)

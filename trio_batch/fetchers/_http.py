@@ -15,7 +15,7 @@ import httpx
 import trio
 
 from .._model import Result, Target
-from .._text import is_finite, parse_count
+from .._text import MAX_SECONDS, check_whole, is_finite, parse_count, safe_text
 from .._version import __version__
 from ..store import HostLimits
 from ._answers import (
@@ -56,6 +56,30 @@ CheckURL = Callable[[str], Awaitable[None]]
 
 
 _HTTP_SCHEMES = ("http", "https")
+
+
+def _check_arguments(
+    seconds: tuple[float, float, float], counts: dict[str, tuple[int | None, int]]
+) -> None:
+    """Refuse :class:`HttpFetcher` arguments no fetch can use, at construction: every fetch
+    has a deadline, and a count is a whole number from its least to what a C long holds. A
+    NaN max_bytes let every body through (no comparison with NaN is true), a float
+    max_redirects failed every fetch, a NaN max_connections hung each one to its timeout, and
+    a process_memory or process_timeout past a C long failed each processed body."""
+    names = ("timeout", "connect_timeout", "process_timeout")
+    for name, value in zip(names, seconds, strict=True):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not (is_finite(value) and 0 < value <= MAX_SECONDS)
+        ):
+            raise ValueError(
+                f"{name} must be a positive, finite number of seconds up to {MAX_SECONDS:g}, "
+                f"not {safe_text(value, 40)}"
+            )
+    for name, (count, low) in counts.items():
+        if count is not None:
+            check_whole(name, count, low=low)
 
 
 class HttpFetcher:
@@ -168,18 +192,20 @@ class HttpFetcher:
         now: Callable[[], float] = time.time,
         snapshots: SnapshotStore | None = None,
     ) -> None:
-        if not all(is_finite(t) and t > 0 for t in (timeout, connect_timeout, process_timeout)):
-            raise ValueError(
-                "timeout, connect_timeout and process_timeout must be positive, finite numbers"
-            )
-        if process_memory < 64 * 1024 * 1024:
-            raise ValueError("process_memory must be at least 64 MiB")
-        if max_bytes < 0 or max_redirects < 0 or context_lines < 0 or (max_output or 0) < 0:
-            raise ValueError(
-                "max_bytes, max_redirects, context_lines and max_output must not be negative"
-            )
-        if max_connections < 1:
-            raise ValueError("max_connections must be at least 1")
+        _check_arguments(
+            (timeout, connect_timeout, process_timeout),
+            {
+                "max_bytes": (max_bytes, 0),
+                "max_redirects": (max_redirects, 0),
+                "max_connections": (max_connections, 1),
+                "process_memory": (process_memory, 64 * 1024 * 1024),
+                "max_output": (max_output, 0),
+                "process_workers": (process_workers, 1),
+                "process_workers_per_caller": (process_workers_per_caller, 1),
+                "process_workers_ceiling": (process_workers_ceiling, 1),
+                "context_lines": (context_lines, 0),
+            },
+        )
         self.politeness = Politeness(
             concurrency=per_host_concurrency,
             rate=per_host_rate,

@@ -44,6 +44,7 @@ import trio
 
 from .._files import read_bounded
 from .._model import is_job_id
+from .._text import check_whole
 from ..store._open import _sqlite_url  # the one parser of sqlite: URLs
 from ._body import Body
 from ._errors import FetchError
@@ -118,8 +119,8 @@ class SnapshotStore:
     """
 
     def __init__(self, root: str | os.PathLike[str], *, max_bytes: int = DEFAULT_MAX_BYTES):
-        if max_bytes < 0:
-            raise ValueError("max_bytes must not be negative")
+        # A NaN bound let every body in: no comparison with NaN is true.
+        check_whole("max_bytes", max_bytes)
         self.root = Path(root)
         self.max_bytes = max_bytes
         self._lock = threading.Lock()

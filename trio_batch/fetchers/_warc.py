@@ -33,6 +33,7 @@ from typing import IO, Any
 from urllib.parse import urlsplit
 
 from .._model import new_job_id
+from .._text import parse_count, safe_text
 from ._answers import split_content_type
 from ._provenance import FETCHER
 from ._snapshot_entry import Entry, url_key
@@ -195,10 +196,14 @@ def _response(record: Any, name: str, index: int, max_bytes: int) -> tuple[Entry
     if len(data) > max_bytes:
         raise WarcError(f"{where} ({uri}) decodes to more than {max_bytes} bytes")
     status_text = http.get_statuscode() or "200"
-    try:
-        status = int(status_text)
-    except ValueError:
-        raise WarcError(f"{where} ({uri}) has the status {status_text!r}") from None
+    # Three ASCII digits, as HTTP/1.1 has them: int() also read "-5", "2_00", "٢٠٠" and
+    # 23 nines, kept as they were and found out (or not) at replay.
+    status = parse_count(status_text, max_digits=3)
+    if status is None or status < 100:
+        raise WarcError(
+            f"{where} ({uri}) has the status {safe_text(status_text, 40)!r}, not three digits "
+            "from 100 to 999"
+        )
     pairs = tuple((str(k), str(v)) for k, v in http.headers)
     kept = tuple((k, v) for k, v in pairs if k.lower() not in _DROPPED)
     content_type = dict((k.lower(), v) for k, v in kept).get("content-type")

@@ -29,7 +29,7 @@ from standardwebhooks import Webhook
 
 from .._errors import InvalidRequest
 from .._event import MAX_WEBHOOK_URL_LENGTH, JobEvent
-from .._text import CONTROL_CHARACTER
+from .._text import CONTROL_CHARACTER, check_seconds
 from .._version import __version__
 from ..runner import DeliveryAnswer
 from ._errors import DestinationRefused
@@ -99,8 +99,9 @@ class WebhookSender:
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         check_secret(secret)
-        if not timeout > 0:
-            raise ValueError("timeout must be positive")
+        # Every delivery has a deadline: an infinite timeout never cut a silent receiver, and
+        # one of 10**400 failed every delivery with OverflowError.
+        check_seconds("timeout", timeout, zero=False)
         self._signer = Webhook(secret)
         self.policy = policy
         self.timeout = timeout

@@ -21,6 +21,7 @@ from starlette.routing import Route
 
 from .._config import Config
 from .._errors import BatchError
+from .._text import MAX_SECONDS, check_seconds, check_whole
 from .._tracing import NO_TRACING, Tracing
 from ..runner import FetchFunc, WebhookDeliverer, open_runner
 from ..store import JobStore, open_store
@@ -90,10 +91,13 @@ def create_app(
     ``app.state.service.begin_shutdown()`` refuses new jobs and ends event streams; :func:`serve`
     calls it when its shutdown trigger fires.
     """
-    if max_body < 1 or retry_after < 0 or not heartbeat > 0 or not body_timeout > 0:
-        raise ValueError(
-            "max_body, body_timeout and heartbeat must be positive, retry_after not negative"
-        )
+    # Each is used per request: a NaN max_body let any body in, a body_timeout or heartbeat
+    # of 10**400 failed every submit or event stream with a 500, an infinite one never cut a
+    # trickled body, a retry_after of True was sent as "Retry-After: True".
+    check_whole("max_body", max_body, low=1)
+    check_seconds("body_timeout", body_timeout, zero=False)
+    check_seconds("heartbeat", heartbeat, zero=False)
+    check_whole("retry_after", retry_after, high=MAX_SECONDS)
     service = Service(
         db=os.fspath(db),
         fetch=fetch,

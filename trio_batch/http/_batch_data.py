@@ -33,6 +33,8 @@ __all__ = [
     "parse_filter",
 ]
 
+#: Most digits of results.jsonl's ``after`` (past any index a store holds: it reads as none).
+AFTER_DIGITS = 10
 #: The query keys of a filtered ``GET /v1/batches`` (beside ``limit`` and ``cursor``).
 FILTER_KEYS = ("status", "label", "created_after")
 #: Bytes of JSONL gathered before they are sent (one page of targets at most, usually).
@@ -83,7 +85,7 @@ async def results_jsonl(request: Request) -> Response:
         raise InvalidRequest(f"unknown query parameter(s) {unknown}; use after and merged")
     after = -1
     if "after" in query:
-        asked = parse_count(query["after"], max_digits=10)
+        asked = parse_count(query["after"], max_digits=AFTER_DIGITS)
         if asked is None:
             raise InvalidRequest("after must be a target index (a whole number)")
         after = asked

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Mapping, Sequence
 from json.encoder import encode_basestring
 from typing import Any
@@ -23,7 +22,7 @@ from .._model import (
     check_metadata,
     is_job_id,
 )
-from .._text import parse_count, unknown_keys
+from .._text import parse_count, parse_decimal, unknown_keys
 from ..runner import Runner
 from ._auth import DEFAULT_CALLER_CLASS, Caller
 from ._problems import Problem, not_found
@@ -46,7 +45,6 @@ __all__ = [
 #: Jobs per page of ``GET /v1/batches`` unless ``limit`` says otherwise, and the most allowed.
 DEFAULT_PAGE = 20
 MAX_PAGE = 100
-_CURSOR_TIME = re.compile(r"[0-9]+(?:\.[0-9]+)?(?:e[+-]?[0-9]+)?", re.ASCII)
 
 
 def _counts(job: Job, targets: Sequence[TargetStatus] | None) -> dict[str, int]:
@@ -140,9 +138,11 @@ def parse_page(
     if "cursor" not in query:
         return limit, None
     when, _, job_id = query["cursor"].partition("~")
-    if _CURSOR_TIME.fullmatch(when) is None or not is_job_id(job_id):
+    # A job's creation time, which no float past the largest is: 1e400 read as infinity.
+    created = parse_decimal(when)
+    if created is None or not is_job_id(job_id):
         raise InvalidRequest("cursor is not one this service gave; pass the 'next' link as is")
-    return limit, (float(when), job_id)
+    return limit, (created, job_id)
 
 
 def page_json(jobs: Sequence[Job], limit: int, query: str = "") -> dict[str, Any]:

@@ -12,6 +12,8 @@ from .._model import (
     MAX_METADATA_VALUE_LENGTH,
     JobState,
 )
+from ..store import LATEST_TIME
+from ._batch_data import AFTER_DIGITS
 from ._openapi_parts import (
     BODY_PROBLEMS,
     JOB_ID,
@@ -41,8 +43,11 @@ METADATA = {
 }
 _STATUS_LIST = {"type": "array", "items": {"type": "string", "enum": [str(s) for s in JobState]}}
 _LABELS = {"type": "array", "items": {"type": "string", "pattern": "^[^:]+:.*$"}}
-_WHEN_TEXT = "Epoch seconds, or an ISO 8601 time (UTC without an offset)."
-_WHEN = {"anyOf": [{"type": "number", "minimum": 0}, {"type": "string"}], "description": _WHEN_TEXT}
+_WHEN_TEXT = "Epoch seconds (up to the year 9999), or an ISO 8601 time (UTC without an offset)."
+_WHEN = {
+    "anyOf": [{"type": "number", "minimum": 0, "maximum": LATEST_TIME}, {"type": "string"}],
+    "description": _WHEN_TEXT,
+}
 #: The query parameters of a filtered GET /v1/batches.
 LIST_FILTERS: list[dict[str, Any]] = [
     param(
@@ -143,7 +148,7 @@ def batch_data_paths() -> dict[str, Any]:
                     param(
                         "after",
                         "query",
-                        {"type": "integer", "minimum": 0},
+                        {"type": "integer", "minimum": 0, "maximum": 10**AFTER_DIGITS - 1},
                         "Resume after this target index.",
                     ),
                     param(

@@ -12,12 +12,29 @@ from typing import cast
 import trio
 from starlette.applications import Starlette
 
+from .._text import check_seconds, parse_count, safe_text
 from ._problems import Problem
 from ._service import Service
 
 __all__ = ["serve"]
 
 _log = logging.getLogger("trio_batch.http")
+
+
+def check_bind(bind: str) -> str:
+    """``bind`` if it is ``HOST:PORT`` with a port from 0 to 65535 in ASCII digits (an IPv6
+    host in brackets), or one of Hypercorn's ``unix:PATH`` and ``fd://N``; else ValueError
+    naming it. Hypercorn read the port with int(): ``٣٠٠٠`` and ``1_0000`` served on 3000 and
+    10000, and 70000 failed in a traceback (OverflowError) after the store was opened."""
+    if bind.startswith(("unix:", "fd://")):
+        return bind
+    host, colon, port = bind.rpartition(":")
+    number = parse_count(port, max_digits=5)
+    if not colon or not host or number is None or number > 65535:
+        raise ValueError(
+            f"bind is HOST:PORT with a port from 0 to 65535, not {safe_text(bind, 80)!r}"
+        )
+    return bind
 
 
 async def serve(
@@ -31,9 +48,10 @@ async def serve(
 ) -> None:
     """Serve ``app`` (from :func:`create_app`) with Hypercorn's trio worker until shut down.
 
-    ``bind`` is ``HOST:PORT`` (port 0 picks a free one); ``task_status.started`` receives the
-    bound URLs, e.g. ``["http://127.0.0.1:50123"]``, once the lifespan has started (the store
-    is open and the runner holds it): a start-up failure (the database held by another runner,
+    ``bind`` is ``HOST:PORT`` (port 0 picks a free one; see :func:`check_bind`, whose
+    ValueError it raises); ``task_status.started`` receives the bound URLs, e.g.
+    ``["http://127.0.0.1:50123"]``, once the lifespan has started (the store is open and the
+    runner holds it): a start-up failure (the database held by another runner,
     the port in use) raises and is never announced. When ``shutdown_trigger`` returns, new
     jobs are refused, event streams end, requests in progress get ``graceful_timeout`` seconds
     to finish, and the lifespan shuts the runner down (live jobs marked failed "shutdown").
@@ -43,6 +61,8 @@ async def serve(
     requests allocate since. The process's heap is its owner's: ``trio-batch serve`` asks
     for it; a program that embeds the service decides for itself.
     """
+    check_bind(bind)
+    check_seconds("graceful_timeout", graceful_timeout)
     from hypercorn.config import Config as HypercornConfig
     from hypercorn.trio import serve as hypercorn_serve
     from hypercorn.typing import Framework

@@ -73,9 +73,15 @@ async def pin(request: Request) -> Response:
     caller = service.caller(request)
     pinning = request.method == "POST"
     shared = False
-    if pinning and request.headers.get("content-length", "0") != "0":
+    # Whether there is a body is what arrives: a chunked one has no Content-Length (and was
+    # dropped), and "Content-Length: 00" is no body (and was refused as one).
+    body = b""
+    if pinning:
+        require_json(request, body_expected=False)
+        body = await read_body(request, service.max_body, seconds=service.body_timeout)
+    if body:
         require_json(request)
-        obj = parse_json(await read_body(request, service.max_body, seconds=service.body_timeout))
+        obj = parse_json(body)
         shared_value = obj.get("shared", False) if isinstance(obj, dict) else None
         if not isinstance(obj, dict) or set(obj) - {"shared"} or not isinstance(shared_value, bool):
             raise Problem(

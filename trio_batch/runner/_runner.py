@@ -474,7 +474,8 @@ class Runner:
         """``(job id, target)`` for each target of ``job`` after index ``after``, in order,
         read a page at a time. ``merged``: each target that one of ``job``'s retries (up to 16,
         however deep) has an outcome for shows the newest such outcome and its retry's id.
-        Cancellation: stops at once, nothing held."""
+        Cancellation: stops at once, nothing held. An ``after`` that is not an int raises
+        TypeError (as the store's paging arguments do, see ``check_paging``)."""
         async for pair in export_targets(
             self._store, job, now=self._now(), after=after, merged=merged
         ):

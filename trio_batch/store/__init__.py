@@ -17,7 +17,7 @@ in one module of named statements), a URL scheme in :func:`open_store`, and a pa
 ``tests/test_store_conformance.py`` so that every check runs on it too.
 """
 
-from ._filters import JobFilter, parse_filter
+from ._filters import LATEST_TIME, JobFilter, parse_filter
 from ._open import open_store
 from ._protocol import (
     Admission,
@@ -36,6 +36,7 @@ from ._protocol import (
 from .sqlite import SCHEMA_VERSION, SQLiteJobStore, Store
 
 __all__ = [
+    "LATEST_TIME",
     "SCHEMA_VERSION",
     "Admission",
     "ChangeObserver",

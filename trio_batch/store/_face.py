@@ -29,10 +29,11 @@ import trio
 
 from .._errors import StoreError
 from .._model import Job, OutcomeWrite
+from .._text import MAX_INDEX, MAX_INT64, check_whole
 from ._protocol import ReapObserver, WriteObserver
 from ._thread import Grouped, StoreThread
 
-__all__ = ["StoreFace", "ThreadCall", "TimedWrite"]
+__all__ = ["StoreFace", "ThreadCall", "TimedWrite", "check_paging"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -154,6 +155,35 @@ _ON_THREAD = (
 )
 
 
+#: The paging arguments of a store's reads, by name: the least each may be, and the most that
+#: is bound as it is (past it, the most: no store holds more rows, bytes or indexes).
+_PAGING = {
+    "limit": (0, MAX_INT64),
+    "batch_size": (1, MAX_INT64),
+    "start": (0, MAX_INDEX),
+    "after": (-1, MAX_INDEX),
+    "max_bytes": (0, MAX_INT64),
+    "results_up_to": (0, MAX_INT64),
+}
+
+
+def check_paging(kwargs: dict[str, Any]) -> None:
+    """Check and bound the paging arguments among ``kwargs`` in place, the same for every
+    backend: a non-int is a TypeError, one below its least a ValueError, one past the most
+    a store binds is that most. ``after`` and ``start`` below their least read from the
+    start. 2**63 raised OverflowError binding it in SQLite, and "bigint out of range" (a
+    StoreUnavailable, which reads as worth a retry) in PostgreSQL; a NaN batch_size passed
+    "batch_size < 1"."""
+    for name, (least, most) in _PAGING.items():
+        value = kwargs.get(name)
+        if value is None:
+            continue
+        if name in ("after", "start"):
+            kwargs[name] = max(least, min(check_whole(name, value, low=None, high=None), most))
+        else:
+            kwargs[name] = min(check_whole(name, value, low=least, high=None), most)
+
+
 class ThreadCall(Generic[S, P, T]):
     """An operation of a face that is one call of its sync store, as it is:
     ``get_job = ThreadCall(Store.get_job)`` makes ``face.get_job(job_id, now=now)`` await
@@ -165,10 +195,16 @@ class ThreadCall(Generic[S, P, T]):
     """
 
     def __init__(self, fn: Callable[Concatenate[S, P], T]) -> None:
+        signature = inspect.signature(fn)
+        paged = not _PAGING.keys().isdisjoint(signature.parameters)
+
         async def call(face: StoreFace[S], /, *args: P.args, **kwargs: P.kwargs) -> T:
+            if paged:  # by name, however they are passed
+                bound = signature.bind(None, *args, **kwargs)
+                check_paging(bound.arguments)
+                return await face._on_thread(fn, *bound.args[1:], **bound.kwargs)
             return await face._on_thread(fn, *args, **kwargs)
 
-        signature = inspect.signature(fn)
         store, *params = signature.parameters.values()
         call.__dict__["__signature__"] = signature.replace(
             parameters=[store.replace(name="self", annotation=inspect.Parameter.empty), *params]

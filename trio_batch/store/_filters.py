@@ -20,12 +20,19 @@ from .._errors import InvalidRequest
 from .._model import Job, JobState, check_metadata
 from .._text import safe_text
 
-__all__ = ["EVERY_JOB", "JobFilter", "filtered_queries", "merge_pages", "parse_filter"]
+__all__ = [
+    "EVERY_JOB",
+    "LATEST_TIME",
+    "JobFilter",
+    "filtered_queries",
+    "merge_pages",
+    "parse_filter",
+]
 
 #: Most labels one filter may ask for (each is one more index lookup per job).
 MAX_FILTER_LABELS = 4
 #: The latest ``created_after`` a filter takes: 9999-12-31T23:59:59Z, in epoch seconds.
-_LATEST = 253_402_300_799
+LATEST_TIME = 253_402_300_799
 _NUMBER = re.compile(r"[0-9]{1,12}(?:\.[0-9]{1,9})?", re.ASCII)
 _STATES = {state.value: state for state in JobState}
 
@@ -49,6 +56,20 @@ class JobFilter:
         check_metadata(dict(self.labels))
         if len({key for key, _ in self.labels}) != len(self.labels):
             raise InvalidRequest("each label key may be filtered on once")
+        when = self.created_after
+        if when is not None:
+            # As parse_filter's: 10**400 raised OverflowError binding it in SQLite, and NaN
+            # listed nothing without a word.
+            if isinstance(when, bool) or not isinstance(when, int | float):
+                raise InvalidRequest(
+                    f"created_after must be epoch seconds, not {type(when).__name__}"
+                )
+            if not 0 <= when <= LATEST_TIME:  # NaN fails both
+                raise InvalidRequest(
+                    "created_after must be epoch seconds up to the year 9999, "
+                    f"not {safe_text(when, 40)}"
+                )
+            object.__setattr__(self, "created_after", float(when))
 
     def matches(self, job: Job) -> bool:
         """True if ``job`` (the caller's) is one this filter lists."""
@@ -96,7 +117,7 @@ def _created_after(value: object) -> float:
     if isinstance(value, str) and _NUMBER.fullmatch(value):
         value = float(value)
     if isinstance(value, int | float) and not isinstance(value, bool):
-        if 0 <= value <= _LATEST:  # NaN fails both
+        if 0 <= value <= LATEST_TIME:  # NaN fails both
             return float(value)
     elif isinstance(value, str):
         try:

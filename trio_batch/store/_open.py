@@ -7,6 +7,7 @@ import re
 import urllib.parse
 
 from .._errors import StoreError
+from .._text import parse_decimal, safe_text
 from ._protocol import JobStore
 from .sqlite import SQLiteJobStore, Store
 
@@ -89,10 +90,10 @@ def _sqlite_url(url: str) -> tuple[str, str, float]:
             f"unknown sqlite URL parameter(s) {', '.join(sorted(unknown))}; "
             "known: synchronous, busy_timeout"
         )
-    try:
-        busy_timeout = float(params.get("busy_timeout", 5.0))
-    except ValueError:
+    busy_timeout = parse_decimal(params.get("busy_timeout", "5"))
+    if busy_timeout is None:
         raise ValueError(
-            f"sqlite URL parameter busy_timeout={params['busy_timeout']!r} is not a number"
-        ) from None
+            f"sqlite URL parameter busy_timeout={safe_text(params['busy_timeout'], 40)!r} is "
+            "not a number of seconds"
+        )
     return path, params.get("synchronous", "NORMAL"), busy_timeout

@@ -46,7 +46,7 @@ from psycopg import pq
 
 from ..._errors import StoreError, StoreUnavailable
 from ..._retry import RetryPolicy
-from ..._text import is_finite, safe_text
+from ..._text import MAX_MILLISECONDS, is_finite, safe_text
 from . import _queries as q
 from ._errors import connection_lost, translate_errors, unavailable
 from ._schema import migrate
@@ -150,11 +150,17 @@ class PostgresConnection:
         store_timeout: float = DEFAULT_STORE_TIMEOUT,
         connect_timeout: float | None = None,
     ) -> None:
-        if not (is_finite(store_timeout) and store_timeout > 0):
-            raise ValueError(
-                "store_timeout must be a positive number of seconds, "
-                f"not {safe_text(store_timeout, 40)}"
-            )
+        # Sent on in milliseconds, which PostgreSQL takes up to 2**31 - 1: past it, the
+        # server refused the first statement and the open read as an outage.
+        for name, seconds in (
+            ("store_timeout", store_timeout),
+            ("connect_timeout", connect_timeout),
+        ):
+            if seconds is not None and not (is_finite(seconds) and 0 < seconds <= MAX_MILLISECONDS):
+                raise ValueError(
+                    f"{name} must be a positive number of seconds up to {MAX_MILLISECONDS:g}, "
+                    f"not {safe_text(seconds, 40)}"
+                )
         self.conninfo = conninfo
         self.location = safe_location(conninfo)
         self.store_timeout = store_timeout

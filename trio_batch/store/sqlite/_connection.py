@@ -27,6 +27,7 @@ from typing import Self
 from sqlite_utils import Database
 
 from ..._errors import StoreError
+from ..._text import MAX_MILLISECONDS, check_seconds
 from ._errors import translated
 from ._schema import check, migrate
 
@@ -90,8 +91,9 @@ class Connection:
             raise ValueError(
                 f"synchronous must be 'NORMAL', 'FULL' or 'EXTRA', not {synchronous!r}"
             )
-        if busy_timeout < 0:
-            raise ValueError("busy_timeout must not be negative")
+        # sqlite3 hands it on as a C int of milliseconds: NaN, an infinity or past 2**31 - 1 ms
+        # became no wait at all, and an int past any float raised OverflowError.
+        check_seconds("busy_timeout", busy_timeout, high=MAX_MILLISECONDS)
         path = os.fspath(path)
         target, uri = path, False
         if not create and path != ":memory:":

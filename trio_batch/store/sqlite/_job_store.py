@@ -15,7 +15,7 @@ from typing import Concatenate, ParamSpec, TypeVar
 
 from ..._event import JobEvent
 from ..._model import Job
-from .._face import StoreFace, ThreadCall, TimedWrite
+from .._face import StoreFace, ThreadCall, TimedWrite, check_paging
 from .._protocol import NewJob, ReapedJob
 from .._thread import Grouped
 from . import _outbox, _views
@@ -112,7 +112,11 @@ class SQLiteJobStore(StoreFace[Store]):
 
     async def purge_expired(self, *, now: float, batch_size: int) -> int:
         """One batch of :meth:`Store.purge_expired`, on the store thread."""
-        return await self._on_thread(Store.purge_expired, now, batch_size=batch_size, max_batches=1)
+        paging = {"batch_size": batch_size}
+        check_paging(paging)
+        return await self._on_thread(
+            Store.purge_expired, now, batch_size=paging["batch_size"], max_batches=1
+        )
 
     async def claim_delivery(
         self, *, now: float, lease: float, skip_urls: Collection[str] = ()
