@@ -19,6 +19,7 @@ from json.encoder import encode_basestring_ascii
 from typing import Any
 
 from ._errors import InvalidRequest, InvalidTargets
+from ._event import MAX_WEBHOOK_URL_LENGTH
 from ._text import CONTROL_CHARACTER, json_type, safe_text, unknown_keys
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "check_caller",
     "check_metadata",
     "check_targets",
+    "check_webhook_text",
     "idem_key",
     "plain_urls",
 ]
@@ -245,6 +247,26 @@ def _check_url(url: object) -> None:
             f"url contains the control character U+{ord(control.group()):04X} at position "
             f"{control.start()}; percent-encode it if it is meant"
         )
+
+
+def check_webhook_text(url: object) -> str:
+    """Return ``url`` if it is text a webhook URL can be, in every store: a non-empty string
+    of at most ``MAX_WEBHOOK_URL_LENGTH`` characters without control or bidi characters (NUL
+    is one) or lone surrogates. Raises :class:`InvalidRequest` otherwise. Whether it is a URL
+    the sender can deliver to is the webhook sender's to say."""
+    if not isinstance(url, str) or not url.strip():
+        raise InvalidRequest("the webhook's 'url' must be a non-empty string")
+    if len(url) > MAX_WEBHOOK_URL_LENGTH:
+        raise InvalidRequest(
+            f"the webhook URL is {len(url)} characters; at most {MAX_WEBHOOK_URL_LENGTH}"
+        )
+    unfit = _UNFIT_URL.search(url)
+    if unfit is not None:  # CR/LF would split a header, ESC steer a terminal, NUL the store
+        raise InvalidRequest(
+            f"the webhook URL contains the character U+{ord(unfit.group()):04X} at "
+            f"position {unfit.start()}; percent-encode it if it is meant"
+        )
+    return url
 
 
 def _check_custom_id(custom_id: object) -> None:

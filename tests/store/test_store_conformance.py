@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
+import re
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import trio
 from trio_batch import (
     Busy,
     CallerBusy,
+    InvalidRequest,
     InvalidTargets,
     JobFilter,
     JobState,
@@ -383,6 +385,29 @@ async def test_a_claimed_delivery_carries_the_trace_context_stored_with_its_job(
         (a.id, traced),
         (b.id, None),
     }
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("https://hooks.example/\x00x", "U+0000 at position 22"),
+        ("https://hooks.example/\ud800", "U+D800 at position 22"),
+        ("https://hooks.example/\x1b[2J", "U+001B at position 22"),
+        ("https://hooks.example/\u202ex", "U+202E at position 22"),
+        ("", "must be a non-empty string"),
+        (5, "must be a non-empty string"),
+    ],
+)
+async def test_a_webhook_url_no_store_can_keep_is_refused_alike_before_any_write(
+    job_store: JobStore, url: Any, message: str
+) -> None:
+    # SQLite stored a NUL that PostgreSQL refused as an outage (StoreUnavailable), and a lone
+    # surrogate escaped both as a UnicodeEncodeError: one typed refusal, nothing stored.
+    with pytest.raises(InvalidRequest, match=re.escape(message)):
+        await _create(job_store, n=1, webhook_url=url)
+    job, _ = await _create(job_store, n=1, webhook_url="https://hooks.example/x")
+    assert job.targets_total == 1  # the store took the next one: nothing was left behind
+    assert [j.id for j in await job_store.list_jobs(now=T0)] == [job.id]
 
 
 async def test_a_claim_passes_over_busy_destinations(job_store: JobStore) -> None:

@@ -16,7 +16,6 @@ import base64
 import datetime
 import functools
 import json
-import re
 import ssl
 import time
 from collections.abc import Callable
@@ -28,8 +27,8 @@ import trio
 from standardwebhooks import Webhook
 
 from .._errors import InvalidRequest
-from .._event import MAX_WEBHOOK_URL_LENGTH, JobEvent
-from .._text import CONTROL_CHARACTER
+from .._event import JobEvent
+from .._targets import check_webhook_text
 from .._version import __version__
 from ..runner import DeliveryAnswer
 from ._errors import DestinationRefused
@@ -41,8 +40,6 @@ __all__ = ["MAX_ANSWER_BODY", "WebhookSender", "load_webhook_secret"]
 #: Most bytes of a receiver's answer read (then the connection is closed).
 MAX_ANSWER_BODY = 4096
 _SECRET_PREFIX = "whsec_"
-#: What no webhook URL may hold: control and bidi characters (NUL is one), lone surrogates.
-_UNFIT = re.compile(CONTROL_CHARACTER.pattern.removesuffix("]") + "\ud800-\udfff]")
 
 
 def load_webhook_secret(path: str | Path) -> str:
@@ -114,18 +111,7 @@ class WebhookSender:
     def check_url(self, url: object) -> str:
         """The webhook URL of a submit, checked before the job exists; raises
         :class:`~trio_batch.InvalidRequest` for one never deliverable to."""
-        if not isinstance(url, str):
-            raise InvalidRequest("the webhook's 'url' must be a string")
-        if len(url) > MAX_WEBHOOK_URL_LENGTH:
-            raise InvalidRequest(
-                f"the webhook URL is {len(url)} characters; at most {MAX_WEBHOOK_URL_LENGTH}"
-            )
-        unfit = _UNFIT.search(url)
-        if unfit is not None:  # CR/LF would split a header, ESC steer a terminal, NUL the store
-            raise InvalidRequest(
-                f"the webhook URL contains the character U+{ord(unfit.group()):04X} at "
-                f"position {unfit.start()}; percent-encode it if it is meant"
-            )
+        url = check_webhook_text(url)
         try:
             parts = urlsplit(url)
             host = parts.hostname
