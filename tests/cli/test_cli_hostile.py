@@ -84,6 +84,50 @@ def test_a_url_with_a_control_character_exits_2_with_the_line(tmp_path: Path, db
     assert not db.exists()  # refused before anything was opened
 
 
+@pytest.mark.parametrize("separator", ["\u2028", "\u2029", "\x85"])
+def test_a_json_line_holding_a_unicode_line_separator_is_one_target(
+    tmp_path: Path, db: Path, separator: str
+) -> None:
+    # Valid JSON Lines, as json.dumps(ensure_ascii=False) writes them: the separator is raw
+    # inside a string. str.splitlines broke the line there and refused the file as bad JSON.
+    page = tmp_path / "page.txt"
+    page.write_text("hello")
+    custom_id = f"one{separator}two"
+    batch = tmp_path / "batch.jsonl"
+    line = {"url": page.as_uri(), "custom_id": custom_id}
+    batch.write_text(json.dumps(line, ensure_ascii=False) + "\n", encoding="utf-8")
+    run = cli("run", str(batch), "--db", str(db), "--json")
+    assert run.returncode == 0, run.stderr
+    job_id = json.loads(run.stdout)["job"]["id"]
+    results = json.loads(cli("results", job_id, "--db", str(db), "--json").stdout)
+    assert [t["custom_id"] for t in results["targets"]] == [custom_id]
+
+
+@pytest.mark.parametrize("control", ["\x0b", "\x0c", "\x1c", "\x1d", "\x1e"])
+def test_a_url_line_holding_a_line_breaking_control_is_refused_not_split(
+    tmp_path: Path, db: Path, control: str
+) -> None:
+    # str.splitlines broke the line at these: one URL became two targets (the second without
+    # a scheme, failing at fetch), or a trailing one vanished without a word.
+    batch = tmp_path / "batch.txt"
+    batch.write_text(f"https://a.test/\nhttps://b.test/x{control}y\n", encoding="utf-8")
+    proc = cli("run", str(batch), "--db", str(db))
+    assert proc.returncode == 2
+    assert f"{batch}:2: 'https://b.test/x\\x{ord(control):02x}y' is not a URL" in proc.stderr
+    assert_printable(proc.stderr)
+    assert not db.exists()  # refused before anything was opened
+
+
+def test_old_mac_line_ends_still_end_lines(tmp_path: Path, db: Path) -> None:
+    page = tmp_path / "page.txt"
+    page.write_text("hello")
+    batch = tmp_path / "batch.txt"
+    batch.write_text(f"# CR only\r{page.as_uri()}\r\r{page.as_uri()}?b\r\n", encoding="utf-8")
+    run = cli("run", str(batch), "--db", str(db), "--json")
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["job"]["targets_total"] == 2
+
+
 def test_an_error_quoting_the_input_is_escaped(tmp_path: Path, db: Path) -> None:
     batch = tmp_path / "batch.txt"
     batch.write_bytes(b'"https://a.test/\x1b[2J\xc2\x9b31m"\n')  # quoted: the message quotes it
