@@ -119,13 +119,18 @@ class HeaderAuth:
         return f"HeaderAuth({self.header!r})"
 
     def authenticate(self, headers: Mapping[str, str]) -> Caller | None:
-        """The caller the header names, or None if it is missing or not a valid caller name."""
+        """The caller the header names (its bytes read as UTF-8), or None if it is missing, not
+        UTF-8 or not a valid caller name."""
         value = headers.get(self.header)
         if value is None:
             return None
         try:
-            return Caller(check_caller(value.strip()), "")
-        except InvalidRequest:
+            # The server hands header bytes over as Latin-1; a gateway writes a name as UTF-8
+            # (what every other front end stores): "josé" must not become "josÃ©", nor "…"
+            # (whose bytes read as a C1 control) be refused.
+            name = value.encode("latin-1").decode("utf-8")
+            return Caller(check_caller(name.strip()), "")
+        except (UnicodeError, InvalidRequest):
             return None
 
     @property
