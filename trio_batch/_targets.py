@@ -38,6 +38,7 @@ __all__ = [
     "check_targets",
     "check_webhook_text",
     "idem_key",
+    "is_caller",
     "plain_urls",
 ]
 
@@ -392,6 +393,17 @@ def check_caller(value: object, what: str = "caller") -> str:
     if control is not None:  # printed in job listings: it must not steer a terminal
         raise InvalidRequest(f"{what} contains the control character U+{ord(control.group()):04X}")
     return value
+
+
+def is_caller(value: object) -> bool:
+    """True if ``value`` passes :func:`check_caller`: a name some job may have. A read that
+    filters on a caller answers anything else as it does an unknown caller, on every backend
+    (a NUL or a lone surrogate would otherwise reach the database, which refuses them)."""
+    try:
+        check_caller(value)
+    except InvalidRequest:
+        return False
+    return True
 
 
 def idem_key(

@@ -410,6 +410,22 @@ async def test_a_webhook_url_no_store_can_keep_is_refused_alike_before_any_write
     assert [j.id for j in await job_store.list_jobs(now=T0)] == [job.id]
 
 
+@pytest.mark.parametrize("caller", ["a\x00b", "a\ud800", "a\x1b[2J", ""])
+async def test_a_caller_no_job_can_have_reads_as_an_unknown_caller(
+    job_store: JobStore, caller: str
+) -> None:
+    # Such a name went to the database: SQLite answered "none" for a NUL where PostgreSQL
+    # failed the read as an outage (StoreUnavailable), and a lone surrogate escaped every
+    # backend as a UnicodeEncodeError.
+    job, _ = await _create(job_store, n=1)
+    assert await job_store.list_jobs(caller=caller, now=T0) == []
+    assert await job_store.list_caller_jobs(caller, now=T0, limit=10) == []
+    assert await job_store.latest_retry(job.id, caller=caller, now=T0) is None
+    assert await job_store.retries(job.id, caller=caller, now=T0, limit=5) == []
+    assert await job_store.forget_job(job.id, caller=caller, now=T0) is None
+    assert await job_store.list_caller_jobs("alice", now=T0, limit=10) == [job]
+
+
 async def test_a_claim_passes_over_busy_destinations(job_store: JobStore) -> None:
     busy, free = "https://busy.example/x", "https://free.example/x"
     a, _ = await _create(job_store, caller="a", n=1, prefix="a:", webhook_url=busy)
