@@ -23,6 +23,7 @@ from .test_cli import (
     _read_until,
     _start_gated_run,
     cli,
+    cli_process,
     command_logging,
     write_batch,
 )
@@ -126,6 +127,30 @@ def test_old_mac_line_ends_still_end_lines(tmp_path: Path, db: Path) -> None:
     run = cli("run", str(batch), "--db", str(db), "--json")
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout)["job"]["targets_total"] == 2
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["jobs", "--caller", "a\udcff"], "--caller: caller is not valid Unicode"),
+        (["jobs", "--caller", "a\x1b[2J", "--status", "done"], "--caller: caller contains the"),
+        (["run", "BATCH", "--caller", "a\x9b"], "--caller: caller contains the"),
+        (["run", "BATCH", "--class", "a\udcff"], "--class: caller class is not valid"),
+        (["import-warc", "x.warc", "--caller", ""], "--caller: caller must be a non-empty"),
+    ],
+)
+def test_a_caller_name_no_job_can_have_is_a_usage_error(
+    tmp_path: Path, db: Path, args: list[str], message: str
+) -> None:
+    # A real command line: "\udcff" is what Python makes of the byte 0xff in argv. `jobs
+    # --caller` sent it to the store, which died with a UnicodeEncodeError traceback.
+    batch = write_batch(tmp_path / "batch.txt", ["https://a.test/"])
+    proc = cli_process(*[str(batch) if a == "BATCH" else a for a in args], "--db", str(db))
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert_printable(proc.stderr)
+    assert not db.exists()  # refused before anything was opened
 
 
 def test_an_error_quoting_the_input_is_escaped(tmp_path: Path, db: Path) -> None:
