@@ -6,6 +6,8 @@ import ipaddress
 import socket
 from urllib.parse import SplitResult, urlsplit
 
+import httpx
+
 from ._errors import ResponseTooLarge, URLError
 
 __all__ = ["check_http_url", "host_key", "response_too_large", "split_url", "unsupported_scheme"]
@@ -55,7 +57,8 @@ def split_url(url: str) -> SplitResult:
 
 
 def check_http_url(url: str) -> None:
-    """Refuse an http(s) URL without a host or with a port out of range, before any I/O."""
+    """Refuse an http(s) URL without a host, with a port out of range or a host name no
+    resolver takes, before any I/O."""
     parts = split_url(url)
     try:
         parts.port  # noqa: B018 - raises ValueError when out of range
@@ -65,6 +68,19 @@ def check_http_url(url: str) -> None:
         ) from None
     if not parts.hostname:
         raise URLError(f"{url!r} has no host name", hint="write the URL as http://host/path")
+    try:
+        # As httpx reads the host (an "xn--" label that is not IDNA raises as it is decoded),
+        # then as the resolver encodes it (every label 1 to 63 characters): else a bare
+        # UnicodeError came out of the fetch, with no hint.
+        host = httpx.URL(url)
+        host.host  # noqa: B018
+        host.raw_host.decode("ascii").encode("idna")
+    except (httpx.InvalidURL, UnicodeError) as exc:
+        raise URLError(
+            f"{url!r} has a host name no resolver takes: {exc}",
+            hint="check the host name: no empty label (..), none over 63 characters, no "
+            "character a domain name may not hold",
+        ) from None
 
 
 def unsupported_scheme(url: str, scheme: str, *, allow_file: bool) -> URLError:
