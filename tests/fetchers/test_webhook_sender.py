@@ -178,6 +178,37 @@ def test_a_bad_secret_file_is_refused_with_a_clear_message(
         load_webhook_secret(Path(str(tmp_path)) / "missing")
 
 
+@pytest.mark.parametrize("name", ["/dev/zero", "fifo", "big"])
+def test_a_secret_file_is_read_bounded_and_only_if_regular(tmp_path: object, name: str) -> None:
+    # It was read whole with read_text: /dev/zero grew memory for ever, a FIFO without a
+    # writer blocked the start-up for ever (this test then hangs to its timeout).
+    import os
+    from pathlib import Path
+
+    path = Path(name)
+    if name == "fifo":
+        path = Path(str(tmp_path)) / "fifo"
+        os.mkfifo(path)
+    elif name == "big":
+        path = Path(str(tmp_path)) / "secret"
+        path.write_text("whsec_" + base64.b64encode(bytes(32)).decode() + " " * 5000 + "\n")
+    says = "holds more than" if name == "big" else "is not a regular file"
+    with pytest.raises(ValueError, match=f"cannot read the webhook secret file .*{says}"):
+        load_webhook_secret(path)
+
+
+def test_a_secret_file_with_a_byte_order_mark_is_taken(tmp_path: object) -> None:
+    from pathlib import Path
+
+    path = Path(str(tmp_path)) / "secret"
+    secret = "whsec_" + base64.b64encode(bytes(range(32))).decode()
+    path.write_text("\ufeff" + secret + "\r\n", encoding="utf-8")
+    assert load_webhook_secret(path) == secret
+    path.write_bytes(b"whsec_\xff\n")
+    with pytest.raises(ValueError, match=r"cannot read the webhook secret file .*utf-8"):
+        load_webhook_secret(path)
+
+
 async def test_a_host_rebound_after_the_check_is_never_connected_to(receiver: Receiver) -> None:
     # "localhost" answers a public address to the policy's check, then its real loopback one
     # (DNS rebinding). The POST goes only where a check allowed, so the receiver gets nothing.

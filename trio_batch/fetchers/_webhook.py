@@ -28,6 +28,7 @@ from standardwebhooks import Webhook
 
 from .._errors import InvalidRequest
 from .._event import JobEvent
+from .._files import read_bounded
 from .._targets import check_webhook_text
 from .._version import __version__
 from ..runner import DeliveryAnswer
@@ -40,6 +41,8 @@ __all__ = ["MAX_ANSWER_BODY", "WebhookSender", "load_webhook_secret"]
 #: Most bytes of a receiver's answer read (then the connection is closed).
 MAX_ANSWER_BODY = 4096
 _SECRET_PREFIX = "whsec_"
+#: Largest webhook secret file read (bytes): a secret is one short line.
+MAX_SECRET_FILE = 4096
 
 
 def load_webhook_secret(path: str | Path) -> str:
@@ -48,8 +51,11 @@ def load_webhook_secret(path: str | Path) -> str:
     Raises ValueError with a message for a person if it is missing or malformed.
     """
     try:
-        text = Path(path).read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError) as exc:
+        # Bounded, and never /dev/zero or a FIFO (read for ever); a byte-order mark an
+        # editor left is not part of the secret.
+        data = read_bounded(path, MAX_SECRET_FILE)
+        text = data.decode("utf-8").removeprefix("\ufeff").strip()
+    except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
         raise ValueError(f"cannot read the webhook secret file {str(path)!r}: {exc}") from None
     check_secret(text, where=f"the webhook secret file {str(path)!r}")
     return text
