@@ -153,6 +153,26 @@ def test_a_caller_name_no_job_can_have_is_a_usage_error(
     assert not db.exists()  # refused before anything was opened
 
 
+def test_a_batch_file_that_is_not_utf8_names_the_line_and_column(tmp_path: Path, db: Path) -> None:
+    # It said "can't decode byte 0xff in position 49": a byte offset into the whole file.
+    batch = tmp_path / "batch.txt"
+    batch.write_bytes(b"https://a.test/1\nhttps://a.test/2\nhttps://a.test/\xff3\n")
+    proc = cli("run", str(batch), "--db", str(db))
+    assert proc.returncode == 2
+    assert f"{batch}:3: not UTF-8 text: the byte 0xff at column 16" in proc.stderr
+    assert not db.exists()
+    piped = subprocess.run(
+        _cmd("run", "-", "--db", str(db)),
+        input=b"ok\n\xc3(",
+        capture_output=True,
+        timeout=TIMEOUT,
+        env=_env(),
+        check=False,
+    )
+    assert piped.returncode == 2
+    assert b"<stdin>:2: not UTF-8 text: the byte 0xc3 at column 1" in piped.stderr
+
+
 def test_an_error_quoting_the_input_is_escaped(tmp_path: Path, db: Path) -> None:
     batch = tmp_path / "batch.txt"
     batch.write_bytes(b'"https://a.test/\x1b[2J\xc2\x9b31m"\n')  # quoted: the message quotes it

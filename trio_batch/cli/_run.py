@@ -91,7 +91,15 @@ def _read_input(name: str) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise UsageError(f"{name} is not UTF-8 text: {exc}") from None
+        # Where, as a person finds it: the line, and the column in bytes (a byte offset
+        # into a file of thousands of lines says little).
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        label = "<stdin>" if name == "-" else name
+        raise UsageError(
+            f"{label}:{line}: not UTF-8 text: the byte 0x{data[exc.start]:02x} at column "
+            f"{column} ({exc.reason}); save the file as UTF-8"
+        ) from None
 
 
 def cmd_run(args: argparse.Namespace) -> int:
