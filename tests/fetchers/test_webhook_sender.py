@@ -7,7 +7,7 @@ import base64
 
 import pytest
 
-from trio_batch import InvalidRequest, JobEvent, Store, open_runner
+from trio_batch import DeliveryAnswer, InvalidRequest, JobEvent, Store, open_runner
 from trio_batch.fetchers import DestinationPolicy, WebhookSender, load_webhook_secret
 from trio_batch.runner._deliveries import RETRY_DELAYS
 
@@ -146,6 +146,15 @@ async def test_a_receiver_that_does_not_answer_times_out(receiver: Receiver) -> 
     with pytest.raises(Exception, match=r"no answer within 0\.2 s"):
         await sender_for(receiver, timeout=0.2).deliver(event_to(receiver.url))
     receiver.hold.set()
+
+
+@pytest.mark.parametrize("url", ["https://ex..ample.org/", "https://xn--a.example.org/"])
+async def test_an_event_to_a_host_no_resolver_takes_is_a_failed_delivery(url: str) -> None:
+    # Stored before submits were checked for it: each attempt raised a bare UnicodeError.
+    sender = WebhookSender("whsec_" + "A" * 43, DestinationPolicy())
+    event = JobEvent("msg_1", "job.done", "A" * 22, "done", None, 1, 1, 0, 0.0, url=url)
+    with pytest.raises(DeliveryAnswer, match="host name no resolver takes"):
+        await sender.deliver(event)
 
 
 def test_a_secret_of_exactly_16_bytes_is_taken(tmp_path: object) -> None:

@@ -35,6 +35,7 @@ from ..runner import DeliveryAnswer
 from ._errors import DestinationRefused
 from ._pool import pinned_transport
 from ._ssrf import DestinationPolicy
+from ._urls import HOST_HINT, host_problem
 
 __all__ = ["MAX_ANSWER_BODY", "WebhookSender", "load_webhook_secret"]
 
@@ -135,6 +136,12 @@ class WebhookSender:
             raise InvalidRequest(f"the webhook URL {url!r} names no host")
         if parts.username is not None or parts.password is not None:
             raise InvalidRequest("the webhook URL must not carry a user name or password")
+        problem = host_problem(url)
+        if problem is not None:  # else every attempt failed with a bare UnicodeError
+            raise InvalidRequest(
+                f"the webhook URL {url!r} has a host name no resolver takes: {problem}; "
+                + HOST_HINT
+            )
         return url
 
     async def deliver(self, event: JobEvent) -> str:
@@ -144,6 +151,9 @@ class WebhookSender:
         content: the signature covers the id, the timestamp and the body)."""
         if event.url is None:
             raise DeliveryAnswer("the event has no webhook URL")
+        problem = host_problem(event.url)  # one stored before submits were checked for it
+        if problem is not None:
+            raise DeliveryAnswer(f"refused: a host name no resolver takes: {problem}")
         try:
             await self.policy(event.url)
         except DestinationRefused as exc:
