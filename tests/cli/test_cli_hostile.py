@@ -173,6 +173,20 @@ def test_a_batch_file_that_is_not_utf8_names_the_line_and_column(tmp_path: Path,
     assert b"<stdin>:2: not UTF-8 text: the byte 0xc3 at column 1" in piped.stderr
 
 
+@pytest.mark.parametrize("login", ["a\x1b[2Jb", "a\udcffb"])
+def test_a_login_name_no_job_can_have_is_a_usage_error_naming_caller(
+    tmp_path: Path, db: Path, login: str
+) -> None:
+    # The default caller is the login name: it was submitted as it was, refused by the
+    # runner once the database was made, with nothing saying where the name came from.
+    batch = write_batch(tmp_path / "batch.txt", ["https://a.test/"])
+    proc = cli_process("run", str(batch), "--db", str(db), env={**_env(), "LOGNAME": login})
+    assert proc.returncode == 2, proc.stderr
+    assert "your login name cannot be a caller" in proc.stderr and "--caller" in proc.stderr
+    assert_printable(proc.stderr)
+    assert not db.exists()
+
+
 def test_an_error_quoting_the_input_is_escaped(tmp_path: Path, db: Path) -> None:
     batch = tmp_path / "batch.txt"
     batch.write_bytes(b'"https://a.test/\x1b[2J\xc2\x9b31m"\n')  # quoted: the message quotes it
