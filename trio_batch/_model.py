@@ -62,6 +62,9 @@ from ._targets import (
 from ._targets import (
     idem_key as idem_key,
 )
+from ._targets import (
+    is_caller as is_caller,
+)
 from ._text import safe_text
 
 __all__ = [

@@ -19,6 +19,7 @@ from json.encoder import encode_basestring_ascii
 from typing import Any
 
 from ._errors import InvalidRequest, InvalidTargets
+from ._event import MAX_WEBHOOK_URL_LENGTH
 from ._text import CONTROL_CHARACTER, json_type, safe_text, unknown_keys
 
 __all__ = [
@@ -35,7 +36,9 @@ __all__ = [
     "check_caller",
     "check_metadata",
     "check_targets",
+    "check_webhook_text",
     "idem_key",
+    "is_caller",
     "plain_urls",
 ]
 
@@ -247,6 +250,26 @@ def _check_url(url: object) -> None:
         )
 
 
+def check_webhook_text(url: object) -> str:
+    """Return ``url`` if it is text a webhook URL can be, in every store: a non-empty string
+    of at most ``MAX_WEBHOOK_URL_LENGTH`` characters without control or bidi characters (NUL
+    is one) or lone surrogates. Raises :class:`InvalidRequest` otherwise. Whether it is a URL
+    the sender can deliver to is the webhook sender's to say."""
+    if not isinstance(url, str) or not url.strip():
+        raise InvalidRequest("the webhook's 'url' must be a non-empty string")
+    if len(url) > MAX_WEBHOOK_URL_LENGTH:
+        raise InvalidRequest(
+            f"the webhook URL is {len(url)} characters; at most {MAX_WEBHOOK_URL_LENGTH}"
+        )
+    unfit = _UNFIT_URL.search(url)
+    if unfit is not None:  # CR/LF would split a header, ESC steer a terminal, NUL the store
+        raise InvalidRequest(
+            f"the webhook URL contains the character U+{ord(unfit.group()):04X} at "
+            f"position {unfit.start()}; percent-encode it if it is meant"
+        )
+    return url
+
+
 def _check_custom_id(custom_id: object) -> None:
     """Raise the :class:`InvalidTargets` that says what is wrong with ``custom_id``."""
     _check_text(custom_id, "custom_id", MAX_CUSTOM_ID_LENGTH, index=None)
@@ -370,6 +393,17 @@ def check_caller(value: object, what: str = "caller") -> str:
     if control is not None:  # printed in job listings: it must not steer a terminal
         raise InvalidRequest(f"{what} contains the control character U+{ord(control.group()):04X}")
     return value
+
+
+def is_caller(value: object) -> bool:
+    """True if ``value`` passes :func:`check_caller`: a name some job may have. A read that
+    filters on a caller answers anything else as it does an unknown caller, on every backend
+    (a NUL or a lone surrogate would otherwise reach the database, which refuses them)."""
+    try:
+        check_caller(value)
+    except InvalidRequest:
+        return False
+    return True
 
 
 def idem_key(

@@ -23,6 +23,7 @@ from .test_cli import (
     _read_until,
     _start_gated_run,
     cli,
+    cli_process,
     command_logging,
     write_batch,
 )
@@ -82,6 +83,108 @@ def test_a_url_with_a_control_character_exits_2_with_the_line(tmp_path: Path, db
     assert f"{batch}:2: url contains the control character U+001B" in proc.stderr
     assert_printable(proc.stderr)
     assert not db.exists()  # refused before anything was opened
+
+
+@pytest.mark.parametrize("separator", ["\u2028", "\u2029", "\x85"])
+def test_a_json_line_holding_a_unicode_line_separator_is_one_target(
+    tmp_path: Path, db: Path, separator: str
+) -> None:
+    # Valid JSON Lines, as json.dumps(ensure_ascii=False) writes them: the separator is raw
+    # inside a string. str.splitlines broke the line there and refused the file as bad JSON.
+    page = tmp_path / "page.txt"
+    page.write_text("hello")
+    custom_id = f"one{separator}two"
+    batch = tmp_path / "batch.jsonl"
+    line = {"url": page.as_uri(), "custom_id": custom_id}
+    batch.write_text(json.dumps(line, ensure_ascii=False) + "\n", encoding="utf-8")
+    run = cli("run", str(batch), "--db", str(db), "--json")
+    assert run.returncode == 0, run.stderr
+    job_id = json.loads(run.stdout)["job"]["id"]
+    results = json.loads(cli("results", job_id, "--db", str(db), "--json").stdout)
+    assert [t["custom_id"] for t in results["targets"]] == [custom_id]
+
+
+@pytest.mark.parametrize("control", ["\x0b", "\x0c", "\x1c", "\x1d", "\x1e"])
+def test_a_url_line_holding_a_line_breaking_control_is_refused_not_split(
+    tmp_path: Path, db: Path, control: str
+) -> None:
+    # str.splitlines broke the line at these: one URL became two targets (the second without
+    # a scheme, failing at fetch), or a trailing one vanished without a word.
+    batch = tmp_path / "batch.txt"
+    batch.write_text(f"https://a.test/\nhttps://b.test/x{control}y\n", encoding="utf-8")
+    proc = cli("run", str(batch), "--db", str(db))
+    assert proc.returncode == 2
+    assert f"{batch}:2: 'https://b.test/x\\x{ord(control):02x}y' is not a URL" in proc.stderr
+    assert_printable(proc.stderr)
+    assert not db.exists()  # refused before anything was opened
+
+
+def test_old_mac_line_ends_still_end_lines(tmp_path: Path, db: Path) -> None:
+    page = tmp_path / "page.txt"
+    page.write_text("hello")
+    batch = tmp_path / "batch.txt"
+    batch.write_text(f"# CR only\r{page.as_uri()}\r\r{page.as_uri()}?b\r\n", encoding="utf-8")
+    run = cli("run", str(batch), "--db", str(db), "--json")
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["job"]["targets_total"] == 2
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["jobs", "--caller", "a\udcff"], "--caller: caller is not valid Unicode"),
+        (["jobs", "--caller", "a\x1b[2J", "--status", "done"], "--caller: caller contains the"),
+        (["run", "BATCH", "--caller", "a\x9b"], "--caller: caller contains the"),
+        (["run", "BATCH", "--class", "a\udcff"], "--class: caller class is not valid"),
+        (["import-warc", "x.warc", "--caller", ""], "--caller: caller must be a non-empty"),
+    ],
+)
+def test_a_caller_name_no_job_can_have_is_a_usage_error(
+    tmp_path: Path, db: Path, args: list[str], message: str
+) -> None:
+    # A real command line: "\udcff" is what Python makes of the byte 0xff in argv. `jobs
+    # --caller` sent it to the store, which died with a UnicodeEncodeError traceback.
+    batch = write_batch(tmp_path / "batch.txt", ["https://a.test/"])
+    proc = cli_process(*[str(batch) if a == "BATCH" else a for a in args], "--db", str(db))
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert_printable(proc.stderr)
+    assert not db.exists()  # refused before anything was opened
+
+
+def test_a_batch_file_that_is_not_utf8_names_the_line_and_column(tmp_path: Path, db: Path) -> None:
+    # It said "can't decode byte 0xff in position 49": a byte offset into the whole file.
+    batch = tmp_path / "batch.txt"
+    batch.write_bytes(b"https://a.test/1\nhttps://a.test/2\nhttps://a.test/\xff3\n")
+    proc = cli("run", str(batch), "--db", str(db))
+    assert proc.returncode == 2
+    assert f"{batch}:3: not UTF-8 text: the byte 0xff at column 16" in proc.stderr
+    assert not db.exists()
+    piped = subprocess.run(
+        _cmd("run", "-", "--db", str(db)),
+        input=b"ok\n\xc3(",
+        capture_output=True,
+        timeout=TIMEOUT,
+        env=_env(),
+        check=False,
+    )
+    assert piped.returncode == 2
+    assert b"<stdin>:2: not UTF-8 text: the byte 0xc3 at column 1" in piped.stderr
+
+
+@pytest.mark.parametrize("login", ["a\x1b[2Jb", "a\udcffb"])
+def test_a_login_name_no_job_can_have_is_a_usage_error_naming_caller(
+    tmp_path: Path, db: Path, login: str
+) -> None:
+    # The default caller is the login name: it was submitted as it was, refused by the
+    # runner once the database was made, with nothing saying where the name came from.
+    batch = write_batch(tmp_path / "batch.txt", ["https://a.test/"])
+    proc = cli_process("run", str(batch), "--db", str(db), env={**_env(), "LOGNAME": login})
+    assert proc.returncode == 2, proc.stderr
+    assert "your login name cannot be a caller" in proc.stderr and "--caller" in proc.stderr
+    assert_printable(proc.stderr)
+    assert not db.exists()
 
 
 def test_an_error_quoting_the_input_is_escaped(tmp_path: Path, db: Path) -> None:

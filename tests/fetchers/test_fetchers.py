@@ -381,6 +381,27 @@ async def test_invalid_url(url: str) -> None:
     assert isinstance(err, URLError)
 
 
+@pytest.mark.parametrize(
+    "host", ["ex..ample", "a" * 64 + ".test", "xn--a.test", "\u2488.test", "\u200b.test"]
+)
+async def test_a_host_name_no_resolver_takes_is_a_url_error(host: str) -> None:
+    # An empty or over-long label raised a bare UnicodeError from the resolver's encoding, an
+    # "xn--" label that is not IDNA one from the idna package: untyped, with no hint.
+    err = await fetch_error(http_fetch, target(f"http://{host}/page"))
+    assert isinstance(err, URLError)
+    assert "has a host name no resolver takes" in str(err)
+    assert "empty label" in err.hint
+
+
+@pytest.mark.parametrize("to", ["http://ex..ample/", "http://xn--a.test/"])
+async def test_a_redirect_to_a_host_name_no_resolver_takes_is_refused(
+    server: LocalServer, to: str
+) -> None:
+    err = await fetch_error(http_fetch, target(server.url(f"/redirect?to={to}")))
+    assert isinstance(err, RedirectError)
+    assert "broken Location" in err.hint
+
+
 async def test_check_url_sees_every_hop(server: LocalServer) -> None:
     seen: list[str] = []
 

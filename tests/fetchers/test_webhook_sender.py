@@ -7,7 +7,7 @@ import base64
 
 import pytest
 
-from trio_batch import InvalidRequest, JobEvent, Store, open_runner
+from trio_batch import DeliveryAnswer, InvalidRequest, JobEvent, Store, open_runner
 from trio_batch.fetchers import DestinationPolicy, WebhookSender, load_webhook_secret
 from trio_batch.runner._deliveries import RETRY_DELAYS
 
@@ -148,6 +148,15 @@ async def test_a_receiver_that_does_not_answer_times_out(receiver: Receiver) -> 
     receiver.hold.set()
 
 
+@pytest.mark.parametrize("url", ["https://ex..ample.org/", "https://xn--a.example.org/"])
+async def test_an_event_to_a_host_no_resolver_takes_is_a_failed_delivery(url: str) -> None:
+    # Stored before submits were checked for it: each attempt raised a bare UnicodeError.
+    sender = WebhookSender("whsec_" + "A" * 43, DestinationPolicy())
+    event = JobEvent("msg_1", "job.done", "A" * 22, "done", None, 1, 1, 0, 0.0, url=url)
+    with pytest.raises(DeliveryAnswer, match="host name no resolver takes"):
+        await sender.deliver(event)
+
+
 def test_a_secret_of_exactly_16_bytes_is_taken(tmp_path: object) -> None:
     from pathlib import Path
 
@@ -176,6 +185,37 @@ def test_a_bad_secret_file_is_refused_with_a_clear_message(
         load_webhook_secret(path)
     with pytest.raises(ValueError, match="cannot read"):
         load_webhook_secret(Path(str(tmp_path)) / "missing")
+
+
+@pytest.mark.parametrize("name", ["/dev/zero", "fifo", "big"])
+def test_a_secret_file_is_read_bounded_and_only_if_regular(tmp_path: object, name: str) -> None:
+    # It was read whole with read_text: /dev/zero grew memory for ever, a FIFO without a
+    # writer blocked the start-up for ever (this test then hangs to its timeout).
+    import os
+    from pathlib import Path
+
+    path = Path(name)
+    if name == "fifo":
+        path = Path(str(tmp_path)) / "fifo"
+        os.mkfifo(path)
+    elif name == "big":
+        path = Path(str(tmp_path)) / "secret"
+        path.write_text("whsec_" + base64.b64encode(bytes(32)).decode() + " " * 5000 + "\n")
+    says = "holds more than" if name == "big" else "is not a regular file"
+    with pytest.raises(ValueError, match=f"cannot read the webhook secret file .*{says}"):
+        load_webhook_secret(path)
+
+
+def test_a_secret_file_with_a_byte_order_mark_is_taken(tmp_path: object) -> None:
+    from pathlib import Path
+
+    path = Path(str(tmp_path)) / "secret"
+    secret = "whsec_" + base64.b64encode(bytes(range(32))).decode()
+    path.write_text("\ufeff" + secret + "\r\n", encoding="utf-8")
+    assert load_webhook_secret(path) == secret
+    path.write_bytes(b"whsec_\xff\n")
+    with pytest.raises(ValueError, match=r"cannot read the webhook secret file .*utf-8"):
+        load_webhook_secret(path)
 
 
 async def test_a_host_rebound_after_the_check_is_never_connected_to(receiver: Receiver) -> None:

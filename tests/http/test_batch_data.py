@@ -110,6 +110,21 @@ async def test_results_jsonl_streams_every_target_resumes_and_merges_a_retry(
         problem(r, 422, "invalid-request")
 
 
+@pytest.mark.parametrize("only", [[["failed"]], [{}], [None], ["failed", ["pending"]]])
+async def test_a_retry_naming_anything_but_kinds_is_422_and_makes_nothing(
+    tmp_path: Path, fetch: ScriptedFetch, clock: FakeClock, only: list[object]
+) -> None:
+    # A list or an object among them was put in a set first: TypeError, a 500.
+    async with running(tmp_path, fetch, clock, config=CONFIG) as s:
+        job = await _submit(s, ("a", "fail"))
+        await s.wait_done(job["id"])
+        url = f"/v1/batches/{job['id']}/retry"
+        r = await s.client.post(url, json={"only": only}, headers=auth())
+        assert "only may name failed and pending" in problem(r, 422, "invalid-request")["detail"]
+        r = await s.client.get("/v1/batches", headers=auth())
+        assert [j["id"] for j in r.json()["jobs"]] == [job["id"]]
+
+
 async def _ids(s: Service, query: str, token: str | None = None) -> list[str]:
     """Every job id a filtered list gives, following its next links."""
     headers = auth() if token is None else auth(token)

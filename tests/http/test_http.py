@@ -628,6 +628,19 @@ def test_bad_tokens_files_say_which_line_and_never_the_token(
     assert ALICE not in str(info.value)
 
 
+@pytest.mark.parametrize("token", ["pässwörd-0123456789abcdef", "token-0123456789abcdef\x7f"])
+def test_a_token_a_client_cannot_send_as_written_is_refused_at_start(
+    tmp_path: Path, token: str
+) -> None:
+    # Its UTF-8 bytes come back from the server read as Latin-1: it never matched, and the
+    # service started regardless, refusing that caller every request with a bare 401.
+    path = tmp_path / "tokens"
+    path.write_text(f"{ALICE} alice\n{token} carol\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="line 2: the token holds a character other than") as info:
+        TokenAuth.from_file(path)
+    assert token not in str(info.value) and ALICE not in str(info.value)
+
+
 def test_load_fetch() -> None:
     from ..support import http_fixtures
 

@@ -107,6 +107,12 @@ async def test_redeliver_answers_409_for_a_live_job_and_404_without_a_webhook(
         ({"url": "https://token@example.org/"}, "user name"),
         ({"url": "https://:secret@example.org/"}, "password"),
         ({"url": "https://user:secret@example.org/"}, "user name or password"),
+        # Hosts no resolver takes: each attempt failed with a bare UnicodeError, logged with
+        # a traceback, until the delivery gave up.
+        ({"url": "https://ex..ample.org/"}, "host name no resolver takes"),
+        ({"url": f"https://{'a' * 64}.example.org/"}, "host name no resolver takes"),
+        ({"url": "https://xn--a.example.org/"}, "host name no resolver takes"),
+        ({"url": "https://\u2102.example.org/"}, "host name no resolver takes"),
     ],
 )
 async def test_a_bad_webhook_is_422_and_creates_nothing(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
+import re
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import trio
 from trio_batch import (
     Busy,
     CallerBusy,
+    InvalidRequest,
     InvalidTargets,
     JobFilter,
     JobState,
@@ -383,6 +385,45 @@ async def test_a_claimed_delivery_carries_the_trace_context_stored_with_its_job(
         (a.id, traced),
         (b.id, None),
     }
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("https://hooks.example/\x00x", "U+0000 at position 22"),
+        ("https://hooks.example/\ud800", "U+D800 at position 22"),
+        ("https://hooks.example/\x1b[2J", "U+001B at position 22"),
+        ("https://hooks.example/\u202ex", "U+202E at position 22"),
+        ("", "must be a non-empty string"),
+        (5, "must be a non-empty string"),
+    ],
+)
+async def test_a_webhook_url_no_store_can_keep_is_refused_alike_before_any_write(
+    job_store: JobStore, url: Any, message: str
+) -> None:
+    # SQLite stored a NUL that PostgreSQL refused as an outage (StoreUnavailable), and a lone
+    # surrogate escaped both as a UnicodeEncodeError: one typed refusal, nothing stored.
+    with pytest.raises(InvalidRequest, match=re.escape(message)):
+        await _create(job_store, n=1, webhook_url=url)
+    job, _ = await _create(job_store, n=1, webhook_url="https://hooks.example/x")
+    assert job.targets_total == 1  # the store took the next one: nothing was left behind
+    assert [j.id for j in await job_store.list_jobs(now=T0)] == [job.id]
+
+
+@pytest.mark.parametrize("caller", ["a\x00b", "a\ud800", "a\x1b[2J", ""])
+async def test_a_caller_no_job_can_have_reads_as_an_unknown_caller(
+    job_store: JobStore, caller: str
+) -> None:
+    # Such a name went to the database: SQLite answered "none" for a NUL where PostgreSQL
+    # failed the read as an outage (StoreUnavailable), and a lone surrogate escaped every
+    # backend as a UnicodeEncodeError.
+    job, _ = await _create(job_store, n=1)
+    assert await job_store.list_jobs(caller=caller, now=T0) == []
+    assert await job_store.list_caller_jobs(caller, now=T0, limit=10) == []
+    assert await job_store.latest_retry(job.id, caller=caller, now=T0) is None
+    assert await job_store.retries(job.id, caller=caller, now=T0, limit=5) == []
+    assert await job_store.forget_job(job.id, caller=caller, now=T0) is None
+    assert await job_store.list_caller_jobs("alice", now=T0, limit=10) == [job]
 
 
 async def test_a_claim_passes_over_busy_destinations(job_store: JobStore) -> None:

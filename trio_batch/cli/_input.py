@@ -6,6 +6,7 @@ Every target remembers the line it started on, so a bad one is reported as ``FIL
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 
 from .._errors import InvalidTargets
@@ -81,10 +82,18 @@ def parse_targets(text: str) -> tuple[list[Target], list[int]]:
     return targets, lines
 
 
+#: Where a line ends: what universal newlines read as one (``\r\n``, ``\r``, ``\n``).
+_LINE_END = re.compile(r"\r\n?|\n")
+
+
 def _lines(text: str) -> list[_Item]:
     items: list[_Item] = []
-    for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
+    # Not str.splitlines: it also breaks at U+2028 and U+0085, which JSON holds raw inside a
+    # string, and at \x0b, \x0c, \x1c-\x1e, splitting one URL line into two targets. Only
+    # spaces and tabs are trimmed: what else a line holds is refused by the target's own
+    # checks, with the line's number.
+    for number, raw in enumerate(_LINE_END.split(text), start=1):
+        line = raw.strip(" \t")
         if not line or line.startswith("#"):
             continue
         if line.startswith("{"):

@@ -54,6 +54,7 @@ from ._options import (
     add_fetch_limits,
     add_politeness,
     add_store_options,
+    caller_name,
     positive_number,
     whole_number,
 )
@@ -156,7 +157,7 @@ def _parser() -> argparse.ArgumentParser:
     results.add_argument("--json", action="store_true", help="print JSON")
 
     jobs = sub.add_parser("jobs", parents=[db], help="list the jobs whose lease has not lapsed")
-    jobs.add_argument("--caller", default=None, help="only this caller's jobs")
+    jobs.add_argument("--caller", type=caller_name(), default=None, help="only this caller's jobs")
     jobs.add_argument(
         "--limit",
         type=whole_number(1, MAX_INDEX),
@@ -234,11 +235,16 @@ def _add_submitter_options(run: argparse.ArgumentParser) -> None:
     """Who submits a batch file and how big it may be (``run``; a retry takes its parent's)."""
     run.add_argument(
         "--caller",
+        type=caller_name(),
         default=None,
         help="who submits (default: your login name); part of the idempotency key",
     )
     run.add_argument(
-        "--class", dest="caller_class", default="cli", help="the caller's class (default: cli)"
+        "--class",
+        dest="caller_class",
+        type=caller_name("caller class"),
+        default="cli",
+        help="the caller's class (default: cli)",
     )
     run.add_argument(
         "--max-targets",

@@ -8,7 +8,9 @@ from collections.abc import Callable
 from typing import Any
 
 from .._config import COMMAND_TARGET_TIMEOUT, Config
+from .._errors import InvalidRequest
 from .._retry import RetryPolicy
+from .._targets import check_caller
 from .._text import MAX_MILLISECONDS, MAX_SECONDS, parse_decimal, safe_text
 
 __all__ = [
@@ -17,6 +19,7 @@ __all__ = [
     "add_fetch_limits",
     "add_politeness",
     "add_store_options",
+    "caller_name",
     "politeness",
     "positive_number",
     "retry_policy",
@@ -55,6 +58,21 @@ def whole_number(low: int, high: int) -> Callable[[str], int]:
         return int(text)
 
     parse.__name__ = "whole number"
+    return parse
+
+
+def caller_name(what: str = "caller") -> Callable[[str], str]:
+    """An argparse ``type``: a caller (or class) name :func:`~trio_batch.check_caller` takes,
+    else a usage error (exit 2) saying what is wrong, before any store is opened: a name no
+    job can have (a NUL, a control character, bytes that are not UTF-8) finds nothing."""
+
+    def parse(text: str) -> str:
+        try:
+            return check_caller(text, what)
+        except InvalidRequest as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    parse.__name__ = what
     return parse
 
 

@@ -18,7 +18,7 @@ import trio
 from .._config import Config
 from .._errors import BatchError, InvalidRequest, InvalidTargets, JobGone, StoreLocked
 from .._files import read_bounded
-from .._model import Job, JobState, Target, TargetStatus
+from .._model import Job, JobState, Target, TargetStatus, check_caller
 from .._retry import RetryNotice
 from .._text import printable
 from .._tracing import Tracing
@@ -54,11 +54,21 @@ __all__ = ["cmd_retry", "cmd_run", "default_caller", "fetch_job"]
 
 
 def default_caller() -> str:
-    """The caller a local command runs as: the login name, or ``cli`` without one."""
+    """The caller a local command runs as: the login name, or ``cli`` without one.
+
+    Raises :class:`UsageError` for a login name no job can have (a control character, bytes
+    that are not UTF-8, from ``LOGNAME`` say), before any database is opened: say --caller.
+    """
     try:
-        return getpass.getuser() or "cli"
+        name = getpass.getuser() or "cli"
     except (OSError, KeyError):  # no login name in some containers
         return "cli"
+    try:
+        return check_caller(name)
+    except InvalidRequest as exc:
+        raise UsageError(
+            f"your login name cannot be a caller ({exc}); name one with --caller NAME"
+        ) from None
 
 
 #: Largest batch file ``run`` reads (bytes): far past any batch of --max-targets targets.
@@ -90,7 +100,15 @@ def _read_input(name: str) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise UsageError(f"{name} is not UTF-8 text: {exc}") from None
+        # Where, as a person finds it: the line, and the column in bytes (a byte offset
+        # into a file of thousands of lines says little).
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        label = "<stdin>" if name == "-" else name
+        raise UsageError(
+            f"{label}:{line}: not UTF-8 text: the byte 0x{data[exc.start]:02x} at column "
+            f"{column} ({exc.reason}); save the file as UTF-8"
+        ) from None
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -10,6 +10,7 @@ from .._files import replacing
 from .._text import printable
 from ..store import JobStore
 from ._common import EXIT_DONE, EXIT_FAILED, UsageError, report_error
+from ._options import caller_name
 from ._run import default_caller
 from ._snapshots import add_snapshot_dir, snapshot_store
 
@@ -35,7 +36,9 @@ def add_import_parser(sub: argparse._SubParsersAction, db: argparse.ArgumentPars
         "file is refused (exit 2) naming the record, and nothing of it is kept.",
     )
     parser.add_argument("file", metavar="FILE", help="the WARC file")
-    parser.add_argument("--caller", default=None, help="whose snapshot (default: your login)")
+    parser.add_argument(
+        "--caller", type=caller_name(), default=None, help="whose snapshot (default: your login)"
+    )
     parser.add_argument("--shared", action="store_true", help="let any caller replay it")
     add_snapshot_dir(parser)
 

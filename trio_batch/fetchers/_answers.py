@@ -8,7 +8,8 @@ import time
 
 import httpx
 
-from ._errors import HTTPStatusError, RedirectError
+from ._errors import HTTPStatusError, RedirectError, URLError
+from ._urls import check_http_url
 
 __all__ = [
     "REDIRECT_CODES",
@@ -40,6 +41,13 @@ def redirect_target(response: httpx.Response, location: str) -> str:
             hint="redirects to other schemes (file:, ftp:, ...) are refused on purpose; "
             "fetch that URL directly if you trust it",
         )
+    try:
+        check_http_url(str(target))
+    except URLError as exc:
+        raise RedirectError(
+            f"{response.url} redirects to an invalid URL {location!r}: {exc}",
+            hint="the server sent a broken Location header; report it to the site",
+        ) from None
     return str(target)
 
 

@@ -421,8 +421,10 @@ class HttpFetcher:
                     deadline.deadline = trio.current_time() + left
                     try:
                         response = await client.send(request, stream=True)
-                    except httpx.InvalidURL as exc:
-                        # httpx parses the Location of a redirect even when not following it.
+                    except (httpx.InvalidURL, UnicodeError) as exc:
+                        # httpx parses the Location of a redirect even when not following
+                        # it; an "xn--" host that is not IDNA raises the idna package's
+                        # UnicodeError there (the URLs sent were checked before: this is it).
                         raise RedirectError(
                             f"{current} redirects to an invalid URL: {exc}",
                             hint="the server sent a broken Location header; report it to the site",

@@ -6,9 +6,19 @@ import ipaddress
 import socket
 from urllib.parse import SplitResult, urlsplit
 
+import httpx
+
 from ._errors import ResponseTooLarge, URLError
 
-__all__ = ["check_http_url", "host_key", "response_too_large", "split_url", "unsupported_scheme"]
+__all__ = [
+    "HOST_HINT",
+    "check_http_url",
+    "host_key",
+    "host_problem",
+    "response_too_large",
+    "split_url",
+    "unsupported_scheme",
+]
 
 #: How :func:`host_key` spells the local machine: ``localhost`` names (RFC 6761) and the
 #: addresses they resolve to.
@@ -55,7 +65,8 @@ def split_url(url: str) -> SplitResult:
 
 
 def check_http_url(url: str) -> None:
-    """Refuse an http(s) URL without a host or with a port out of range, before any I/O."""
+    """Refuse an http(s) URL without a host, with a port out of range or a host name no
+    resolver takes, before any I/O."""
     parts = split_url(url)
     try:
         parts.port  # noqa: B018 - raises ValueError when out of range
@@ -65,6 +76,30 @@ def check_http_url(url: str) -> None:
         ) from None
     if not parts.hostname:
         raise URLError(f"{url!r} has no host name", hint="write the URL as http://host/path")
+    problem = host_problem(url)
+    if problem is not None:
+        raise URLError(f"{url!r} has a host name no resolver takes: {problem}", hint=HOST_HINT)
+
+
+#: The hint of a host name :func:`host_problem` refuses.
+HOST_HINT = (
+    "check the host name: no empty label (..), none over 63 characters, no character a "
+    "domain name may not hold"
+)
+
+
+def host_problem(url: str) -> str | None:
+    """What is wrong with the host name of the http(s) ``url``, or None if a request can be
+    sent to it: read as httpx reads it (an "xn--" label that is not IDNA raises as it is
+    decoded), then as the resolver encodes it (every label 1 to 63 characters). Else a bare
+    UnicodeError came out of the request, with no hint."""
+    try:
+        parsed = httpx.URL(url)
+        parsed.host  # noqa: B018
+        parsed.raw_host.decode("ascii").encode("idna")
+    except (httpx.InvalidURL, UnicodeError) as exc:
+        return str(exc)
+    return None
 
 
 def unsupported_scheme(url: str, scheme: str, *, allow_file: bool) -> URLError:

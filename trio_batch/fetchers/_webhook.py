@@ -16,7 +16,6 @@ import base64
 import datetime
 import functools
 import json
-import re
 import ssl
 import time
 from collections.abc import Callable
@@ -28,21 +27,24 @@ import trio
 from standardwebhooks import Webhook
 
 from .._errors import InvalidRequest
-from .._event import MAX_WEBHOOK_URL_LENGTH, JobEvent
-from .._text import CONTROL_CHARACTER, check_seconds
+from .._event import JobEvent
+from .._files import read_bounded
+from .._targets import check_webhook_text
+from .._text import check_seconds
 from .._version import __version__
 from ..runner import DeliveryAnswer
 from ._errors import DestinationRefused
 from ._pool import pinned_transport
 from ._ssrf import DestinationPolicy
+from ._urls import HOST_HINT, host_problem
 
 __all__ = ["MAX_ANSWER_BODY", "WebhookSender", "load_webhook_secret"]
 
 #: Most bytes of a receiver's answer read (then the connection is closed).
 MAX_ANSWER_BODY = 4096
 _SECRET_PREFIX = "whsec_"
-#: What no webhook URL may hold: control and bidi characters (NUL is one), lone surrogates.
-_UNFIT = re.compile(CONTROL_CHARACTER.pattern.removesuffix("]") + "\ud800-\udfff]")
+#: Largest webhook secret file read (bytes): a secret is one short line.
+MAX_SECRET_FILE = 4096
 
 
 def load_webhook_secret(path: str | Path) -> str:
@@ -51,8 +53,11 @@ def load_webhook_secret(path: str | Path) -> str:
     Raises ValueError with a message for a person if it is missing or malformed.
     """
     try:
-        text = Path(path).read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError) as exc:
+        # Bounded, and never /dev/zero or a FIFO (read for ever); a byte-order mark an
+        # editor left is not part of the secret.
+        data = read_bounded(path, MAX_SECRET_FILE)
+        text = data.decode("utf-8").removeprefix("\ufeff").strip()
+    except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
         raise ValueError(f"cannot read the webhook secret file {str(path)!r}: {exc}") from None
     check_secret(text, where=f"the webhook secret file {str(path)!r}")
     return text
@@ -115,18 +120,7 @@ class WebhookSender:
     def check_url(self, url: object) -> str:
         """The webhook URL of a submit, checked before the job exists; raises
         :class:`~trio_batch.InvalidRequest` for one never deliverable to."""
-        if not isinstance(url, str):
-            raise InvalidRequest("the webhook's 'url' must be a string")
-        if len(url) > MAX_WEBHOOK_URL_LENGTH:
-            raise InvalidRequest(
-                f"the webhook URL is {len(url)} characters; at most {MAX_WEBHOOK_URL_LENGTH}"
-            )
-        unfit = _UNFIT.search(url)
-        if unfit is not None:  # CR/LF would split a header, ESC steer a terminal, NUL the store
-            raise InvalidRequest(
-                f"the webhook URL contains the character U+{ord(unfit.group()):04X} at "
-                f"position {unfit.start()}; percent-encode it if it is meant"
-            )
+        url = check_webhook_text(url)
         try:
             parts = urlsplit(url)
             host = parts.hostname
@@ -144,6 +138,12 @@ class WebhookSender:
             raise InvalidRequest(f"the webhook URL {url!r} names no host")
         if parts.username is not None or parts.password is not None:
             raise InvalidRequest("the webhook URL must not carry a user name or password")
+        problem = host_problem(url)
+        if problem is not None:  # else every attempt failed with a bare UnicodeError
+            raise InvalidRequest(
+                f"the webhook URL {url!r} has a host name no resolver takes: {problem}; "
+                + HOST_HINT
+            )
         return url
 
     async def deliver(self, event: JobEvent) -> str:
@@ -153,6 +153,9 @@ class WebhookSender:
         content: the signature covers the id, the timestamp and the body)."""
         if event.url is None:
             raise DeliveryAnswer("the event has no webhook URL")
+        problem = host_problem(event.url)  # one stored before submits were checked for it
+        if problem is not None:
+            raise DeliveryAnswer(f"refused: a host name no resolver takes: {problem}")
         try:
             await self.policy(event.url)
         except DestinationRefused as exc:

@@ -22,6 +22,8 @@ DEFAULT_CALLER_CLASS = "default"
 MAX_TOKENS_FILE = 1024 * 1024
 #: Shortest bearer token a tokens file may hold.
 MIN_TOKEN_LENGTH = 16
+#: What a bearer token may hold: printable ASCII, what every client sends as it is.
+_TOKEN = re.compile(r"[\x21-\x7e]+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +54,8 @@ class TokenAuth:
     def from_file(cls, path: str | os.PathLike[str]) -> TokenAuth:
         """Read a tokens file: one ``TOKEN CALLER [CLASS]`` per line, ``#`` starts a comment.
 
-        Tokens must be at least ``MIN_TOKEN_LENGTH`` characters and distinct (generate one with
+        Tokens must be at least ``MIN_TOKEN_LENGTH`` characters of printable ASCII (what a
+        client sends as it is) and distinct (generate one with
         ``python -c 'import secrets; print(secrets.token_urlsafe(32))'``). Raises ValueError
         naming the line, never the token, for a malformed file, for one that is not a regular
         file or holds more than ``MAX_TOKENS_FILE`` bytes.
@@ -72,6 +75,14 @@ class TokenAuth:
             if len(token) < MIN_TOKEN_LENGTH:
                 raise ValueError(
                     f"{where}: the token is shorter than {MIN_TOKEN_LENGTH} characters"
+                )
+            if _TOKEN.fullmatch(token) is None:
+                # A client sends it as ASCII bytes (RFC 6750), which the server hands over as
+                # Latin-1: "é" would never match, and the service would start regardless.
+                raise ValueError(
+                    f"{where}: the token holds a character other than printable ASCII; "
+                    "generate one with python -c 'import secrets; "
+                    "print(secrets.token_urlsafe(32))'"
                 )
             if token in tokens:
                 raise ValueError(f"{where}: the token repeats an earlier line's")
@@ -119,13 +130,18 @@ class HeaderAuth:
         return f"HeaderAuth({self.header!r})"
 
     def authenticate(self, headers: Mapping[str, str]) -> Caller | None:
-        """The caller the header names, or None if it is missing or not a valid caller name."""
+        """The caller the header names (its bytes read as UTF-8), or None if it is missing, not
+        UTF-8 or not a valid caller name."""
         value = headers.get(self.header)
         if value is None:
             return None
         try:
-            return Caller(check_caller(value.strip()), "")
-        except InvalidRequest:
+            # The server hands header bytes over as Latin-1; a gateway writes a name as UTF-8
+            # (what every other front end stores): "josé" must not become "josÃ©", nor "…"
+            # (whose bytes read as a C1 control) be refused.
+            name = value.encode("latin-1").decode("utf-8")
+            return Caller(check_caller(name.strip()), "")
+        except (UnicodeError, InvalidRequest):
             return None
 
     @property

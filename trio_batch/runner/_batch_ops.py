@@ -47,10 +47,11 @@ def check_only(only: object) -> frozenset[str]:
     """``only`` as a set of :data:`RETRY_KINDS`; raises InvalidRequest for anything else."""
     if isinstance(only, str) or not isinstance(only, Collection) or not only:
         raise InvalidRequest(f"only must be a non-empty list of {', '.join(RETRY_KINDS)}")
-    kinds = frozenset(only)
-    if not all(isinstance(k, str) and k in RETRY_KINDS for k in kinds):
+    # Each checked before the set is made: a list or an object in it (unhashable) raised a
+    # TypeError, a 500 from the service.
+    if not all(isinstance(k, str) and k in RETRY_KINDS for k in only):
         raise InvalidRequest(f"only may name {' and '.join(RETRY_KINDS)}, nothing else")
-    return kinds
+    return frozenset(only)
 
 
 def _as_target(t: TargetStatus) -> Target:

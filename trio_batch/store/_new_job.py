@@ -21,7 +21,7 @@ from .._model import (
     is_job_id,
     new_job_id,
 )
-from .._targets import plain_urls
+from .._targets import check_webhook_text, plain_urls
 from ._protocol import Admission, NewJob
 from ._rows import dumps, options_text
 
@@ -100,13 +100,17 @@ def new_job(new: NewJob, *, now: float) -> JobInsert:
 
     Invalid targets, metadata or caller names raise :class:`InvalidTargets` /
     :class:`InvalidRequest`; a terminal ``status`` or a malformed ``job_id`` or ``parent_id``
-    raises ValueError.
+    raises ValueError. A ``webhook_url`` that is not text every store keeps (a NUL, a lone
+    surrogate, a control character) raises :class:`InvalidRequest`, before any store is
+    asked: its sender checks the rest.
     """
     caller = check_caller(new.caller)
     caller_class = check_caller(new.caller_class, "caller_class")
     checked = check_targets(new.targets)
     status, job_id = new.status, new.job_id
     labels = check_metadata(new.metadata)
+    if new.webhook_url is not None:
+        check_webhook_text(new.webhook_url)
     parent_id = new.parent_id
     if parent_id is not None and not is_job_id(parent_id):
         raise ValueError(f"{parent_id!r} is not a job id")

@@ -11,7 +11,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ..._model import Job, JobState, TargetStatus, is_job_id, is_target_index, with_running
+from ..._model import (
+    Job,
+    JobState,
+    TargetStatus,
+    is_caller,
+    is_job_id,
+    is_target_index,
+    with_running,
+)
 from .._filters import EVERY_JOB, JobFilter, filtered_queries, merge_pages
 from .._pages import sized_targets_page, targets_page
 from .._protocol import StoreCounts
@@ -63,6 +71,8 @@ class PostgresReads(PostgresConnection):
 
     def list_jobs(self, *, now: float, caller: str | None = None, limit: int = 100) -> list[Job]:
         """Unexpired jobs, most recently active first; only ``caller``'s if given."""
+        if caller is not None and not is_caller(caller):
+            return []
         sql = q.LIST_JOBS if caller is None else q.LIST_JOBS_OF_CALLER
         params = {"caller": caller, "now": now, "limit": limit}
         rows = self._run(lambda c: self._one(c, Op.READ, sql, params).fetchall(), op=Op.READ)
@@ -214,6 +224,8 @@ class PostgresReads(PostgresConnection):
     ) -> list[Job]:
         """One page of ``caller``'s unexpired jobs that ``where`` lists, newest first; see
         ``JobStore``."""
+        if not is_caller(caller):
+            return []
         queries = [
             (sql.replace("?", "%s"), params)
             for sql, params in filtered_queries(
@@ -261,7 +273,7 @@ class PostgresReads(PostgresConnection):
 
     def latest_retry(self, job_id: str, *, caller: str, now: float) -> Job | None:
         """The newest unexpired retry of ``job_id`` by ``caller``; see ``JobStore``."""
-        if not is_job_id(job_id):
+        if not is_job_id(job_id) or not is_caller(caller):
             return None
         values = (job_id, caller, now)
         row = self._run(
@@ -271,7 +283,7 @@ class PostgresReads(PostgresConnection):
 
     def retries(self, job_id: str, *, caller: str, now: float, limit: int) -> list[Job]:
         """The unexpired retries of ``job_id`` by ``caller``, newest first; see ``JobStore``."""
-        if not is_job_id(job_id):
+        if not is_job_id(job_id) or not is_caller(caller):
             return []
         values = (job_id, caller, now, limit)
         rows = self._run(lambda c: self._one(c, Op.READ, q.RETRIES, values).fetchall(), op=Op.READ)

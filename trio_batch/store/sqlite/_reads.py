@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from ..._model import Job, JobState, TargetStatus, is_job_id, with_running
+from ..._model import Job, JobState, TargetStatus, is_caller, is_job_id, with_running
 from .._filters import EVERY_JOB, JobFilter, filtered_queries, merge_pages
 from .._protocol import StoreCounts
 from .._rows import job_from_row as _job
@@ -56,6 +56,8 @@ class StoreReads(Connection):
     ) -> list[Job]:
         """Unexpired jobs, most recently active first; only ``caller``'s if given."""
         now = time.time() if now is None else now
+        if caller is not None and not is_caller(caller):
+            return []
         with self._locked():
             if caller is None:
                 rows = self.db.execute(q.LIST_JOBS, (now, limit)).fetchall()
@@ -74,6 +76,8 @@ class StoreReads(Connection):
     ) -> list[Job]:
         """One page of ``caller``'s unexpired jobs that ``where`` lists, newest first; see
         ``JobStore``."""
+        if not is_caller(caller):
+            return []
         now = time.time() if now is None else now
         queries = filtered_queries(
             q.JOB_COLUMN_NAMES, caller, where, now=now, limit=limit, before=before

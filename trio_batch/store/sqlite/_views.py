@@ -11,7 +11,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from ..._model import Job, TargetStatus, is_job_id, is_target_index, with_running
+from ..._model import (
+    Job,
+    TargetStatus,
+    is_caller,
+    is_job_id,
+    is_target_index,
+    with_running,
+)
 from .._pages import rows_within, targets_page
 from .._rows import job_from_row
 from .._rows import target_from_row as _target
@@ -102,7 +109,7 @@ def targets_after(
 
 def latest_retry(store: Store, job_id: str, caller: str, *, now: float) -> Job | None:
     """The newest unexpired job of ``caller`` that retries ``job_id``, or None."""
-    if not is_job_id(job_id):
+    if not is_job_id(job_id) or not is_caller(caller):
         return None
     with store._locked():
         row = store.db.execute(q.LATEST_RETRY, (job_id, caller, now)).fetchone()
@@ -111,7 +118,7 @@ def latest_retry(store: Store, job_id: str, caller: str, *, now: float) -> Job |
 
 def retries(store: Store, job_id: str, caller: str, *, now: float, limit: int) -> list[Job]:
     """At most ``limit`` unexpired jobs of ``caller`` that retry ``job_id``, newest first."""
-    if not is_job_id(job_id):
+    if not is_job_id(job_id) or not is_caller(caller):
         return []
     with store._locked():
         rows = store.db.execute(q.RETRIES, (job_id, caller, now, limit)).fetchall()
