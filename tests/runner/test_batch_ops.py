@@ -10,6 +10,7 @@ from trio_batch import (
     Config,
     InvalidRequest,
     InvalidTargets,
+    Job,
     JobFilter,
     JobLive,
     JobState,
@@ -22,7 +23,12 @@ from trio_batch import (
     Target,
     open_runner,
 )
-from trio_batch.runner._batch_ops import EXPORT_PAGE, export_targets, retry_targets
+from trio_batch.runner._batch_ops import (
+    EXPORT_PAGE,
+    export_targets,
+    matching_live_jobs,
+    retry_targets,
+)
 
 from ..support.fakes import T0, FakeClock, ScriptedFetch
 
@@ -271,3 +277,12 @@ async def test_a_cancelled_retry_reads_no_further_page(
         )
     assert scope.cancelled_caught
     assert picked is None
+
+
+async def test_a_cancelled_bulk_cancel_reads_no_page(job_store: JobStore, clock: FakeClock) -> None:
+    found: list[Job] | None = None
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        found = await matching_live_jobs(job_store, "alice", JobFilter(), now=clock())
+    assert scope.cancelled_caught
+    assert found is None
