@@ -209,12 +209,14 @@ def _read_until(proc: subprocess.Popen[str], needle: str) -> str:
     raise AssertionError(f"{needle!r} never shown; stderr was {''.join(seen)!r}")
 
 
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_ctrl_c_cancels_and_stores_the_target_in_flight(
-    server: LocalServer, tmp_path: Path, db: Path
+    server: LocalServer, tmp_path: Path, db: Path, signum: signal.Signals
 ) -> None:
+    # SIGTERM (a process manager's stop) as Ctrl-C: it killed the run, its job left running.
     proc = _start_gated_run(server, tmp_path, db)
     try:
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signum)
         _read_until(proc, "cancelling")  # the job is cancelled before the fetch completes
         server.gate.set()
         stdout, _ = proc.communicate(timeout=TIMEOUT)
@@ -235,12 +237,15 @@ def test_ctrl_c_cancels_and_stores_the_target_in_flight(
     assert server.count("/text.txt") == 0
 
 
-def test_second_ctrl_c_stops_at_once(server: LocalServer, tmp_path: Path, db: Path) -> None:
+@pytest.mark.parametrize("second", [signal.SIGINT, signal.SIGTERM])
+def test_second_ctrl_c_stops_at_once(
+    server: LocalServer, tmp_path: Path, db: Path, second: signal.Signals
+) -> None:
     proc = _start_gated_run(server, tmp_path, db)
     try:
         proc.send_signal(signal.SIGINT)
         _read_until(proc, "cancelling")
-        proc.send_signal(signal.SIGINT)  # the gate stays shut: the fetch is abandoned
+        proc.send_signal(second)  # the gate stays shut: the fetch is abandoned
         stdout, _ = proc.communicate(timeout=TIMEOUT)
     finally:
         proc.kill()

@@ -192,3 +192,47 @@ async def test_waiting_out_a_pause_longer_than_the_timeout_does_not_time_the_fet
             await until(lambda: figures(fetcher, "localhost").get("waiting") == 1)
             mock_clock.jump(5)  # past the pause, and past the fetch's 1 s
     assert len(results) == 1 and "Page 1" in results[0]
+
+
+async def test_a_cancelled_wait_for_the_rate_keeps_no_turn(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # One start every 10 s. A request cancelled while it waits for its turn must not hold
+    # that turn: the next request starts at the first free turn, not one after it.
+    hosts = Hosts(Politeness(concurrency=10, rate=0.1))
+    t0 = trio.current_time()
+    async with hosts.slot("h"):
+        pass  # starts at once; the next turn is at 10 s
+    with trio.move_on_after(1) as waited:
+        async with hosts.slot("h"):
+            raise AssertionError("the next turn is 10 s away")
+    assert waited.cancelled_caught
+    async with hosts.slot("h"):
+        started = trio.current_time() - t0
+    assert started == pytest.approx(10)
+    [h] = hosts.figures()
+    assert (h.in_flight, h.waiting, h.requests) == (0, 0, 2)
+
+
+async def test_a_cancelled_wait_for_the_rate_moves_the_later_turns_up_in_order(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    hosts = Hosts(Politeness(concurrency=10, rate=0.1))  # one start every 10 s
+    t0 = trio.current_time()
+    starts: list[tuple[str, float]] = []
+    scopes = {name: trio.CancelScope() for name in "abcd"}
+
+    async def one(name: str, task_status: trio.TaskStatus[None]) -> None:
+        with scopes[name]:
+            task_status.started()
+            async with hosts.slot("h"):
+                starts.append((name, round(trio.current_time() - t0, 6)))
+
+    async with trio.open_nursery() as nursery:
+        for name in "abc":
+            await nursery.start(one, name)
+            await trio.testing.wait_all_tasks_blocked()  # each in the queue before the next
+        await trio.sleep(1)
+        scopes["b"].cancel()  # b gives up its turn (10 s): c takes it, d the one after
+        await nursery.start(one, "d")
+    assert starts == [("a", 0), ("c", 10), ("d", 20)]

@@ -10,6 +10,7 @@ from trio_batch import (
     Config,
     InvalidRequest,
     InvalidTargets,
+    Job,
     JobFilter,
     JobLive,
     JobState,
@@ -21,6 +22,12 @@ from trio_batch import (
     Runner,
     Target,
     open_runner,
+)
+from trio_batch.runner._batch_ops import (
+    EXPORT_PAGE,
+    export_targets,
+    matching_live_jobs,
+    retry_targets,
 )
 
 from ..support.fakes import T0, FakeClock, ScriptedFetch
@@ -216,3 +223,66 @@ async def test_a_merged_export_follows_retries_past_eight_deep(
             job_id = retried[0]
         lines = await _export(runner, first, merged=True)
     assert lines[1] == (job_id, 1, "done")
+
+
+async def test_a_cancelled_export_stops_at_once_however_little_its_reader_awaits(
+    job_store: JobStore, clock: FakeClock
+) -> None:
+    # Its pages are store reads, which run to completion and never raise Cancelled: a reader
+    # that awaits nothing else (a list built from it, `trio-batch results` printing) read the
+    # whole job, a cancel or a Ctrl-C notwithstanding.
+    many = 3 * EXPORT_PAGE
+    new = NewJob(
+        "alice",
+        "user",
+        [Target(f"https://example.test/{i}") for i in range(many)],
+        ttl=100,
+        targets_per_job=many,
+        jobs_per_caller=4,
+        jobs_total=8,
+        status=JobState.RUNNING,
+    )
+    job, _ = await job_store.create_job(new, now=clock())
+    read: list[int] = []
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        async for _, target in export_targets(job_store, job, now=clock()):
+            read.append(target.idx)  # no checkpoint of its own
+    assert scope.cancelled_caught
+    assert read == []
+
+
+async def test_a_cancelled_retry_reads_no_further_page(
+    job_store: JobStore, clock: FakeClock
+) -> None:
+    many = 3 * EXPORT_PAGE
+    new = NewJob(
+        "alice",
+        "user",
+        [Target(f"https://example.test/{i}") for i in range(many)],
+        ttl=100,
+        targets_per_job=many,
+        jobs_per_caller=4,
+        jobs_total=8,
+        status=JobState.RUNNING,
+    )
+    job, _ = await job_store.create_job(new, now=clock())
+    ended = await job_store.finish_job(job.id, JobState.CANCELLED, now=clock())
+    assert ended is not None
+    picked: list[Target] | None = None
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        picked = await retry_targets(
+            job_store, ended, frozenset({"pending"}), now=clock(), limit=many
+        )
+    assert scope.cancelled_caught
+    assert picked is None
+
+
+async def test_a_cancelled_bulk_cancel_reads_no_page(job_store: JobStore, clock: FakeClock) -> None:
+    found: list[Job] | None = None
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        found = await matching_live_jobs(job_store, "alice", JobFilter(), now=clock())
+    assert scope.cancelled_caught
+    assert found is None

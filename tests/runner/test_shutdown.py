@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import pytest
 import trio
 import trio.testing
 
-from trio_batch import BatchError, Config, Job, Runner, Store, open_runner
+from trio_batch import BatchError, Config, Job, JobState, Result, Runner, Store, Target, open_runner
 from trio_batch.store import ReapedJob
 
 from ..support.fakes import FakeClock, ScriptedFetch, urls
@@ -111,3 +112,26 @@ async def test_wait_during_shutdown_returns_a_terminal_job(
     [job] = answers
     assert job is not None
     assert job.is_terminal, f"wait() returned a {job.status} job"
+
+
+# ---------------------------------------------------------------------------------------------
+# A fetch with no checkpoint: a store call never raises Cancelled (it runs to completion), so
+# a drain whose fetch never awaits anything had no place left where the shutdown could stop it.
+
+
+async def test_shutdown_stops_a_drain_whose_fetch_never_checkpoints(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    async def fetch(target: Target) -> Result:
+        return Result(f"content of {target.url}", {})  # no await: never a checkpoint
+
+    names = [f"t{i}" for i in range(100)]
+    with Store.open(tmp_path / "jobs.db") as store:
+        async with open_runner(store, fetch, CONFIG, now=clock) as runner:
+            job_id, _ = await runner.submit("alice", "user", urls(*names))
+            async for _ in runner.watch(job_id):
+                break  # the first outcome is stored; shut down now
+        job = store.get_job(job_id, now=clock())
+    assert job is not None
+    assert (job.status, job.error) == (JobState.FAILED, "shutdown")
+    assert job.targets_done < len(names)  # the drain stopped; the rest stay pending

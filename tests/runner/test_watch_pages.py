@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import trio
 
 import trio_batch.runner._waits
 from trio_batch import Config, Job, JobState, JobStore, Result, Target, TargetStatus, open_runner
@@ -86,3 +87,24 @@ async def test_a_live_job_is_watched_in_pages_bounded_by_size(
                 release.set()
     _check(items, pages)
     assert [len(sizes) for sizes in pages][:3] == [3, 3, 1]  # what was stored, by size
+
+
+async def test_a_cancelled_watch_reads_no_further_page(
+    job_store: JobStore, fetch: ScriptedFetch, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its pages are store reads, which run to completion and never raise Cancelled: a reader
+    # that awaits nothing else read every page of a finished job, a cancel notwithstanding.
+    targets = _big_results(fetch)
+    config = Config(ttl=100, targets_per_job=TARGETS)
+    async with open_runner(job_store, fetch, config, now=clock) as runner:
+        job_id, _ = await runner.submit("alice", "user", targets)
+        assert (await runner.wait(job_id)) is not None
+        pages = _record_pages(job_store, monkeypatch)
+        items: list[TargetStatus | Job] = []
+        with trio.CancelScope() as scope:
+            async for item in runner.watch(job_id):
+                items.append(item)  # no checkpoint of its own
+                scope.cancel()  # the first page is read: cancel now
+        assert scope.cancelled_caught
+    assert len(pages) == 1  # no further page was read
+    assert [getattr(i, "idx", None) for i in items] == [0, 1, 2]  # the page in hand is yielded

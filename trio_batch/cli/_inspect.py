@@ -155,6 +155,8 @@ def cmd_gc(store: JobStore, args: argparse.Namespace) -> int:
             purged += batch
             if batch < GC_BATCH:
                 return purged
+            # A store call runs to completion and never takes a Ctrl-C: take it here.
+            await trio.lowlevel.checkpoint_if_cancelled()
 
     purged = trio.run(purge)
     print(f"purged {purged} expired job(s)")

@@ -270,7 +270,7 @@ def _configure_logging(*, as_json: bool = False) -> None:
 class _Outcome:
     job_id: str
     reused: bool
-    interrupted: bool  # Ctrl-C was pressed
+    interrupted: bool  # Ctrl-C was pressed (or SIGTERM received)
 
 
 async def _run_job(
@@ -300,7 +300,10 @@ async def _run_job(
     snapshots = snapshot_store(args)
     if retry is None:  # a replay the caller may not make: refused before anything runs
         await check_replays(snapshots, store, caller, targets, now=time.time())
-    with trio.open_signal_receiver(signal.SIGINT) as signals, trio.CancelScope() as hard_stop:
+    # SIGTERM as Ctrl-C: a process manager's stop cancels the job rather than killing the
+    # process with its job left running (until the next run reaped it as "restart").
+    stopping = trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM)
+    with stopping as signals, trio.CancelScope() as hard_stop:
         fetcher = HttpFetcher(**politeness(args), snapshots=snapshots)
         async with open_runner(
             store, fetcher, config, on_retry=on_retry, tracing=tracing
@@ -323,7 +326,7 @@ async def _run_job(
                 cls = _console.RichProgress if err.is_terminal else _console.PlainProgress
                 view = cls(err, targets, job_id)
 
-            async def on_sigint(outcome: _Outcome) -> None:
+            async def on_signal(outcome: _Outcome) -> None:
                 async for _ in signals:
                     if not outcome.interrupted:
                         outcome.interrupted = True
@@ -340,7 +343,7 @@ async def _run_job(
 
             try:
                 async with trio.open_nursery() as nursery:
-                    nursery.start_soon(on_sigint, outcome)
+                    nursery.start_soon(on_signal, outcome)
                     async for item in runner.watch(job_id):
                         if isinstance(item, Job):
                             break

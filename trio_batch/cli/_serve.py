@@ -6,8 +6,8 @@ import argparse
 import logging
 import signal
 import sys
-from collections.abc import Iterator, Sequence
-from functools import partial
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -38,6 +38,9 @@ from ._options import (
 )
 from ._snapshots import add_snapshot_dir, snapshot_store
 from ._telemetry import add_otel_argument, setup_tracing
+
+if TYPE_CHECKING:
+    from starlette.applications import Starlette
 
 __all__ = ["add_serve_arguments", "run_serve", "serve_main", "serve_parser"]
 
@@ -178,7 +181,8 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
 def run_serve(args: argparse.Namespace) -> int:
     """Run ``trio-batch serve`` with parsed arguments; returns the exit code.
 
-    Blocks until SIGINT or SIGTERM, then shuts down cleanly and returns 0. Prints
+    Blocks until SIGINT or SIGTERM, then shuts down cleanly and returns 0; a second signal
+    cuts the requests still in progress short, and the shutdown goes on as before. Prints
     ``listening on URL`` to standard output once the runner holds the store and the socket is
     bound. Bad arguments print an error to standard error and return 2; a failure to start
     prints one line to standard error and returns 3 if another runner holds the database (as
@@ -238,18 +242,11 @@ def run_serve(args: argparse.Namespace) -> int:
         return 2
 
     async def main() -> None:
-        async def on_signal() -> None:
-            with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-                async for signum in signals:
-                    _log.info("received %s", signal.Signals(signum).name)
-                    return
-
-        async with trio.open_nursery() as nursery:
-            urls = await nursery.start(
-                partial(serve, app, bind=args.bind, shutdown_trigger=on_signal, freeze_heap=True)
-            )
-            for url in urls:
-                print(f"listening on {url}", flush=True)
+        # Received for the whole run: a second SIGTERM would otherwise kill the process
+        # during the graceful shutdown (its live jobs left running), and a second SIGINT
+        # raise KeyboardInterrupt in whatever code runs at that moment.
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            await _serve_until_signalled(app, args.bind, signals)
 
     try:
         trio.run(main)
@@ -264,6 +261,37 @@ def run_serve(args: argparse.Namespace) -> int:
     finally:
         flush_traces()  # the spans of the last jobs, as far as the exporter's timeouts allow
     return 0
+
+
+async def _serve_until_signalled(app: Starlette, bind: str, signals: AsyncIterator[int]) -> None:
+    """Serve ``app`` until the first of ``signals`` (a graceful shutdown); a second one
+    stops at once: requests still running are cut, and the runner still marks its live
+    jobs failed (``shutdown``) and closes the store, shielded and bounded."""
+    first = trio.Event()
+
+    async with trio.open_nursery() as nursery:
+
+        async def on_signals() -> None:
+            async for signum in signals:
+                _log.info("received %s", signal.Signals(signum).name)
+                if first.is_set():
+                    _log.warning("stopping now, without waiting for requests in progress")
+                    nursery.cancel_scope.cancel()
+                first.set()
+
+        async def serving(task_status: trio.TaskStatus[list[str]]) -> None:
+            await serve(
+                app,
+                bind=bind,
+                shutdown_trigger=first.wait,
+                freeze_heap=True,
+                task_status=task_status,
+            )
+            nursery.cancel_scope.cancel()  # the service is down: no signal is waited for
+
+        nursery.start_soon(on_signals)
+        for url in await nursery.start(serving):
+            print(f"listening on {url}", flush=True)
 
 
 def _webhook_sender(args: argparse.Namespace) -> WebhookSender | None:

@@ -108,6 +108,7 @@ class _Host:
         "slots",
         "strikes",
         "throttled",
+        "turn",
         "waiting",
     )
 
@@ -120,6 +121,7 @@ class _Host:
         self.paused_seconds = 0.0
         self.pause_until = -math.inf
         self.next_start = -math.inf
+        self.turn = trio.Lock()  # held while waiting for the rate's next start (FIFO)
         self.strikes = 0  # 429 bursts in a row, for the backoff
         self.epoch = 0  # bumped at each new burst; a request remembers the one it started in
 
@@ -196,9 +198,12 @@ class Hosts:
                     await trio.sleep(wait)
                 rate = self.politeness.rate
                 if rate is not None:
-                    start = max(trio.current_time(), host.next_start)
-                    host.next_start = start + 1 / rate
-                    await trio.sleep_until(start)
+                    # One waiter at a time (in order of arrival) holds the next turn, and
+                    # takes it only once it starts: a wait cancelled keeps no turn.
+                    async with host.turn:
+                        start = max(trio.current_time(), host.next_start)
+                        await trio.sleep_until(start)
+                        host.next_start = start + 1 / rate
                 async with self._shared_slot(name):
                     host.waiting -= 1
                     host.in_flight += 1

@@ -13,6 +13,8 @@ import dataclasses
 from collections.abc import AsyncIterator, Collection
 from typing import Any
 
+import trio
+
 from .._errors import InvalidRequest, InvalidTargets, JobGone, JobLive, TooManyTargets
 from .._model import Job, JobState, Target, TargetState, TargetStatus
 from ..store import JobFilter, JobStore
@@ -72,6 +74,7 @@ async def retry_targets(
     picked: list[Target] = []
     after = -1
     while True:
+        await trio.lowlevel.checkpoint_if_cancelled()  # see _pages
         # The selection needs statuses only: no result is loaded.
         page = await store.get_targets_after(
             job.id, after, now=now, limit=EXPORT_PAGE, results=False
@@ -103,6 +106,9 @@ async def _pages(
     store: JobStore, job_id: str, after: int, now: float
 ) -> AsyncIterator[TargetStatus]:
     while True:
+        # A store read runs to completion and never raises Cancelled (nor takes a Ctrl-C):
+        # without this, a reader that awaits nothing else read the whole job regardless.
+        await trio.lowlevel.checkpoint_if_cancelled()
         page = await store.get_targets_after(
             job_id, after, now=now, limit=EXPORT_PAGE, max_bytes=EXPORT_PAGE_BYTES
         )
@@ -168,6 +174,7 @@ async def matching_live_jobs(
     found: list[Job] = []
     before = None
     while len(found) < MAX_BULK:
+        await trio.lowlevel.checkpoint_if_cancelled()  # see _pages
         page = await store.list_caller_jobs(caller, now=now, limit=100, before=before, where=live)
         found += page
         if len(page) < 100:

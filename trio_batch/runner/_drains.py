@@ -174,7 +174,8 @@ class Drains(Mapping[str, _Drain]):
 
         Cancellation: the drain's scope cancels a fetch in flight (its outcome is then the
         cancellation's failure, stored like any other); a store call cannot be cancelled, so
-        no outcome is left half-written.
+        no outcome is left half-written. A cancelled drain starts no further target, even
+        where the fetch function never checkpoints.
         """
         self._tracing.enter_job(drain.span)  # this task's context: its store calls are children
         try:
@@ -183,6 +184,9 @@ class Drains(Mapping[str, _Drain]):
                 ttl = self._config.ttl
                 self._attempts.enter_job(drain)
                 for idx, target in enumerate(drain.targets):
+                    # A store call never raises Cancelled, and a fetch may never checkpoint:
+                    # without this, a shutdown (or a reap) would not stop the drain at all.
+                    await trio.lowlevel.checkpoint_if_cancelled()
                     await self._wait_until_target_may_start(drain)
                     if drain.cancel_requested:
                         break

@@ -100,6 +100,9 @@ class Waits:
         checked = False  # its drain was read over once: an outcome stored before, read again
         reread = False  # read again once its adopted drain had stopped
         while True:
+            # A store read never raises Cancelled: a watcher that awaits nothing else would
+            # otherwise read on to the end of a finished job, cancelled or not.
+            await trio.lowlevel.checkpoint_if_cancelled()
             drain = self._drains.get(job_id)
             # Taken before the read, so that nothing stored after it is missed.
             with (
