@@ -460,6 +460,17 @@ async def test_a_redelivery_joins_the_attempt_in_flight(job_store: JobStore) -> 
     assert again is not None and again.id == event.id
 
 
+async def test_a_delivery_in_flight_is_next_due_when_its_lease_ends(job_store: JobStore) -> None:
+    # Its due time, already past, woke the delivery task at once, again and again, until
+    # the attempt ended.
+    a, _ = await _create(job_store, caller="a", n=1, webhook_url="https://hooks.example/x")
+    async with job_store.claim():
+        await job_store.finish_job(a.id, JobState.CANCELLED, now=T0 + 1)
+        assert await job_store.next_delivery_due() == T0 + 1
+        assert await job_store.claim_delivery(now=T0 + 2, lease=60) is not None
+        assert await job_store.next_delivery_due() == T0 + 62
+
+
 async def test_claim_reap_and_shutdown_fail_live_jobs_and_keep_outcomes(
     job_store: JobStore,
 ) -> None:

@@ -112,6 +112,8 @@ class Deliveries:
         self._claims = OutageLog(logger, "claim a webhook delivery")
         #: Attempts in flight by webhook URL.
         self._in_flight: collections.Counter[str] = collections.Counter()
+        #: Whether the last claim passed over URLs with enough attempts in flight.
+        self._passed_over = False
         #: Attempts finished (recorded or not) since the start, for tests and metrics.
         self.attempts = 0
         self.attempted = trio.Event()
@@ -149,6 +151,7 @@ class Deliveries:
 
     async def _claim(self) -> JobEvent | None:
         busy = {url for url, n in self._in_flight.items() if n >= PER_DESTINATION}
+        self._passed_over = bool(busy)
         try:
             event = await self._store.claim_delivery(now=self._now(), lease=LEASE, skip_urls=busy)
         except StoreUnavailable as exc:
@@ -165,7 +168,11 @@ class Deliveries:
         except StoreUnavailable:
             due = None
         if due is not None:
-            wait = min(wait, max(due - self._now(), 0.0))
+            # Due already yet not claimed: to a URL passed over, whose attempt's end wakes
+            # this task. Waiting 0 then asked the store again and again until it ended.
+            left = due - self._now()
+            if left > 0 or not self._passed_over:
+                wait = min(wait, max(left, 0.0))
         with trio.move_on_after(wait):
             await woken.wait()
 

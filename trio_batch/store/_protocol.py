@@ -284,7 +284,8 @@ class JobStore(Protocol):
         ...
 
     async def next_delivery_due(self) -> float | None:
-        """When the earliest waiting delivery is due (a ``now`` time); None if none waits."""
+        """When the earliest waiting delivery is due (a ``now`` time), or for one in flight
+        when its lease ends; None if none waits."""
         ...
 
     async def aclose(self) -> None:

@@ -95,5 +95,9 @@ REDELIVER = (
     "AND o.event IS NOT NULL AND j.id = o.job_id AND j.expires_at > %s "
     f"RETURNING {DELIVERY_COLUMNS}"
 )
-#: The earliest due delivery, to know how long to sleep.
-NEXT_DUE = "SELECT min(due_at) FROM outbox WHERE due_at IS NOT NULL"
+#: When the earliest waiting delivery may be claimed, to know how long to sleep: one in
+#: flight (leased) not before its lease ends, else its due time would wake the runner at once.
+NEXT_DUE = (
+    "SELECT min(CASE WHEN lease_until > due_at THEN lease_until ELSE due_at END) "
+    "FROM outbox WHERE due_at IS NOT NULL"
+)

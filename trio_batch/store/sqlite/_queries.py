@@ -265,8 +265,12 @@ REDELIVER = (
     "WHERE job_id = ? AND event IS NOT NULL "
     "AND EXISTS (SELECT 1 FROM jobs WHERE jobs.id = outbox.job_id AND jobs.expires_at > ?)"
 )
-#: The earliest due delivery, to know how long to sleep.
-NEXT_DUE = "SELECT min(due_at) FROM outbox WHERE due_at IS NOT NULL"
+#: When the earliest waiting delivery may be claimed, to know how long to sleep: one in
+#: flight (leased) not before its lease ends, else its due time would wake the runner at once.
+NEXT_DUE = (
+    "SELECT min(CASE WHEN lease_until > due_at THEN lease_until ELSE due_at END) "
+    "FROM outbox WHERE due_at IS NOT NULL"
+)
 DELETE_OUTBOX_OF = "DELETE FROM outbox WHERE job_id IN (SELECT value FROM json_each(?))"
 FORGET_OUTBOX = "DELETE FROM outbox WHERE job_id = ?"
 
