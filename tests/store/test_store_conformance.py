@@ -440,6 +440,24 @@ async def test_a_claim_passes_over_busy_destinations(job_store: JobStore) -> Non
     assert left is not None and left.job_id == a.id
 
 
+async def test_a_claim_passes_over_every_url_of_a_busy_destination(job_store: JobStore) -> None:
+    busy = "https://busy.example"
+    skipped = [f"{busy}/hook/1", f"{busy}?job=2", f"{busy}#3", busy]
+    lookalike = "https://busy.example.org/hook"  # another host, the same first letters
+    jobs = []
+    for i, url in enumerate([*skipped, lookalike]):
+        job, _ = await _create(
+            job_store, caller=f"c{i}", n=1, prefix=f"{i}:", webhook_url=url, jobs_total=9
+        )
+        jobs.append(job)
+    async with job_store.claim():
+        for i, job in enumerate(jobs):
+            await job_store.finish_job(job.id, JobState.CANCELLED, now=T0 + 1 + i)
+        got = await job_store.claim_delivery(now=T0 + 9, lease=60, skip_urls={busy})
+        assert got is not None and got.url == lookalike
+        assert await job_store.claim_delivery(now=T0 + 9, lease=60, skip_urls={busy}) is None
+
+
 async def test_a_redelivery_joins_the_attempt_in_flight(job_store: JobStore) -> None:
     a, _ = await _create(job_store, caller="a", n=1, webhook_url="https://hooks.example/x")
     async with job_store.claim():

@@ -236,7 +236,8 @@ CLAIM_DELIVERY = (
     "UPDATE outbox SET lease_owner = ?, lease_until = ? WHERE job_id = ("
     "SELECT job_id FROM outbox WHERE due_at <= ? "
     "AND (lease_until IS NULL OR lease_until <= ? OR lease_owner != ?) "
-    "AND (url IS NULL OR url NOT IN (SELECT value FROM json_each(?))) "
+    "AND (url IS NULL OR NOT EXISTS (SELECT 1 FROM json_each(?) WHERE url = value "
+    "OR substr(url, 1, length(value) + 1) IN (value || '/', value || '?', value || '#'))) "
     f"ORDER BY due_at LIMIT 1) RETURNING {EVENT_COLUMNS}, "
     "(SELECT trace_context FROM jobs WHERE jobs.id = outbox.job_id)"
 )
