@@ -314,3 +314,27 @@ def test_bad_snapshot_options_are_refused_at_submit(
     with pytest.raises(OptionError, match=words) as info:
         fetcher.check_target(Target("https://example.test/", options))
     assert info.value.option == option and info.value.hint
+
+
+async def test_a_pin_that_lands_while_gc_asks_whether_the_job_lives_keeps_the_snapshot(
+    tmp_path: Path,
+) -> None:
+    # gc read "not pinned", then awaited the store: a pin answered 200 in between, and the
+    # snapshot it promised to keep was deleted.
+    from trio_batch.fetchers._body import Body
+    from trio_batch.fetchers._snapshot_entry import Entry
+
+    snaps = SnapshotStore(tmp_path)
+    job_id = "C" * 22
+    body = Body("http://x/", 200, "text/plain", None, b"hello", 0)
+    entry = Entry.of("http://x/", body, 1.0)
+    snaps.record_sync(job_id, "alice", entry, body.data)
+
+    async def pinned_meanwhile(asked: str) -> bool:
+        assert snaps.set_pin(asked, pinned=True)
+        return False  # the job's lease ran out as it was pinned
+
+    assert await snaps.collect(pinned_meanwhile, grace=0) == (0, 0)
+    owner = snaps.owner_sync(job_id)
+    assert owner is not None and owner.pinned
+    assert snaps.lookup_sync(job_id, "http://x/", 100) == (entry, b"hello")

@@ -6,6 +6,8 @@ from __future__ import annotations
 import base64
 
 import pytest
+import trio
+import trio.testing
 
 from trio_batch import DeliveryAnswer, InvalidRequest, JobEvent, Store, open_runner
 from trio_batch.fetchers import DestinationPolicy, WebhookSender, load_webhook_secret
@@ -146,6 +148,48 @@ async def test_a_receiver_that_does_not_answer_times_out(receiver: Receiver) -> 
     with pytest.raises(Exception, match=r"no answer within 0\.2 s"):
         await sender_for(receiver, timeout=0.2).deliver(event_to(receiver.url))
     receiver.hold.set()
+
+
+async def _deliver_with_a_stalled_body(
+    receiver: Receiver, clock: trio.testing.MockClock, code: int
+) -> object:
+    """What ``deliver`` gives once the receiver answered ``code`` and a few bytes, then the
+    attempt's whole timeout passed with the body's last byte still to come."""
+    receiver.answer, receiver.answer_body = code, b"some"
+    receiver.body_flows.clear()
+    sender = sender_for(receiver)
+    got: list[object] = []
+    try:
+        async with trio.open_nursery() as nursery:
+
+            async def deliver() -> None:
+                try:
+                    got.append(await sender.deliver(event_to(receiver.url)))
+                except DeliveryAnswer as exc:
+                    got.append(exc)
+
+            nursery.start_soon(deliver)
+            assert await trio.to_thread.run_sync(receiver.body_stalled.wait, 60)
+            await trio.testing.wait_all_tasks_blocked(cushion=0.1)  # the sender reads on
+            clock.jump(sender.timeout + 1)
+    finally:
+        receiver.body_flows.set()
+    return got[0]
+
+
+async def test_a_2xx_whose_body_stalls_is_a_delivery(
+    receiver: Receiver, mock_clock: trio.testing.MockClock
+) -> None:
+    # The status line said the receiver took the event; waiting for a body that never ended
+    # counted it a failure ("no answer"), and the event went out again for a day.
+    assert await _deliver_with_a_stalled_body(receiver, mock_clock, 200) == "HTTP 200"
+
+
+async def test_a_5xx_whose_body_stalls_is_a_failure_that_says_so(
+    receiver: Receiver, mock_clock: trio.testing.MockClock
+) -> None:
+    failed = await _deliver_with_a_stalled_body(receiver, mock_clock, 503)
+    assert isinstance(failed, DeliveryAnswer) and str(failed) == "HTTP 503"
 
 
 @pytest.mark.parametrize("url", ["https://ex..ample.org/", "https://xn--a.example.org/"])

@@ -8,9 +8,10 @@ from collections import Counter
 from typing import Any
 
 import trio
+import trio.testing
 
 from trio_batch import Config, JobEvent, Store, open_runner
-from trio_batch.runner._deliveries import PER_DESTINATION
+from trio_batch.runner._deliveries import CONCURRENCY, PER_DESTINATION
 
 from ..support.deliveries import delivery_reaches
 from ..support.fakes import FakeClock, ScriptedFetch, urls
@@ -28,6 +29,8 @@ class HeldReceivers:
         self.most: Counter[str] = Counter()
         self.posts: list[str] = []
         self.changed = trio.Event()
+        #: URLs held besides ``SLOW``.
+        self.held: set[str] = set()
 
     def check_url(self, url: object) -> str:
         assert isinstance(url, str)
@@ -40,7 +43,7 @@ class HeldReceivers:
         self.most[event.url] = max(self.most[event.url], self.in_flight[event.url])
         self._tell()
         try:
-            if event.url == SLOW:
+            if event.url == SLOW or event.url in self.held:
                 await self.release.wait()
         finally:
             self.in_flight[event.url] -= 1
@@ -105,3 +108,24 @@ async def test_redeliveries_during_an_attempt_join_it(
         receivers.release.set()
         found = await delivery_reaches(runner, job_id, state="delivered")
     assert receivers.posts == [job_id] and found.attempts == 1
+
+
+async def test_a_slow_receiver_with_a_url_per_job_never_holds_every_slot(
+    store: Store, fetch: ScriptedFetch, clock: FakeClock, mock_clock: trio.testing.MockClock
+) -> None:
+    # The bound was per URL: a receiver that gives each job its own URL (…/hook/<job>) took
+    # every slot, and every other webhook waited on it. trio's clock is frozen: no poll, only
+    # the wakes of jobs ending and attempts ending move the delivery task.
+    receivers = HeldReceivers()
+    slow_host = [f"{SLOW}/{i}?job={i}" for i in range(CONCURRENCY + 4)]
+    receivers.held = set(slow_host)
+    async with open_runner(store, fetch, CONFIG, now=clock, webhooks=receivers) as runner:
+        for i, url in enumerate(slow_host):
+            job_id, _ = await runner.submit(f"hog{i % 8}", "user", urls(f"s{i}"), webhook=url)
+            await runner.wait(job_id)
+        fast, _ = await runner.submit("other", "user", urls("f"), webhook=FAST)
+        await runner.wait(fast)
+        await trio.testing.wait_all_tasks_blocked(cushion=0.2)
+        assert fast in receivers.posts  # sent while the slow ones wait
+        assert sum(receivers.in_flight.values()) == PER_DESTINATION
+        receivers.release.set()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import threading
 from pathlib import Path
@@ -735,7 +736,7 @@ def test_every_store_query_uses_an_index(store: Store) -> None:
     for hot in ("INSERT INTO targets", "UPDATE targets SET", "UPDATE jobs SET targets_done"):
         assert any(sql.startswith(hot) for sql in queries), f"{hot!r} was never traced"
     # The exercise reached every named query (outcome writes and status reads included): the
-    # text before a statement's first parameter starts what was traced.
+    # text before a statement's first parameter (``?`` or ``:name``) starts what was traced.
     named = {
         name: sql
         for name, sql in vars(q).items()
@@ -747,7 +748,7 @@ def test_every_store_query_uses_an_index(store: Store) -> None:
     missed = [
         name
         for name, sql in named.items()
-        if not any(traced.startswith(sql.split("?")[0]) for traced in queries)
+        if not any(traced.startswith(re.split(r"\?|:[a-z_]", sql)[0]) for traced in queries)
     ]
     assert len(named) >= 12
     assert not missed

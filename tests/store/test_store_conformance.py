@@ -440,6 +440,24 @@ async def test_a_claim_passes_over_busy_destinations(job_store: JobStore) -> Non
     assert left is not None and left.job_id == a.id
 
 
+async def test_a_claim_passes_over_every_url_of_a_busy_destination(job_store: JobStore) -> None:
+    busy = "https://busy.example"
+    skipped = [f"{busy}/hook/1", f"{busy}?job=2", f"{busy}#3", busy]
+    lookalike = "https://busy.example.org/hook"  # another host, the same first letters
+    jobs = []
+    for i, url in enumerate([*skipped, lookalike]):
+        job, _ = await _create(
+            job_store, caller=f"c{i}", n=1, prefix=f"{i}:", webhook_url=url, jobs_total=9
+        )
+        jobs.append(job)
+    async with job_store.claim():
+        for i, job in enumerate(jobs):
+            await job_store.finish_job(job.id, JobState.CANCELLED, now=T0 + 1 + i)
+        got = await job_store.claim_delivery(now=T0 + 9, lease=60, skip_urls={busy})
+        assert got is not None and got.url == lookalike
+        assert await job_store.claim_delivery(now=T0 + 9, lease=60, skip_urls={busy}) is None
+
+
 async def test_a_redelivery_joins_the_attempt_in_flight(job_store: JobStore) -> None:
     a, _ = await _create(job_store, caller="a", n=1, webhook_url="https://hooks.example/x")
     async with job_store.claim():
@@ -458,6 +476,39 @@ async def test_a_redelivery_joins_the_attempt_in_flight(job_store: JobStore) -> 
         assert await job_store.redeliver(a.id, now=T0 + 6) is not None
         again = await job_store.claim_delivery(now=T0 + 7, lease=60)
     assert again is not None and again.id == event.id
+
+
+async def test_a_failed_attempt_begun_before_a_redelivery_keeps_the_new_round(
+    job_store: JobStore,
+) -> None:
+    # The runner schedules a failure from the round it claimed: on its last attempt (or a
+    # day on) that is "give up", and the redelivery asked for meanwhile was silently lost.
+    a, _ = await _create(job_store, caller="a", n=1, webhook_url="https://hooks.example/x")
+    async with job_store.claim():
+        await job_store.finish_job(a.id, JobState.CANCELLED, now=T0 + 1)
+        event = await job_store.claim_delivery(now=T0 + 2, lease=60)
+        assert event is not None
+        assert await job_store.redeliver(a.id, now=T0 + 3) is not None
+        assert await job_store.record_delivery(
+            event, answer="HTTP 503", delivered=False, now=T0 + 5, next_at=None
+        )
+        delivery = await job_store.get_delivery(a.id, now=T0 + 5)
+        assert delivery is not None and delivery.state == "pending"
+        assert (delivery.next_attempt_at, delivery.attempts) == (T0 + 3, 0)
+        assert delivery.last_answer == "HTTP 503"
+        again = await job_store.claim_delivery(now=T0 + 6, lease=60)
+    assert again is not None and again.id == event.id and again.round_from == T0 + 3
+
+
+async def test_a_delivery_in_flight_is_next_due_when_its_lease_ends(job_store: JobStore) -> None:
+    # Its due time, already past, woke the delivery task at once, again and again, until
+    # the attempt ended.
+    a, _ = await _create(job_store, caller="a", n=1, webhook_url="https://hooks.example/x")
+    async with job_store.claim():
+        await job_store.finish_job(a.id, JobState.CANCELLED, now=T0 + 1)
+        assert await job_store.next_delivery_due() == T0 + 1
+        assert await job_store.claim_delivery(now=T0 + 2, lease=60) is not None
+        assert await job_store.next_delivery_due() == T0 + 62
 
 
 async def test_claim_reap_and_shutdown_fail_live_jobs_and_keep_outcomes(

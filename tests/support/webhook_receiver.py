@@ -66,6 +66,11 @@ class Receiver(ThreadedServer):
         self.answer_body = b""
         self.hold = threading.Event()
         self.hold.set()
+        #: Cleared: the answer's status and first bytes are sent, the body's last byte waits.
+        self.body_flows = threading.Event()
+        self.body_flows.set()
+        #: Set once an answer's status and first bytes are out and its last byte waits.
+        self.body_stalled = threading.Event()
         self.changed = threading.Condition()
 
     def get_request(self) -> tuple[Any, Any]:
@@ -128,10 +133,16 @@ class _Handler(HandshakeInHandler):
                 Received(headers.get("webhook-id", ""), verified, payload, headers, code)
             )
             server.changed.notify_all()
+        stalling = not server.body_flows.is_set()
         self.send_response(code)
-        self.send_header("Content-Length", str(len(server.answer_body)))
+        self.send_header("Content-Length", str(len(server.answer_body) + stalling))
         self.end_headers()
         self.wfile.write(server.answer_body)
+        if stalling:
+            self.wfile.flush()
+            server.body_stalled.set()
+            server.body_flows.wait(HOLD_TIMEOUT)
+            self.wfile.write(b".")
 
 
 @pytest.fixture(scope="session")

@@ -181,8 +181,10 @@ class SnapshotStore:
             owner = await self.owner(job_id)
             if owner is not None and owner.pinned:
                 continue
-            if not await alive(job_id):
-                await trio.to_thread.run_sync(self.remove_sync, job_id)
+            # Pinned while ``alive`` was awaited: the pin won, the snapshot stays.
+            if not await alive(job_id) and await trio.to_thread.run_sync(
+                self.remove_unless_pinned, job_id
+            ):
                 removed += 1
         before = time.time() - grace
         await trio.to_thread.run_sync(self.remove_stale_imports, before)
@@ -261,13 +263,14 @@ class SnapshotStore:
         """Pin ``job_id``'s snapshot (kept past its job; ``shared``: any caller may replay
         it) or unpin it. Returns False if the job has no snapshot."""
         job_dir = self._job_dir(job_id)
-        if not (job_dir / "owner.json").exists():
-            return False
-        if pinned:
-            _write_atomic(job_dir / "pin.json", _dump({"shared": shared}))
-        else:
-            with contextlib.suppress(FileNotFoundError):
-                (job_dir / "pin.json").unlink()
+        with self._lock:  # against a collect removing it between the check and the write
+            if not (job_dir / "owner.json").exists():
+                return False
+            if pinned:
+                _write_atomic(job_dir / "pin.json", _dump({"shared": shared}))
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    (job_dir / "pin.json").unlink()
         return True
 
     def entries(self, job_id: str) -> Iterator[Entry]:
@@ -294,6 +297,15 @@ class SnapshotStore:
         with contextlib.suppress(FileNotFoundError):
             (job_dir / "owner.json").unlink()
         shutil.rmtree(job_dir, ignore_errors=True)
+
+    def remove_unless_pinned(self, job_id: str) -> bool:
+        """Delete ``job_id``'s snapshot unless it is pinned now (checked with pins held off,
+        in this process); returns True if it was deleted."""
+        with self._lock:
+            if (self._job_dir(job_id) / "pin.json").exists():
+                return False
+            self.remove_sync(job_id)
+        return True
 
     def sweep_sync(self, before: float) -> int:
         """Delete the bodies no entry names, last touched before ``before`` (epoch seconds);

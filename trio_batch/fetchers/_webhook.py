@@ -6,8 +6,9 @@ for every attempt), ``webhook-timestamp`` (the attempt's time, Unix seconds) and
 ``webhook-signature`` (``v1,`` and the base64 HMAC-SHA256 of ``id.timestamp.body`` under the
 secret) headers, signed by the ``standardwebhooks`` library, so a receiver verifies it with
 that library's ``Webhook(secret).verify(body, headers)``. The destination goes through the
-service's SSRF policy before every attempt; redirects are not followed; the answer's body is
-read to at most :data:`MAX_ANSWER_BODY` bytes and otherwise ignored.
+service's SSRF policy before every attempt; redirects are not followed; the answer's status
+decides, and its body is read to at most :data:`MAX_ANSWER_BODY` bytes (within the attempt's
+timeout) and otherwise ignored.
 """
 
 from __future__ import annotations
@@ -173,23 +174,31 @@ class WebhookSender:
         }
         if event.trace_context is not None:
             headers["traceparent"] = event.trace_context
-        with trio.move_on_after(self.timeout) as scope:
+        # The status line is the answer: a body that stalls or breaks after it changes
+        # nothing (a 2xx counted as a failure went out again for a day).
+        answered: list[int] = []
+        with trio.move_on_after(self.timeout):
             try:
-                status = await self._post(event.url, body.encode("utf-8"), headers)
+                await self._post(event.url, body.encode("utf-8"), headers, answered)
             except httpx.HTTPError as exc:
-                raise DeliveryAnswer(f"{type(exc).__name__}: {exc}") from None
+                if not answered:
+                    raise DeliveryAnswer(f"{type(exc).__name__}: {exc}") from None
             except DestinationRefused as exc:  # the connection's own check: the name changed
                 raise DeliveryAnswer(f"refused: {exc}") from None
-        if scope.cancelled_caught:
+        if not answered:
             raise DeliveryAnswer(f"no answer within {self.timeout:g} s")
+        status = answered[0]
         if 200 <= status < 300:
             return f"HTTP {status}"
         if 300 <= status < 400:
             raise DeliveryAnswer(f"HTTP {status} (redirects are not followed)")
         raise DeliveryAnswer(f"HTTP {status}")
 
-    async def _post(self, url: str, body: bytes, headers: dict[str, str]) -> int:
-        """Send one request; its status, having read at most :data:`MAX_ANSWER_BODY` bytes."""
+    async def _post(
+        self, url: str, body: bytes, headers: dict[str, str], answered: list[int]
+    ) -> None:
+        """Send one request; put its status in ``answered`` as soon as it arrives, then read
+        at most :data:`MAX_ANSWER_BODY` bytes of the body."""
         # Connected only to an address the policy checked: a DNS answer that changes after the
         # check (rebinding) cannot turn a signed POST onto loopback or the private network.
         transport = self._transport or pinned_transport(self.policy, self._ssl_context)
@@ -202,12 +211,12 @@ class WebhookSender:
             ) as client,
             client.stream("POST", url, content=body, headers=headers) as response,
         ):
+            answered.append(response.status_code)
             read = 0
             async for chunk in response.aiter_raw():
                 read += len(chunk)
                 if read >= MAX_ANSWER_BODY:
                     break  # the rest is ignored; closing the stream drops the connection
-            return response.status_code
 
     @functools.cached_property
     def _ssl_context(self) -> ssl.SSLContext:

@@ -16,7 +16,11 @@ from .._text import check_seconds, parse_count, safe_text
 from ._problems import Problem
 from ._service import Service
 
-__all__ = ["serve"]
+__all__ = ["SEND_TIMEOUT", "serve"]
+
+#: Seconds a write to a client may make no progress before the connection is closed: a
+#: client that stops reading an event stream or an export is let go, its task ended.
+SEND_TIMEOUT = 60.0
 
 _log = logging.getLogger("trio_batch.http")
 
@@ -55,6 +59,8 @@ async def serve(
     the port in use) raises and is never announced. When ``shutdown_trigger`` returns, new
     jobs are refused, event streams end, requests in progress get ``graceful_timeout`` seconds
     to finish, and the lifespan shuts the runner down (live jobs marked failed "shutdown").
+    A connection whose client stops reading (a write makes no progress for
+    :data:`SEND_TIMEOUT` seconds) is closed, and its answer ends.
 
     ``freeze_heap``: once the service is up, collect garbage and :func:`gc.freeze` what is
     left (the modules, the app, the runner), so a full collection under load walks only what
@@ -68,6 +74,7 @@ async def serve(
     from hypercorn.typing import Framework
 
     _answer_unparsable_requests_with_problems()
+    _let_go_of_stalled_readers()
 
     config = HypercornConfig()
     config.bind = [bind]
@@ -140,3 +147,44 @@ def _answer_unparsable_requests_with_problems() -> None:
             await self._send_h11_event(h11.EndOfMessage())
 
     names["H11Protocol"] = ProblemH11Protocol
+
+
+def _let_go_of_stalled_readers() -> None:
+    """Make Hypercorn close a connection whose write makes no progress for
+    :data:`SEND_TIMEOUT` seconds.
+
+    Hypercorn writes each chunk shielded and without a deadline: a client that stopped
+    reading (an event stream left open, an export never drained) held the request's task, its
+    job watch and the socket for as long as it stayed connected, and no cancel could end it.
+    Hypercorn has no setting for it, so the connection class its listeners make is swapped
+    for a subclass whose writes have a deadline. Idempotent.
+    """
+    from hypercorn.events import Closed, Event, RawData
+    from hypercorn.trio import run
+    from hypercorn.trio.tcp_server import TCPServer
+
+    names = vars(run)  # the module's globals: its listeners make connections of this class
+    if names["TCPServer"] is not TCPServer:
+        return  # already swapped
+
+    class DeadlinedTCPServer(TCPServer):
+        async def protocol_send(self, event: Event) -> None:
+            if not isinstance(event, RawData):
+                await super().protocol_send(event)
+                return
+            async with self.send_lock:
+                try:
+                    # Shielded as Hypercorn's own write (a cancel mid-chunk would corrupt the
+                    # response); the deadline inside still ends a write nobody takes.
+                    with trio.CancelScope(shield=True), trio.move_on_after(SEND_TIMEOUT) as cut:
+                        await self.stream.send_all(event.data)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    await self.protocol.handle(Closed())
+                    return
+            if cut.cancelled_caught:
+                _log.info("closing a connection whose client stopped reading")
+                with trio.CancelScope(shield=True):  # bounded: a close waits on nothing
+                    await self.stream.aclose()
+                    await self.protocol.handle(Closed())
+
+    names["TCPServer"] = DeadlinedTCPServer

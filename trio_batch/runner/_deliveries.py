@@ -50,8 +50,9 @@ LEASE = 120.0
 ATTEMPT_TIMEOUT = 60.0
 #: Deliveries in flight at once per runner.
 CONCURRENCY = 16
-#: Deliveries in flight at once to one webhook URL: a slow receiver holds up only its own
-#: events, never every slot (its next events wait in the outbox, others are claimed past).
+#: Deliveries in flight at once to one destination (a URL's scheme and authority: a receiver
+#: that gives each job its own URL is one): a slow receiver holds up only its own events,
+#: never every slot (its next events wait in the outbox, others are claimed past).
 PER_DESTINATION = 2
 
 OnTerminal = Callable[[JobEvent], Awaitable[None]]
@@ -76,6 +77,22 @@ class WebhookDeliverer(Protocol):
         """Send ``event`` once; return the receiver's answer (``"HTTP 200"``) if it took it,
         raise :class:`DeliveryAnswer` (or any ``Exception``) if not. Bounded in time."""
         ...
+
+
+def destination(url: str) -> str:
+    """``url`` up to the end of its authority (``https://host:port``), as written: the
+    receiver :data:`PER_DESTINATION` bounds. The store passes over a URL that is such a
+    prefix or begins with one followed by ``/``, ``?`` or ``#``."""
+    start = url.find("://")
+    if start < 0:
+        return url
+    start += 3
+    end = len(url)
+    for mark in "/?#":
+        at = url.find(mark, start)
+        if at >= 0:
+            end = min(end, at)
+    return url[:end]
 
 
 def next_attempt_at(event: JobEvent, now: float) -> float | None:
@@ -110,8 +127,10 @@ class Deliveries:
         self._log = logger
         self._woken = trio.Event()
         self._claims = OutageLog(logger, "claim a webhook delivery")
-        #: Attempts in flight by webhook URL.
+        #: Attempts in flight by destination (:func:`destination`).
         self._in_flight: collections.Counter[str] = collections.Counter()
+        #: Whether the last claim passed over URLs with enough attempts in flight.
+        self._passed_over = False
         #: Attempts finished (recorded or not) since the start, for tests and metrics.
         self.attempts = 0
         self.attempted = trio.Event()
@@ -127,8 +146,8 @@ class Deliveries:
 
     async def run(self) -> None:
         """Until cancelled: claim each due event and deliver it, :data:`CONCURRENCY` at once
-        and :data:`PER_DESTINATION` at once to one URL (an event to a URL that has that many
-        in flight is passed over until one ends).
+        and :data:`PER_DESTINATION` at once to one destination (an event to one that has
+        that many in flight is passed over until one ends).
 
         Cancellation: stops at once; an attempt cut off is not recorded, its lease lapses and
         the event goes out again (at least once).
@@ -144,11 +163,12 @@ class Deliveries:
                     await self._idle(woken)
                     continue
                 if event.url is not None:
-                    self._in_flight[event.url] += 1
+                    self._in_flight[destination(event.url)] += 1
                 nursery.start_soon(self._deliver, event, slots)
 
     async def _claim(self) -> JobEvent | None:
         busy = {url for url, n in self._in_flight.items() if n >= PER_DESTINATION}
+        self._passed_over = bool(busy)
         try:
             event = await self._store.claim_delivery(now=self._now(), lease=LEASE, skip_urls=busy)
         except StoreUnavailable as exc:
@@ -165,7 +185,11 @@ class Deliveries:
         except StoreUnavailable:
             due = None
         if due is not None:
-            wait = min(wait, max(due - self._now(), 0.0))
+            # Due already yet not claimed: to a URL passed over, whose attempt's end wakes
+            # this task. Waiting 0 then asked the store again and again until it ended.
+            left = due - self._now()
+            if left > 0 or not self._passed_over:
+                wait = min(wait, max(left, 0.0))
         with trio.move_on_after(wait):
             await woken.wait()
 
@@ -194,9 +218,10 @@ class Deliveries:
                 self._log.error("could not record a webhook delivery", exc_info=True, extra=extra)
         finally:
             if event.url is not None:
-                self._in_flight[event.url] -= 1
-                if not self._in_flight[event.url]:
-                    del self._in_flight[event.url]
+                where = destination(event.url)
+                self._in_flight[where] -= 1
+                if not self._in_flight[where]:
+                    del self._in_flight[where]
                 self._woken.set()  # its URL's next event may be claimed now
             self.attempts += 1
             self.attempted.set()

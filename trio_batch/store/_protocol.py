@@ -255,8 +255,9 @@ class JobStore(Protocol):
         """Lease the terminal event due first for this runner until ``now + lease``; None if
         no event is due. No other runner takes an event while its lease lasts, unless the
         lease holder is gone (then at once where that is known). An event whose webhook URL
-        is in ``skip_urls`` (destinations the runner has enough attempts in flight to) is
-        passed over, so one slow receiver cannot hold every delivery slot."""
+        is one of ``skip_urls`` (destinations the runner has enough attempts in flight to),
+        or begins with one followed by ``/``, ``?`` or ``#``, is passed over, so one slow
+        receiver cannot hold every delivery slot, even with a URL per job."""
         ...
 
     async def record_delivery(
@@ -284,7 +285,8 @@ class JobStore(Protocol):
         ...
 
     async def next_delivery_due(self) -> float | None:
-        """When the earliest waiting delivery is due (a ``now`` time); None if none waits."""
+        """When the earliest waiting delivery is due (a ``now`` time), or for one in flight
+        when its lease ends; None if none waits."""
         ...
 
     async def aclose(self) -> None:

@@ -220,15 +220,23 @@ def attempt_values(
     delivered: bool,
     now: float,
     next_at: float | None,
-) -> tuple[str, float, float | None, float | None, float | None, str, str, str | None]:
-    """``RECORD_DELIVERY``'s parameters (both backends' order) for one attempt at ``event``
-    under ``owner``'s lease: the answer and the attempt's time, then ``delivered_at``, the
-    next attempt's due time and ``gave_up_at`` (delivered: none due; else due at
-    ``next_at``, or given up now without one), then the event's job, its id and the owner."""
-    due = None if delivered else next_at
-    gave_up = None if delivered or next_at is not None else now
-    delivered_at = now if delivered else None
-    return (answer, now, delivered_at, due, gave_up, event.job_id, event.id, owner)
+) -> dict[str, str | float | None]:
+    """``RECORD_DELIVERY``'s named parameters (both backends) for one attempt at ``event``
+    under ``owner``'s lease: the answer and the attempt's time, ``delivered_at``, the next
+    attempt's due time and ``gave_up_at`` (delivered: none due; else due at ``next_at``, or
+    given up now without one), the event's job, its id, the owner and the round it was
+    claimed in (a failure in an earlier round than the row's leaves the new round alone)."""
+    return {
+        "answer": answer,
+        "now": now,
+        "delivered_at": now if delivered else None,
+        "due": None if delivered else next_at,
+        "gave_up": None if delivered or next_at is not None else now,
+        "job_id": event.job_id,
+        "event_id": event.id,
+        "owner": owner,
+        "round_from": event.round_from,
+    }
 
 
 def forgettable(job: Job | None, caller: str | None) -> Job | None:

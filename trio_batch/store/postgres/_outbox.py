@@ -76,6 +76,7 @@ def redeliver(store: PostgresStore, job_id: str, *, now: float) -> Delivery | No
 
 
 def next_due(store: PostgresStore) -> float | None:
-    """When the earliest waiting delivery is due; None if none waits."""
+    """When the earliest waiting delivery is due (one in flight: its lease's end); None
+    if none waits."""
     row = store._run(lambda c: store._one(c, Op.READ, oq.NEXT_DUE).fetchone(), op=Op.READ)
     return None if row is None or row[0] is None else float(row[0])

@@ -64,17 +64,25 @@ CLAIM_DELIVERY = (
     "SELECT job_id FROM outbox WHERE due_at <= %(now)s AND (lease_until IS NULL "
     "OR lease_until <= %(now)s "
     "OR NOT EXISTS (SELECT 1 FROM runners WHERE runners.id = outbox.lease_owner)) "
-    "AND (url IS NULL OR NOT (url = ANY(%(skip)s))) "
+    "AND (url IS NULL OR NOT EXISTS (SELECT 1 FROM unnest(%(skip)s::text[]) AS s(p) "
+    "WHERE url = p OR left(url, length(p) + 1) IN (p || '/', p || '?', p || '#'))) "
     "ORDER BY due_at LIMIT 1 FOR UPDATE SKIP LOCKED) "
     f"RETURNING {EVENT_COLUMNS}, "
     "(SELECT trace_context FROM jobs WHERE jobs.id = outbox.job_id)"
 )
 #: One attempt's answer, if the lease is still the writer's; ``due_at`` NULL ends the round.
+#: A failure claimed in an earlier round (a redelivery joined the attempt) counts nothing and
+#: leaves the new round due as the redelivery set it: its schedule was the old round's.
+_SAME_ROUND = "(%(delivered_at)s::float8 IS NOT NULL OR round_from = %(round_from)s::float8)"
 RECORD_DELIVERY = (
-    "UPDATE outbox SET attempts = attempts + 1, last_answer = %s, last_attempt_at = %s, "
-    "delivered_at = coalesce(%s, delivered_at), due_at = %s, gave_up_at = %s, "
+    f"UPDATE outbox SET attempts = attempts + CASE WHEN {_SAME_ROUND} THEN 1 ELSE 0 END, "
+    "last_answer = %(answer)s, last_attempt_at = %(now)s, "
+    "delivered_at = coalesce(%(delivered_at)s::float8, delivered_at), "
+    f"due_at = CASE WHEN {_SAME_ROUND} THEN %(due)s::float8 ELSE due_at END, "
+    f"gave_up_at = CASE WHEN {_SAME_ROUND} THEN %(gave_up)s::float8 END, "
     "lease_owner = NULL, lease_until = NULL "
-    "WHERE job_id = %s AND event_id = %s AND lease_owner IS NOT DISTINCT FROM %s"
+    "WHERE job_id = %(job_id)s AND event_id = %(event_id)s "
+    "AND lease_owner IS NOT DISTINCT FROM %(owner)s"
 )
 DELIVERY_COLUMNS = (
     "o.event_id, o.url, o.event, o.attempts, o.last_answer, o.last_attempt_at, "
@@ -95,5 +103,9 @@ REDELIVER = (
     "AND o.event IS NOT NULL AND j.id = o.job_id AND j.expires_at > %s "
     f"RETURNING {DELIVERY_COLUMNS}"
 )
-#: The earliest due delivery, to know how long to sleep.
-NEXT_DUE = "SELECT min(due_at) FROM outbox WHERE due_at IS NOT NULL"
+#: When the earliest waiting delivery may be claimed, to know how long to sleep: one in
+#: flight (leased) not before its lease ends, else its due time would wake the runner at once.
+NEXT_DUE = (
+    "SELECT min(CASE WHEN lease_until > due_at THEN lease_until ELSE due_at END) "
+    "FROM outbox WHERE due_at IS NOT NULL"
+)

@@ -72,7 +72,8 @@ def redeliver(store: Store, job_id: str, *, now: float) -> Delivery | None:
 
 
 def next_due(store: Store) -> float | None:
-    """When the earliest waiting delivery is due; None if none waits."""
+    """When the earliest waiting delivery is due (one in flight: its lease's end); None
+    if none waits."""
     with store._locked():
         row = store.db.execute(q.NEXT_DUE).fetchone()
     return None if row is None or row[0] is None else float(row[0])

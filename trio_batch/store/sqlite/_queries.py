@@ -236,16 +236,26 @@ CLAIM_DELIVERY = (
     "UPDATE outbox SET lease_owner = ?, lease_until = ? WHERE job_id = ("
     "SELECT job_id FROM outbox WHERE due_at <= ? "
     "AND (lease_until IS NULL OR lease_until <= ? OR lease_owner != ?) "
-    "AND (url IS NULL OR url NOT IN (SELECT value FROM json_each(?))) "
+    "AND (url IS NULL OR NOT EXISTS (SELECT 1 FROM json_each(?) WHERE url = value "
+    "OR substr(url, 1, length(value) + 1) IN (value || '/', value || '?', value || '#'))) "
     f"ORDER BY due_at LIMIT 1) RETURNING {EVENT_COLUMNS}, "
     "(SELECT trace_context FROM jobs WHERE jobs.id = outbox.job_id)"
 )
 #: One attempt's answer, if the lease is still the writer's; ``due_at`` NULL ends the round.
+#: A failure claimed in an earlier round (a redelivery joined the attempt) counts nothing and
+#: leaves the new round due as the redelivery set it: its schedule was the old round's.
 RECORD_DELIVERY = (
-    "UPDATE outbox SET attempts = attempts + 1, last_answer = ?, last_attempt_at = ?, "
-    "delivered_at = coalesce(?, delivered_at), due_at = ?, gave_up_at = ?, "
+    "UPDATE outbox SET "
+    "attempts = attempts + CASE WHEN :delivered_at IS NOT NULL OR round_from = :round_from "
+    "THEN 1 ELSE 0 END, "
+    "last_answer = :answer, last_attempt_at = :now, "
+    "delivered_at = coalesce(:delivered_at, delivered_at), "
+    "due_at = CASE WHEN :delivered_at IS NOT NULL OR round_from = :round_from "
+    "THEN :due ELSE due_at END, "
+    "gave_up_at = CASE WHEN :delivered_at IS NOT NULL OR round_from = :round_from "
+    "THEN :gave_up END, "
     "lease_owner = NULL, lease_until = NULL "
-    "WHERE job_id = ? AND event_id = ? AND lease_owner = ?"
+    "WHERE job_id = :job_id AND event_id = :event_id AND lease_owner = :owner"
 )
 DELIVERY_COLUMNS = (
     "o.event_id, o.url, o.event, o.attempts, o.last_answer, o.last_attempt_at, "
@@ -257,7 +267,8 @@ GET_DELIVERY = (
     "WHERE o.job_id = ? AND j.expires_at > ?"
 )
 #: A new round of attempts for an unexpired job's written event. An attempt in flight (a
-#: lease that holds) keeps its lease: the new round joins it instead of a second POST.
+#: lease that holds) keeps its lease: the new round joins it instead of a second POST (and
+#: if it fails, the new round is due at once: see ``RECORD_DELIVERY``).
 REDELIVER = (
     "UPDATE outbox SET due_at = ?, round_from = ?, attempts = 0, gave_up_at = NULL, "
     "lease_owner = CASE WHEN lease_until > ? THEN lease_owner END, "
@@ -265,8 +276,12 @@ REDELIVER = (
     "WHERE job_id = ? AND event IS NOT NULL "
     "AND EXISTS (SELECT 1 FROM jobs WHERE jobs.id = outbox.job_id AND jobs.expires_at > ?)"
 )
-#: The earliest due delivery, to know how long to sleep.
-NEXT_DUE = "SELECT min(due_at) FROM outbox WHERE due_at IS NOT NULL"
+#: When the earliest waiting delivery may be claimed, to know how long to sleep: one in
+#: flight (leased) not before its lease ends, else its due time would wake the runner at once.
+NEXT_DUE = (
+    "SELECT min(CASE WHEN lease_until > due_at THEN lease_until ELSE due_at END) "
+    "FROM outbox WHERE due_at IS NOT NULL"
+)
 DELETE_OUTBOX_OF = "DELETE FROM outbox WHERE job_id IN (SELECT value FROM json_each(?))"
 FORGET_OUTBOX = "DELETE FROM outbox WHERE job_id = ?"
 
