@@ -225,17 +225,14 @@ async def test_a_merged_export_follows_retries_past_eight_deep(
     assert lines[1] == (job_id, 1, "done")
 
 
-async def test_a_cancelled_export_stops_at_once_however_little_its_reader_awaits(
-    job_store: JobStore, clock: FakeClock
-) -> None:
-    # Its pages are store reads, which run to completion and never raise Cancelled: a reader
-    # that awaits nothing else (a list built from it, `trio-batch results` printing) read the
-    # whole job, a cancel or a Ctrl-C notwithstanding.
+async def _three_pages_running(job_store: JobStore, clock: FakeClock) -> Job:
+    """A running job of three export pages of targets."""
     many = 3 * EXPORT_PAGE
+    targets = [Target(f"https://example.test/{i}") for i in range(many)]
     new = NewJob(
         "alice",
         "user",
-        [Target(f"https://example.test/{i}") for i in range(many)],
+        targets,
         ttl=100,
         targets_per_job=many,
         jobs_per_caller=4,
@@ -243,6 +240,16 @@ async def test_a_cancelled_export_stops_at_once_however_little_its_reader_awaits
         status=JobState.RUNNING,
     )
     job, _ = await job_store.create_job(new, now=clock())
+    return job
+
+
+async def test_a_cancelled_export_stops_at_once_however_little_its_reader_awaits(
+    job_store: JobStore, clock: FakeClock
+) -> None:
+    # Its pages are store reads, which run to completion and never raise Cancelled: a reader
+    # that awaits nothing else (a list built from it, `trio-batch results` printing) read the
+    # whole job, a cancel or a Ctrl-C notwithstanding.
+    job = await _three_pages_running(job_store, clock)
     read: list[int] = []
     with trio.CancelScope() as scope:
         scope.cancel()
@@ -255,25 +262,14 @@ async def test_a_cancelled_export_stops_at_once_however_little_its_reader_awaits
 async def test_a_cancelled_retry_reads_no_further_page(
     job_store: JobStore, clock: FakeClock
 ) -> None:
-    many = 3 * EXPORT_PAGE
-    new = NewJob(
-        "alice",
-        "user",
-        [Target(f"https://example.test/{i}") for i in range(many)],
-        ttl=100,
-        targets_per_job=many,
-        jobs_per_caller=4,
-        jobs_total=8,
-        status=JobState.RUNNING,
-    )
-    job, _ = await job_store.create_job(new, now=clock())
+    job = await _three_pages_running(job_store, clock)
     ended = await job_store.finish_job(job.id, JobState.CANCELLED, now=clock())
     assert ended is not None
     picked: list[Target] | None = None
     with trio.CancelScope() as scope:
         scope.cancel()
         picked = await retry_targets(
-            job_store, ended, frozenset({"pending"}), now=clock(), limit=many
+            job_store, ended, frozenset({"pending"}), now=clock(), limit=3 * EXPORT_PAGE
         )
     assert scope.cancelled_caught
     assert picked is None
